@@ -1,0 +1,133 @@
+"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..protocol.errors import Error
+from .broker import Broker
+from .topic_config import (
+    DEFAULT_CONFIG,
+    STATIC_BROKER_CONFIG,
+    STRING,
+    TOPIC_KEYS,
+    effective_value,
+    validate_topic_configs,
+)
+from .topics import TopicError
+
+RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
+
+
+def handle_create_topics(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any]:
+    """Create each topic or report why not; v5+ echoes partitions, replication factor and configs."""
+    results = []
+    for item in req.topics:
+        result: dict[str, Any] = {"name": item.name, "error_code": Error.NONE, "error_message": None}
+        configs = {c.name: c.value for c in item.configs}
+        partitions = len(item.assignments) if item.assignments else item.num_partitions
+        if partitions == -1:
+            partitions = broker.config.get("num.partitions")
+        problem = validate_topic_configs(configs)
+        if item.replication_factor not in (-1, 1) and not item.assignments:
+            result.update(error_code=Error.INVALID_REPLICATION_FACTOR,
+                          error_message=f"Replication factor: {item.replication_factor} larger than available brokers: 1.")
+        elif item.assignments and any(tuple(a.broker_ids) != (broker.node_id,) for a in item.assignments):
+            result.update(error_code=Error.INVALID_REPLICA_ASSIGNMENT,
+                          error_message=f"Replica assignments must name only broker {broker.node_id}.")
+        elif problem:
+            result.update(error_code=Error.INVALID_CONFIG, error_message=problem)
+        else:
+            try:
+                topic = broker.topics.create(item.name, partitions, configs, now_ms,
+                                             validate_only=req.validate_only)
+            except TopicError as exc:
+                result.update(error_code=exc.error_code, error_message=exc.message)
+            else:
+                result.update(topic_id=topic.topic_id, num_partitions=partitions, replication_factor=1,
+                              configs=[_config_entry(k, *effective_value(k, configs, broker.config))
+                                       for k in sorted(TOPIC_KEYS)])
+        results.append(result)
+    return {"topics": results}
+
+
+def handle_delete_topics(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any]:
+    """Delete topics named (v0-5: `topic_names`; v6: `topics` by name or id)."""
+    if hasattr(req, "topic_names"):
+        wanted = [(name, None) for name in req.topic_names]
+    else:
+        wanted = [(t.name, t.topic_id) for t in req.topics]
+    responses = []
+    for name, topic_id in wanted:
+        topic = broker.topics.get(name) if name is not None else broker.topics.by_id(topic_id)
+        response: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": Error.NONE}
+        if topic is None:
+            response["error_code"] = Error.UNKNOWN_TOPIC_OR_PARTITION if name is not None else Error.UNKNOWN_TOPIC_ID
+        elif not broker.config.get("delete.topic.enable"):
+            response.update(error_code=Error.TOPIC_DELETION_DISABLED, error_message="Topic deletion is disabled.")
+        elif topic.internal:
+            response.update(error_code=Error.INVALID_TOPIC_EXCEPTION,
+                            error_message=f"Internal topic {topic.name} cannot be deleted.")
+        else:
+            response.update(name=topic.name, topic_id=topic.topic_id)
+            broker.topics.delete(topic)
+        responses.append(response)
+    return {"responses": responses}
+
+
+def handle_create_partitions(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any]:
+    """Grow topics to the requested partition counts."""
+    results = []
+    for item in req.topics:
+        result: dict[str, Any] = {"name": item.name, "error_code": Error.NONE}
+        try:
+            broker.topics.add_partitions(item.name, item.count, now_ms, validate_only=req.validate_only)
+        except TopicError as exc:
+            result.update(error_code=exc.error_code, error_message=exc.message)
+        results.append(result)
+    return {"results": results}
+
+
+def _config_entry(name: str, value: str, source: int, config_type: int = STRING,
+                  synonyms: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"name": name, "value": value, "read_only": False, "config_source": source,
+            "is_sensitive": False, "is_default": source == DEFAULT_CONFIG,
+            "config_type": config_type, "synonyms": synonyms or (), "documentation": None}
+
+
+def handle_describe_configs(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any]:
+    """Configs of topics (overrides, broker defaults, built-in defaults) and of this broker."""
+    results = []
+    for res in req.resources:
+        keys = set(res.configuration_keys) if res.configuration_keys else None
+        result: dict[str, Any] = {"error_code": Error.NONE, "error_message": None,
+                                  "resource_type": res.resource_type, "resource_name": res.resource_name,
+                                  "configs": ()}
+        if res.resource_type == RESOURCE_TOPIC:
+            topic = broker.topics.get(res.resource_name)
+            if topic is None:
+                result.update(error_code=Error.UNKNOWN_TOPIC_OR_PARTITION,
+                              error_message=f"Topic {res.resource_name} does not exist.")
+            else:
+                entries = []
+                for key in sorted(TOPIC_KEYS):
+                    if keys is None or key in keys:
+                        value, source = effective_value(key, topic.configs, broker.config)
+                        entries.append(_config_entry(key, value, source, TOPIC_KEYS[key].config_type))
+                result["configs"] = entries
+        elif res.resource_type == RESOURCE_BROKER:
+            if res.resource_name not in ("", str(broker.node_id)):
+                result.update(error_code=Error.INVALID_REQUEST,
+                              error_message=f"Unknown broker id {res.resource_name}, this broker is {broker.node_id}.")
+            else:
+                from ..config import SCHEMA
+
+                result["configs"] = [
+                    _config_entry(key, value, DEFAULT_CONFIG if value == SCHEMA[key][1] else STATIC_BROKER_CONFIG)
+                    for key, value in broker.config.items_raw() if keys is None or key in keys
+                ]
+        else:
+            result.update(error_code=Error.INVALID_REQUEST,
+                          error_message=f"Unsupported resource type {res.resource_type}.")
+        results.append(result)
+    return {"results": results}

@@ -1,0 +1,39 @@
+"""The data-plane broker: topics, partition logs and producer ids, with no I/O loop of its own.
+
+Handlers (metadata, admin, produce, fetch modules) take a Broker and a decoded request and return
+a response body dict. The server owns sockets and timers and tells the broker the time.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..config import BrokerConfig
+from .producer_ids import ProducerIdManager
+from .topics import TopicRegistry
+
+
+class Broker:
+    """Shared state of the data-plane handlers."""
+
+    def __init__(self, config: BrokerConfig, now_ms: int) -> None:
+        self.config = config
+        self.node_id: int = config.get("node.id")
+        self.topics = TopicRegistry(config, now_ms)
+        self.producer_ids = ProducerIdManager(config.log_dir)
+        # Called with (topic, partition) after every append, so fetch long polls can wake up.
+        self.on_append: Callable[[str, int], None] = lambda topic, partition: None
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete expired segments of every delete-policy topic; returns segments removed."""
+        return sum(log.apply_retention(now_ms) for topic in self.topics for log in topic.partitions)
+
+    def flush_all(self) -> None:
+        """fsync every partition (log.flush.interval.ms timer and shutdown)."""
+        for topic in self.topics:
+            for log in topic.partitions:
+                log.flush()
+
+    def close(self) -> None:
+        """Flush and close all logs."""
+        self.topics.close()

@@ -1,0 +1,60 @@
+"""Produce and InitProducerId: batches are validated (header + CRC) and appended as they are."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..protocol.errors import Error
+from ..records.batch import InvalidBatch, validate_batches
+from ..storage.producer_state import ProduceError
+from .broker import Broker
+
+log = logging.getLogger("offsetd.broker")
+
+
+def _append(broker: Broker, topic: str, index: int, records: bytes | None, now_ms: int) -> dict[str, Any]:
+    """Append one partition's records; the result is that partition's response entry."""
+    entry: dict[str, Any] = {"index": index, "error_code": Error.NONE, "base_offset": -1}
+    partition_log = broker.topics.partition(topic, index)
+    if partition_log is None:
+        entry["error_code"] = Error.UNKNOWN_TOPIC_OR_PARTITION
+        return entry
+    try:
+        if not records:
+            raise InvalidBatch(Error.CORRUPT_MESSAGE, "Produce request carried no record batch")
+        headers = validate_batches(records, partition_log.config.max_message_bytes)
+        result = partition_log.append(records, now_ms, validated=headers)
+    except (InvalidBatch, ProduceError) as exc:
+        log.info("produce to %s-%d refused: %s", topic, index, exc)
+        entry.update(error_code=exc.error_code, error_message=str(exc),
+                     log_start_offset=partition_log.log_start_offset)
+        return entry
+    entry.update(base_offset=result.base_offset, log_start_offset=result.log_start_offset)
+    broker.on_append(topic, index)
+    return entry
+
+
+def handle_produce(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any] | None:
+    """Append every partition's batches; acks=0 gets no response at all (Kafka's rule)."""
+    responses = []
+    if req.transactional_id is not None:
+        error = {"error_code": Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                 "error_message": "Transactions are not supported by this broker"}
+        responses = [{"name": t.name, "partition_responses": [{"index": p.index, "base_offset": -1, **error}
+                                                              for p in t.partition_data]}
+                     for t in req.topic_data]
+    else:
+        for topic in req.topic_data:
+            responses.append({"name": topic.name, "partition_responses": [
+                _append(broker, topic.name, p.index, p.records, now_ms) for p in topic.partition_data]})
+    if req.acks == 0:
+        return None
+    return {"responses": responses}
+
+
+def handle_init_producer_id(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any]:
+    """A new idempotent producer id at epoch 0; transactional ids are not served."""
+    if req.transactional_id is not None:
+        return {"error_code": Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "producer_id": -1, "producer_epoch": -1}
+    return {"error_code": Error.NONE, "producer_id": broker.producer_ids.allocate(), "producer_epoch": 0}

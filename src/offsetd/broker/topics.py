@@ -1,0 +1,201 @@
+"""Topics and their partition logs, with the topic catalogue persisted beside the data.
+
+Kafka keeps topic ids and configs in its metadata log; a single node keeps them in
+`<log.dirs>/topics.json`, replaced atomically (write, fsync, rename, fsync dir) on every change,
+so a crash leaves either the old or the new catalogue.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from ..config import BrokerConfig
+from ..storage.partition_log import PartitionLog
+from .topic_config import log_config
+
+log = logging.getLogger("offsetd.broker")
+
+MAX_TOPIC_NAME = 249
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+CATALOGUE = "topics.json"
+META = "meta.properties"
+
+
+class TopicError(Exception):
+    """A topic operation refused with a Kafka error code and message."""
+
+    def __init__(self, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.message = message
+
+
+def topic_name_problem(name: str) -> str | None:
+    """Why a topic name is invalid (Kafka's rules), or None if it is fine."""
+    if not name:
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return "Topic name cannot be \".\" or \"..\""
+    if len(name) > MAX_TOPIC_NAME:
+        return f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters, topic name: {name}"
+    if not _LEGAL.match(name):
+        return (f"Topic name \"{name}\" is illegal, it contains a character other than "
+                "ASCII alphanumerics, '.', '_' and '-'")
+    return None
+
+
+@dataclass
+class Topic:
+    """A topic: id, per-topic config overrides and one log per partition."""
+
+    name: str
+    topic_id: uuid.UUID
+    configs: dict[str, str]
+    partitions: list[PartitionLog] = field(default_factory=list)
+    internal: bool = False
+
+
+class TopicRegistry:
+    """All topics of this broker, opened from `log.dirs` at start-up."""
+
+    def __init__(self, config: BrokerConfig, now_ms: int) -> None:
+        self.config = config
+        self.root = config.log_dir
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.cluster_id = self._load_meta()
+        self._by_name: dict[str, Topic] = {}
+        self._by_id: dict[uuid.UUID, Topic] = {}
+        catalogue = self.root / CATALOGUE
+        if catalogue.exists():
+            for entry in json.loads(catalogue.read_text(encoding="utf-8")):
+                topic = Topic(entry["name"], uuid.UUID(entry["id"]), dict(entry["configs"]),
+                              internal=entry.get("internal", False))
+                lc = log_config(topic.configs, config)
+                topic.partitions = [
+                    PartitionLog.open(self._partition_dir(topic.name, p), topic.name, p, lc, now_ms)
+                    for p in range(entry["partitions"])
+                ]
+                self._add(topic)
+
+    def _load_meta(self) -> str:
+        """Read or create meta.properties (cluster.id, node.id), as Kafka's log dirs carry."""
+        path = self.root / META
+        if path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                if line.startswith("cluster.id="):
+                    return line.split("=", 1)[1].strip()
+        cluster_id = uuid.uuid4().hex[:22]
+        _atomic_write(path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.config.get('node.id')}\n")
+        return cluster_id
+
+    def _partition_dir(self, name: str, partition: int) -> Path:
+        return self.root / f"{name}-{partition}"
+
+    def _add(self, topic: Topic) -> None:
+        self._by_name[topic.name] = topic
+        self._by_id[topic.topic_id] = topic
+
+    def _save(self) -> None:
+        entries = [
+            {"name": t.name, "id": str(t.topic_id), "partitions": len(t.partitions),
+             "configs": t.configs, "internal": t.internal}
+            for t in self._by_name.values()
+        ]
+        _atomic_write(self.root / CATALOGUE, json.dumps(entries, indent=1))
+
+    def __iter__(self) -> Iterator[Topic]:
+        return iter(list(self._by_name.values()))
+
+    def get(self, name: str) -> Topic | None:
+        return self._by_name.get(name)
+
+    def by_id(self, topic_id: uuid.UUID | None) -> Topic | None:
+        return self._by_id.get(topic_id) if topic_id is not None else None
+
+    def partition(self, name: str, index: int) -> PartitionLog | None:
+        """The log of topic `name` partition `index`, or None if either does not exist."""
+        topic = self._by_name.get(name)
+        if topic is None or not 0 <= index < len(topic.partitions):
+            return None
+        return topic.partitions[index]
+
+    def create(self, name: str, num_partitions: int, configs: dict[str, str], now_ms: int,
+               *, internal: bool = False, validate_only: bool = False) -> Topic:
+        """Create a topic; TopicError(36/17/37) if it exists, has a bad name or partition count."""
+        problem = topic_name_problem(name)
+        if problem:
+            raise TopicError(17, problem)
+        if name in self._by_name:
+            raise TopicError(36, f"Topic '{name}' already exists.")
+        if num_partitions < 1:
+            raise TopicError(37, "Number of partitions must be larger than 0.")
+        collision = next((t.name for t in self._by_name.values()
+                          if t.name.replace(".", "_") == name.replace(".", "_")), None)
+        if collision:
+            raise TopicError(17, f"Topic '{name}' collides with existing topic: {collision}")
+        topic = Topic(name, uuid.uuid4(), dict(configs), internal=internal)
+        if validate_only:
+            return topic
+        lc = log_config(topic.configs, self.config)
+        topic.partitions = [
+            PartitionLog.open(self._partition_dir(name, p), name, p, lc, now_ms)
+            for p in range(num_partitions)
+        ]
+        self._add(topic)
+        self._save()
+        log.info("created topic %s with %d partitions", name, num_partitions)
+        return topic
+
+    def add_partitions(self, name: str, count: int, now_ms: int, *, validate_only: bool = False) -> None:
+        """Grow a topic to `count` partitions (CreatePartitions)."""
+        topic = self._by_name.get(name)
+        if topic is None:
+            raise TopicError(3, f"The topic '{name}' does not exist.")
+        current = len(topic.partitions)
+        if count < current:
+            raise TopicError(37, f"Topic currently has {current} partitions, which is higher than the requested {count}.")
+        if count == current:
+            raise TopicError(37, f"Topic already has {current} partitions.")
+        if validate_only:
+            return
+        lc = log_config(topic.configs, self.config)
+        for p in range(current, count):
+            topic.partitions.append(PartitionLog.open(self._partition_dir(name, p), name, p, lc, now_ms))
+        self._save()
+        log.info("topic %s now has %d partitions", name, count)
+
+    def delete(self, topic: Topic) -> None:
+        """Remove a topic and its data (DeleteTopics)."""
+        del self._by_name[topic.name]
+        del self._by_id[topic.topic_id]
+        self._save()
+        for partition in topic.partitions:
+            partition.delete()
+        log.info("deleted topic %s", topic.name)
+
+    def close(self) -> None:
+        """Flush and close every partition log (clean shutdown)."""
+        for topic in self._by_name.values():
+            for partition in topic.partitions:
+                partition.close()
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

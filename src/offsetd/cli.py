@@ -1,0 +1,72 @@
+"""The `offsetd` command. `offsetd serve [CONFIG_FILE] [--override key=value ...]` mirrors
+`kafka-server-start.sh`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from .config import BrokerConfig, ConfigError
+
+log = logging.getLogger("offsetd")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        config = BrokerConfig.load(args.config, args.override or [])
+    except ConfigError as exc:
+        print(f"offsetd: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(_run(config))
+
+
+async def _run(config: BrokerConfig) -> int:
+    from .server.app import KafkaServer
+
+    try:
+        server = KafkaServer(config)
+        await server.start()
+    except OSError as exc:
+        listener = config.listener
+        print(f"offsetd: cannot listen on {listener.host}:{listener.port}: {exc.strerror}", file=sys.stderr)
+        return 1
+    listener, advertised = config.listener, config.advertised_listener
+    print(f"offsetd listening on {listener.host or '0.0.0.0'}:{server.port} "
+          f"(advertised {advertised.host}:{advertised.port}), data in {config.log_dir.resolve()}",
+          flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down")
+    await server.stop()
+    print("offsetd stopped cleanly", flush=True)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="offsetd", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the broker",
+                                description="Run the broker, like kafka-server-start.sh.")
+    serve.add_argument("config", nargs="?", help="server.properties file (Kafka's key names)")
+    serve.add_argument("--override", action="append", metavar="KEY=VALUE",
+                       help="override a config key (repeatable)")
+    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    serve.set_defaults(run=_serve)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=getattr(args, "log_level", "INFO"), stream=sys.stderr,
+                        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

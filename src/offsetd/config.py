@@ -1,0 +1,208 @@
+"""Broker configuration: Kafka's key names, types, defaults and validation, as one table.
+
+`server.properties` uses Java properties syntax; every key a user sets is validated up front so a
+bad value stops start-up with one line naming the key, as `kafka-server-start.sh` does.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+log = logging.getLogger("offsetd.config")
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message names the key."""
+
+
+def _parse_int(lo: int, hi: int = 2**63 - 1) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise ValueError(f"expected an integer, got {raw!r}") from None
+        if not lo <= value <= hi:
+            raise ValueError(f"{value} is out of range [{lo}, {hi}]")
+        return value
+
+    return parse
+
+
+def _parse_bool(raw: str) -> bool:
+    text = raw.strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise ValueError(f"expected true or false, got {raw!r}")
+
+
+def _parse_str(raw: str) -> str:
+    return raw.strip()
+
+
+def _parse_choice(*choices: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        value = raw.strip()
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {raw!r}")
+        return value
+
+    return parse
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """One `NAME://host:port` entry of `listeners` / `advertised.listeners`."""
+
+    name: str
+    host: str
+    port: int
+
+
+_LISTENER = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)://(\[[^\]]*\]|[^:/]*):(\d+)$")
+
+
+def _parse_listeners(raw: str) -> tuple[Listener, ...]:
+    entries = [item.strip() for item in raw.split(",") if item.strip()]
+    if not entries:
+        raise ValueError("at least one listener is required, e.g. PLAINTEXT://127.0.0.1:9092")
+    listeners = []
+    for item in entries:
+        match = _LISTENER.match(item)
+        if not match:
+            raise ValueError(f"{item!r} is not of the form NAME://host:port")
+        name, host, port = match.group(1), match.group(2).strip("[]"), int(match.group(3))
+        if name.upper() != "PLAINTEXT":
+            raise ValueError(f"listener {name} is not supported (only PLAINTEXT)")
+        if not 0 <= port <= 65535:
+            raise ValueError(f"port {port} is out of range")
+        listeners.append(Listener(name.upper(), host, port))
+    return tuple(listeners)
+
+
+INT32_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
+
+# key: (parser, default as Kafka would write it in server.properties, one-line doc)
+SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
+    "listeners": (_parse_listeners, "PLAINTEXT://127.0.0.1:9092", "Where the broker listens."),
+    "advertised.listeners": (_parse_listeners, "", "Addresses given to clients (default: listeners)."),
+    "node.id": (_parse_int(0, INT32_MAX), "1", "This broker's id."),
+    "log.dirs": (_parse_str, "./data", "Directory holding the partition logs."),
+    "num.partitions": (_parse_int(1, 100000), "1", "Partitions of an auto-created topic."),
+    "default.replication.factor": (_parse_int(1, 1), "1", "Only 1 (single node)."),
+    "auto.create.topics.enable": (_parse_bool, "true", "Create unknown topics on Metadata/Produce."),
+    "delete.topic.enable": (_parse_bool, "true", "Allow DeleteTopics."),
+    "log.segment.bytes": (_parse_int(14, INT32_MAX), "1073741824", "Segment size before a roll."),
+    "log.roll.ms": (_parse_int(1), "604800000", "Segment age before a roll."),
+    "log.retention.ms": (_parse_int(-1), "604800000", "Delete segments older than this (-1: never)."),
+    "log.retention.bytes": (_parse_int(-1), "-1", "Delete old segments above this size (-1: never)."),
+    "log.retention.check.interval.ms": (_parse_int(1), "300000", "How often retention runs."),
+    "log.flush.interval.messages": (_parse_int(1), str(LONG_MAX), "fsync after this many messages."),
+    "log.flush.interval.ms": (_parse_int(1), "", "fsync dirty logs this often (default: never)."),
+    "log.index.interval.bytes": (_parse_int(0, INT32_MAX), "4096", "Bytes between index entries."),
+    "log.cleanup.policy": (_parse_choice("delete", "compact"), "delete", "Default cleanup policy."),
+    "message.max.bytes": (_parse_int(0, INT32_MAX), "1048588", "Largest record batch accepted."),
+    "socket.request.max.bytes": (_parse_int(1, INT32_MAX), "104857600", "Largest request frame."),
+    "group.initial.rebalance.delay.ms": (_parse_int(0), "3000", "Delay of a new group's first rebalance."),
+    "offsets.topic.num.partitions": (_parse_int(1, 10000), "50", "Partitions of __consumer_offsets."),
+    "offsets.topic.replication.factor": (_parse_int(1, 1), "1", "Only 1 (single node)."),
+    "transactional.id.expiration.ms": (_parse_int(1), "604800000", "Unused."),
+}
+
+# Keys whose value must be given as an integer but may be left empty to mean "unset".
+_OPTIONAL = {"log.flush.interval.ms", "advertised.listeners"}
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java `.properties` text: `key=value` or `key: value`, `#`/`!` comments, `\\` continuations."""
+    result: dict[str, str] = {}
+    logical = ""
+    for raw in text.splitlines():
+        line = raw.strip() if not logical else raw.lstrip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            logical += line[:-1]
+            continue
+        logical += line
+        match = re.match(r"^((?:\\.|[^=:\s])+)\s*[=:\s]\s*(.*)$", logical)
+        if match:
+            result[match.group(1).replace("\\", "")] = match.group(2)
+        elif logical:
+            result[logical] = ""
+        logical = ""
+    return result
+
+
+class BrokerConfig:
+    """Typed, validated broker configuration; attribute access by Kafka key via `get`."""
+
+    def __init__(self, values: Mapping[str, str] | None = None) -> None:
+        raw = {key: default for key, (_, default, _) in SCHEMA.items()}
+        self.unknown: list[str] = []
+        for key, value in (values or {}).items():
+            if key not in SCHEMA:
+                self.unknown.append(key)
+                log.warning("unknown config key %s (ignored)", key)
+                continue
+            raw[key] = value
+        self._values: dict[str, Any] = {}
+        for key, text in raw.items():
+            parser = SCHEMA[key][0]
+            if key in _OPTIONAL and text.strip() == "":
+                self._values[key] = None
+                continue
+            try:
+                self._values[key] = parser(text)
+            except ValueError as exc:
+                raise ConfigError(f"Invalid value {text!r} for configuration {key}: {exc}") from None
+        self._raw = raw
+
+    def get(self, key: str) -> Any:
+        """The typed value of a Kafka config key."""
+        return self._values[key]
+
+    def raw(self, key: str) -> str:
+        """The value as a string, as DescribeConfigs reports it."""
+        return self._raw[key]
+
+    def items_raw(self) -> list[tuple[str, str]]:
+        """All known keys with their string values."""
+        return sorted(self._raw.items())
+
+    @property
+    def listener(self) -> Listener:
+        return self._values["listeners"][0]
+
+    @property
+    def advertised_listener(self) -> Listener:
+        advertised = self._values["advertised.listeners"]
+        if advertised:
+            return advertised[0]
+        listener = self.listener
+        host = listener.host or "localhost"
+        return Listener(listener.name, "localhost" if host == "0.0.0.0" else host, listener.port)
+
+    @property
+    def log_dir(self) -> Path:
+        return Path(self._values["log.dirs"].split(",")[0]).expanduser()
+
+    @classmethod
+    def load(cls, path: str | Path | None, overrides: list[str]) -> "BrokerConfig":
+        """Read a properties file (optional) and apply `key=value` overrides on top."""
+        values: dict[str, str] = {}
+        if path is not None:
+            try:
+                values.update(parse_properties(Path(path).read_text(encoding="utf-8")))
+            except OSError as exc:
+                raise ConfigError(f"Cannot read config file {path}: {exc.strerror}") from None
+        for item in overrides:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError(f"Invalid --override {item!r}: expected key=value")
+            values[key.strip()] = value
+        return cls(values)

@@ -1,0 +1,71 @@
+"""The API versions this broker serves: one table, intersected with what kio can decode.
+
+ApiVersions advertises exactly this table; any other (key, version) is refused.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from kio.schema.index import api_key_map, schema_name_map
+
+
+class ApiKey(IntEnum):
+    """Kafka API keys served (names as in Kafka's message definitions)."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    DESCRIBE_CONFIGS = 32
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
+    CREATE_PARTITIONS = 37
+
+
+# Highest versions we implement the semantics of. Produce v13 / Fetch v17+ / Metadata v13 change
+# identifiers or error layout we do not serve yet; lower bounds come from kio (KIP-896 baseline).
+SERVED_MAX: dict[ApiKey, int] = {
+    ApiKey.PRODUCE: 11,
+    ApiKey.FETCH: 16,
+    ApiKey.LIST_OFFSETS: 8,
+    ApiKey.METADATA: 12,
+    ApiKey.API_VERSIONS: 4,
+    ApiKey.CREATE_TOPICS: 7,
+    ApiKey.DELETE_TOPICS: 6,
+    ApiKey.CREATE_PARTITIONS: 3,
+    ApiKey.DESCRIBE_CONFIGS: 4,
+    ApiKey.INIT_PRODUCER_ID: 5,
+}
+
+
+def _kio_versions(api_key: int) -> set[int]:
+    name = api_key_map[api_key]
+    return {v for v, kinds in schema_name_map[name].items() if len(kinds) >= 2}
+
+
+def _build() -> dict[int, tuple[int, int]]:
+    table = {}
+    for key, served_max in SERVED_MAX.items():
+        versions = sorted(v for v in _kio_versions(key) if v <= served_max)
+        table[int(key)] = (versions[0], versions[-1])
+    return table
+
+
+SUPPORTED: dict[int, tuple[int, int]] = _build()
+
+
+def is_supported(api_key: int, version: int) -> bool:
+    """True when we serve this (api_key, version)."""
+    bounds = SUPPORTED.get(api_key)
+    return bounds is not None and bounds[0] <= version <= bounds[1]
+
+
+def api_keys_body() -> list[dict[str, int]]:
+    """The `api_keys` array of an ApiVersions response."""
+    return [
+        {"api_key": key, "min_version": lo, "max_version": hi}
+        for key, (lo, hi) in sorted(SUPPORTED.items())
+    ]

@@ -1,0 +1,453 @@
+"""Wire codec compiled from kio's generated schemas.
+
+Decoding uses kio's native reader (fast). kio raises on an unknown tagged field, which KIP-482 says
+must be skipped, so a pure-Python reader compiled from the same schema is the fallback.
+
+Encoding does not build kio dataclasses: handlers return plain dicts keyed by kio's field names and
+a writer compiled per (api, version) from the field metadata writes them straight into a
+bytearray. A field missing from the dict takes the schema default (Kafka's semantics for an unset
+field), so one handler serves every version: version differences live in the schema, not in
+branches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import struct
+import uuid
+from functools import lru_cache
+from typing import Any, Callable
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    classify_field,
+    get_field_tag,
+    is_optional,
+)
+
+Writer = Callable[[bytearray, Any], None]
+Reader = Callable[[memoryview, int], tuple[Any, int]]
+
+_I8, _I16, _I32, _I64 = struct.Struct(">b"), struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
+_U16, _U32, _F64 = struct.Struct(">H"), struct.Struct(">I"), struct.Struct(">d")
+_ZERO_UUID = bytes(16)
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+class DecodeError(ValueError):
+    """A frame whose body does not match its schema (truncated, bad lengths, bad UTF-8)."""
+
+
+# ----------------------------------------------------------------------------------- varints
+
+
+def write_uvarint(buf: bytearray, value: int) -> None:
+    """Unsigned LEB128 varint (Kafka's UNSIGNED_VARINT)."""
+    while value > 0x7F:
+        buf.append((value & 0x7F) | 0x80)
+        value >>= 7
+    buf.append(value)
+
+
+def read_uvarint(data: memoryview, pos: int) -> tuple[int, int]:
+    """Return (value, new position); at most 5 bytes as Kafka allows for 32-bit varints."""
+    result = shift = 0
+    for _ in range(5):
+        if pos >= len(data):
+            raise DecodeError("truncated varint")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+    raise DecodeError("varint longer than 5 bytes")
+
+
+def skip_tagged_fields(data: memoryview, pos: int) -> int:
+    """Skip a tagged-field section (count, then tag/size/bytes) and return the new position."""
+    count, pos = read_uvarint(data, pos)
+    for _ in range(count):
+        _, pos = read_uvarint(data, pos)
+        size, pos = read_uvarint(data, pos)
+        pos += size
+        if pos > len(data):
+            raise DecodeError("truncated tagged field")
+    return pos
+
+
+# ------------------------------------------------------------------------- primitive writers
+
+
+def _to_int(value: Any) -> int:
+    if isinstance(value, datetime.timedelta):
+        return int(value.total_seconds() * 1000)
+    if isinstance(value, datetime.datetime):
+        return int((value - _EPOCH).total_seconds() * 1000)
+    return int(value)
+
+
+def _fixed(st: struct.Struct) -> Writer:
+    pack = st.pack
+
+    def write(buf: bytearray, value: Any) -> None:
+        buf += pack(value if type(value) is int else _to_int(value))
+
+    return write
+
+
+def _write_bool(buf: bytearray, value: Any) -> None:
+    buf.append(1 if value else 0)
+
+
+def _write_uuid(buf: bytearray, value: Any) -> None:
+    if value is None:
+        buf += _ZERO_UUID
+    elif isinstance(value, uuid.UUID):
+        buf += value.bytes
+    else:
+        buf += bytes(value)
+
+
+def _bytes_writer(flexible: bool, nullable: bool, is_string: bool) -> Writer:
+    def write(buf: bytearray, value: Any) -> None:
+        if value is None:
+            if not nullable:
+                value = "" if is_string else b""
+            else:
+                if flexible:
+                    buf.append(0)
+                else:
+                    buf += _I16.pack(-1) if is_string else _I32.pack(-1)
+                return
+        data = value.encode("utf-8") if isinstance(value, str) else value
+        if flexible:
+            write_uvarint(buf, len(data) + 1)
+        elif is_string:
+            buf += _I16.pack(len(data))
+        else:
+            buf += _I32.pack(len(data))
+        buf += data
+
+    return write
+
+
+_FIXED_WRITERS: dict[str, Writer] = {
+    "int8": _fixed(_I8),
+    "int16": _fixed(_I16),
+    "int32": _fixed(_I32),
+    "int64": _fixed(_I64),
+    "uint16": _fixed(_U16),
+    "uint32": _fixed(_U32),
+    "float64": lambda buf, v: buf.__iadd__(_F64.pack(v)),
+    "bool": _write_bool,
+    "uuid": _write_uuid,
+    "error_code": _fixed(_I16),
+    "timedelta_i32": _fixed(_I32),
+    "timedelta_i64": _fixed(_I64),
+    "datetime_i64": lambda buf, v: buf.__iadd__(_I64.pack(-1 if v is None else _to_int(v))),
+}
+
+# The zero value Kafka's generated code gives a field with no declared default.
+_ZERO: dict[str, Any] = {
+    "string": "", "bytes": b"", "records": b"", "bool": False, "uuid": None, "float64": 0.0,
+}
+
+
+def _plain_default(f: dataclasses.Field) -> Any:
+    """The default of a schema field as a plain value (ints for enums and durations)."""
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        value = f.default_factory()  # type: ignore[misc]
+    else:
+        cls = classify_field(f)
+        if cls.is_array:
+            return () if not is_optional(f) else None
+        if isinstance(cls, EntityField):
+            return None
+        return None if is_optional(f) else _ZERO.get(f.metadata.get("kafka_type", ""), 0)
+    if dataclasses.is_dataclass(value):
+        return {g.name: _plain_value(getattr(value, g.name)) for g in dataclasses.fields(value)}
+    return _plain_value(value)
+
+
+def _plain_value(value: Any) -> Any:
+    if isinstance(value, (datetime.timedelta, datetime.datetime)):
+        return _to_int(value)
+    if hasattr(value, "value") and isinstance(getattr(value, "value"), int):
+        return value.value
+    if isinstance(value, tuple):
+        return tuple(_plain_value(v) for v in value)
+    return value
+
+
+# ---------------------------------------------------------------------------- entity writers
+
+
+@lru_cache(maxsize=None)
+def entity_writer(cls: type) -> Writer:
+    """Compile a writer for a kio entity class; it writes a dict (missing keys take defaults)."""
+    flexible: bool = cls.__flexible__
+    plan: list[tuple[str, Any, Writer]] = []
+    tagged: list[tuple[int, str, Writer]] = []
+    for f in dataclasses.fields(cls):
+        tag = get_field_tag(f)
+        writer = _field_writer(f, flexible, tagged=tag is not None)
+        if tag is not None:
+            tagged.append((int(tag), f.name, writer))
+        else:
+            plan.append((f.name, _plain_default(f), writer))
+    tagged.sort()
+
+    def write(buf: bytearray, value: Any) -> None:
+        get = value.get
+        for name, default, field_writer in plan:
+            field_writer(buf, get(name, default))
+        if flexible:
+            present = [(tag, name, w) for tag, name, w in tagged if get(name) is not None]
+            write_uvarint(buf, len(present))
+            for tag, name, field_writer in present:
+                body = bytearray()
+                field_writer(body, get(name))
+                write_uvarint(buf, tag)
+                write_uvarint(buf, len(body))
+                buf += body
+
+    return write
+
+
+def _field_writer(f: dataclasses.Field, flexible: bool, tagged: bool) -> Writer:
+    cls = classify_field(f)
+    nullable = False if tagged else is_optional(f)
+    kafka_type = f.metadata.get("kafka_type")
+    inner: Writer
+    if isinstance(cls, (EntityField, EntityTupleField)):
+        inner = entity_writer(cls.type_)
+        if isinstance(cls, EntityField) and nullable:  # KIP-893 nullable struct: int8 marker
+            struct_writer = inner
+
+            def inner(buf: bytearray, v: Any) -> None:
+                if v is None:
+                    buf.append(0xFF)
+                else:
+                    buf.append(1)
+                    struct_writer(buf, v)
+
+    elif kafka_type in ("string", "bytes", "records"):
+        inner = _bytes_writer(flexible, nullable and not cls.is_array, kafka_type == "string")
+    else:
+        inner = _FIXED_WRITERS[kafka_type]
+    if not cls.is_array:
+        return inner
+    element = inner
+
+    def write_array(buf: bytearray, items: Any) -> None:
+        if items is None:
+            if flexible:
+                buf.append(0)
+            else:
+                buf += _I32.pack(-1 if nullable else 0)
+            return
+        if flexible:
+            write_uvarint(buf, len(items) + 1)
+        else:
+            buf += _I32.pack(len(items))
+        for item in items:
+            element(buf, item)
+
+    return write_array
+
+
+# ---------------------------------------------------------------------- tolerant fallback reader
+
+
+@lru_cache(maxsize=None)
+def tolerant_reader(cls: type) -> Reader:
+    """Compile a pure-Python reader that skips unknown tagged fields; returns kio dataclasses."""
+    flexible: bool = cls.__flexible__
+    plan: list[tuple[str, Reader]] = []
+    tagged: dict[int, tuple[str, Reader]] = {}
+    is_header = cls.__name__ == "RequestHeader"
+    for f in dataclasses.fields(cls):
+        tag = get_field_tag(f)
+        reader = _field_reader(f, flexible and not (is_header and f.name == "client_id"), tag is not None)
+        if tag is not None:
+            tagged[int(tag)] = (f.name, reader)
+        else:
+            plan.append((f.name, reader))
+
+    def read(data: memoryview, pos: int) -> tuple[Any, int]:
+        values: dict[str, Any] = {}
+        for name, field_reader in plan:
+            values[name], pos = field_reader(data, pos)
+        if flexible:
+            count, pos = read_uvarint(data, pos)
+            for _ in range(count):
+                tag, pos = read_uvarint(data, pos)
+                size, pos = read_uvarint(data, pos)
+                if tag in tagged:
+                    name, field_reader = tagged[tag]
+                    values[name], _ = field_reader(data[: pos + size], pos)
+                pos += size
+        if pos > len(data):
+            raise DecodeError(f"truncated {cls.__name__}")
+        return cls(**values), pos
+
+    return read
+
+
+def _need(data: memoryview, pos: int, size: int) -> None:
+    if size < 0 or pos + size > len(data):
+        raise DecodeError("field runs past the end of the frame")
+
+
+def _fixed_reader(st: struct.Struct, convert: Callable[[int], Any] | None = None) -> Reader:
+    def read(data: memoryview, pos: int) -> tuple[Any, int]:
+        _need(data, pos, st.size)
+        (value,) = st.unpack_from(data, pos)
+        return (convert(value) if convert else value), pos + st.size
+
+    return read
+
+
+def _field_reader(f: dataclasses.Field, flexible: bool, tagged: bool) -> Reader:
+    from kio.schema.errors import ErrorCode
+
+    cls = classify_field(f)
+    kafka_type = f.metadata.get("kafka_type")
+    inner: Reader
+    if isinstance(cls, (EntityField, EntityTupleField)):
+        inner = tolerant_reader(cls.type_)
+        if isinstance(cls, EntityField) and is_optional(f) and not tagged:
+            struct_reader = inner
+
+            def inner(data: memoryview, pos: int) -> tuple[Any, int]:
+                _need(data, pos, 1)
+                if data[pos] == 0xFF:
+                    return None, pos + 1
+                return struct_reader(data, pos + 1)
+
+    elif kafka_type in ("string", "bytes", "records"):
+        is_string = kafka_type == "string"
+
+        def inner(data: memoryview, pos: int) -> tuple[Any, int]:
+            if flexible:
+                size, pos = read_uvarint(data, pos)
+                size -= 1
+            elif is_string:
+                _need(data, pos, 2)
+                (size,) = _I16.unpack_from(data, pos)
+                pos += 2
+            else:
+                _need(data, pos, 4)
+                (size,) = _I32.unpack_from(data, pos)
+                pos += 4
+            if size < 0:
+                return None, pos
+            _need(data, pos, size)
+            raw = bytes(data[pos : pos + size])
+            try:
+                return (raw.decode("utf-8") if is_string else raw), pos + size
+            except UnicodeDecodeError:
+                raise DecodeError("invalid UTF-8 in a string field") from None
+
+    else:
+        table: dict[str, Reader] = {
+            "int8": _fixed_reader(_I8),
+            "int16": _fixed_reader(_I16),
+            "int32": _fixed_reader(_I32),
+            "int64": _fixed_reader(_I64),
+            "uint16": _fixed_reader(_U16),
+            "uint32": _fixed_reader(_U32),
+            "float64": _fixed_reader(_F64),
+            "bool": _fixed_reader(_I8, bool),
+            "error_code": _fixed_reader(_I16, ErrorCode),
+            "timedelta_i32": _fixed_reader(_I32, lambda v: datetime.timedelta(milliseconds=v)),
+            "timedelta_i64": _fixed_reader(_I64, lambda v: datetime.timedelta(milliseconds=v)),
+            "datetime_i64": _fixed_reader(
+                _I64, lambda v: None if v < 0 else _EPOCH + datetime.timedelta(milliseconds=v)
+            ),
+        }
+        if kafka_type == "uuid":
+
+            def inner(data: memoryview, pos: int) -> tuple[Any, int]:
+                _need(data, pos, 16)
+                raw = bytes(data[pos : pos + 16])
+                return (None if raw == _ZERO_UUID else uuid.UUID(bytes=raw)), pos + 16
+
+        else:
+            inner = table[kafka_type]
+    if not cls.is_array:
+        return inner
+    element = inner
+
+    def read_array(data: memoryview, pos: int) -> tuple[Any, int]:
+        if flexible:
+            n, pos = read_uvarint(data, pos)
+            n -= 1
+        else:
+            _need(data, pos, 4)
+            (n,) = _I32.unpack_from(data, pos)
+            pos += 4
+        if n < 0:
+            return None, pos
+        if n > len(data) - pos:  # every element takes at least one byte
+            raise DecodeError("array length exceeds the frame")
+        items = []
+        for _ in range(n):
+            item, pos = element(data, pos)
+            items.append(item)
+        return tuple(items), pos
+
+    return read_array
+
+
+# ------------------------------------------------------------------------------ entry points
+
+
+@lru_cache(maxsize=None)
+def request_class(api_key: int, version: int) -> type:
+    """kio's request dataclass for (api_key, version); raises kio's UnknownEntity/UnknownAPIKey."""
+    return load_request_schema(api_key, version)
+
+
+@lru_cache(maxsize=None)
+def response_class(api_key: int, version: int) -> type:
+    """kio's response dataclass for (api_key, version)."""
+    return load_response_schema(api_key, version)
+
+
+@lru_cache(maxsize=None)
+def _native_reader(cls: type) -> Reader:
+    return entity_reader(cls)
+
+
+def decode_body(cls: type, frame: memoryview, pos: int) -> Any:
+    """Decode a request body with kio, falling back to the tolerant reader on unknown tags."""
+    try:
+        body, _ = _native_reader(cls)(frame, pos)
+        return body
+    except KeyError:
+        body, _ = tolerant_reader(cls)(frame, pos)
+        return body
+    except DecodeError:
+        raise
+    except Exception as exc:  # kio raises assorted ValueError/IndexError/UnicodeError on garbage
+        raise DecodeError(f"cannot decode {cls.__name__}: {exc}") from None
+
+
+def encode_response(api_key: int, version: int, correlation_id: int, body: dict) -> bytes:
+    """Frame a response: size prefix, response header (v1 for flexible bodies except ApiVersions), body."""
+    cls = response_class(api_key, version)
+    buf = bytearray(b"\0\0\0\0")
+    buf += _I32.pack(correlation_id)
+    if cls.__flexible__ and api_key != 18:  # ApiVersions always answers with header v0
+        buf.append(0)
+    entity_writer(cls)(buf, body)
+    struct.pack_into(">i", buf, 0, len(buf) - 4)
+    return bytes(buf)

@@ -1,0 +1,189 @@
+"""The broker process: listener, request dispatch, Fetch long polls and periodic tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Callable
+
+from ..broker.admin import (
+    handle_create_partitions,
+    handle_create_topics,
+    handle_delete_topics,
+    handle_describe_configs,
+)
+from ..broker.broker import Broker
+from ..broker.fetch import handle_list_offsets, read_fetch
+from ..broker.metadata import handle_metadata
+from ..broker.produce import handle_init_producer_id, handle_produce
+from ..config import BrokerConfig
+from ..protocol.api_versions import ApiKey, api_keys_body, is_supported
+from ..protocol.codec import DecodeError, decode_body, encode_response, request_class
+from ..protocol.errors import Error
+from ..protocol.header import parse_header, peek_ids
+from .connection import CloseConnection, Connection, Pending
+
+log = logging.getLogger("offsetd.server")
+
+Handler = Callable[[Broker, Any, int, int], "dict[str, Any] | None"]
+
+HANDLERS: dict[int, Handler] = {
+    ApiKey.PRODUCE: handle_produce,
+    ApiKey.LIST_OFFSETS: handle_list_offsets,
+    ApiKey.METADATA: handle_metadata,
+    ApiKey.CREATE_TOPICS: handle_create_topics,
+    ApiKey.DELETE_TOPICS: handle_delete_topics,
+    ApiKey.CREATE_PARTITIONS: handle_create_partitions,
+    ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
+    ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
+}
+
+
+def wall_clock_ms() -> int:
+    """The real clock, injected into everything below the server."""
+    return time.time_ns() // 1_000_000
+
+
+class KafkaServer:
+    """Owns the listening socket, the connections and the broker; all on one event loop."""
+
+    def __init__(self, config: BrokerConfig, clock: Callable[[], int] = wall_clock_ms) -> None:
+        self.config = config
+        self.clock = clock
+        self.max_request_bytes: int = config.get("socket.request.max.bytes")
+        self.broker = Broker(config, clock())
+        self.broker.on_append = self._wake_fetchers
+        self.connections: set[Connection] = set()
+        self._fetch_waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.port = 0
+
+    # ------------------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        """Bind the listener and start the periodic tasks."""
+        listener = self.config.listener
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: Connection(self), listener.host or None,
+                                                listener.port, reuse_address=True, backlog=1024)
+        self.port = self._server.sockets[0].getsockname()[1]
+        if listener.port == 0 and not self.config.get("advertised.listeners"):
+            self.config._values["advertised.listeners"] = (
+                type(listener)(listener.name, self.config.advertised_listener.host, self.port),)
+        self._tasks.append(asyncio.create_task(self._every(
+            self.config.get("log.retention.check.interval.ms"), self._retention)))
+        flush_ms = self.config.get("log.flush.interval.ms")
+        if flush_ms:
+            self._tasks.append(asyncio.create_task(self._every(flush_ms, self.broker.flush_all)))
+
+    async def stop(self) -> None:
+        """Stop accepting, drop connections, flush and close every log."""
+        if self._server is not None:
+            self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        for conn in list(self.connections):
+            conn.close("broker shutting down")
+        self.broker.close()
+
+    async def _every(self, interval_ms: int, action: Callable[[], Any]) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                action()
+            except Exception:
+                log.exception("periodic task %s failed", getattr(action, "__name__", action))
+
+    def _retention(self) -> None:
+        removed = self.broker.apply_retention(self.clock())
+        if removed:
+            log.info("retention deleted %d segments", removed)
+
+    # -------------------------------------------------------------------------- dispatch
+
+    def dispatch(self, conn: Connection, frame: bytes) -> bytes | Pending | None:
+        """Decode one request frame, run its handler and return the encoded response (or a
+        coroutine producing it, or None for no response). CloseConnection for hopeless input."""
+        view = memoryview(frame)
+        try:
+            api_key, version, correlation_id = peek_ids(view)
+        except DecodeError as exc:
+            raise CloseConnection(str(exc)) from None
+        if api_key == ApiKey.API_VERSIONS:
+            return self._api_versions(view, version, correlation_id)
+        if not is_supported(api_key, version):
+            name = ApiKey(api_key).name if api_key in ApiKey._value2member_map_ else "unknown"
+            raise CloseConnection(f"unsupported request: api_key={api_key} ({name}) version={version}")
+        try:
+            cls = request_class(api_key, version)
+            header = parse_header(view, cls.__flexible__)
+            request = decode_body(cls, view, header.body_offset)
+        except DecodeError as exc:
+            raise CloseConnection(f"malformed {ApiKey(api_key).name} v{version} request: {exc}") from None
+        now = self.clock()
+        if api_key == ApiKey.FETCH:
+            return self._fetch(request, version, correlation_id)
+        try:
+            body = HANDLERS[api_key](self.broker, request, version, now)
+        except Exception:
+            log.exception("%s v%d handler failed for %s", ApiKey(api_key).name, version, conn.peer)
+            raise CloseConnection("internal error") from None
+        if body is None:
+            return None
+        return encode_response(api_key, version, correlation_id, body)
+
+    def _api_versions(self, view: memoryview, version: int, correlation_id: int) -> bytes:
+        """ApiVersions; an unsupported version is answered in v0 layout with UNSUPPORTED_VERSION
+        and our ranges, so the client can retry with a version we speak (Kafka's rule)."""
+        body = {"error_code": Error.NONE, "api_keys": api_keys_body(), "throttle_time": 0}
+        if not is_supported(ApiKey.API_VERSIONS, version):
+            body["error_code"] = Error.UNSUPPORTED_VERSION
+            return encode_response(ApiKey.API_VERSIONS, 0, correlation_id, body)
+        return encode_response(ApiKey.API_VERSIONS, version, correlation_id, body)
+
+    # ----------------------------------------------------------------------------- fetch
+
+    def _fetch(self, request: Any, version: int, correlation_id: int) -> bytes | Pending:
+        result = read_fetch(self.broker, request, version)
+        max_wait_ms = int(request.max_wait.total_seconds() * 1000)
+        if result.total_bytes >= request.min_bytes or max_wait_ms <= 0 or not result.partitions:
+            return encode_response(ApiKey.FETCH, version, correlation_id, result.body)
+        return self._fetch_long_poll(request, version, correlation_id, result.partitions, max_wait_ms)
+
+    async def _fetch_long_poll(self, request: Any, version: int, correlation_id: int,
+                               keys: list[tuple[str, int]], max_wait_ms: int) -> bytes:
+        """Wait until min_bytes are available or max_wait passes, waking on appends."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_ms / 1000
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            waiter: asyncio.Future[None] = loop.create_future()
+            for key in keys:
+                self._fetch_waiters.setdefault(key, set()).add(waiter)
+            timer = loop.call_later(remaining, lambda w=waiter: w.done() or w.set_result(None))
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                for key in keys:
+                    waiters = self._fetch_waiters.get(key)
+                    if waiters is not None:
+                        waiters.discard(waiter)
+                        if not waiters:
+                            del self._fetch_waiters[key]
+            result = read_fetch(self.broker, request, version)
+            if result.total_bytes >= request.min_bytes:
+                return encode_response(ApiKey.FETCH, version, correlation_id, result.body)
+        result = read_fetch(self.broker, request, version)
+        return encode_response(ApiKey.FETCH, version, correlation_id, result.body)
+
+    def _wake_fetchers(self, topic: str, partition: int) -> None:
+        waiters = self._fetch_waiters.get((topic, partition))
+        if waiters:
+            for waiter in list(waiters):
+                if not waiter.done():
+                    waiter.set_result(None)

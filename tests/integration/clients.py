@@ -1,0 +1,53 @@
+"""Small helpers around the real client libraries used by the integration tests."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
+    """Create a topic through confluent-kafka's AdminClient and fail loudly on error."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, partitions, 1, config=config or {})], operation_timeout=10)
+    futures[name].result(15)
+
+
+def produce(bootstrap: str, topic: str, messages: list[dict], **conf) -> list:
+    """Produce messages (dicts of Producer.produce kwargs) and return the delivered Message objects."""
+    delivered: list = []
+    errors: list = []
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **conf})
+
+    def report(err, msg):
+        (errors if err else delivered).append(err or msg)
+
+    for message in messages:
+        producer.produce(topic, on_delivery=report, **message)
+    remaining = producer.flush(30)
+    assert remaining == 0 and not errors, f"undelivered={remaining} errors={errors}"
+    return delivered
+
+
+def consume_all(bootstrap: str, topic: str, partitions: list[int], expected: int, timeout: float = 30.0,
+                **conf) -> list:
+    """assign() the partitions from the beginning and read until `expected` messages arrive."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "itest", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", **conf})
+    consumer.assign([TopicPartition(topic, p, -2) for p in partitions])
+    received: list = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(received) < expected and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                raise KafkaException(msg.error())
+            received.append(msg)
+    finally:
+        consumer.close()
+    assert len(received) == expected, f"received {len(received)} of {expected}"
+    return received

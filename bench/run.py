@@ -1,0 +1,227 @@
+"""Benchmark offsetd against Tansu, side by side in one run (``make bench``).
+
+Each repetition starts each broker fresh (free port, empty data dir), runs the workload list
+against it, and stops it. Broker order alternates between repetitions. The table shows the
+best of N per broker and the ratio offsetd/Tansu; every raw run is written as JSON to
+``bench/results/``. The exit status is non-zero if any start or workload failed.
+
+    .venv/bin/python bench/run.py                       # 200k messages, both brokers
+    .venv/bin/python bench/run.py --only tansu --messages 20000
+    .venv/bin/python bench/run.py --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import platform
+import signal
+import sys
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+    if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+        sys.path[0] = _REPO_ROOT  # don't let bench/*.py shadow top-level modules
+    else:
+        sys.path.insert(0, _REPO_ROOT)
+
+import confluent_kafka  # noqa: E402
+
+from bench.brokers import (  # noqa: E402
+    DEFAULT_OFFSETD_CONFIG,
+    BrokerLauncher,
+    BrokerStartError,
+    OffsetdBroker,
+    TansuBroker,
+)
+from bench.report import (  # noqa: E402
+    BrokerRun,
+    WorkloadOutcome,
+    aggregate,
+    failures,
+    format_table,
+    format_value,
+    write_json,
+)
+from bench.workloads import BenchConfig, Workload, WorkloadFailed, default_workloads  # noqa: E402
+
+#: Table columns; the ratio is the first over the second.
+BROKERS = ["offsetd", "tansu"]
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def make_launcher(name: str, args: argparse.Namespace) -> BrokerLauncher:
+    """A fresh launcher for broker ``name``."""
+    if name == "offsetd":
+        return OffsetdBroker(config=args.offsetd_config)
+    if name == "tansu":
+        return TansuBroker()
+    raise ValueError(name)
+
+
+def run_suite(launcher: BrokerLauncher, workloads: list[Workload], repetition: int) -> BrokerRun:
+    """Start the broker, run every workload in order, stop the broker (always)."""
+    run = BrokerRun(broker=launcher.name, repetition=repetition)
+    tag = f"[{launcher.name} #{repetition + 1}]"
+    try:
+        run.bootstrap = launcher.start()
+    except BrokerStartError as exc:
+        run.start_error = str(exc)
+        run.outcomes = [WorkloadOutcome(w.name, "failed", error="broker did not start")
+                        for w in workloads]  # fmt: skip
+        print(f"{tag} broker start FAILED: {exc}", flush=True)
+        return run
+    try:
+        print(f"{tag} started at {run.bootstrap}", flush=True)
+        ok: set[str] = set()
+        for wl in workloads:
+            missing = [r for r in wl.requires if r not in ok]
+            if (status := launcher.exit_status()) is not None:
+                out = WorkloadOutcome(wl.name, "failed", error=f"broker exited ({status})")
+            elif missing:
+                out = WorkloadOutcome(wl.name, "skipped", error=f"needs {', '.join(missing)}")
+            else:
+                out = _run_workload(wl, run.bootstrap, launcher.name)
+            run.outcomes.append(out)
+            if out.status == "ok":
+                ok.add(wl.name)
+            print(f"{tag} {_describe(out)}", flush=True)
+    finally:
+        launcher.stop()
+    return run
+
+
+def _run_workload(wl: Workload, bootstrap: str, broker_name: str) -> WorkloadOutcome:
+    start = time.monotonic()
+    try:
+        metrics = wl.run(bootstrap, broker_name)
+    except WorkloadFailed as exc:
+        if exc.detail:
+            print(exc.detail, file=sys.stderr, flush=True)
+        return WorkloadOutcome(
+            wl.name, "failed", error=str(exc), detail=exc.detail, wall_s=time.monotonic() - start
+        )
+    except Exception as exc:  # a harness or client bug: keep going, but show the traceback
+        detail = traceback.format_exc()
+        print(detail, file=sys.stderr, flush=True)
+        return WorkloadOutcome(
+            wl.name,
+            "failed",
+            error=f"{type(exc).__name__}: {exc}",
+            detail=detail,
+            wall_s=time.monotonic() - start,
+        )
+    return WorkloadOutcome(wl.name, "ok", metrics=metrics, wall_s=time.monotonic() - start)
+
+
+def _describe(out: WorkloadOutcome) -> str:
+    if out.status != "ok":
+        return f"{out.workload}: {out.status.upper()}: {out.error}"
+    figures = ", ".join(f"{format_value(m.value, m.unit)} {m.unit}" for m in out.metrics.values())
+    return f"{out.workload}: ok ({out.wall_s:.1f} s){': ' + figures if figures else ''}"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    defaults = BenchConfig()
+    p = argparse.ArgumentParser(
+        description="Run the same workloads against offsetd and Tansu and compare them."
+    )
+    p.add_argument("--only", choices=BROKERS, help="benchmark a single broker")
+    p.add_argument("--messages", type=int, default=defaults.messages,
+                   help=f"messages to produce and consume (default {defaults.messages:,})")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="repetitions per broker; the table shows the best of N (default 1)")
+    p.add_argument("--offsetd-config", type=Path, default=DEFAULT_OFFSETD_CONFIG,
+                   help="server.properties for offsetd (default: config/server.properties)")
+    p.add_argument("--results-dir", type=Path, default=RESULTS_DIR,
+                   help="where the JSON results go (default: bench/results)")
+    args = p.parse_args(argv)  # fmt: skip
+    if args.messages < 1 or args.repeat < 1:
+        p.error("--messages and --repeat must be positive")
+    return args
+
+
+def environment(launchers: dict[str, BrokerLauncher]) -> dict[str, object]:
+    """Versions and host facts recorded with the results."""
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "confluent_kafka": importlib.metadata.version("confluent-kafka"),
+        "librdkafka": confluent_kafka.libversion()[0],
+        "brokers": {name: _safe_version(lz) for name, lz in launchers.items()},
+    }
+
+
+def _safe_version(launcher: BrokerLauncher) -> str:
+    try:
+        return launcher.version()
+    except Exception as exc:  # a version string is not worth failing the run for
+        return f"unknown ({exc})"
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    """SIGTERM/SIGHUP: unwind like Ctrl-C, so every ``finally`` stops its broker/children."""
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
+    try:
+        return _main(args)
+    except KeyboardInterrupt as exc:
+        print(f"\ninterrupted ({exc or 'SIGINT'}); brokers stopped, no results written",
+              file=sys.stderr)  # fmt: skip
+        return 130
+
+
+def _main(args: argparse.Namespace) -> int:
+    cfg = BenchConfig(messages=args.messages)
+    workloads = default_workloads(cfg)
+    selected = [args.only] if args.only else BROKERS
+    try:
+        launchers = {name: make_launcher(name, args) for name in selected}
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    print(
+        f"offsetd bench: {cfg.messages:,} x {cfg.message_size} B over {cfg.partitions} "
+        f"partitions, brokers: {', '.join(selected)}, repeat {args.repeat}",
+        flush=True,
+    )
+    runs: list[BrokerRun] = []
+    for rep in range(args.repeat):
+        order = selected if rep % 2 == 0 else list(reversed(selected))
+        for name in order:
+            runs.append(run_suite(make_launcher(name, args), workloads, rep))
+
+    rows = aggregate(runs, BROKERS, [w.name for w in workloads])
+    print()
+    print(format_table(rows, BROKERS, args.repeat))
+    problems = failures(runs)
+    if problems:
+        print("\nFailures:")
+        for line in problems:
+            print(f"  {line}")
+    path = write_json(
+        args.results_dir,
+        config={**asdict(cfg), "repeat": args.repeat, "only": args.only},
+        environment=environment(launchers),
+        runs=runs,
+        rows=rows,
+        brokers=BROKERS,
+    )
+    print(f"\nresults: {path}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

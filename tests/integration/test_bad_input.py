@@ -36,8 +36,11 @@ def _produce_request(topic: str, records: bytes, version: int = 9):
 def _metadata_request(names: list[str], version: int = 12, auto_create: bool = True):
     cls = load_request_schema(METADATA, version)
     mod = __import__(cls.__module__, fromlist=["x"])
-    return cls(topics=tuple(mod.MetadataRequestTopic(topic_id=None, name=n) for n in names),
-               allow_auto_topic_creation=auto_create, include_topic_authorized_operations=False)
+    extra = {"topic_id": None} if version >= 10 else {}
+    flags = {"allow_auto_topic_creation": auto_create} if version >= 4 else {}
+    if version >= 8:
+        flags["include_topic_authorized_operations"] = False
+    return cls(topics=tuple(mod.MetadataRequestTopic(name=n, **extra) for n in names), **flags)
 
 
 def _still_serves(broker) -> None:

@@ -79,7 +79,7 @@ class TopicRegistry:
                               internal=entry.get("internal", False))
                 lc = log_config(topic.configs, config)
                 topic.partitions = [
-                    PartitionLog.open(self._partition_dir(topic.name, p), topic.name, p, lc, now_ms)
+                    PartitionLog.open(self.root, topic.name, p, lc, now_ms)
                     for p in range(entry["partitions"])
                 ]
                 self._add(topic)
@@ -94,9 +94,6 @@ class TopicRegistry:
         cluster_id = uuid.uuid4().hex[:22]
         _atomic_write(path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.config.get('node.id')}\n")
         return cluster_id
-
-    def _partition_dir(self, name: str, partition: int) -> Path:
-        return self.root / f"{name}-{partition}"
 
     def _add(self, topic: Topic) -> None:
         self._by_name[topic.name] = topic
@@ -145,7 +142,7 @@ class TopicRegistry:
             return topic
         lc = log_config(topic.configs, self.config)
         topic.partitions = [
-            PartitionLog.open(self._partition_dir(name, p), name, p, lc, now_ms)
+            PartitionLog.open(self.root, name, p, lc, now_ms)
             for p in range(num_partitions)
         ]
         self._add(topic)
@@ -167,7 +164,7 @@ class TopicRegistry:
             return
         lc = log_config(topic.configs, self.config)
         for p in range(current, count):
-            topic.partitions.append(PartitionLog.open(self._partition_dir(name, p), name, p, lc, now_ms))
+            topic.partitions.append(PartitionLog.open(self.root, name, p, lc, now_ms))
         self._save()
         log.info("topic %s now has %d partitions", name, count)
 

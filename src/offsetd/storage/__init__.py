@@ -1,0 +1,22 @@
+"""Partition logs in Kafka's on-disk format: segments, indexes, retention, recovery, producer state.
+
+Synchronous file I/O only (no asyncio); time is always passed in by the caller.
+"""
+
+from offsetd.storage.log_config import LogConfig
+from offsetd.storage.partition_log import AppendResult, OffsetOutOfRange, PartitionLog
+from offsetd.storage.producer_state import (
+    INVALID_PRODUCER_EPOCH,
+    OUT_OF_ORDER_SEQUENCE_NUMBER,
+    ProduceError,
+)
+
+__all__ = [
+    "LogConfig",
+    "PartitionLog",
+    "AppendResult",
+    "OffsetOutOfRange",
+    "ProduceError",
+    "INVALID_PRODUCER_EPOCH",
+    "OUT_OF_ORDER_SEQUENCE_NUMBER",
+]

@@ -1,0 +1,531 @@
+"""The log of one topic partition: Kafka's segment directory, appends, reads, retention, recovery.
+
+Layout: `<log.dirs>/<topic>-<partition>/` holds segments named by base offset
+(`00000000000000000000.log` + `.index` + `.timeindex`), exactly as Kafka writes them.
+
+* The log start offset is not stored: it is the first segment's base offset (retention only
+  deletes whole segments; `truncate_fully_and_start_at` creates a segment at the new start).
+* The last segment is the active one. Older segments are fsynced when they are rolled, so on
+  open only the active segment is verified (header + CRC per batch) and cut back at the first
+  bad batch; older segments only get their indexes rebuilt when those are missing or corrupt.
+* Idempotent producer state is rebuilt on open from the active segment's headers. A clean
+  close also writes `offsetd-producer-state.json` (state at the log end offset), which the next
+  open uses when it is still consistent with the log, so state survives segment rolls across
+  restarts. The file is removed once loaded, so a crash never leaves a stale snapshot behind.
+
+Pure synchronous file I/O; no asyncio, no clock reads (time is always passed in).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import struct
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+
+from offsetd.records.batch import (
+    INVALID_RECORD,
+    BatchHeader,
+    InvalidBatch,
+    decode_records,
+    validate_batches,
+)
+from offsetd.storage.log_config import LogConfig
+from offsetd.storage.producer_state import ProducerStateManager
+from offsetd.storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    Segment,
+)
+
+__all__ = ["PartitionLog", "AppendResult", "OffsetOutOfRange", "PRODUCER_STATE_FILE"]
+
+log = logging.getLogger("offsetd.storage")
+
+PRODUCER_STATE_FILE = "offsetd-producer-state.json"
+OFFSET_OUT_OF_RANGE = 1
+_INT32_MAX = 2**31 - 1
+_pack_int64 = struct.Struct(">q").pack
+_pack_int32 = struct.Struct(">i").pack
+
+
+@dataclass(slots=True)
+class AppendResult:
+    """Outcome of one append: offsets assigned (or, for a duplicate, originally assigned)."""
+
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int = -1
+    log_start_offset: int = 0
+    duplicate: bool = False
+
+
+class OffsetOutOfRange(Exception):
+    """A read asked for an offset outside [log_start_offset, log_end_offset]."""
+
+    error_code = OFFSET_OUT_OF_RANGE
+
+    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(
+            f"offset {offset} is out of range [{log_start_offset}, {log_end_offset}]"
+        )
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+def _fsync_dir(path: Path) -> None:
+    """fsync a directory so created/removed/renamed entries are durable."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _parse_base(name: str, suffix: str) -> int | None:
+    """Base offset from a Kafka segment file name, None if the name is not one."""
+    if not name.endswith(suffix):
+        return None
+    stem = name[: -len(suffix)]
+    if len(stem) != 20 or not stem.isdigit():
+        return None
+    return int(stem)
+
+
+class PartitionLog:
+    """Append-only, segmented log of one partition (single broker: LEO is the high watermark)."""
+
+    def __init__(
+        self,
+        dir: Path,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        segments: list[Segment],
+        producers: ProducerStateManager,
+    ) -> None:
+        self.dir = dir
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._producers = producers
+        self.log_start_offset: int = segments[0].base_offset
+        self.log_end_offset: int = segments[-1].next_offset
+        self._unflushed_messages = 0
+        self._closed = False
+
+    # ----------------------------------------------------------------- open / close
+
+    @classmethod
+    def open(
+        cls, directory: Path, topic: str, partition: int, config: LogConfig, now_ms: int
+    ) -> "PartitionLog":
+        """Open (or create) `<directory>/<topic>-<partition>/`, recovering the active segment.
+
+        `directory` is one of `log.dirs`. Torn or CRC-corrupt tails of the active segment are
+        truncated (and logged on "offsetd.storage"); missing/corrupt indexes are rebuilt.
+        """
+        directory = Path(directory)
+        pdir = directory / f"{topic}-{partition}"
+        if not pdir.is_dir():
+            pdir.mkdir(parents=True, exist_ok=True)
+            _fsync_dir(directory)
+        names = os.listdir(pdir)
+        bases = sorted(b for b in (_parse_base(n, LOG_SUFFIX) for n in names) if b is not None)
+        base_set = set(bases)
+        for n in names:  # index files whose .log is gone are leftovers of a deletion
+            for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
+                b = _parse_base(n, suffix)
+                if b is not None and b not in base_set:
+                    os.unlink(pdir / n)
+        snapshot = cls._take_snapshot_file(pdir)
+
+        producers = ProducerStateManager()
+        if not bases:
+            segments = [Segment.create(pdir, 0, config)]
+            _fsync_dir(pdir)
+        else:
+            segments = [
+                Segment.open_sealed(pdir, b, config, nxt) for b, nxt in zip(bases[:-1], bases[1:])
+            ]
+            active_base = bases[-1]
+            snap_offset = -1
+            from_snapshot: ProducerStateManager | None = None
+            if snapshot is not None and snapshot[0] >= active_base:
+                snap_offset = snapshot[0]
+                from_snapshot = ProducerStateManager()
+                from_snapshot.load_snapshot(snapshot[1])
+
+            def on_batch(h: BatchHeader) -> None:
+                producers.update(h, h.base_offset, now_ms)
+                if from_snapshot is not None and h.base_offset >= snap_offset:
+                    from_snapshot.update(h, h.base_offset, now_ms)
+
+            active = Segment.recover(pdir, active_base, config, now_ms, on_batch)
+            segments.append(active)
+            if from_snapshot is not None and snap_offset <= active.next_offset:
+                producers = from_snapshot
+        plog = cls(pdir, topic, partition, config, segments, producers)
+        log.debug(
+            "opened %s: %d segment(s), offsets [%d, %d), %d producer(s)",
+            pdir,
+            len(segments),
+            plog.log_start_offset,
+            plog.log_end_offset,
+            len(producers),
+        )
+        return plog
+
+    @staticmethod
+    def _take_snapshot_file(pdir: Path) -> tuple[int, dict] | None:
+        """Read and remove the producer-state snapshot; None when absent or unreadable."""
+        path = pdir / PRODUCER_STATE_FILE
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            os.unlink(path)
+            data = json.loads(raw)
+            if data.get("version") != 1:
+                raise ValueError(f"unknown version {data.get('version')}")
+            return int(data["offset"]), data["producers"]
+        except (ValueError, KeyError, TypeError, OSError) as exc:
+            log.warning("ignoring unreadable producer state %s: %s", path, exc)
+            return None
+
+    def _write_snapshot(self) -> None:
+        """Persist producer state as of the log end offset (on clean close)."""
+        if not self._producers.producers:
+            return
+        path = self.dir / PRODUCER_STATE_FILE
+        tmp = self.dir / (PRODUCER_STATE_FILE + ".tmp")
+        data = json.dumps(
+            {"version": 1, "offset": self.log_end_offset, "producers": self._producers.to_snapshot()}
+        ).encode()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        _fsync_dir(self.dir)
+
+    def close(self) -> None:
+        """Flush everything, save producer state and close all file descriptors."""
+        if self._closed:
+            return
+        for seg in self._segments:
+            seg.close()
+        self._write_snapshot()
+        self._closed = True
+
+    def delete(self) -> None:
+        """Close and remove the partition directory (DeleteTopics)."""
+        if not self._closed:
+            for seg in self._segments:
+                if seg.fd >= 0:
+                    os.close(seg.fd)
+                    seg.fd = -1
+                seg.offset_index.delete_file()
+                seg.time_index.delete_file()
+            self._closed = True
+        shutil.rmtree(self.dir, ignore_errors=True)
+        _fsync_dir(self.dir.parent)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"log {self.topic}-{self.partition} is closed")
+
+    # ----------------------------------------------------------------- properties
+
+    @property
+    def size_bytes(self) -> int:
+        """Total bytes of all segments' .log files."""
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segment_base_offsets(self) -> list[int]:
+        """Base offsets of the segments, oldest first (the last one is active)."""
+        return list(self._bases)
+
+    @property
+    def active_segment(self) -> Segment:
+        """The segment appends go to."""
+        return self._segments[-1]
+
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        """Idempotent producer bookkeeping of this partition."""
+        return self._producers
+
+    # ----------------------------------------------------------------- append
+
+    def append(
+        self,
+        records: bytes | bytearray | memoryview,
+        now_ms: int,
+        validated: list[BatchHeader] | None = None,
+        *,
+        leader_epoch: int | None = None,
+    ) -> AppendResult:
+        """Append one Produce `records` blob (1+ batches), assigning offsets from log_end_offset.
+
+        Validates with validate_batches unless `validated` (its result for this blob) is given.
+        Base offsets (and partitionLeaderEpoch when `leader_epoch` is not None) are patched in
+        the written bytes, not in `records`. Applies idempotent-producer rules (a retried batch
+        returns the original offsets with duplicate=True; errors raise ProduceError), rolls the
+        segment first when needed, writes with one writev and fsyncs when
+        flush_interval_messages is reached. Raises InvalidBatch for bad input.
+        """
+        self._check_open()
+        mv = records if isinstance(records, memoryview) else memoryview(records)
+        if mv.ndim != 1 or mv.itemsize != 1:
+            mv = mv.cast("B")
+        if validated is None:
+            validated = validate_batches(mv, self.config.max_message_bytes)
+        if not validated:
+            raise InvalidBatch(INVALID_RECORD, "produce request contains no record batch")
+        first = self.log_end_offset
+        pending, dup = self._producers.validate(validated, first)
+        if dup is not None:
+            return AppendResult(dup.base_offset, dup.last_offset, -1, self.log_start_offset, True)
+
+        # iovecs: the patched 8-byte baseOffset, then the batch bytes as received.
+        parts: list[bytes | memoryview] = []
+        batches: list[tuple[int, BatchHeader, int]] = []
+        pos = 0
+        offset = first
+        messages = 0
+        for h in validated:
+            size = h.batch_length + 12
+            parts.append(_pack_int64(offset))
+            if leader_epoch is None:
+                parts.append(mv[pos + 8 : pos + size])
+            else:
+                parts.append(mv[pos + 8 : pos + 12])
+                parts.append(_pack_int32(leader_epoch))
+                parts.append(mv[pos + 16 : pos + size])
+            batches.append((pos, h, offset))
+            pos += size
+            offset += h.last_offset_delta + 1
+            messages += h.records_count
+        if pos != len(mv):
+            raise ValueError(f"validated headers cover {pos} bytes but the blob has {len(mv)}")
+        last = offset - 1
+
+        if self._should_roll(pos, last, now_ms):
+            self.roll(now_ms)
+        self._segments[-1].append(parts, pos, batches, now_ms)
+        self.log_end_offset = offset
+        if pending:
+            self._producers.commit(pending, now_ms)
+        self._unflushed_messages += messages
+        if self._unflushed_messages >= self.config.flush_interval_messages:
+            self.flush()
+        return AppendResult(first, last, -1, self.log_start_offset)
+
+    def _should_roll(self, size: int, last_offset: int, now_ms: int) -> bool:
+        """Kafka's roll rules: segment full, segment_ms elapsed since its first batch, or
+        offsets no longer fitting the index's int32 relative offset."""
+        seg = self._segments[-1]
+        if seg.size == 0:
+            return False
+        if seg.size + size > self.config.segment_bytes:
+            return True
+        if seg.rolling_base_ms is not None and now_ms - seg.rolling_base_ms > self.config.segment_ms:
+            return True
+        return last_offset - seg.base_offset > _INT32_MAX
+
+    def roll(self, now_ms: int | None = None) -> None:
+        """Seal (fsync) the active segment and start a new one at log_end_offset; no-op if empty."""
+        self._check_open()
+        old = self._segments[-1]
+        if old.size == 0:
+            return
+        old.seal()
+        new = Segment.create(self.dir, self.log_end_offset, self.config)
+        self._segments.append(new)
+        self._bases.append(new.base_offset)
+        _fsync_dir(self.dir)
+
+    def flush(self) -> None:
+        """fsync unflushed log data (log.flush.interval.*); the shell's timer calls this too.
+
+        Only the active segment can be dirty (rolled segments are fsynced when sealed). Its
+        index files are not fsynced here: they are rebuilt on open, and fsynced on roll/close.
+        """
+        for seg in self._segments:
+            if seg.dirty:
+                seg.flush()
+        self._unflushed_messages = 0
+
+    # ----------------------------------------------------------------- reads
+
+    def _segment_index(self, offset: int) -> int:
+        """Index into self._segments of the segment holding `offset` (clamped to the first)."""
+        return max(bisect_right(self._bases, offset) - 1, 0)
+
+    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True) -> bytes:
+        """Whole batches from the one containing `offset`, at most `max_bytes` in total.
+
+        If the first batch alone is larger than max_bytes it is returned whole when
+        min_one_batch (so consumers make progress), else b"". Continues into following segments
+        while budget remains. offset == log_end_offset gives b"". Raises OffsetOutOfRange.
+        """
+        self._check_open()
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
+        if offset == self.log_end_offset:
+            return b""
+        out: list[bytes] = []
+        remaining = max_bytes
+        searching = True
+        for seg in self._segments[self._segment_index(offset) :]:
+            if seg.size == 0:
+                continue
+            if searching:
+                pos = seg.find_batch(offset)
+                if pos is None:
+                    continue  # offset lies in a gap after this segment's last batch
+                searching = False
+            else:
+                pos = 0
+            avail = seg.size - pos
+            n = min(avail, remaining)
+            data = seg.pread(n, pos) if n > 0 else b""
+            cut = len(data) if n == avail else seg.whole_batches_prefix(data, pos)
+            if cut == 0:
+                if not out and min_one_batch:
+                    out.append(seg.pread(seg.header_at(pos).size, pos))
+                break
+            out.append(data if cut == len(data) else data[:cut])
+            remaining -= cut
+            if cut < avail or remaining <= 0:
+                break
+        if len(out) == 1:
+            return out[0]
+        return b"".join(out)
+
+    def offset_for_timestamp(self, ts: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the earliest record with timestamp >= ts (ListOffsets).
+
+        Uses the time index to skip ahead. Uncompressed batches are decoded to find the exact
+        record; for compressed ones the batch's base offset and max timestamp are returned.
+        None when no record qualifies.
+        """
+        self._check_open()
+        start_offset = self.log_start_offset
+        for seg in self._segments:
+            if seg.size == 0 or seg.max_timestamp < ts:
+                continue
+            hint = seg.time_index.lookup(ts)
+            start = seg.offset_index.lookup(hint) if hint is not None else 0
+            for pos, h in seg.iter_headers(start, 16 * 1024):
+                if h.max_timestamp < ts or h.last_offset < start_offset:
+                    continue
+                if h.compression == 0:
+                    for rec in decode_records(seg.pread(h.size, pos)):
+                        if rec.timestamp >= ts and rec.offset >= start_offset:
+                            return rec.offset, rec.timestamp
+                    continue
+                return max(h.base_offset, start_offset), h.max_timestamp
+        return None
+
+    def max_timestamp(self) -> tuple[int, int]:
+        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3).
+
+        The earliest such record wins ties; (-1, -1) when the log has no timestamped record.
+        For a compressed batch the batch's base offset is returned.
+        """
+        self._check_open()
+        best: Segment | None = None
+        for seg in self._segments:
+            if seg.size and seg.max_timestamp >= 0 and (best is None or seg.max_timestamp > best.max_timestamp):
+                best = seg
+        if best is None:
+            return -1, -1
+        pos = best.find_batch(best.offset_of_max_timestamp)
+        if pos is None:
+            return -1, -1
+        h = best.header_at(pos)
+        if h.compression == 0:
+            for rec in decode_records(best.pread(h.size, pos)):
+                if rec.timestamp == best.max_timestamp:
+                    return rec.offset, rec.timestamp
+        return h.base_offset, best.max_timestamp
+
+    # ----------------------------------------------------------------- retention
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete the oldest segments past retention_ms (by largest timestamp) or while the log
+        exceeds retention_bytes; advance log_start_offset; return how many were deleted.
+
+        Like Kafka, an expired active segment is rolled first and deleted too (the log then
+        stays empty at its log end offset). No deletion when cleanup_policy lacks "delete".
+        Also expires idle producer ids (producer_id_expiration_ms).
+        """
+        self._check_open()
+        self._producers.expire(now_ms, self.config.producer_id_expiration_ms)
+        if not self.config.deletes:
+            return 0
+        deleted = 0
+        retention_ms = self.config.retention_ms
+        if retention_ms >= 0:
+            while self._segments[0].size > 0 and now_ms - self._segments[0].largest_timestamp > retention_ms:
+                self._delete_oldest_segment(now_ms)
+                deleted += 1
+        retention_bytes = self.config.retention_bytes
+        if retention_bytes >= 0:
+            excess = self.size_bytes - retention_bytes
+            while self._segments[0].size > 0 and excess - self._segments[0].size >= 0:
+                excess -= self._segments[0].size
+                self._delete_oldest_segment(now_ms)
+                deleted += 1
+        if deleted:
+            log.info(
+                "retention deleted %d segment(s) of %s-%d; log start offset now %d",
+                deleted,
+                self.topic,
+                self.partition,
+                self.log_start_offset,
+            )
+        return deleted
+
+    def _delete_oldest_segment(self, now_ms: int) -> None:
+        """Remove the first segment (rolling first if it is the active one)."""
+        if len(self._segments) == 1:
+            self.roll(now_ms)
+        seg = self._segments.pop(0)
+        self._bases.pop(0)
+        seg.delete()
+        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        _fsync_dir(self.dir)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and restart the log empty at `offset` (start = end = offset)."""
+        self._check_open()
+        for seg in self._segments:
+            seg.delete()
+        seg = Segment.create(self.dir, offset, self.config)
+        self._segments = [seg]
+        self._bases = [offset]
+        self.log_start_offset = offset
+        self.log_end_offset = offset
+        self._producers.clear()
+        self._unflushed_messages = 0
+        _fsync_dir(self.dir)

@@ -1,0 +1,450 @@
+"""One log segment: `<base>.log` plus its `.index` and `.timeindex`, in Kafka's on-disk format.
+
+The .log file is a plain concatenation of magic-v2 batches whose baseOffset fields hold the
+assigned offsets. It is opened once (O_APPEND) and read with os.pread, so reads never move a
+file position and never decode records. The segment tracks its size, next offset and largest
+timestamp in memory; the indexes are updated per batch following Kafka's rule (an entry when
+more than `index_interval_bytes` were appended since the previous entry).
+
+Durability contract: a segment is fsynced (log + indexes) when it stops being the active one
+(`seal`), so after a crash only the active segment can hold a torn or corrupt tail and only it
+needs `recover`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from crc32c import crc32c
+
+from offsetd.records.batch import (
+    BATCH_HEADER_SIZE,
+    CRC_START,
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    BatchHeader,
+    parse_header,
+)
+from offsetd.storage.index import OffsetIndex, TimeIndex
+from offsetd.storage.log_config import LogConfig
+
+__all__ = ["Segment", "segment_file_name", "LOG_SUFFIX", "INDEX_SUFFIX", "TIMEINDEX_SUFFIX"]
+
+log = logging.getLogger("offsetd.storage")
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIMEINDEX_SUFFIX = ".timeindex"
+
+_HEADER_UNPACK_FROM = struct.Struct(">qiibIhiqqqhii").unpack_from
+# baseOffset int64 @0, batchLength int32 @8, (skip 11 bytes), lastOffsetDelta int32 @23
+_HOP = struct.Struct(">qi11xi")
+_HOP_SIZE = _HOP.size  # 27
+_HOP_UNPACK_FROM = _HOP.unpack_from
+_LENGTH_UNPACK_FROM = struct.Struct(">i").unpack_from
+
+_HOP_CHUNK = 16 * 1024  # pread size when hopping from an index entry to a target batch
+_SCAN_CHUNK = 1024 * 1024  # pread size for full header / CRC scans
+_IOV_MAX = 1024
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    """Kafka's segment file name: base offset zero-padded to 20 digits plus the suffix."""
+    return f"{base_offset:020d}{suffix}"
+
+
+def _fdatasync(fd: int) -> None:
+    """fdatasync where available (enough for appended data and file size), else fsync."""
+    sync = getattr(os, "fdatasync", os.fsync)
+    sync(fd)
+
+
+class Segment:
+    """A .log file with its offset and time indexes and in-memory summary."""
+
+    def __init__(self, directory: Path, base_offset: int, config: LogConfig) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.config = config
+        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        self.offset_index = OffsetIndex(directory / segment_file_name(base_offset, INDEX_SUFFIX), base_offset)
+        self.time_index = TimeIndex(directory / segment_file_name(base_offset, TIMEINDEX_SUFFIX), base_offset)
+        self.fd: int = -1
+        self.size = 0  # bytes of valid batches in the .log
+        self.next_offset = base_offset  # offset after the last batch (base_offset when empty)
+        self.max_timestamp = -1  # largest batch maxTimestamp seen
+        self.offset_of_max_timestamp = -1  # last offset of the batch that first reached it
+        self.rolling_base_ms: int | None = None  # when the first batch arrived (for segment_ms)
+        self.bytes_since_index = 0
+        self.dirty = False  # log bytes written but not fsynced
+        self.sealed = False
+
+    # ----------------------------------------------------------------- construction
+
+    def _open_fd(self) -> None:
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+
+    @classmethod
+    def create(cls, directory: Path, base_offset: int, config: LogConfig) -> "Segment":
+        """Create a new empty active segment (any stale files of that name are emptied)."""
+        seg = cls(directory, base_offset, config)
+        seg._open_fd()
+        os.ftruncate(seg.fd, 0)
+        seg.offset_index.rewrite(fsync=False)
+        seg.time_index.rewrite(fsync=False)
+        return seg
+
+    @classmethod
+    def open_sealed(
+        cls, directory: Path, base_offset: int, config: LogConfig, next_base: int | None
+    ) -> "Segment":
+        """Open an older (non-active) segment; rebuild its indexes when missing or corrupt.
+
+        `next_base` is the following segment's base offset, used to bound index entries.
+        """
+        seg = cls(directory, base_offset, config)
+        seg._open_fd()
+        seg.size = os.fstat(seg.fd).st_size
+        seg.sealed = True
+        max_rel = None if next_base is None else next_base - base_offset - 1
+        oidx, problem = OffsetIndex.load(seg.offset_index.path, base_offset)
+        if problem is None:
+            problem = oidx.sanity_problem(seg.size, max_rel)
+        tidx, tproblem = TimeIndex.load(seg.time_index.path, base_offset)
+        if tproblem is None:
+            tproblem = tidx.sanity_problem(max_rel)
+        if problem is None and tproblem is None:
+            seg.offset_index = oidx
+            seg.time_index = tidx
+            last = tidx.last_entry()
+            if last is not None:
+                seg.max_timestamp, seg.offset_of_max_timestamp = last
+            seg.next_offset = next_base if next_base is not None else base_offset
+            if seg.size and next_base is None:
+                seg.next_offset = seg._last_batch_next_offset()
+        else:
+            which = seg.offset_index.path if problem else seg.time_index.path
+            log.warning(
+                "rebuilding indexes of %s: %s is unusable (%s)",
+                seg.log_path,
+                which.name,
+                problem or tproblem,
+            )
+            seg._rebuild_indexes()
+        return seg
+
+    def _last_batch_next_offset(self) -> int:
+        """Walk from the last index entry to find the offset after the last batch."""
+        nxt = self.base_offset
+        start = self.offset_index.floor_position(self.size)
+        for _pos, h in self.iter_headers(start, _HOP_CHUNK):
+            nxt = h.next_offset
+        return nxt
+
+    def _rebuild_indexes(self) -> None:
+        """Recompute both indexes of a sealed segment from its batch headers and fsync them."""
+        self.offset_index.set_entries([])
+        self.time_index.set_entries([])
+        self.bytes_since_index = 0
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1
+        end = 0
+        for pos, h in self.iter_headers(0):
+            self._track(pos, h, h.base_offset, write_index=False)
+            end = pos + h.size
+        if end < self.size:
+            log.warning("%s: %d bytes after the last complete batch are ignored", self.log_path, self.size - end)
+            self.size = end
+        self._final_time_entry(write_index=False)
+        self.offset_index.rewrite(fsync=True)
+        self.time_index.rewrite(fsync=True)
+        self.offset_index.close()
+        self.time_index.close()
+
+    @classmethod
+    def recover(
+        cls,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        now_ms: int,
+        on_batch: Callable[[BatchHeader], None] | None = None,
+    ) -> "Segment":
+        """Open the active segment: verify every batch (header + CRC), truncate a bad tail,
+        rebuild both indexes; call on_batch(header) for each valid batch in order."""
+        seg = cls(directory, base_offset, config)
+        seg._open_fd()
+        file_size = os.fstat(seg.fd).st_size
+        fd = seg.fd
+        buf = b""
+        buf_start = 0
+        pos = 0
+        expected_next = base_offset
+        reason = None
+        first = True
+        mv = memoryview(buf)
+        while pos < file_size:
+            if file_size - pos < BATCH_HEADER_SIZE:
+                reason = "torn batch header"
+                break
+            if pos + BATCH_HEADER_SIZE > buf_start + len(buf):
+                buf = os.pread(fd, max(_SCAN_CHUNK, BATCH_HEADER_SIZE), pos)
+                buf_start = pos
+                mv = memoryview(buf)
+            h = BatchHeader(*_HEADER_UNPACK_FROM(buf, pos - buf_start))
+            size = h.batch_length + LOG_OVERHEAD
+            if h.batch_length < MIN_BATCH_LENGTH:
+                reason = f"invalid batch length {h.batch_length}"
+                break
+            if pos + size > file_size:
+                reason = "torn batch (file ends inside it)"
+                break
+            if h.magic != 2:
+                reason = f"invalid magic {h.magic}"
+                break
+            if h.last_offset_delta < 0 or h.base_offset < expected_next:
+                reason = f"batch offsets {h.base_offset}..{h.last_offset} out of order"
+                break
+            if h.last_offset - base_offset > 2**31 - 1:
+                reason = "batch offset beyond the segment's relative range"
+                break
+            if pos + size > buf_start + len(buf):
+                buf = os.pread(fd, max(_SCAN_CHUNK, size), pos)
+                buf_start = pos
+                mv = memoryview(buf)
+            rel = pos - buf_start
+            if crc32c(mv[rel + CRC_START : rel + size]) != h.crc:
+                reason = "CRC-32C mismatch"
+                break
+            if first:
+                seg.rolling_base_ms = h.max_timestamp if h.max_timestamp >= 0 else now_ms
+                first = False
+            seg._track(pos, h, h.base_offset, write_index=False)
+            if on_batch is not None:
+                on_batch(h)
+            expected_next = h.next_offset
+            pos += size
+        mv.release()
+        seg.size = pos
+        if reason is not None:
+            dropped = file_size - pos
+            batches = seg._count_batches(pos, file_size)
+            log.warning(
+                "recovery of %s: %s at byte %d; truncating %d bytes (%d batch%s) to keep %d bytes",
+                seg.log_path,
+                reason,
+                pos,
+                dropped,
+                batches,
+                "" if batches == 1 else "es",
+                pos,
+            )
+            os.ftruncate(fd, pos)
+            os.fsync(fd)
+        seg.offset_index.rewrite(fsync=False)
+        seg.time_index.rewrite(fsync=False)
+        return seg
+
+    def _count_batches(self, start: int, end: int) -> int:
+        """Best-effort count of (possibly partial) batches in [start, end) by their length fields."""
+        count = 0
+        pos = start
+        while pos < end:
+            count += 1
+            head = os.pread(self.fd, LOG_OVERHEAD, pos)
+            if len(head) < LOG_OVERHEAD:
+                break
+            length = _LENGTH_UNPACK_FROM(head, 8)[0]
+            if length < MIN_BATCH_LENGTH:
+                break
+            pos += LOG_OVERHEAD + length
+        return count
+
+    # ----------------------------------------------------------------- appends
+
+    def _track(self, pos: int, h: BatchHeader, base: int, *, write_index: bool = True) -> None:
+        """Account for the batch at `pos` (assigned base offset `base`): max timestamp, indexes."""
+        last = base + h.last_offset_delta
+        if h.max_timestamp > self.max_timestamp:
+            self.max_timestamp = h.max_timestamp
+            self.offset_of_max_timestamp = last
+        if self.bytes_since_index > self.config.index_interval_bytes:
+            self.offset_index.append(last, pos, write=write_index)
+            if self.max_timestamp >= 0:
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, write=write_index)
+            self.bytes_since_index = 0
+        self.bytes_since_index += h.batch_length + LOG_OVERHEAD
+        self.next_offset = last + 1
+
+    def append(
+        self,
+        parts: Sequence[bytes | memoryview],
+        total: int,
+        batches: Sequence[tuple[int, BatchHeader, int]],
+        now_ms: int,
+    ) -> None:
+        """Write `parts` (total bytes) with one writev and index the batches.
+
+        `batches` holds (position within the written bytes, header, assigned base offset).
+        On a failed or short write the file is cut back so the log stays consistent.
+        """
+        start = self.size
+        try:
+            if len(parts) <= _IOV_MAX:
+                written = os.writev(self.fd, parts)
+            else:
+                written = 0
+            if written < total:
+                # Short write (or too many iovecs): write the rest the slow way.
+                rest = memoryview(b"".join(parts))[written:]
+                while rest:
+                    n = os.write(self.fd, rest)
+                    rest = rest[n:]
+        except BaseException:
+            try:
+                os.ftruncate(self.fd, start)
+            except OSError:
+                pass
+            raise
+        if start == 0:
+            self.rolling_base_ms = now_ms
+        self.size = start + total
+        self.dirty = True
+        track = self._track
+        for rel_pos, h, base in batches:
+            track(start + rel_pos, h, base)
+
+    def _final_time_entry(self, *, write_index: bool = True) -> None:
+        """Make the time index end with the segment's max timestamp (done when sealing)."""
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, write=write_index)
+
+    def seal(self) -> None:
+        """Stop being the active segment: final time-index entry, fsync log and indexes."""
+        if self.sealed:
+            return
+        self._final_time_entry()
+        self.flush(indexes=True)
+        self.offset_index.close()
+        self.time_index.close()
+        self.sealed = True
+
+    def flush(self, *, indexes: bool = False) -> None:
+        """fsync the log (and the index files when asked)."""
+        if self.dirty and self.fd >= 0:
+            _fdatasync(self.fd)
+            self.dirty = False
+        if indexes:
+            self.offset_index.flush()
+            self.time_index.flush()
+
+    def close(self) -> None:
+        """Final time-index entry, flush everything and close the file descriptors."""
+        if self.fd < 0:
+            return
+        if not self.sealed:
+            self._final_time_entry()
+        self.flush(indexes=True)
+        self.offset_index.close()
+        self.time_index.close()
+        os.close(self.fd)
+        self.fd = -1
+
+    def delete(self) -> None:
+        """Close and unlink the segment's three files."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.offset_index.delete_file()
+        self.time_index.delete_file()
+        try:
+            os.unlink(self.log_path)
+        except FileNotFoundError:
+            pass
+
+    # ----------------------------------------------------------------- reads
+
+    def last_modified_ms(self) -> int:
+        """The .log file's mtime in ms (retention fallback when batches carry no timestamps)."""
+        return os.fstat(self.fd).st_mtime_ns // 1_000_000
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Largest record timestamp, or the file's mtime when no batch has a timestamp."""
+        return self.max_timestamp if self.max_timestamp >= 0 else self.last_modified_ms()
+
+    def pread(self, n: int, pos: int) -> bytes:
+        """Read up to n bytes at pos (never past the valid size)."""
+        n = min(n, self.size - pos)
+        if n <= 0:
+            return b""
+        return os.pread(self.fd, n, pos)
+
+    def iter_headers(self, start: int = 0, chunk: int = _SCAN_CHUNK) -> Iterator[tuple[int, BatchHeader]]:
+        """Yield (position, header) of each batch from `start` using `chunk`-sized preads; no CRC check."""
+        pos = start
+        end = self.size
+        fd = self.fd
+        while end - pos >= BATCH_HEADER_SIZE:
+            buf = os.pread(fd, min(chunk, end - pos), pos)
+            p = 0
+            n = len(buf)
+            if n < BATCH_HEADER_SIZE:
+                return
+            while n - p >= BATCH_HEADER_SIZE:
+                h = BatchHeader(*_HEADER_UNPACK_FROM(buf, p))
+                if h.batch_length < MIN_BATCH_LENGTH or pos + p + h.size > end:
+                    return
+                yield pos + p, h
+                p += h.batch_length + LOG_OVERHEAD
+            pos += p
+
+    def find_batch(self, offset: int, start: int | None = None) -> int | None:
+        """Position of the first batch whose last offset >= `offset`, None if past the end.
+
+        Starts at the offset index's entry (or `start`) and hops over batch headers.
+        """
+        pos = self.offset_index.lookup(offset) if start is None else start
+        end = self.size
+        fd = self.fd
+        hop = _HOP_UNPACK_FROM
+        while end - pos >= _HOP_SIZE:
+            buf = os.pread(fd, min(_HOP_CHUNK, end - pos), pos)
+            n = len(buf)
+            p = 0
+            while n - p >= _HOP_SIZE:
+                base, length, last_delta = hop(buf, p)
+                if base + last_delta >= offset:
+                    return pos + p
+                if length < MIN_BATCH_LENGTH:
+                    return None
+                p += LOG_OVERHEAD + length
+            if p == 0:
+                return None
+            pos += p
+        return None
+
+    def header_at(self, pos: int) -> BatchHeader:
+        """Parse the batch header stored at `pos`."""
+        return parse_header(os.pread(self.fd, BATCH_HEADER_SIZE, pos))
+
+    def whole_batches_prefix(self, data: bytes, data_pos: int) -> int:
+        """Length of the longest prefix of `data` (read at `data_pos`) made of whole batches.
+
+        Jumps to the last indexed batch boundary inside `data`, then hops headers from there.
+        """
+        n = len(data)
+        p = self.offset_index.floor_position(data_pos + n) - data_pos
+        if p < 0:
+            p = 0
+        lengths = _LENGTH_UNPACK_FROM
+        while n - p >= LOG_OVERHEAD:
+            length = lengths(data, p + 8)[0]
+            if length < MIN_BATCH_LENGTH or p + LOG_OVERHEAD + length > n:
+                break
+            p += LOG_OVERHEAD + length
+        return p

@@ -93,6 +93,8 @@ def run_suite(launcher: BrokerLauncher, workloads: list[Workload], repetition: i
             print(f"{tag} {_describe(out)}", flush=True)
     finally:
         launcher.stop()
+    if any(out.status == "failed" for out in run.outcomes) and launcher.last_log_tail:
+        print(f"{tag} last lines of the broker's log:\n{launcher.last_log_tail}", flush=True)
     return run
 
 

@@ -25,6 +25,7 @@ from offsetd.records.batch import (
     iter_batches,
     parse_header,
     patch_base_offset,
+    record_timestamps,
     patch_leader_epoch,
     validate_batches,
 )
@@ -152,6 +153,18 @@ def test_decode_records_of_kafka_python_batch() -> None:
         (501, 1_700_000_000_005, None, b"value-1", []),
         (502, 1_699_999_999_990, b"key-2", None, [("trace", b"\x00\x01")]),
     ]
+
+
+def test_record_timestamps_matches_decode_records() -> None:
+    recs = [(None if i % 3 else b"k" * i, b"v" * (i * 37 % 300), 1_000 + (i * 7919) % 5000 - 2500, [("h", b"x")] * (i % 2))
+            for i in range(200)]
+    raw = bytearray(build_batch(recs))
+    patch_base_offset(raw, 0, 10_000)
+    full = [(r.offset, r.timestamp) for r in decode_records(bytes(raw))]
+    assert record_timestamps(bytes(raw)) == full
+    assert full[0] == (10_000, recs[0][2]) and len(full) == 200
+    with pytest.raises(ValueError):
+        record_timestamps(kp_batch([(None, b"z" * 500, 1, [])] * 3, compression=1))
 
 
 def test_decode_log_append_time_uses_max_timestamp() -> None:

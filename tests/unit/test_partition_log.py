@@ -417,6 +417,62 @@ def test_recovery_of_garbage_after_valid_data(tmp_path: Path, clock: FakeClock) 
     assert path.read_bytes() == good
 
 
+def recovery_point(tmp_path: Path) -> int:
+    return int((tmp_path / "topic-0" / "offsetd-recovery-point").read_text())
+
+
+def test_recovery_point_tracks_unsynced_rolled_segments(tmp_path: Path, clock: FakeClock) -> None:
+    log = open_log(tmp_path, clock)
+    log.append(batch(2), clock.now)
+    assert recovery_point(tmp_path) == 0
+    log.roll(clock.now)  # no fsync on roll: segment 0 may still be unsynced
+    log.append(batch(2), clock.now)
+    assert recovery_point(tmp_path) == 0
+    log.flush()
+    assert recovery_point(tmp_path) == 2
+    log.roll(clock.now)
+    log.append(batch(2), clock.now)
+    assert recovery_point(tmp_path) == 2
+    log.roll(clock.now)  # the next roll syncs the segment rolled before
+    assert recovery_point(tmp_path) == 4
+    log.close()
+    assert recovery_point(tmp_path) == 6
+
+
+def test_damaged_unsynced_rolled_segment_is_recovered(tmp_path: Path, clock: FakeClock, caplog) -> None:
+    log = open_log(tmp_path, clock)
+    for _ in range(3):
+        log.append(batch(2), clock.now)
+    log.roll(clock.now)  # segment 0 (offsets 0..5) rolled, not yet synced
+    log.append(batch(2), clock.now)  # segment 6
+    crash(log)
+    path = seg_path(tmp_path, 0)
+    os.truncate(path, os.path.getsize(path) - 3)  # its last batch never reached the disk
+    with caplog.at_level(logging.WARNING, logger="offsetd.storage"):
+        log = open_log(tmp_path, clock)
+    # the damaged segment is cut back and the segment after the hole is dropped
+    assert log.segment_base_offsets == [0]
+    assert log.log_end_offset == 4
+    assert not seg_path(tmp_path, 6).exists()
+    assert any("follows a damaged segment" in r.message for r in caplog.records)
+    assert log.append(batch(1), clock.now).base_offset == 4
+    assert [r.offset for r in all_records(log)] == list(range(5))
+
+
+def test_synced_rolled_segment_is_not_rescanned(tmp_path: Path, clock: FakeClock) -> None:
+    log = open_log(tmp_path, clock)
+    log.append(batch(2), clock.now)
+    log.roll(clock.now)
+    log.append(batch(2), clock.now)
+    log.flush()  # recovery point moves to the active segment (2)
+    crash(log)
+    raw = bytearray(seg_path(tmp_path, 0).read_bytes())
+    raw[-1] ^= 0xFF  # would fail the CRC check if it were verified
+    seg_path(tmp_path, 0).write_bytes(bytes(raw))
+    log = open_log(tmp_path, clock)
+    assert log.segment_base_offsets == [0, 2] and log.log_end_offset == 4
+
+
 def test_missing_index_files_are_rebuilt(tmp_path: Path, clock: FakeClock, caplog) -> None:
     log = open_log(tmp_path, clock, segment_bytes=3000, index_interval_bytes=200)
     for i in range(40):
@@ -481,6 +537,7 @@ def test_truncate_fully_and_delete(tmp_path: Path, clock: FakeClock) -> None:
         f"{1000:020d}.index",
         f"{1000:020d}.log",
         f"{1000:020d}.timeindex",
+        "offsetd-recovery-point",
     ]
     assert log.append(idem(5, 0, 77), clock.now).base_offset == 1000  # producer state reset
     log.delete()

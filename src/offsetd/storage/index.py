@@ -78,6 +78,11 @@ class _IndexFile:
         if fsync:
             self.flush()
 
+    @property
+    def has_fd(self) -> bool:
+        """True while the file is open for appends."""
+        return self._fd is not None
+
     def flush(self) -> None:
         """fsync the index file if it has unflushed writes."""
         if self._fd is not None and self.dirty:

@@ -5,9 +5,14 @@ Layout: `<log.dirs>/<topic>-<partition>/` holds segments named by base offset
 
 * The log start offset is not stored: it is the first segment's base offset (retention only
   deletes whole segments; `truncate_fully_and_start_at` creates a segment at the new start).
-* The last segment is the active one. Older segments are fsynced when they are rolled, so on
-  open only the active segment is verified (header + CRC per batch) and cut back at the first
-  bad batch; older segments only get their indexes rebuilt when those are missing or corrupt.
+* The last segment is the active one. Rolling does not fsync on the produce path: the rolled
+  segment is fsynced by the next flush() or, at the latest, by the next roll. The file
+  `offsetd-recovery-point` holds the base offset of the oldest segment that may hold unsynced
+  data (so at most the active segment and the one rolled before it). On open those segments
+  are verified batch by batch (header + CRC) and cut back at the first bad batch (segments
+  after a damaged one are deleted, as Kafka does); older segments only get their indexes
+  rebuilt when those are missing or corrupt. Without the file only the active segment is
+  verified.
 * Idempotent producer state is rebuilt on open from the active segment's headers. A clean
   close also writes `offsetd-producer-state.json` (state at the log end offset), which the next
   open uses when it is still consistent with the log, so state survives segment rolls across
@@ -31,7 +36,7 @@ from offsetd.records.batch import (
     INVALID_RECORD,
     BatchHeader,
     InvalidBatch,
-    decode_records,
+    record_timestamps,
     validate_batches,
 )
 from offsetd.storage.log_config import LogConfig
@@ -43,11 +48,12 @@ from offsetd.storage.segment import (
     Segment,
 )
 
-__all__ = ["PartitionLog", "AppendResult", "OffsetOutOfRange", "PRODUCER_STATE_FILE"]
+__all__ = ["PartitionLog", "AppendResult", "OffsetOutOfRange", "PRODUCER_STATE_FILE", "RECOVERY_POINT_FILE"]
 
 log = logging.getLogger("offsetd.storage")
 
 PRODUCER_STATE_FILE = "offsetd-producer-state.json"
+RECOVERY_POINT_FILE = "offsetd-recovery-point"
 OFFSET_OUT_OF_RANGE = 1
 _INT32_MAX = 2**31 - 1
 _pack_int64 = struct.Struct(">q").pack
@@ -126,6 +132,8 @@ class PartitionLog:
         self.log_end_offset: int = segments[-1].next_offset
         self._unflushed_messages = 0
         self._closed = False
+        self._unsynced_sealed: list[Segment] = [s for s in segments[:-1] if s.needs_flush]
+        self._recovery_point: int | None = None
 
     # ----------------------------------------------------------------- open / close
 
@@ -133,10 +141,12 @@ class PartitionLog:
     def open(
         cls, directory: Path, topic: str, partition: int, config: LogConfig, now_ms: int
     ) -> "PartitionLog":
-        """Open (or create) `<directory>/<topic>-<partition>/`, recovering the active segment.
+        """Open (or create) `<directory>/<topic>-<partition>/` and recover it.
 
-        `directory` is one of `log.dirs`. Torn or CRC-corrupt tails of the active segment are
-        truncated (and logged on "offsetd.storage"); missing/corrupt indexes are rebuilt.
+        `directory` is one of `log.dirs` (the partition directory name is derived). Segments
+        from the recovery point on (the active one, plus one rolled but not yet fsynced) are
+        verified; torn or CRC-corrupt tails are truncated and logged on "offsetd.storage";
+        missing/corrupt indexes of older segments are rebuilt. `now_ms` seeds segment ages.
         """
         directory = Path(directory)
         pdir = directory / f"{topic}-{partition}"
@@ -152,15 +162,18 @@ class PartitionLog:
                 if b is not None and b not in base_set:
                     os.unlink(pdir / n)
         snapshot = cls._take_snapshot_file(pdir)
+        recovery_point = cls._read_recovery_point(pdir)
 
         producers = ProducerStateManager()
+        segments: list[Segment] = []
         if not bases:
-            segments = [Segment.create(pdir, 0, config)]
+            segments.append(Segment.create(pdir, 0, config))
             _fsync_dir(pdir)
         else:
-            segments = [
-                Segment.open_sealed(pdir, b, config, nxt) for b, nxt in zip(bases[:-1], bases[1:])
-            ]
+            last = len(bases) - 1
+            first_recover = last
+            if recovery_point is not None:
+                first_recover = next(i for i, b in enumerate(bases) if b >= recovery_point or i == last)
             active_base = bases[-1]
             snap_offset = -1
             from_snapshot: ProducerStateManager | None = None
@@ -174,11 +187,30 @@ class PartitionLog:
                 if from_snapshot is not None and h.base_offset >= snap_offset:
                     from_snapshot.update(h, h.base_offset, now_ms)
 
-            active = Segment.recover(pdir, active_base, config, now_ms, on_batch)
-            segments.append(active)
-            if from_snapshot is not None and snap_offset <= active.next_offset:
+            for i in range(first_recover):
+                segments.append(Segment.open_sealed(pdir, bases[i], config, bases[i + 1]))
+            for i in range(first_recover, last + 1):
+                seg = Segment.recover(pdir, bases[i], config, now_ms, on_batch)
+                segments.append(seg)
+                if i == last:
+                    break
+                if seg.truncated_bytes:
+                    # Later segments would follow a hole: drop them, as Kafka's recovery does.
+                    for later in bases[i + 1 :]:
+                        log.warning(
+                            "recovery of %s: deleting segment %d that follows a damaged segment",
+                            pdir,
+                            later,
+                        )
+                        Segment(pdir, later, config).delete()
+                    break
+                seg.seal()
+                seg.flush()
+            if from_snapshot is not None and snap_offset <= segments[-1].next_offset:
                 producers = from_snapshot
         plog = cls(pdir, topic, partition, config, segments, producers)
+        plog._recovery_point = recovery_point
+        plog._advance_recovery_point()
         log.debug(
             "opened %s: %d segment(s), offsets [%d, %d), %d producer(s)",
             pdir,
@@ -225,12 +257,38 @@ class PartitionLog:
         os.replace(tmp, path)
         _fsync_dir(self.dir)
 
+    @staticmethod
+    def _read_recovery_point(pdir: Path) -> int | None:
+        """Base offset of the oldest segment that may hold unsynced data; None if unknown."""
+        try:
+            return int((pdir / RECOVERY_POINT_FILE).read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _advance_recovery_point(self) -> None:
+        """Persist the recovery point (oldest unsynced sealed segment, else the active one)."""
+        rp = self._unsynced_sealed[0].base_offset if self._unsynced_sealed else self._segments[-1].base_offset
+        if rp == self._recovery_point:
+            return
+        tmp = self.dir / (RECOVERY_POINT_FILE + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, f"{rp}\n".encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.dir / RECOVERY_POINT_FILE)
+        _fsync_dir(self.dir)
+        self._recovery_point = rp
+
     def close(self) -> None:
         """Flush everything, save producer state and close all file descriptors."""
         if self._closed:
             return
         for seg in self._segments:
             seg.close()
+        self._unsynced_sealed.clear()
+        self._advance_recovery_point()
         self._write_snapshot()
         self._closed = True
 
@@ -345,33 +403,48 @@ class PartitionLog:
         seg = self._segments[-1]
         if seg.size == 0:
             return False
-        if seg.size + size > self.config.segment_bytes:
+        if seg.size + size > min(self.config.segment_bytes, _INT32_MAX):  # index positions are int32
             return True
         if seg.rolling_base_ms is not None and now_ms - seg.rolling_base_ms > self.config.segment_ms:
             return True
         return last_offset - seg.base_offset > _INT32_MAX
 
     def roll(self, now_ms: int | None = None) -> None:
-        """Seal (fsync) the active segment and start a new one at log_end_offset; no-op if empty."""
+        """Seal the active segment and start a new one at log_end_offset; no-op if empty.
+
+        The sealed segment is not fsynced here (it stays below the recovery point until the
+        next flush() or roll), so rolling costs no fsync of fresh data on the produce path.
+        """
         self._check_open()
         old = self._segments[-1]
         if old.size == 0:
             return
+        # Bound the unsynced tail: segments rolled earlier are fsynced now (by this time the
+        # kernel has usually written them back already, so this is cheap).
+        for seg in self._unsynced_sealed:
+            seg.flush()
         old.seal()
+        self._unsynced_sealed = [old]
         new = Segment.create(self.dir, self.log_end_offset, self.config)
         self._segments.append(new)
         self._bases.append(new.base_offset)
         _fsync_dir(self.dir)
+        self._advance_recovery_point()
 
     def flush(self) -> None:
-        """fsync unflushed log data (log.flush.interval.*); the shell's timer calls this too.
+        """fsync unsynced data (log.flush.interval.*); the shell's timer calls this too.
 
-        Only the active segment can be dirty (rolled segments are fsynced when sealed). Its
-        index files are not fsynced here: they are rebuilt on open, and fsynced on roll/close.
+        Rolled segments get log + indexes fsynced; the active segment only its log (its index
+        files are rebuilt on open, and fsynced on close). Then the recovery point advances.
         """
-        for seg in self._segments:
-            if seg.dirty:
+        if self._unsynced_sealed:
+            for seg in self._unsynced_sealed:
                 seg.flush()
+            self._unsynced_sealed.clear()
+            self._advance_recovery_point()
+        active = self._segments[-1]
+        if active.dirty:
+            active.flush()
         self._unflushed_messages = 0
 
     # ----------------------------------------------------------------- reads
@@ -405,17 +478,15 @@ class PartitionLog:
                 searching = False
             else:
                 pos = 0
-            avail = seg.size - pos
-            n = min(avail, remaining)
-            data = seg.pread(n, pos) if n > 0 else b""
-            cut = len(data) if n == avail else seg.whole_batches_prefix(data, pos)
-            if cut == 0:
+            limit = pos + max(remaining, 0)
+            end = seg.size if limit >= seg.size else seg.last_boundary(pos, limit)
+            if end == pos:
                 if not out and min_one_batch:
                     out.append(seg.pread(seg.header_at(pos).size, pos))
                 break
-            out.append(data if cut == len(data) else data[:cut])
-            remaining -= cut
-            if cut < avail or remaining <= 0:
+            out.append(seg.pread(end - pos, pos))
+            remaining -= end - pos
+            if end < seg.size or remaining <= 0:
                 break
         if len(out) == 1:
             return out[0]
@@ -439,9 +510,9 @@ class PartitionLog:
                 if h.max_timestamp < ts or h.last_offset < start_offset:
                     continue
                 if h.compression == 0:
-                    for rec in decode_records(seg.pread(h.size, pos)):
-                        if rec.timestamp >= ts and rec.offset >= start_offset:
-                            return rec.offset, rec.timestamp
+                    for rec_offset, rec_ts in record_timestamps(seg.pread(h.size, pos)):
+                        if rec_ts >= ts and rec_offset >= start_offset:
+                            return rec_offset, rec_ts
                     continue
                 return max(h.base_offset, start_offset), h.max_timestamp
         return None
@@ -464,9 +535,9 @@ class PartitionLog:
             return -1, -1
         h = best.header_at(pos)
         if h.compression == 0:
-            for rec in decode_records(best.pread(h.size, pos)):
-                if rec.timestamp == best.max_timestamp:
-                    return rec.offset, rec.timestamp
+            for rec_offset, rec_ts in record_timestamps(best.pread(h.size, pos)):
+                if rec_ts == best.max_timestamp:
+                    return rec_offset, rec_ts
         return h.base_offset, best.max_timestamp
 
     # ----------------------------------------------------------------- retention
@@ -512,6 +583,8 @@ class PartitionLog:
             self.roll(now_ms)
         seg = self._segments.pop(0)
         self._bases.pop(0)
+        if seg in self._unsynced_sealed:
+            self._unsynced_sealed.remove(seg)
         seg.delete()
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
         _fsync_dir(self.dir)
@@ -528,4 +601,6 @@ class PartitionLog:
         self.log_end_offset = offset
         self._producers.clear()
         self._unflushed_messages = 0
+        self._unsynced_sealed = []
         _fsync_dir(self.dir)
+        self._advance_recovery_point()

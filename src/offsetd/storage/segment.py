@@ -6,9 +6,9 @@ file position and never decode records. The segment tracks its size, next offset
 timestamp in memory; the indexes are updated per batch following Kafka's rule (an entry when
 more than `index_interval_bytes` were appended since the previous entry).
 
-Durability contract: a segment is fsynced (log + indexes) when it stops being the active one
-(`seal`), so after a crash only the active segment can hold a torn or corrupt tail and only it
-needs `recover`.
+Durability: `seal` (on roll) does not fsync; the owning PartitionLog fsyncs sealed segments
+later and keeps a recovery point, so after a crash only segments from the recovery point on
+(at most the active one and the one sealed before it) need `recover`.
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ class Segment:
         self.bytes_since_index = 0
         self.dirty = False  # log bytes written but not fsynced
         self.sealed = False
+        self.truncated_bytes = 0  # bytes cut off by recover()
 
     # ----------------------------------------------------------------- construction
 
@@ -174,8 +175,10 @@ class Segment:
         now_ms: int,
         on_batch: Callable[[BatchHeader], None] | None = None,
     ) -> "Segment":
-        """Open the active segment: verify every batch (header + CRC), truncate a bad tail,
-        rebuild both indexes; call on_batch(header) for each valid batch in order."""
+        """Open a segment that may hold unsynced data (the active one, or one rolled but not yet
+        fsynced): verify every batch (header + CRC), truncate at the first bad one, rebuild both
+        indexes, and call on_batch(header) for each valid batch in order. The data is marked
+        dirty since it may exist only in the page cache."""
         seg = cls(directory, base_offset, config)
         seg._open_fd()
         file_size = os.fstat(seg.fd).st_size
@@ -230,8 +233,9 @@ class Segment:
             pos += size
         mv.release()
         seg.size = pos
+        seg.dirty = pos > 0
         if reason is not None:
-            dropped = file_size - pos
+            dropped = seg.truncated_bytes = file_size - pos
             batches = seg._count_batches(pos, file_size)
             log.warning(
                 "recovery of %s: %s at byte %d; truncating %d bytes (%d batch%s) to keep %d bytes",
@@ -324,21 +328,34 @@ class Segment:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, write=write_index)
 
     def seal(self) -> None:
-        """Stop being the active segment: final time-index entry, fsync log and indexes."""
+        """Stop being the active segment: add the final time-index entry. Does not fsync:
+        the owner flushes sealed segments later (flush()) and recovers them until then."""
         if self.sealed:
             return
         self._final_time_entry()
-        self.flush(indexes=True)
-        self.offset_index.close()
-        self.time_index.close()
         self.sealed = True
 
+    @property
+    def needs_flush(self) -> bool:
+        """True when the log, or (for a sealed segment) an index file, has unsynced writes."""
+        if self.dirty:
+            return True
+        return self.sealed and (
+            self.offset_index.dirty or self.time_index.dirty or self.offset_index.has_fd or self.time_index.has_fd
+        )
+
     def flush(self, *, indexes: bool = False) -> None:
-        """fsync the log (and the index files when asked)."""
+        """fsync the log; for sealed segments (or when asked) also fsync the index files.
+
+        A sealed segment's index writers are closed once flushed (its indexes never change).
+        """
         if self.dirty and self.fd >= 0:
             _fdatasync(self.fd)
             self.dirty = False
-        if indexes:
+        if self.sealed:
+            self.offset_index.close()
+            self.time_index.close()
+        elif indexes:
             self.offset_index.flush()
             self.time_index.flush()
 
@@ -432,19 +449,27 @@ class Segment:
         """Parse the batch header stored at `pos`."""
         return parse_header(os.pread(self.fd, BATCH_HEADER_SIZE, pos))
 
-    def whole_batches_prefix(self, data: bytes, data_pos: int) -> int:
-        """Length of the longest prefix of `data` (read at `data_pos`) made of whole batches.
+    def last_boundary(self, start: int, limit: int) -> int:
+        """Largest batch boundary b with start <= b <= limit (`start` must be a boundary).
 
-        Jumps to the last indexed batch boundary inside `data`, then hops headers from there.
+        Jumps to the last indexed boundary <= limit, then hops batch lengths with small preads,
+        so the caller can pread exactly the whole batches that fit (no copy, no decode).
         """
-        n = len(data)
-        p = self.offset_index.floor_position(data_pos + n) - data_pos
-        if p < 0:
-            p = 0
+        limit = min(limit, self.size)
+        pos = max(start, self.offset_index.floor_position(limit))
+        fd = self.fd
         lengths = _LENGTH_UNPACK_FROM
-        while n - p >= LOG_OVERHEAD:
-            length = lengths(data, p + 8)[0]
-            if length < MIN_BATCH_LENGTH or p + LOG_OVERHEAD + length > n:
-                break
-            p += LOG_OVERHEAD + length
-        return p
+        while limit - pos >= LOG_OVERHEAD:
+            buf = os.pread(fd, min(_HOP_CHUNK, limit - pos), pos)
+            n = len(buf)
+            q = 0
+            while n - q >= LOG_OVERHEAD:
+                length = lengths(buf, q + 8)[0]
+                nxt = q + LOG_OVERHEAD + length
+                if length < MIN_BATCH_LENGTH or pos + nxt > limit:
+                    return pos + q
+                q = nxt
+            if q == 0:
+                return pos
+            pos += q
+        return pos

@@ -65,3 +65,25 @@ def test_corrupt_tail_crc_is_truncated(broker):
     broker.start()
     received = consume_all(broker.bootstrap, "corrupt", [0], 20)
     assert [m.value() for m in received][-1] == b"1-9"
+
+
+def test_retention_timer_deletes_old_segments_and_advances_log_start(broker_factory):
+    from confluent_kafka import Consumer, TopicPartition
+
+    from broker_process import wait_for
+
+    broker = broker_factory({"log.retention.check.interval.ms": "100"})
+    create_topic(broker.bootstrap, "expiring", config={"retention.ms": "60000", "segment.bytes": "200"})
+    old = 1_000_000_000_000  # 2001: far older than retention.ms
+    for i in range(3):  # each batch rolls its own segment (segment.bytes=200)
+        produce(broker.bootstrap, "expiring", [{"value": b"o" * 150, "timestamp": old + i}])
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "r"})
+    try:
+        low_high = lambda: consumer.get_watermark_offsets(TopicPartition("expiring", 0), timeout=5, cached=False)
+        wait_for(lambda: low_high()[0] == 3, timeout=15, message="log start offset to advance past old segments")
+        assert low_high() == (3, 3)
+    finally:
+        consumer.close()
+    produce(broker.bootstrap, "expiring", [{"value": b"fresh"}])
+    assert [m.offset() for m in consume_all(broker.bootstrap, "expiring", [0], 1)] == [3]
+    assert not (broker.data_dir / "expiring-0" / f"{0:020d}.log").exists()

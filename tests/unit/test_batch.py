@@ -331,3 +331,13 @@ def test_last_sequence_wraps_at_int32_max() -> None:
     raw = build_batch(RECORDS, producer_id=1, producer_epoch=0, base_sequence=2**31 - 2)
     h = parse_header(raw)
     assert h.last_sequence == 0  # 2^31-2, 2^31-1, 0
+
+
+def test_client_control_batch_is_invalid_record():
+    """Kafka refuses control records from producers (INVALID_RECORD, 87)."""
+    from offsetd.records.batch import CONTROL_MASK, InvalidBatch, build_batch, validate_batches
+
+    control = build_batch([(b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00", 1, [])], attributes=CONTROL_MASK)
+    with pytest.raises(InvalidBatch) as info:
+        validate_batches(control, 1 << 20)
+    assert info.value.error_code == 87 and "control" in str(info.value)

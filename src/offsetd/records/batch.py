@@ -278,6 +278,11 @@ def validate_batches(buf: bytes | bytearray | memoryview, max_batch_bytes: int) 
                 f"record batch at byte {pos} has lastOffsetDelta {h.last_offset_delta} "
                 f"inconsistent with recordsCount {h.records_count}",
             )
+        if h.attributes & CONTROL_MASK:
+            raise InvalidBatch(
+                INVALID_RECORD,
+                f"record batch at byte {pos} is a control batch; clients may not produce control records",
+            )
         headers.append(h)
         pos += size
     return headers

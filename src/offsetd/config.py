@@ -110,6 +110,14 @@ SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
     "group.initial.rebalance.delay.ms": (_parse_int(0), "3000", "Delay of a new group's first rebalance."),
     "offsets.topic.num.partitions": (_parse_int(1, 10000), "50", "Partitions of __consumer_offsets."),
     "offsets.topic.replication.factor": (_parse_int(1, 1), "1", "Only 1 (single node)."),
+    "offsets.topic.segment.bytes": (_parse_int(14, INT32_MAX), "104857600", "Segment size of __consumer_offsets."),
+    "offsets.topic.fsync.enable": (_parse_bool, "true", "fsync __consumer_offsets before acknowledging a commit."),
+    "offsets.retention.minutes": (_parse_int(1), "10080", "Offsets retention (KIP-211)."),
+    "offsets.retention.check.interval.ms": (_parse_int(1), "600000", "How often offsets expire."),
+    "offset.metadata.max.bytes": (_parse_int(0, INT32_MAX), "4096", "Longest commit metadata."),
+    "group.min.session.timeout.ms": (_parse_int(0, INT32_MAX), "6000", "Shortest session timeout."),
+    "group.max.session.timeout.ms": (_parse_int(0, INT32_MAX), "1800000", "Longest session timeout."),
+    "group.max.size": (_parse_int(1, INT32_MAX), str(INT32_MAX), "Most members in a group."),
     "transactional.id.expiration.ms": (_parse_int(1), "604800000", "Unused."),
 }
 

@@ -29,10 +29,12 @@ class Broker:
         return sum(log.apply_retention(now_ms) for topic in self.topics for log in topic.partitions)
 
     def flush_all(self) -> None:
-        """fsync every partition (log.flush.interval.ms timer and shutdown)."""
+        """fsync every data partition (log.flush.interval.ms timer); internal topics are flushed
+        by their owner (the coordinator's write path), never concurrently with it."""
         for topic in self.topics:
-            for log in topic.partitions:
-                log.flush()
+            if not topic.internal:
+                for log in topic.partitions:
+                    log.flush()
 
     def close(self) -> None:
         """Flush and close all logs."""

@@ -20,6 +20,10 @@ def _append(broker: Broker, topic: str, index: int, records: bytes | None, now_m
     if partition_log is None:
         entry["error_code"] = Error.UNKNOWN_TOPIC_OR_PARTITION
         return entry
+    if broker.topics.get(topic).internal:  # type: ignore[union-attr]
+        entry.update(error_code=Error.INVALID_TOPIC_EXCEPTION,
+                     error_message=f"Cannot append to internal topic {topic}")
+        return entry
     try:
         if not records:
             raise InvalidBatch(Error.CORRUPT_MESSAGE, "Produce request carried no record batch")

@@ -17,16 +17,28 @@ class ApiKey(IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
-    DESCRIBE_CONFIGS = 32
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
+    DESCRIBE_CONFIGS = 32
     CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+    OFFSET_DELETE = 47
 
 
 # Highest versions we implement the semantics of. Produce v13 / Fetch v17+ / Metadata v13 change
-# identifiers or error layout we do not serve yet; lower bounds come from kio (KIP-896 baseline).
+# identifiers or error layout we do not serve yet, OffsetCommit/OffsetFetch v10 key topics by id;
+# lower bounds come from kio (KIP-896 baseline).
 SERVED_MAX: dict[ApiKey, int] = {
     ApiKey.PRODUCE: 11,
     ApiKey.FETCH: 16,
@@ -38,6 +50,17 @@ SERVED_MAX: dict[ApiKey, int] = {
     ApiKey.CREATE_PARTITIONS: 3,
     ApiKey.DESCRIBE_CONFIGS: 4,
     ApiKey.INIT_PRODUCER_ID: 5,
+    ApiKey.OFFSET_COMMIT: 9,
+    ApiKey.OFFSET_FETCH: 9,
+    ApiKey.FIND_COORDINATOR: 6,
+    ApiKey.JOIN_GROUP: 9,
+    ApiKey.HEARTBEAT: 4,
+    ApiKey.LEAVE_GROUP: 5,
+    ApiKey.SYNC_GROUP: 5,
+    ApiKey.DESCRIBE_GROUPS: 5,
+    ApiKey.LIST_GROUPS: 5,
+    ApiKey.DELETE_GROUPS: 2,
+    ApiKey.OFFSET_DELETE: 0,
 }
 
 

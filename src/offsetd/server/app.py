@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ..broker.admin import (
@@ -22,7 +23,12 @@ from ..protocol.api_versions import ApiKey, api_keys_body, is_supported
 from ..protocol.codec import DecodeError, decode_body, encode_response, request_class
 from ..protocol.errors import Error
 from ..protocol.header import parse_header, peek_ids
+from ..coordinator.config import GroupCoordinatorConfig
+from ..coordinator.shard import GroupCoordinatorShard
+from ..records.offsets import OFFSETS_TOPIC
 from .connection import CloseConnection, Connection, Pending
+from .coordinator_runtime import ShardRuntime, ShardState
+from .group_api import GroupApi, RequestContext
 
 log = logging.getLogger("offsetd.server")
 
@@ -40,6 +46,36 @@ HANDLERS: dict[int, Handler] = {
 }
 
 
+# Coordinator APIs: handled by GroupApi methods, which may answer later (a coroutine).
+GROUP_HANDLERS: dict[int, Callable[[GroupApi, RequestContext, Any], Any]] = {
+    ApiKey.FIND_COORDINATOR: GroupApi.find_coordinator,
+    ApiKey.JOIN_GROUP: GroupApi.join_group,
+    ApiKey.SYNC_GROUP: GroupApi.sync_group,
+    ApiKey.HEARTBEAT: GroupApi.heartbeat,
+    ApiKey.LEAVE_GROUP: GroupApi.leave_group,
+    ApiKey.OFFSET_COMMIT: GroupApi.offset_commit,
+    ApiKey.OFFSET_FETCH: GroupApi.offset_fetch,
+    ApiKey.DESCRIBE_GROUPS: GroupApi.describe_groups,
+    ApiKey.LIST_GROUPS: GroupApi.list_groups,
+    ApiKey.DELETE_GROUPS: GroupApi.delete_groups,
+    ApiKey.OFFSET_DELETE: GroupApi.offset_delete,
+}
+
+
+def coordinator_config(config: BrokerConfig) -> GroupCoordinatorConfig:
+    """The coordinator's settings from the broker's Kafka keys."""
+    return GroupCoordinatorConfig(
+        num_partitions=config.get("offsets.topic.num.partitions"),
+        session_timeout_min_ms=config.get("group.min.session.timeout.ms"),
+        session_timeout_max_ms=config.get("group.max.session.timeout.ms"),
+        initial_rebalance_delay_ms=config.get("group.initial.rebalance.delay.ms"),
+        group_max_size=config.get("group.max.size"),
+        metadata_max_bytes=config.get("offset.metadata.max.bytes"),
+        retention_ms=config.get("offsets.retention.minutes") * 60 * 1000,
+        retention_check_interval_ms=config.get("offsets.retention.check.interval.ms"),
+    )
+
+
 def wall_clock_ms() -> int:
     """The real clock, injected into everything below the server."""
     return time.time_ns() // 1_000_000
@@ -54,11 +90,46 @@ class KafkaServer:
         self.max_request_bytes: int = config.get("socket.request.max.bytes")
         self.broker = Broker(config, clock())
         self.broker.on_append = self._wake_fetchers
+        self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fsync")
+        offsets_topic = self._offsets_topic()
+        group_config = coordinator_config(config)
+        self.runtimes = [
+            ShardRuntime(GroupCoordinatorShard(p, group_config), plog, fsync=config.get("offsets.topic.fsync.enable"),
+                         clock=clock, executor=self.executor)
+            for p, plog in enumerate(offsets_topic.partitions)
+        ]
+        self.group_api = GroupApi(self.broker, self.runtimes)
         self.connections: set[Connection] = set()
         self._fetch_waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
         self._server: asyncio.base_events.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.port = 0
+
+    def _offsets_topic(self) -> Any:
+        """`__consumer_offsets`, created at start-up: internal, compacted (reference §4.1)."""
+        topic = self.broker.topics.get(OFFSETS_TOPIC)
+        wanted = self.config.get("offsets.topic.num.partitions")
+        if topic is None:
+            configs = {"cleanup.policy": "compact", "compression.type": "producer",
+                       "segment.bytes": str(self.config.get("offsets.topic.segment.bytes"))}
+            topic = self.broker.topics.create(OFFSETS_TOPIC, wanted, configs, self.clock(), internal=True)
+        elif len(topic.partitions) != wanted:
+            log.warning("%s has %d partitions, not offsets.topic.num.partitions=%d; keeping %d "
+                        "(group placement depends on it and must never change)",
+                        OFFSETS_TOPIC, len(topic.partitions), wanted, len(topic.partitions))
+        return topic
+
+    async def _load_coordinator(self) -> None:
+        """Replay every offsets partition; groups of a partition are served once it is loaded."""
+        started = time.perf_counter()
+        for runtime in self.runtimes:
+            await runtime.load()
+        records = sum(r.records_loaded for r in self.runtimes)
+        failed = [r.shard.partition for r in self.runtimes if r.state is ShardState.FAILED]
+        seconds = time.perf_counter() - started
+        log.info("loaded %s: %d records in %.3f s (%.0f records/s)%s", OFFSETS_TOPIC, records, seconds,
+                 records / seconds if seconds > 0 else 0.0,
+                 f"; FAILED partitions: {failed}" if failed else "")
 
     # ------------------------------------------------------------------------- lifecycle
 
@@ -72,6 +143,7 @@ class KafkaServer:
         if listener.port == 0 and not self.config.get("advertised.listeners"):
             self.config._values["advertised.listeners"] = (
                 type(listener)(listener.name, self.config.advertised_listener.host, self.port),)
+        self._tasks.append(asyncio.create_task(self._load_coordinator()))
         self._tasks.append(asyncio.create_task(self._every(
             self.config.get("log.retention.check.interval.ms"), self._retention)))
         flush_ms = self.config.get("log.flush.interval.ms")
@@ -86,6 +158,7 @@ class KafkaServer:
             task.cancel()
         for conn in list(self.connections):
             conn.close("broker shutting down")
+        self.executor.shutdown(wait=True)
         self.broker.close()
 
     async def _every(self, interval_ms: int, action: Callable[[], Any]) -> None:
@@ -122,17 +195,26 @@ class KafkaServer:
             request = decode_body(cls, view, header.body_offset)
         except DecodeError as exc:
             raise CloseConnection(f"malformed {ApiKey(api_key).name} v{version} request: {exc}") from None
-        now = self.clock()
         if api_key == ApiKey.FETCH:
             return self._fetch(request, version, correlation_id)
         try:
-            body = HANDLERS[api_key](self.broker, request, version, now)
+            group_handler = GROUP_HANDLERS.get(api_key)
+            if group_handler is not None:
+                ctx = RequestContext(header.client_id or "", f"/{conn.peer.rsplit(':', 1)[0]}", version)
+                body = group_handler(self.group_api, ctx, request)
+            else:
+                body = HANDLERS[api_key](self.broker, request, version, self.clock())
         except Exception:
             log.exception("%s v%d handler failed for %s", ApiKey(api_key).name, version, conn.peer)
             raise CloseConnection("internal error") from None
         if body is None:
             return None
-        return encode_response(api_key, version, correlation_id, body)
+        if isinstance(body, dict):
+            return encode_response(api_key, version, correlation_id, body)
+        return self._encode_later(api_key, version, correlation_id, body)
+
+    async def _encode_later(self, api_key: int, version: int, correlation_id: int, pending: Any) -> bytes:
+        return encode_response(api_key, version, correlation_id, await pending)
 
     def _api_versions(self, view: memoryview, version: int, correlation_id: int) -> bytes:
         """ApiVersions; an unsupported version is answered in v0 layout with UNSUPPORTED_VERSION

@@ -1,0 +1,1 @@
+"""Sans-IO group coordinator: one shard per `__consumer_offsets` partition (DESIGN.md)."""

@@ -1,0 +1,19 @@
+"""Group coordinator settings (Kafka's key names in comments; defaults are Kafka's)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GroupCoordinatorConfig:
+    """Settings one shard needs."""
+
+    num_partitions: int = 50                    # offsets.topic.num.partitions
+    session_timeout_min_ms: int = 6000          # group.min.session.timeout.ms
+    session_timeout_max_ms: int = 1800000       # group.max.session.timeout.ms
+    initial_rebalance_delay_ms: int = 3000      # group.initial.rebalance.delay.ms
+    group_max_size: int = 2**31 - 1             # group.max.size
+    metadata_max_bytes: int = 4096              # offset.metadata.max.bytes
+    retention_ms: int = 10080 * 60 * 1000       # offsets.retention.minutes
+    retention_check_interval_ms: int = 600000   # offsets.retention.check.interval.ms

@@ -1,0 +1,43 @@
+"""What a coordinator operation returns: records to append, and responses to deliver once the
+records are durable."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable
+
+from ..records.offsets import GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue
+
+Key = OffsetCommitKey | GroupMetadataKey
+Value = OffsetCommitValue | GroupMetadataValue | None  # None: tombstone
+Record = tuple[Key, Value]
+
+# A response body, or a function computing it at delivery time (a read that must see the state
+# after the writes it waited for).
+Response = dict[str, Any] | Callable[[], dict[str, Any]]
+
+
+@dataclass
+class CoordinatorResult:
+    """Records (appended atomically, in order) and (token, response) completions.
+
+    `replay` tells the shell to replay the records after they are durable: true for offset
+    records and tombstones; false for GroupMetadata values of live classic groups, whose
+    in-memory state the state machine already holds (Kafka does the same).
+    `barrier` makes a result with no records still wait for every earlier pending write.
+    """
+
+    records: list[Record] = field(default_factory=list)
+    completions: list[tuple[Hashable, Response]] = field(default_factory=list)
+    replay: bool = True
+    barrier: bool = False
+
+    def respond(self, token: Hashable, response: Response) -> "CoordinatorResult":
+        self.completions.append((token, response))
+        return self
+
+    def merge(self, other: "CoordinatorResult") -> "CoordinatorResult":
+        """Fold another result's records and completions into this one (same replay mode)."""
+        self.records.extend(other.records)
+        self.completions.extend(other.completions)
+        return self

@@ -1,0 +1,335 @@
+"""Group coordinator APIs on the wire: route each group to its shard, check the shard's load
+state (§0.2), filter unknown topics (§1.1 step 3), shape responses per version."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+from ..broker.broker import Broker
+from ..coordinator.result import CoordinatorResult
+from ..coordinator.shard import JoinRequest
+from ..protocol.errors import Error
+from ..records.offsets import partition_for
+from .coordinator_runtime import ShardRuntime, ShardState, new_token
+
+Body = dict[str, Any]
+Reply = Body | Awaitable[Body]
+
+# Consumer-visible names of the ListGroups filters (case-insensitive, §1.10).
+GROUP_TYPE_CLASSIC = "classic"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """Who sent a request: what JoinGroup records as client id and host."""
+
+    client_id: str
+    client_host: str
+    version: int
+
+
+def _ms(value: Any) -> int:
+    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
+
+
+def _reply(token: "asyncio.Future[Any]", shape: Callable[[Any], Body] = lambda body: body) -> Reply:
+    """The shaped response now if the shard already answered, else a coroutine awaiting it."""
+    if token.done():
+        return shape(token.result())
+
+    async def wait() -> Body:
+        return shape(await token)
+
+    return wait()
+
+
+class GroupApi:
+    """The coordinator half of the broker: FindCoordinator and the group APIs."""
+
+    def __init__(self, broker: Broker, runtimes: list[ShardRuntime]) -> None:
+        self.broker = broker
+        self.runtimes = runtimes
+
+    def runtime_for(self, group_id: str) -> ShardRuntime:
+        return self.runtimes[partition_for(group_id, len(self.runtimes))]
+
+    def _state_error(self, runtime: ShardRuntime) -> int:
+        """§0.2 steps 4-5: loading -> 14; failed -> 16."""
+        if runtime.state is ShardState.LOADING:
+            return Error.COORDINATOR_LOAD_IN_PROGRESS
+        if runtime.state is ShardState.FAILED:
+            return Error.NOT_COORDINATOR
+        return Error.NONE
+
+    # ----------------------------------------------------------------- FindCoordinator
+
+    def find_coordinator(self, ctx: RequestContext, req: Any) -> Reply:
+        """This node coordinates every group (single broker); v4+ batches keys."""
+        advertised = self.broker.config.advertised_listener
+        key_type = getattr(req, "key_type", 0)
+
+        def entry(key: str) -> Body:
+            if key_type not in (0,):  # transactions and share groups are not coordinated here
+                return {"key": key, "error_code": Error.INVALID_REQUEST, "node_id": -1, "host": "", "port": -1,
+                        "error_message": f"Unsupported coordinator key type {key_type}"}
+            return {"key": key, "error_code": Error.NONE, "node_id": self.broker.node_id,
+                    "host": advertised.host, "port": advertised.port, "error_message": None}
+
+        if ctx.version >= 4:
+            return {"coordinators": [entry(k) for k in req.coordinator_keys]}
+        return entry(req.key)
+
+    # ------------------------------------------------------------------- membership
+
+    def join_group(self, ctx: RequestContext, req: Any) -> Reply:
+        runtime = self.runtime_for(req.group_id)
+        error = self._state_error(runtime)
+        if error:
+            return _join_failure(error, req.member_id)
+        session = _ms(req.session_timeout)
+        rebalance = _ms(getattr(req, "rebalance_timeout", -1))
+        join = JoinRequest(
+            group_id=req.group_id, member_id=req.member_id,
+            group_instance_id=getattr(req, "group_instance_id", None), client_id=ctx.client_id,
+            client_host=ctx.client_host, session_timeout_ms=session,
+            rebalance_timeout_ms=session if rebalance < 0 else rebalance,
+            protocol_type=req.protocol_type, protocols=[(p.name, p.metadata) for p in req.protocols],
+            require_known_member_id=ctx.version >= 4)
+        token = new_token()
+        runtime.submit(runtime.shard.join_group(token, join, runtime.clock()))
+        return _reply(token, lambda body: _shape_join(body, ctx.version))
+
+    def sync_group(self, ctx: RequestContext, req: Any) -> Reply:
+        runtime = self.runtime_for(req.group_id)
+        error = self._state_error(runtime)
+        if error:
+            return {"error_code": error, "assignment": b""}
+        if ctx.version >= 5 and (req.protocol_type is None or req.protocol_name is None):
+            return {"error_code": Error.INCONSISTENT_GROUP_PROTOCOL, "assignment": b""}
+        token = new_token()
+        runtime.submit(runtime.shard.sync_group(
+            token, req.group_id, req.member_id, getattr(req, "group_instance_id", None), req.generation_id,
+            getattr(req, "protocol_type", None), getattr(req, "protocol_name", None),
+            {a.member_id: a.assignment for a in req.assignments}, runtime.clock()))
+        return _reply(token)
+
+    def heartbeat(self, ctx: RequestContext, req: Any) -> Reply:
+        runtime = self.runtime_for(req.group_id)
+        if runtime.state is ShardState.LOADING:
+            return {"error_code": Error.NONE}  # Heartbeat answers NONE while loading (§0.2)
+        if runtime.state is ShardState.FAILED:
+            return {"error_code": Error.NOT_COORDINATOR}
+        token = new_token()
+        runtime.submit(runtime.shard.heartbeat(token, req.group_id, req.member_id,
+                                               getattr(req, "group_instance_id", None), req.generation_id,
+                                               runtime.clock()))
+        return _reply(token)
+
+    def leave_group(self, ctx: RequestContext, req: Any) -> Reply:
+        runtime = self.runtime_for(req.group_id)
+        legacy = ctx.version <= 2
+        error = self._state_error(runtime)
+        if error:
+            return {"error_code": error, "members": ()}
+        members = [(req.member_id, None)] if legacy else [(m.member_id, m.group_instance_id) for m in req.members]
+        token = new_token()
+        runtime.submit(runtime.shard.leave_group(token, req.group_id, members, runtime.clock()))
+
+        def shape(body: Body) -> Body:
+            if not legacy:
+                return {"error_code": body["error_code"], "members": body["members"]}
+            if body["error_code"]:
+                return {"error_code": body["error_code"]}
+            member_errors = [m["error_code"] for m in body["members"]]
+            return {"error_code": member_errors[0] if member_errors else Error.NONE}
+
+        return _reply(token, shape)
+
+    # ---------------------------------------------------------------------- offsets
+
+    def offset_commit(self, ctx: RequestContext, req: Any) -> Reply:
+        """§1.1: unknown topics/partitions answered 3 before any group check; no top-level error."""
+        known: list[tuple[str, int, int, int, str | None]] = []
+        errors: dict[tuple[str, int], int] = {}
+        for topic in req.topics:
+            for p in topic.partitions:
+                if self.broker.topics.partition(topic.name, p.partition_index) is None:
+                    errors[(topic.name, p.partition_index)] = Error.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    known.append((topic.name, p.partition_index, p.committed_offset,
+                                  getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+
+        def shape(group_errors: dict[tuple[str, int], int]) -> Body:
+            merged = {**errors, **group_errors}
+            return {"topics": [{"name": t.name, "partitions": [
+                {"partition_index": p.partition_index, "error_code": merged[(t.name, p.partition_index)]}
+                for p in t.partitions]} for t in req.topics]}
+
+        if not known:
+            return shape({})
+        runtime = self.runtime_for(req.group_id)
+        error = self._state_error(runtime)
+        if error:
+            return shape({(t, p): error for t, p, *_ in known})
+        token = new_token()
+        runtime.submit(runtime.shard.commit_offsets(
+            token, req.group_id, getattr(req, "member_id", ""), getattr(req, "group_instance_id", None),
+            getattr(req, "generation_id_or_member_epoch", -1), known, getattr(req, "retention_time", -1),
+            ctx.version, runtime.clock()))
+        return _reply(token, shape)
+
+    def offset_fetch(self, ctx: RequestContext, req: Any) -> Reply:
+        """§1.3, in the three response layouts: v0-1, v2-7 (top-level error), v8+ (per group)."""
+        if ctx.version >= 8:
+            groups = [(g.group_id, None if g.topics is None else [(t.name, list(t.partition_indexes))
+                                                                  for t in g.topics]) for g in req.groups]
+        else:
+            groups = [(req.group_id, None if req.topics is None else [(t.name, list(t.partition_indexes))
+                                                                      for t in req.topics])]
+        require_stable = getattr(req, "require_stable", False)
+        answers: list[Any] = [self._fetch_group(group_id, topics, require_stable) for group_id, topics in groups]
+
+        def shape(results: list[tuple[int, list]]) -> Body:
+            if ctx.version >= 8:
+                return {"groups": [{"group_id": gid, "error_code": err, "topics": _fetch_topics(rows)}
+                                   for (gid, _), (err, rows) in zip(groups, results)]}
+            err, rows = results[0]
+            if ctx.version <= 1 and err:  # no top-level error: copied into every partition
+                return {"topics": [{"name": t, "partitions": [
+                    {"partition_index": p, "committed_offset": -1, "metadata": "", "error_code": err}
+                    for p in parts]} for t, parts in (groups[0][1] or [])]}
+            return {"error_code": err, "topics": _fetch_topics(rows)}
+
+        if all(not isinstance(a, asyncio.Future) for a in answers):
+            return shape(answers)
+
+        async def wait_all() -> Body:
+            return shape([await a if isinstance(a, asyncio.Future) else a for a in answers])
+
+        return wait_all()
+
+    def _fetch_group(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
+                     require_stable: bool) -> Any:
+        runtime = self.runtime_for(group_id)
+        error = self._state_error(runtime)
+        if error:
+            return (error, [])
+        if group_id is None:
+            return (Error.INVALID_GROUP_ID, [])
+        if not require_stable:
+            return (Error.NONE, runtime.shard.fetch_offsets(group_id, topics))
+        token = new_token()  # require_stable: wait for every pending write of the shard, then read
+        runtime.submit(CoordinatorResult(barrier=True).respond(
+            token, lambda: (Error.NONE, runtime.shard.fetch_offsets(group_id, topics))))
+        return token
+
+    # ------------------------------------------------------------------------ admin
+
+    def describe_groups(self, ctx: RequestContext, req: Any) -> Reply:
+        groups = []
+        for group_id in req.groups:
+            runtime = self.runtime_for(group_id)
+            error = self._state_error(runtime)
+            if error:
+                groups.append({"error_code": error, "group_id": group_id, "group_state": "",
+                               "protocol_type": "", "protocol_data": "", "members": ()})
+            else:
+                groups.append(runtime.shard.describe_group(group_id))
+        return {"groups": groups}
+
+    def list_groups(self, ctx: RequestContext, req: Any) -> Reply:
+        """§1.10: any loading shard makes the whole answer 14; filters are case-insensitive."""
+        if any(r.state is ShardState.LOADING for r in self.runtimes):
+            return {"error_code": Error.COORDINATOR_LOAD_IN_PROGRESS, "groups": ()}
+        states = {s.lower() for s in getattr(req, "states_filter", ())}
+        types = {t.lower() for t in getattr(req, "types_filter", ())}
+        groups = []
+        if not types or GROUP_TYPE_CLASSIC in types:
+            for runtime in self.runtimes:
+                if runtime.state is not ShardState.ACTIVE:
+                    continue
+                for group_id, protocol_type, state in runtime.shard.list_groups():
+                    if not states or state.lower() in states:
+                        groups.append({"group_id": group_id, "protocol_type": protocol_type,
+                                       "group_state": state, "group_type": GROUP_TYPE_CLASSIC})
+        return {"error_code": Error.NONE, "groups": groups}
+
+    def delete_groups(self, ctx: RequestContext, req: Any) -> Reply:
+        """§1.5: distinct ids, batched per shard; each shard's tombstones are one atomic write."""
+        wanted = list(dict.fromkeys(req.groups_names))
+        by_runtime: dict[int, list[str]] = {}
+        errors: dict[str, int] = {}
+        for group_id in wanted:
+            runtime = self.runtime_for(group_id)
+            error = self._state_error(runtime)
+            if error:
+                errors[group_id] = error
+            else:
+                by_runtime.setdefault(runtime.shard.partition, []).append(group_id)
+        tokens = []
+        for partition, group_ids in by_runtime.items():
+            runtime = self.runtimes[partition]
+            token = new_token()
+            runtime.submit(runtime.shard.delete_groups(token, group_ids))
+            tokens.append(token)
+
+        async def wait() -> Body:
+            for token in tokens:
+                errors.update(await token)
+            return {"results": [{"group_id": g, "error_code": errors[g]} for g in wanted]}
+
+        return wait()
+
+    def offset_delete(self, ctx: RequestContext, req: Any) -> Reply:
+        """§1.4/§3: unknown partitions 3 (dropped first); a top-level error empties the topics."""
+        known: list[tuple[str, list[int]]] = []
+        unknown: dict[tuple[str, int], int] = {}
+        for topic in req.topics:
+            parts = []
+            for p in topic.partitions:
+                if self.broker.topics.partition(topic.name, p.partition_index) is None:
+                    unknown[(topic.name, p.partition_index)] = Error.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    parts.append(p.partition_index)
+            known.append((topic.name, parts))
+        if not req.group_id:
+            return {"error_code": Error.INVALID_GROUP_ID, "topics": ()}
+        runtime = self.runtime_for(req.group_id)
+        error = self._state_error(runtime)
+        if error:
+            return {"error_code": error, "topics": ()}
+        token = new_token()
+        runtime.submit(runtime.shard.delete_offsets(token, req.group_id, known))
+
+        def shape(body: Body) -> Body:
+            if body["error_code"]:
+                return {"error_code": body["error_code"], "topics": ()}
+            return {"error_code": Error.NONE, "topics": [{"name": t.name, "partitions": [
+                {"partition_index": p.partition_index,
+                 "error_code": unknown.get((t.name, p.partition_index),
+                                           body["topics"].get(t.name, {}).get(p.partition_index, Error.NONE))}
+                for p in t.partitions]} for t in req.topics]}
+
+        return _reply(token, shape)
+
+
+def _fetch_topics(rows: list[tuple[str, list[tuple[int, int, int, str]]]]) -> list[Body]:
+    return [{"name": topic, "partitions": [
+        {"partition_index": p, "committed_offset": offset, "committed_leader_epoch": epoch,
+         "metadata": metadata, "error_code": Error.NONE} for p, offset, epoch, metadata in parts]}
+        for topic, parts in rows]
+
+
+def _join_failure(error: int, member_id: str) -> Body:
+    return {"error_code": error, "generation_id": -1, "leader": "", "member_id": member_id,
+            "protocol_name": None, "members": ()}
+
+
+def _shape_join(body: Body, version: int) -> Body:
+    """protocol_name is nullable only from v7; older versions send "" (§1.6 version notes)."""
+    if version < 7 and body.get("protocol_name") is None:
+        body = {**body, "protocol_name": ""}
+    return body
+

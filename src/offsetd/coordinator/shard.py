@@ -19,6 +19,11 @@ from ..records.offsets import (
     GroupMetadataValue,
     OffsetCommitKey,
     OffsetCommitValue,
+    decode_group_metadata_value,
+    decode_key,
+    decode_offset_commit_value,
+    encode_key,
+    encode_value,
 )
 from .config import GroupCoordinatorConfig
 from .group import ClassicGroup, ClassicGroupMember, GroupState
@@ -76,34 +81,58 @@ class GroupCoordinatorShard:
         self.partition = partition
         self.config = config
         self.groups: dict[str, ClassicGroup] = {}
-        self.offsets: dict[str, dict[TopicPartition, OffsetCommitValue]] = {}
+        # group -> OffsetCommit key bytes -> value bytes, exactly as in the log
+        self.offsets: dict[str, dict[bytes, bytes]] = {}
+        self._offsets_by_raw: dict[bytes, dict[bytes, bytes]] = {}  # same dicts, by UTF-8 group id
+        self.skipped_records = 0
         self.timers = Timers()
         self.completed_rebalances = 0
 
     # ============================================================================ replay
 
     def replay(self, key: OffsetCommitKey | GroupMetadataKey, value: OffsetCommitValue | GroupMetadataValue | None) -> None:
-        """Apply one record of the offsets log (§5.1). The only way offsets change."""
-        if type(key) is OffsetCommitKey:
-            group_offsets = self.offsets.get(key.group)
+        """Apply one record given as objects (tests and tools); see replay_raw."""
+        self.replay_raw(encode_key(key), None if value is None else encode_value(value))
+
+    def replay_raw(self, key: bytes, value: bytes | None) -> None:
+        """Apply one record of the offsets log, as stored (§5.1). The only way offsets change,
+        during operation and loading alike. The offsets table keeps OffsetCommit records as
+        their key and value bytes (a materialised compacted log): no decoding on the hot path.
+        Unknown key versions are counted in `skipped_records` and ignored (§4.2)."""
+        if not key[0] and key[1] < 2:  # OffsetCommit key v0/v1: int16 version, string group, ...
+            if not key[1]:  # v0 has v1's layout; normalise so both address one entry
+                key = b"\x00\x01" + key[2:]
+            raw_group = key[4 : 4 + (key[2] << 8 | key[3])]
+            group_offsets = self._offsets_by_raw.get(raw_group)
+            if value is not None:
+                if group_offsets is None:
+                    group_offsets = self._new_offsets(raw_group)
+                group_offsets[key] = value
+            elif group_offsets is not None:
+                group_offsets.pop(key, None)
+                if not group_offsets:
+                    del self._offsets_by_raw[raw_group]
+                    del self.offsets[raw_group.decode("utf-8")]
+        elif not key[0] and key[1] == 2:  # GroupMetadata key
+            group_id = decode_key(key).group  # type: ignore[union-attr]
             if value is None:
-                if group_offsets is not None:
-                    group_offsets.pop((key.topic, key.partition), None)
-                    if not group_offsets:
-                        del self.offsets[key.group]
-                return
-            if key.group not in self.groups:  # an offsets-only (simple) group
-                self.groups[key.group] = ClassicGroup(key.group)
-            if group_offsets is None:
-                group_offsets = self.offsets[key.group] = {}
-            group_offsets[(key.topic, key.partition)] = value  # type: ignore[assignment]
-        elif value is None:
-            group = self.groups.pop(key.group, None)
-            self.offsets.pop(key.group, None)
-            if group is not None:
-                self._cancel_group_timers(group)
+                group = self.groups.pop(group_id, None)
+                if self.offsets.pop(group_id, None) is not None:
+                    del self._offsets_by_raw[group_id.encode("utf-8")]
+                if group is not None:
+                    self._cancel_group_timers(group)
+            else:
+                self.groups[group_id] = ClassicGroup.from_record(group_id, decode_group_metadata_value(value))
         else:
-            self.groups[key.group] = ClassicGroup.from_record(key.group, value)  # type: ignore[arg-type]
+            self.skipped_records += 1
+
+    def _new_offsets(self, raw_group: bytes) -> dict[bytes, bytes]:
+        """The offsets dict of a group seen for the first time; creates the simple group if needed."""
+        group_id = raw_group.decode("utf-8")
+        group_offsets = self._offsets_by_raw[raw_group] = self.offsets[group_id] = {}
+        if group_id not in self.groups:  # an offsets-only (simple) group
+            self.groups[group_id] = ClassicGroup(group_id)
+        return group_offsets
 
     def on_loaded(self, now: int) -> None:
         """After load (§5.1): every loaded member gets a session timer."""
@@ -602,19 +631,28 @@ class GroupCoordinatorShard:
         stored = self.offsets.get(group_id, {}) if group_id in self.groups else {}
         if topics is None:
             by_topic: dict[str, list[tuple[int, int, int, str]]] = {}
-            for (topic, partition), value in sorted(stored.items()):
-                by_topic.setdefault(topic, []).append(
-                    (partition, value.offset, value.leader_epoch, value.metadata))
-            return list(by_topic.items())
+            for key, raw in stored.items():
+                k = decode_key(key)
+                value = decode_offset_commit_value(raw)
+                by_topic.setdefault(k.topic, []).append(  # type: ignore[union-attr]
+                    (k.partition, value.offset, value.leader_epoch, value.metadata))  # type: ignore[union-attr]
+            return sorted((topic, sorted(rows)) for topic, rows in by_topic.items())
         answer = []
         for topic, partitions in topics:
             rows = []
             for partition in partitions:
-                value = stored.get((topic, partition))
-                rows.append((partition, -1, -1, "") if value is None else
-                            (partition, value.offset, value.leader_epoch, value.metadata))
+                raw = stored.get(encode_key(OffsetCommitKey(group_id, topic, partition)))
+                if raw is None:
+                    rows.append((partition, -1, -1, ""))
+                else:
+                    value = decode_offset_commit_value(raw)
+                    rows.append((partition, value.offset, value.leader_epoch, value.metadata))
             answer.append((topic, rows))
         return answer
+
+    def committed_partitions(self, group_id: str) -> list[TopicPartition]:
+        """(topic, partition) of every offset the group has committed."""
+        return [(k.topic, k.partition) for k in map(decode_key, self.offsets.get(group_id, {}))]  # type: ignore[union-attr]
 
     # ======================================================================== admin
 
@@ -652,7 +690,7 @@ class GroupCoordinatorShard:
                 errors[group_id] = NON_EMPTY_GROUP
             else:
                 errors[group_id] = NONE
-                for topic, partition in self.offsets.get(group_id, {}):
+                for topic, partition in self.committed_partitions(group_id):
                     result.records.append((OffsetCommitKey(group_id, topic, partition), None))
                 result.records.append((GroupMetadataKey(group_id), None))
         return result.respond(token, errors)
@@ -678,8 +716,9 @@ class GroupCoordinatorShard:
                     answer[topic][partition] = GROUP_SUBSCRIBED_TO_TOPIC
                     continue
                 answer[topic][partition] = NONE
-                if (topic, partition) in stored:
-                    result.records.append((OffsetCommitKey(group_id, topic, partition), None))
+                key = OffsetCommitKey(group_id, topic, partition)
+                if encode_key(key) in stored:
+                    result.records.append((key, None))
         return result.respond(token, {"error_code": NONE, "topics": answer})
 
 

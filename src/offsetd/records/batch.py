@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from crc32c import crc32c
 
@@ -485,3 +485,95 @@ def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
     if pos != end:
         raise InvalidBatch(CORRUPT_MESSAGE, f"{end - pos} trailing bytes after the last record")
     return out
+
+
+def scan_key_values(buf: bytes, on_record: Callable[[bytes | None, bytes | None], None]) -> tuple[int, int]:
+    """Call on_record(key, value) for every record of the plain (non-transactional, non-control)
+    uncompressed batches in `buf`, in log order; returns (records seen, bytes consumed).
+
+    The start-up loader of `__consumer_offsets` runs this over millions of records, so it is one
+    flat loop with the varints inlined, not a generator. Compressed batches raise InvalidBatch
+    (Kafka writes the offsets topic uncompressed); the caller decodes those the slow way.
+    Record layout: length, attributes, timestampDelta, offsetDelta (varints), key (zigzag varint
+    length + bytes, -1 = null), value (same), header count + headers.
+    """
+    n = len(buf)
+    pos = 0
+    seen = 0
+    unpack = _HEADER_UNPACK_FROM
+    while n - pos >= BATCH_HEADER_SIZE:
+        (_, batch_length, _, _, _, attributes, _, _, _, producer_id, _, _, count) = unpack(buf, pos)
+        end = pos + LOG_OVERHEAD + batch_length
+        if batch_length < MIN_BATCH_LENGTH or end > n:
+            break
+        if attributes & (CONTROL_MASK | TRANSACTIONAL_MASK) or producer_id >= 0:
+            pos = end
+            continue
+        if attributes & _COMPRESSION_MASK:
+            raise InvalidBatch(CORRUPT_MESSAGE, f"compressed batch at byte {pos}: use decode_records")
+        p = pos + BATCH_HEADER_SIZE
+        for _ in range(count):
+            while buf[p] & 0x80:  # record length: not needed
+                p += 1
+            p += 2  # its last byte, then attributes
+            while buf[p] & 0x80:  # timestampDelta
+                p += 1
+            p += 1
+            while buf[p] & 0x80:  # offsetDelta
+                p += 1
+            p += 1
+            b = buf[p]  # key length, zigzag varint
+            p += 1
+            if b & 0x80:
+                size, shift = b & 0x7F, 7
+                while True:
+                    b = buf[p]
+                    p += 1
+                    size |= (b & 0x7F) << shift
+                    if not b & 0x80:
+                        break
+                    shift += 7
+            else:
+                size = b
+            size = (size >> 1) ^ -(size & 1)
+            if size < 0:
+                key = None
+            else:
+                key = buf[p : p + size]
+                p += size
+            b = buf[p]  # value length, zigzag varint
+            p += 1
+            if b & 0x80:
+                size, shift = b & 0x7F, 7
+                while True:
+                    b = buf[p]
+                    p += 1
+                    size |= (b & 0x7F) << shift
+                    if not b & 0x80:
+                        break
+                    shift += 7
+            else:
+                size = b
+            size = (size >> 1) ^ -(size & 1)
+            if size < 0:
+                value = None
+            else:
+                value = buf[p : p + size]
+                p += size
+            if buf[p]:  # headers: rare in this log; decode the record properly to skip them
+                p = _skip_headers(buf, p)
+            else:
+                p += 1
+            on_record(key, value)
+        seen += count
+        pos = end
+    return seen, pos
+
+
+def _skip_headers(buf: bytes, p: int) -> int:
+    count, p = decode_varint(buf, p)
+    for _ in range(count):
+        for _ in range(2):  # header key, header value
+            size, p = decode_varint(buf, p)
+            p += max(size, 0)
+    return p

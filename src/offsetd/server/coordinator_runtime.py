@@ -17,18 +17,8 @@ from typing import Any, Callable
 
 from ..coordinator.result import CoordinatorResult
 from ..coordinator.shard import GroupCoordinatorShard
-from ..records.batch import build_batch, iter_batches
-from ..records.offsets import (
-    GroupMetadataKey,
-    OffsetCommitKey,
-    UnknownRecordKey,
-    decode_group_metadata_value,
-    decode_key,
-    decode_offset_commit_value,
-    encode_key,
-    encode_value,
-    iter_log_records,
-)
+from ..records.batch import build_batch, iter_batches, scan_key_values
+from ..records.offsets import encode_key, encode_value
 from ..storage.partition_log import PartitionLog
 
 log = logging.getLogger("offsetd.coordinator")
@@ -66,28 +56,15 @@ class ShardRuntime:
         """Replay the partition from its start (§5.1); a corrupt record fails this shard only."""
         started = time.perf_counter()
         offset, end = self.plog.log_start_offset, self.plog.log_end_offset
-        shard, skipped = self.shard, 0
+        shard, loaded = self.shard, 0
+        replay = shard.replay_raw
         try:
             while offset < end:
                 chunk = self.plog.read(offset, LOAD_CHUNK_BYTES)
                 if not chunk:
                     break
-                for record_offset, _ts, key_bytes, value_bytes, producer_id in iter_log_records(chunk, markers=False):
-                    if key_bytes is None:
-                        continue
-                    key = decode_key(key_bytes)
-                    if type(key) is UnknownRecordKey:
-                        skipped += 1
-                        continue
-                    if producer_id >= 0:
-                        continue  # transactional offsets: transactions are not served (see README)
-                    if value_bytes is None:
-                        shard.replay(key, None)
-                    elif type(key) is OffsetCommitKey:
-                        shard.replay(key, decode_offset_commit_value(value_bytes))
-                    else:
-                        shard.replay(key, decode_group_metadata_value(value_bytes))
-                    self.records_loaded += 1
+                seen, _ = scan_key_values(chunk, replay)
+                loaded += seen
                 last = offset
                 for _, header in iter_batches(chunk):
                     last = header.base_offset + header.last_offset_delta
@@ -98,8 +75,10 @@ class ShardRuntime:
             log.error("__consumer_offsets-%d: load failed near offset %d: %s; its groups are not served",
                       shard.partition, offset, exc)
             return
-        if skipped:
-            log.warning("__consumer_offsets-%d: skipped %d records with unknown key versions", shard.partition, skipped)
+        self.records_loaded = loaded
+        if shard.skipped_records:
+            log.warning("__consumer_offsets-%d: skipped %d records with unknown key versions",
+                        shard.partition, shard.skipped_records)
         shard.on_loaded(self.clock())
         self.load_time_ms = (time.perf_counter() - started) * 1000
         self.state = ShardState.ACTIVE
@@ -123,13 +102,13 @@ class ShardRuntime:
         try:
             while self._queue:
                 batch, self._queue = self._queue, []
-                records = [r for result in batch for r in result.records]
+                # (key bytes, value bytes, replay?) in log order: one atomic record batch
+                encoded = [(encode_key(k), None if v is None else encode_value(v), result.replay)
+                           for result in batch for k, v in result.records]
                 try:
-                    if records:
+                    if encoded:
                         now = self.clock()
-                        blob = build_batch([(encode_key(k), None if v is None else encode_value(v), now, [])
-                                            for k, v in records])
-                        self.plog.append(blob, now)
+                        self.plog.append(build_batch([(k, v, now, []) for k, v, _ in encoded]), now)
                         if self.fsync:
                             await loop.run_in_executor(self.executor, self.plog.flush)
                 except Exception as exc:
@@ -139,10 +118,9 @@ class ShardRuntime:
                             if not token.done():
                                 token.set_exception(exc)
                     continue
-                for result in batch:
-                    if result.replay:
-                        for key, value in result.records:
-                            self.shard.replay(key, value)
+                for key, value, replay in encoded:
+                    if replay:
+                        self.shard.replay_raw(key, value)
                 for result in batch:
                     _deliver(result)
         finally:
@@ -180,5 +158,3 @@ def new_token() -> "asyncio.Future[Any]":
     """A request token: a future the runtime completes with the response body."""
     return asyncio.get_running_loop().create_future()
 
-
-__all__ = ["ShardRuntime", "ShardState", "new_token", "GroupMetadataKey"]

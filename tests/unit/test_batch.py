@@ -341,3 +341,35 @@ def test_client_control_batch_is_invalid_record():
     with pytest.raises(InvalidBatch) as info:
         validate_batches(control, 1 << 20)
     assert info.value.error_code == 87 and "control" in str(info.value)
+
+
+def test_scan_key_values_matches_decode_records_and_skips_txn_and_control():
+    """The loader's flat scan sees exactly what the general decoder sees, in order."""
+    from offsetd.records.batch import (
+        CONTROL_MASK, TRANSACTIONAL_MASK, build_batch, decode_records, scan_key_values,
+    )
+
+    records = [(b"k" * (i % 70), None if i % 5 == 0 else b"v" * (i * 3), 1000 + i,
+                [("h", b"x")] if i % 7 == 0 else []) for i in range(200)]
+    plain = build_batch(records) + build_batch([(None, b"only-value", 5, [])], base_offset=200)
+    txn = build_batch([(b"t", b"txn", 1, [])], base_offset=201, producer_id=9, producer_epoch=0,
+                      base_sequence=0, attributes=TRANSACTIONAL_MASK)
+    control = build_batch([(b"\0\0\0\0", b"\0\0\0\0\0\0", 1, [])], base_offset=202, producer_id=9,
+                          producer_epoch=0, attributes=CONTROL_MASK | TRANSACTIONAL_MASK)
+    seen: list = []
+    count, consumed = scan_key_values(plain + txn + control, lambda k, v: seen.append((k, v)))
+    expected = [(r.key, r.value) for r in decode_records(plain[: len(plain) - len(build_batch([(None, b"only-value", 5, [])]))])]
+    assert seen == expected + [(None, b"only-value")]
+    assert count == 201 and consumed == len(plain + txn + control)
+
+
+def test_scan_key_values_rejects_corruption_and_stops_at_torn_tail():
+    from offsetd.records.batch import InvalidBatch, build_batch, scan_key_values
+
+    batch = build_batch([(b"key", b"value", 1, [])])
+    corrupt = bytearray(batch)
+    corrupt[-2] ^= 0xFF
+    with pytest.raises(InvalidBatch, match="CRC"):
+        scan_key_values(bytes(corrupt), lambda k, v: None)
+    count, consumed = scan_key_values(batch + batch[:30], lambda k, v: None)
+    assert (count, consumed) == (1, len(batch))

@@ -492,25 +492,30 @@ def scan_key_values(buf: bytes, on_record: Callable[[bytes | None, bytes | None]
     uncompressed batches in `buf`, in log order; returns (records seen, bytes consumed).
 
     The start-up loader of `__consumer_offsets` runs this over millions of records, so it is one
-    flat loop with the varints inlined, not a generator. Compressed batches raise InvalidBatch
-    (Kafka writes the offsets topic uncompressed); the caller decodes those the slow way.
+    flat loop with the varints inlined, not a generator. Each batch's CRC-32C is checked and its
+    records must end exactly at the batch end, else InvalidBatch (a corrupt log must stop the
+    load, never feed it wrong offsets). Compressed batches raise InvalidBatch too (Kafka writes
+    the offsets topic uncompressed).
     Record layout: length, attributes, timestampDelta, offsetDelta (varints), key (zigzag varint
     length + bytes, -1 = null), value (same), header count + headers.
     """
     n = len(buf)
+    view = memoryview(buf)
     pos = 0
     seen = 0
     unpack = _HEADER_UNPACK_FROM
     while n - pos >= BATCH_HEADER_SIZE:
-        (_, batch_length, _, _, _, attributes, _, _, _, producer_id, _, _, count) = unpack(buf, pos)
+        (_, batch_length, _, _, crc, attributes, _, _, _, producer_id, _, _, count) = unpack(buf, pos)
         end = pos + LOG_OVERHEAD + batch_length
         if batch_length < MIN_BATCH_LENGTH or end > n:
             break
+        if crc32c(view[pos + CRC_START : end]) != crc:
+            raise InvalidBatch(CORRUPT_MESSAGE, f"record batch at byte {pos} failed its CRC-32C check")
         if attributes & (CONTROL_MASK | TRANSACTIONAL_MASK) or producer_id >= 0:
             pos = end
             continue
         if attributes & _COMPRESSION_MASK:
-            raise InvalidBatch(CORRUPT_MESSAGE, f"compressed batch at byte {pos}: use decode_records")
+            raise InvalidBatch(CORRUPT_MESSAGE, f"compressed batch at byte {pos}: not expected in this log")
         p = pos + BATCH_HEADER_SIZE
         for _ in range(count):
             while buf[p] & 0x80:  # record length: not needed
@@ -565,6 +570,8 @@ def scan_key_values(buf: bytes, on_record: Callable[[bytes | None, bytes | None]
             else:
                 p += 1
             on_record(key, value)
+        if p != end:
+            raise InvalidBatch(CORRUPT_MESSAGE, f"records of the batch at byte {pos} do not fill it exactly")
         seen += count
         pos = end
     return seen, pos

@@ -134,11 +134,16 @@ class GroupCoordinatorShard:
             self.groups[group_id] = ClassicGroup(group_id)
         return group_offsets
 
-    def on_loaded(self, now: int) -> None:
-        """After load (§5.1): every loaded member gets a session timer."""
+    def on_loaded(self, now: int) -> CoordinatorResult:
+        """After load (§5.1): every loaded member gets a session timer; groups over
+        group.max.size are forced to rebalance."""
+        result = CoordinatorResult(replay=False)
         for group in self.groups.values():
             for member in group.members.values():
                 self._schedule_heartbeat(group, member, now)
+            if len(group.members) > self.config.group_max_size and group.state is S.STABLE:
+                self._prepare_rebalance(group, now, result)
+        return result
 
     # ====================================================================== timers
 
@@ -155,7 +160,7 @@ class GroupCoordinatorShard:
                 continue
             if kind == "heartbeat":
                 member = group.members.get(key[2])
-                if member is not None and member.join_token is None:
+                if member is not None and member.join_token is None and member.sync_token is None:
                     log.info("member %s of group %s: session timeout, removing", member.member_id, group_id)
                     self._remove_member_and_update(group, member, now, result)
             elif kind == "pending":
@@ -220,7 +225,11 @@ class GroupCoordinatorShard:
             if created:  # roll the creation back: nothing was joined
                 del self.groups[req.group_id]
                 result.records.clear()
-            return result.respond(token, _join_error(error, req.member_id))
+            result.respond(token, _join_error(error, req.member_id))
+            member = group.members.get(req.member_id)
+            if error == GROUP_MAX_SIZE_REACHED and member is not None:  # Kafka drops the member
+                self._remove_member_and_update(group, member, now, result)
+            return result
         if not req.member_id:
             self._join_unknown_member(group, token, req, now, result)
         else:
@@ -489,15 +498,14 @@ class GroupCoordinatorShard:
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
             group.transition(S.STABLE, now)
-            self.timers.cancel(("sync", group.group_id))
+            if not group.pending_sync:  # else the deadline set at join completion still applies
+                self.timers.cancel(("sync", group.group_id))
             self.completed_rebalances += 1
             result.records.append((GroupMetadataKey(group.group_id), group.to_record()))
             for m in group.members.values():
                 if m.sync_token is not None:
                     result.respond(m.sync_token, self._sync_response(group, m))
                     m.sync_token = None
-            if group.pending_sync:  # members that already synced are done; others may still come
-                self.timers.schedule(("sync", group.group_id), now + group.rebalance_timeout_ms())
         return result
 
     @staticmethod
@@ -628,7 +636,8 @@ class GroupCoordinatorShard:
                       ) -> list[tuple[str, list[tuple[int, int, int, str]]]]:
         """OffsetFetch (§1.3) for one group: [(topic, [(partition, offset, epoch, metadata)])];
         unknown groups and partitions give -1/-1/"" (no GROUP_ID_NOT_FOUND for classic groups)."""
-        stored = self.offsets.get(group_id, {}) if group_id in self.groups else {}
+        group = self.groups.get(group_id)
+        stored = self.offsets.get(group_id, {}) if group is not None and group.state is not S.DEAD else {}
         if topics is None:
             by_topic: dict[str, list[tuple[int, int, int, str]]] = {}
             for key, raw in stored.items():

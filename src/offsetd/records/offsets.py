@@ -67,6 +67,9 @@ __all__ = [
     "parse_subscription_topics",
     "encode_consumer_subscription",
     "iter_log_records",
+    "iter_offset_commits",
+    "LogRecord",
+    "OffsetCommitRecord",
 ]
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -710,9 +713,33 @@ def encode_consumer_subscription(topics: list[str], user_data: bytes | None = No
 
 # ---------------------------------------------------------------------------------------------
 # Log walking (start-up replay)
+#
+# Record inside a magic-v2 batch (after the 61-byte header; uncompressed or decompressed):
+#     length varint | attributes int8 | timestampDelta varlong | offsetDelta varint |
+#     keyLength varint | key | valueLength varint | value | headerCount varint | headers
+# Varints are zig-zag base-128; -1 lengths are null. Control batches (attribute bit 5) hold one
+# record whose key is int16 version | int16 type (0 = ABORT, 1 = COMMIT).
+#
+# CPython cost model that shaped this code: every bytecode that makes a new int or object costs
+# ~100-250 machine instructions and a struct.unpack_from call ~500-1500, so the hot loops
+# decode one- and two-byte varints inline, avoid zig-zag arithmetic where the sign cannot matter,
+# and read fixed-layout runs with one Struct call.
 # ---------------------------------------------------------------------------------------------
 
 LogRecord = tuple[int, int, "bytes | ControlMarker | None", "bytes | None", int]
+"""(offset, timestamp, key, value, producer_id) as yielded by iter_log_records."""
+
+OffsetCommitRecord = tuple[int, int, str, str, int, "int | None", int, str, int, int]
+"""(log_offset, producer_id, group, topic, partition, offset, leader_epoch, metadata,
+commit_timestamp, expire_timestamp) as yielded by iter_offset_commits; offset None = tombstone."""
+
+# Tail of the dominant OffsetCommit record shape, starting at the key's partition field:
+# int32 partition | valueLength varint (1 byte, 48 = zig-zag 24; skipped) | int16 value
+# version (3) | int64 offset | int32 leaderEpoch | int16 metadata length (0) | int64
+# commitTimestamp | headerCount varint (1 byte, 0; not read) -> 29 bytes read of 30.
+_V3_TAIL = struct.Struct(">ixhqihq")
+assert _V3_TAIL.size == 29
+_v3_tail_unpack = _V3_TAIL.unpack_from
 
 
 def _zigzag_varint(d: bytes, p: int) -> tuple[int, int]:
@@ -730,27 +757,92 @@ def _zigzag_varint(d: bytes, p: int) -> tuple[int, int]:
             raise RecordDecodeError("record varint longer than 10 bytes")
 
 
-def _control_records(
-    d: bytes, p: int, end: int, count: int
-) -> list[tuple[int, int, bytes | None]]:
-    """(offset delta, timestamp delta, key) of each record in a control batch's record area."""
-    out = []
-    for _ in range(count):
-        length, p = _zigzag_varint(d, p)
-        rec_end = p + length
-        ts_delta, p = _zigzag_varint(d, p + 1)  # + 1 skips the record attributes byte
-        off_delta, p = _zigzag_varint(d, p)
-        klen, p = _zigzag_varint(d, p)
-        key = None
-        if klen >= 0:
-            key = d[p : p + klen]
-            p += klen
-        if length < 0 or p > rec_end or rec_end > end:
-            raise RecordDecodeError("malformed record in control batch")
-        out.append((off_delta, ts_delta, key))
-        p = rec_end
+def _read_record(d: bytes, p: int, end: int) -> tuple[int, int, int, bytes | None, bytes | None]:
+    """General record decode at p: (record end, timestampDelta, offsetDelta, key, value)."""
+    zz = _zigzag_varint
+    length, p = zz(d, p)
+    rec_end = p + length
+    ts_delta, p = zz(d, p + 1)  # + 1 skips the attributes byte
+    off_delta, p = zz(d, p)
+    klen, p = zz(d, p)
+    key = None
+    if klen >= 0:
+        key = d[p : p + klen]
+        p += klen
+    vlen, p = zz(d, p)
+    value = None
+    if vlen >= 0:
+        value = d[p : p + vlen]
+        p += vlen
+    if length < 0 or klen < -1 or vlen < -1 or p > rec_end or rec_end > end:
+        raise RecordDecodeError(f"malformed record (offset delta {off_delta})")
+    return rec_end, ts_delta, off_delta, key, value
+
+
+_BatchArea = tuple[int, int, bytes, int, int, int, int, int, int, int, int]
+
+
+def _batches(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    verify: bool,
+    decompress: Callable[[int, bytes], bytes] | None,
+) -> Generator[_BatchArea, None, None]:
+    """Per complete batch: (batch pos, size, d, p, end, baseOffset, attributes, baseTimestamp,
+    maxTimestamp, producerId, recordsCount) where d[p:end] is the (decompressed) record area."""
+    is_bytes = type(buf) is bytes
+    mv = memoryview(buf)
+    if mv.ndim != 1 or mv.itemsize != 1:
+        mv = mv.cast("B")
+    n = len(mv)
+    hdr = _batch_header_unpack
+    while n - pos >= BATCH_HEADER_SIZE:
+        (base_offset, batch_length, _epoch, magic, crc, attributes, _lod, base_ts, max_ts,
+         producer_id, _pepoch, _bseq, count) = hdr(mv, pos)
+        size = batch_length + LOG_OVERHEAD
+        if batch_length < MIN_BATCH_LENGTH or pos + size > n:
+            return  # torn tail: incomplete batch, or zero fill
+        if magic != 2:
+            raise RecordDecodeError(f"batch at byte {pos} (offset {base_offset}) has magic {magic}, not 2")
+        if verify and crc32c(mv[pos + CRC_START : pos + size]) != crc:
+            raise RecordDecodeError(f"batch at byte {pos} (offset {base_offset}) failed its CRC-32C check")
+        codec = attributes & _COMPRESSION_MASK
+        if codec != COMPRESSION_NONE:
+            d = (decompress or _default_decompress)(codec, bytes(mv[pos + BATCH_HEADER_SIZE : pos + size]))
+            if type(d) is not bytes:
+                d = bytes(d)
+            yield pos, size, d, 0, len(d), base_offset, attributes, base_ts, max_ts, producer_id, count
+        elif is_bytes:
+            # Work in place on the caller's bytes: slicing bytes is the cheapest way to cut
+            # out small keys and values.
+            yield (pos, size, buf, pos + BATCH_HEADER_SIZE, pos + size, base_offset,  # type: ignore[misc]
+                   attributes, base_ts, max_ts, producer_id, count)
+        else:
+            d = bytes(mv[pos + BATCH_HEADER_SIZE : pos + size])  # one copy per batch
+            yield pos, size, d, 0, len(d), base_offset, attributes, base_ts, max_ts, producer_id, count
+        pos += size
+
+
+def _control_markers(area: _BatchArea) -> list[LogRecord]:
+    """The COMMIT / ABORT markers of one control batch as LogRecords (other control types skipped)."""
+    bpos, _size, d, p, end, base_offset, attributes, base_ts, max_ts, producer_id, count = area
+    out: list[LogRecord] = []
+    try:
+        for _ in range(count):
+            p, ts_delta, off_delta, key, _value = _read_record(d, p, end)
+            # control key: int16 version | int16 type (0 ABORT, 1 COMMIT)
+            if key is None or len(key) < 4:
+                raise RecordDecodeError(f"control record in batch at byte {bpos} has a short key")
+            cversion, ctype = _hh_unpack(key, 0)
+            if cversion < 0:
+                raise RecordDecodeError(f"control record version {cversion} in batch at byte {bpos}")
+            if ctype == 0 or ctype == 1:
+                ts = max_ts if attributes & TIMESTAMP_TYPE_MASK else base_ts + ts_delta
+                out.append((base_offset + off_delta, ts, ControlMarker(ctype), None, producer_id))
+    except IndexError as exc:
+        raise RecordDecodeError(f"malformed control batch at byte {bpos}: {exc}") from exc
     if p != end:
-        raise RecordDecodeError(f"{end - p} trailing bytes in control batch")
+        raise RecordDecodeError(f"control batch at byte {bpos} has {end - p} bytes after its records")
     return out
 
 
@@ -763,7 +855,7 @@ def _default_decompress(codec: int, data: bytes) -> bytes:
             raise RecordDecodeError(f"corrupt gzip batch: {exc}") from exc
     name = _CODEC_NAMES.get(codec, f"unknown codec {codec}")
     raise RecordDecodeError(
-        f"batch compressed with {name}: only gzip is built in; pass decompress=... to iter_log_records"
+        f"batch compressed with {name}: only gzip is built in; pass decompress=(codec, data) -> bytes"
     )
 
 
@@ -792,78 +884,23 @@ def iter_log_records(
       `decompress(codec, data) -> bytes`, otherwise RecordDecodeError.
     LogAppendTime batches give every record the batch's maxTimestamp.
     """
-    is_bytes = type(buf) is bytes
-    mv = memoryview(buf)
-    if mv.ndim != 1 or mv.itemsize != 1:
-        mv = mv.cast("B")
-    n = len(mv)
-    hdr = _batch_header_unpack
+    stop = pos
     zz = _zigzag_varint
-    while n - pos >= BATCH_HEADER_SIZE:
-        (base_offset, batch_length, _epoch, magic, crc, attributes, _lod, base_ts, max_ts,
-         producer_id, _pepoch, _bseq, count) = hdr(mv, pos)
-        size = batch_length + LOG_OVERHEAD
-        if batch_length < MIN_BATCH_LENGTH or pos + size > n:
-            break  # torn tail
-        if magic != 2:
-            raise RecordDecodeError(f"batch at byte {pos} (offset {base_offset}) has magic {magic}, not 2")
-        if verify and crc32c(mv[pos + CRC_START : pos + size]) != crc:
-            raise RecordDecodeError(f"batch at byte {pos} (offset {base_offset}) failed its CRC-32C check")
-        codec = attributes & _COMPRESSION_MASK
-        # Pick the bytes object holding the record area [p, end).
-        if codec != COMPRESSION_NONE:
-            d = (decompress or _default_decompress)(codec, bytes(mv[pos + BATCH_HEADER_SIZE : pos + size]))
-            if type(d) is not bytes:
-                d = bytes(d)
-            p = 0
-            end = len(d)
-        elif is_bytes:
-            d = buf  # type: ignore[assignment]
-            p = pos + BATCH_HEADER_SIZE
-            end = pos + size
-        else:
-            d = bytes(mv[pos + BATCH_HEADER_SIZE : pos + size])
-            p = 0
-            end = size - BATCH_HEADER_SIZE
-        log_append_time = attributes & TIMESTAMP_TYPE_MASK
+    for area in _batches(buf, pos, verify, decompress):
+        bpos, size, d, p, end, base_offset, attributes, base_ts, max_ts, producer_id, count = area
         if attributes & CONTROL_MASK:
             if markers:
-                try:
-                    recs = _control_records(d, p, end, count)
-                except IndexError as exc:
-                    raise RecordDecodeError(f"malformed control batch at byte {pos}: {exc}") from exc
-                for off_delta, ts_delta, ckey in recs:
-                    # control key: int16 version | int16 type (0 ABORT, 1 COMMIT)
-                    if ckey is None or len(ckey) < 4:
-                        raise RecordDecodeError(f"control record in batch at byte {pos} has a short key")
-                    cversion, ctype = _hh_unpack(ckey, 0)
-                    if cversion < 0:
-                        raise RecordDecodeError(f"control record version {cversion} in batch at byte {pos}")
-                    if ctype == 0 or ctype == 1:
-                        yield (
-                            base_offset + off_delta,
-                            max_ts if log_append_time else base_ts + ts_delta,
-                            ControlMarker(ctype),
-                            None,
-                            producer_id,
-                        )
-            pos += size
+                yield from _control_markers(area)
+            stop = bpos + size
             continue
-        if log_append_time:
-            # Every record gets maxTimestamp: fold it into the base and ignore deltas.
-            ts_base, ts_mul = max_ts, 0
-        else:
-            ts_base, ts_mul = base_ts, 1
+        lat = attributes & TIMESTAMP_TYPE_MASK
         try:
             for _ in range(count):
-                # record: length varint | attributes int8 | timestampDelta varlong |
-                #         offsetDelta varint | keyLength varint | key | valueLength varint |
-                #         value | headers (skipped: we jump to the record end).
-                # Varints are zig-zag; one- and two-byte forms are decoded inline.
+                # length varint; then skip the attributes byte
                 b = d[p]
                 if b < 0x80:
                     rec_end = p + 1 + ((b >> 1) ^ -(b & 1))
-                    p += 2  # length byte + attributes byte
+                    p += 2
                 else:
                     c = d[p + 1]
                     if c < 0x80:
@@ -874,12 +911,14 @@ def iter_log_records(
                         length, p = zz(d, p)
                         rec_end = p + length
                         p += 1
+                # timestampDelta varlong
                 b = d[p]
                 if b < 0x80:
                     ts_delta = (b >> 1) ^ -(b & 1)
                     p += 1
                 else:
                     ts_delta, p = zz(d, p)
+                # offsetDelta varint
                 b = d[p]
                 if b < 0x80:
                     off_delta = (b >> 1) ^ -(b & 1)
@@ -892,6 +931,7 @@ def iter_log_records(
                         p += 2
                     else:
                         off_delta, p = zz(d, p)
+                # keyLength varint + key
                 b = d[p]
                 if not b & 0x81:  # one byte, even: a length of 0..63
                     e = p + 1 + (b >> 1)
@@ -908,13 +948,14 @@ def iter_log_records(
                     elif klen == -1:
                         key = None
                     else:
-                        raise RecordDecodeError(f"record key length {klen} in batch at byte {pos}")
+                        raise RecordDecodeError(f"record key length {klen} in batch at byte {bpos}")
+                # valueLength varint + value
                 b = d[p]
-                if not b & 0x81:  # one byte, even: a length of 0..63
+                if not b & 0x81:
                     e = p + 1 + (b >> 1)
                     value = d[p + 1 : e]
                     p = e
-                elif b == 1:  # zig-zag -1: null
+                elif b == 1:
                     value = None
                     p += 1
                 else:
@@ -925,16 +966,124 @@ def iter_log_records(
                     elif vlen == -1:
                         value = None
                     else:
-                        raise RecordDecodeError(f"record value length {vlen} in batch at byte {pos}")
+                        raise RecordDecodeError(f"record value length {vlen} in batch at byte {bpos}")
+                # headers are not needed: jump to the end of the record
                 if p > rec_end or rec_end > end:
                     raise RecordDecodeError(
-                        f"malformed record at offset {base_offset + off_delta} (batch at byte {pos})"
+                        f"malformed record at offset {base_offset + off_delta} (batch at byte {bpos})"
                     )
                 p = rec_end
-                yield base_offset + off_delta, ts_base + ts_mul * ts_delta, key, value, producer_id
+                yield base_offset + off_delta, max_ts if lat else base_ts + ts_delta, key, value, producer_id
         except IndexError as exc:
-            raise RecordDecodeError(f"malformed records in batch at byte {pos}: {exc}") from exc
+            raise RecordDecodeError(f"malformed records in batch at byte {bpos}: {exc}") from exc
         if p != end:
-            raise RecordDecodeError(f"batch at byte {pos} has {end - p} bytes after its {count} records")
-        pos += size
-    return pos
+            raise RecordDecodeError(f"batch at byte {bpos} has {end - p} bytes after its {count} records")
+        stop = bpos + size
+    return stop
+
+
+def iter_offset_commits(
+    buf: bytes | bytearray | memoryview,
+    on_other: Callable[[int, int, "bytes | ControlMarker | None", "bytes | None", int], object],
+    pos: int = 0,
+    *,
+    verify: bool = False,
+    decompress: Callable[[int, bytes], bytes] | None = None,
+) -> Generator[OffsetCommitRecord, None, int]:
+    """Replay fast path: walk batches like iter_log_records, decoding OffsetCommit records inline.
+
+    Yields (log_offset, producer_id, group, topic, partition, offset, leader_epoch, metadata,
+    commit_timestamp, expire_timestamp) for each OffsetCommit record (key v0/v1, value v0..v4);
+    offset is None for a tombstone (then -1, "", -1, -1). Every other record (GroupMetadata,
+    unknown key versions, COMMIT/ABORT markers) is passed to
+    `on_other(offset, timestamp, key, value, producer_id)` exactly as iter_log_records would
+    yield it, at its place in log order (the generator is lazy, so everything yielded before has
+    already been handled by the caller). Group and topic strings are shared between records.
+    Torn tails, errors, `verify`, `decompress` and the return value: as iter_log_records.
+    """
+    cache: dict[bytes, tuple[str, str]] = {}  # key minus partition -> (group, topic)
+    cget = cache.get
+    tail = _v3_tail_unpack
+    stop = pos
+    for area in _batches(buf, pos, verify, decompress):
+        bpos, size, d, p, end, base_offset, attributes, base_ts, max_ts, producer_id, count = area
+        if attributes & CONTROL_MASK:
+            for rec in _control_markers(area):
+                on_other(*rec)
+            stop = bpos + size
+            continue
+        try:
+            for _ in range(count):
+                # Fast path for the shape the coordinator writes: length varint of 1-2 bytes,
+                # one-byte timestampDelta, offsetDelta of 1-2 bytes, key v0/v1 shorter than 64
+                # bytes, value v3 with empty metadata, no headers. Anything else -> general path.
+                b = d[p]
+                if b < 0x80:
+                    rec_end = p + 1 + (b >> 1)
+                    q = p + 2
+                else:
+                    c = d[p + 1]
+                    # (c << 7 | b & 0x7F) >> 1, assuming a non-negative (even) length
+                    rec_end = p + 2 + ((c << 6) | ((b & 0x7F) >> 1))
+                    q = p + 3 if c < 0x80 else 0
+                if q and d[q] < 0x80:  # one-byte timestampDelta: skip it
+                    b = d[q + 1]
+                    if b < 0x80:
+                        od = b >> 1
+                        q += 2
+                    else:
+                        c = d[q + 2]
+                        od = (c << 6) | ((b & 0x7F) >> 1)
+                        q = q + 3 if c < 0x80 else 0
+                    if q:
+                        b = d[q]  # keyLength
+                        if not b & 0x81:
+                            ke = q + 1 + (b >> 1)
+                            # 26 bytes after the key = valueLength (1) + 24-byte value v3
+                            # with empty metadata + headerCount (1). A record that does not
+                            # fit its batch is caught by the end-of-batch check.
+                            if rec_end - ke == 26:
+                                partition, vver, offset, epoch, mlen, commit_ts = tail(d, ke - 4)
+                                if vver == 3 and not mlen:
+                                    gt = cget(d[q + 1 : ke - 4])
+                                    if gt is not None or (gt := _cache_key_prefix(cache, d[q + 1 : ke - 4])):
+                                        group, topic = gt
+                                        p = rec_end
+                                        yield (base_offset + od, producer_id, group, topic, partition,
+                                               offset, epoch, "", commit_ts, -1)
+                                        continue
+                # General path: any record shape, any key or value version.
+                p, ts_delta, od, key, value = _read_record(d, p, end)
+                if key is not None:
+                    r = decode_offset_commit_fast(key, value)
+                    if r is not None:
+                        yield (base_offset + od, producer_id) + r
+                        continue
+                on_other(base_offset + od, max_ts if attributes & TIMESTAMP_TYPE_MASK else base_ts + ts_delta,
+                         key, value, producer_id)
+        except IndexError as exc:
+            raise RecordDecodeError(f"malformed records in batch at byte {bpos}: {exc}") from exc
+        if p != end:
+            raise RecordDecodeError(f"batch at byte {bpos} has {end - p} bytes after its {count} records")
+        stop = bpos + size
+    return stop
+
+
+def _cache_key_prefix(cache: dict[bytes, tuple[str, str]], prefix: bytes) -> tuple[str, str] | None:
+    """Decode and cache an OffsetCommit key without its partition; None if it is not one."""
+    # int16 version (0/1) | int16 group length | group | int16 topic length | topic
+    n = len(prefix)
+    if n < 6:
+        return None
+    version, gl = _hh_unpack(prefix, 0)
+    if (version != 0 and version != 1) or gl < 0 or 4 + gl + 2 > n:
+        return None
+    (tl,) = _h_unpack(prefix, 4 + gl)
+    if 6 + gl + tl != n:
+        return None
+    try:
+        gt = (prefix[4 : 4 + gl].decode("utf-8"), prefix[6 + gl :].decode("utf-8"))
+    except UnicodeDecodeError:
+        return None  # the general path reports it
+    cache[prefix] = gt
+    return gt

@@ -79,10 +79,9 @@ class ShardRuntime:
         if shard.skipped_records:
             log.warning("__consumer_offsets-%d: skipped %d records with unknown key versions",
                         shard.partition, shard.skipped_records)
-        shard.on_loaded(self.clock())
         self.load_time_ms = (time.perf_counter() - started) * 1000
         self.state = ShardState.ACTIVE
-        self._reschedule()
+        self.submit(shard.on_loaded(self.clock()))
 
     # ------------------------------------------------------------------------ writes
 

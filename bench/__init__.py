@@ -6,5 +6,6 @@ Entry point: ``bench/run.py`` (``make bench``). The modules:
 * ``procs``     - run client code in spawned child processes, with a deadline.
 * ``clients``   - the client loops that run inside those children (confluent-kafka).
 * ``workloads`` - the workload list: functions ``(bootstrap, broker_name) -> {key: Metric}``.
+* ``offsets_log`` - a synthetic ``__consumer_offsets`` written to disk (for ``offsets-load``).
 * ``report``    - best-of-N aggregation, the comparison table and the JSON results file.
 """

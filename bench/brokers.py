@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -43,7 +44,9 @@ class BrokerLauncher(ABC):
     removes its scratch directory. Also usable as a context manager.
 
     Subclasses provide :meth:`command` (argv for a given port and data dir) and
-    :meth:`version`.
+    :meth:`version`. ``seed``, if set, is called with the (empty) data dir before the process
+    starts, to put existing data in place; ``started_at`` is the ``time.monotonic()`` reading
+    taken just before the process was spawned.
     """
 
     #: Short name used in tables, JSON and messages.
@@ -57,6 +60,8 @@ class BrokerLauncher(ABC):
         self.workdir: Path | None = None
         #: Last lines of the broker's stdout/stderr, kept after ``stop()`` for error reports.
         self.last_log_tail: str = ""
+        self.seed: Callable[[Path], None] | None = None
+        self.started_at: float | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
@@ -79,6 +84,13 @@ class BrokerLauncher(ABC):
             raise RuntimeError(f"{self.name} is not started")
         return f"{self.host}:{self.port}"
 
+    @property
+    def pid(self) -> int:
+        """Process id of the running broker."""
+        if self._proc is None:
+            raise RuntimeError(f"{self.name} is not started")
+        return self._proc.pid
+
     def exit_status(self) -> int | None:
         """``None`` while the broker runs; its exit status once it has died."""
         if self._proc is None:
@@ -100,6 +112,9 @@ class BrokerLauncher(ABC):
         argv = self.command(self.port, data_dir)
         self._log = open(self.workdir / "broker.log", "wb")
         try:
+            if self.seed is not None:
+                self.seed(data_dir)
+            self.started_at = time.monotonic()
             self._proc = subprocess.Popen(
                 argv,
                 cwd=self.workdir,
@@ -161,7 +176,7 @@ class BrokerLauncher(ABC):
         if code is not None:
             raise BrokerStartError(f"process exited with status {code}")
 
-    def _pause(self, seconds: float) -> None:
+    def pause(self, seconds: float) -> None:
         """Wait up to ``seconds`` between polls; returns at once if the broker exits."""
         assert self._proc is not None
         try:
@@ -181,7 +196,7 @@ class BrokerLauncher(ABC):
                 pass
             if time.monotonic() >= deadline:
                 raise BrokerStartError(f"port {self.port} not accepting connections in time")
-            self._pause(0.02)
+            self.pause(0.02)
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         while True:
@@ -195,14 +210,17 @@ class BrokerLauncher(ABC):
             except KafkaException:
                 continue
 
-    def _read_log_tail(self, lines: int = 40) -> str:
+    def read_log(self) -> str:
+        """Everything the running broker has written to stdout/stderr so far."""
         if self.workdir is None:
             return ""
         try:
-            text = (self.workdir / "broker.log").read_text(errors="replace")
+            return (self.workdir / "broker.log").read_text(errors="replace")
         except OSError:
             return ""
-        return "\n".join(text.splitlines()[-lines:])
+
+    def _read_log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.read_log().splitlines()[-lines:])
 
 
 def tansu_binary() -> Path:

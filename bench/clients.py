@@ -8,7 +8,14 @@ counts and turn them into metrics. Everything here is picklable and module-level
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported for real inside the children (see the functions below)
+    from multiprocessing.synchronize import Barrier
+
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 
 @dataclass
@@ -192,3 +199,289 @@ def consume(
         errors=errors,
         first_error=first_error,
     )
+
+
+# -- offset commits -------------------------------------------------------------------------
+#
+# The commit clients are standalone ("simple") consumers: they never subscribe() or assign(),
+# they only call commit(offsets=...). librdkafka then sends OffsetCommit with generation -1
+# and an empty member id, which the broker accepts for a group with no members (creating an
+# offsets-only group). No partitions are assigned, so poll() fetches nothing and only serves
+# callbacks. The committed topic must exist (Kafka answers UNKNOWN_TOPIC_OR_PARTITION
+# otherwise).
+
+
+@dataclass
+class CommitThroughputResult:
+    """What one async-committing client saw. ``started``/``finished`` are ``time.monotonic()``
+    readings (CLOCK_MONOTONIC: one clock for every process of the host), so the parent can
+    compute the span covered by all clients together."""
+
+    started: float  # first timed commit handed to the client
+    finished: float  # last in-flight commit acknowledged (or the drain deadline)
+    sent: int = 0
+    acked: int = 0  # commit callbacks without any error
+    errors: int = 0  # callbacks with a request or partition error
+    first_error: str | None = None
+    in_flight_at_end: int = 0  # commits still unacknowledged at the drain deadline
+    max_in_flight: int = 0
+    #: Offsets of the last commit sent, per partition, and what committed() read back.
+    last_sent: list[int] = field(default_factory=list)
+    read_back: list[int] = field(default_factory=list)
+    read_back_error: str | None = None
+
+
+def _commit_consumer(
+    bootstrap: str,
+    group_id: str,
+    on_commit: Callable[[KafkaError | None, list[TopicPartition]], None] | None = None,
+) -> Consumer:
+    """A consumer used only for standalone commits (no subscription, no auto commit)."""
+    from confluent_kafka import Consumer
+
+    conf: dict[str, object] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group_id,
+        "enable.auto.commit": False,
+    }
+    if on_commit is not None:
+        conf["on_commit"] = on_commit
+    return Consumer(conf)
+
+
+def _read_back(consumer: Consumer, topic: str, partitions: int, timeout_s: float) -> list[int]:
+    """``committed()`` for every partition; -1001 (OFFSET_INVALID) where nothing is stored.
+    Raises ``KafkaException`` on a request error and ``RuntimeError`` on a partition error."""
+    from confluent_kafka import TopicPartition
+
+    wanted = [TopicPartition(topic, p) for p in range(partitions)]
+    tps = consumer.committed(wanted, timeout=timeout_s)
+    bad = [f"{tp.partition}: {tp.error}" for tp in tps if tp.error is not None]
+    if bad:
+        raise RuntimeError(f"committed() partition errors: {', '.join(bad)}")
+    by_partition = {tp.partition: tp.offset for tp in tps}
+    return [by_partition.get(p, -1001) for p in range(partitions)]
+
+
+def commit_throughput(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    group_id: str,
+    max_in_flight: int,
+    duration_s: float,
+    timeout_s: float,
+    barrier: Barrier,
+) -> CommitThroughputResult:
+    """Commit offsets of ``partitions`` partitions per request, asynchronously, keeping up to
+    ``max_in_flight`` commits unacknowledged, for ``duration_s``; then wait for the stragglers
+    and read the offsets back with ``committed()``.
+
+    Commit ``n`` (n = 1, 2, ...) stores offset ``n * partitions + p`` for partition ``p``, so
+    every commit changes every offset and the read-back shows which commit won. A warm-up
+    commit (n = 0) outside the timed section finds the coordinator and opens the connection;
+    then all clients wait on ``barrier`` so their timed sections overlap.
+    """
+    from confluent_kafka import TopicPartition
+
+    in_flight = acked = errors = 0
+    first_error: str | None = None
+
+    def on_commit(err: KafkaError | None, tps: list[TopicPartition]) -> None:
+        nonlocal in_flight, acked, errors, first_error
+        in_flight -= 1
+        problem = str(err) if err is not None else None
+        if problem is None:
+            bad = [f"{tp.partition}: {tp.error}" for tp in tps if tp.error is not None]
+            problem = f"partition errors {', '.join(bad)}" if bad else None
+        if problem is None:
+            acked += 1
+        else:
+            errors += 1
+            if first_error is None:
+                first_error = problem
+
+    consumer = _commit_consumer(bootstrap, group_id, on_commit)
+    commit = consumer.commit
+    poll = consumer.poll
+    try:
+        deadline = time.monotonic() + timeout_s
+        # Warm-up: one commit, acknowledged, before the clock starts.
+        in_flight = 1
+        commit(offsets=[TopicPartition(topic, p, p) for p in range(partitions)], asynchronous=True)
+        while in_flight and time.monotonic() < deadline:
+            poll(0.05)
+        if in_flight or errors:
+            raise RuntimeError(f"warm-up commit failed: {first_error or 'no acknowledgement'}")
+        acked = 0
+        barrier.wait(max(0.0, deadline - time.monotonic()))
+
+        sent = peak = 0
+        started = time.monotonic()
+        end = started + duration_s
+        while time.monotonic() < end:
+            if in_flight < max_in_flight:
+                sent += 1
+                base = sent * partitions
+                commit(
+                    offsets=[TopicPartition(topic, p, base + p) for p in range(partitions)],
+                    asynchronous=True,
+                )
+                in_flight += 1
+                if in_flight > peak:
+                    peak = in_flight
+                poll(0)
+            else:
+                poll(0.01)  # wakes as soon as a callback is due
+        drain_deadline = min(deadline, time.monotonic() + 30.0)
+        while in_flight and time.monotonic() < drain_deadline:
+            poll(0.01)
+        finished = time.monotonic()
+
+        result = CommitThroughputResult(
+            started=started,
+            finished=finished,
+            sent=sent,
+            acked=acked,
+            errors=errors,
+            first_error=first_error,
+            in_flight_at_end=in_flight,
+            max_in_flight=peak,
+            last_sent=[sent * partitions + p for p in range(partitions)],
+        )
+        try:
+            result.read_back = _read_back(consumer, topic, partitions, 10.0)
+        except Exception as exc:  # reported, judged by the workload
+            result.read_back_error = f"{type(exc).__name__}: {exc}"
+    finally:
+        consumer.close()
+    return result
+
+
+@dataclass
+class CommitLatencyResult:
+    """Synchronous commit round trips of one client, in seconds (timed section only)."""
+
+    latencies_s: list[float] = field(default_factory=list)
+    errors: int = 0
+    first_error: str | None = None
+    last_sent: list[int] = field(default_factory=list)
+    read_back: list[int] = field(default_factory=list)
+    read_back_error: str | None = None
+
+
+def commit_latency(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    group_id: str,
+    warmup_s: float,
+    duration_s: float,
+) -> CommitLatencyResult:
+    """Commit ``partitions`` offsets synchronously in a loop: ``warmup_s`` untimed, then
+    ``duration_s`` with every ``commit(asynchronous=False)`` timed. Commit ``n`` stores
+    ``n * partitions + p``; the offsets are read back at the end."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    result = CommitLatencyResult()
+    consumer = _commit_consumer(bootstrap, group_id)
+    commit = consumer.commit
+    clock = time.perf_counter
+    try:
+        n = 0
+        warm_end = clock() + warmup_s
+        end = warm_end + duration_s
+        while True:
+            before = clock()
+            if before >= end:
+                break
+            n += 1
+            offsets = [TopicPartition(topic, p, n * partitions + p) for p in range(partitions)]
+            try:
+                tps = commit(offsets=offsets, asynchronous=False)
+            except KafkaException as exc:
+                tps, problem = [], str(exc)
+            else:
+                bad = [f"{tp.partition}: {tp.error}" for tp in tps if tp.error is not None]
+                problem = f"partition errors {', '.join(bad)}" if bad else None
+            after = clock()
+            if problem is not None:
+                result.errors += 1
+                if result.first_error is None:
+                    result.first_error = problem
+                continue
+            result.last_sent = [o.offset for o in offsets]
+            if before >= warm_end:
+                result.latencies_s.append(after - before)
+        try:
+            result.read_back = _read_back(consumer, topic, partitions, 10.0)
+        except Exception as exc:
+            result.read_back_error = f"{type(exc).__name__}: {exc}"
+    finally:
+        consumer.close()
+    return result
+
+
+# -- a new group's first record -------------------------------------------------------------
+
+
+@dataclass
+class FirstRecordResult:
+    """Seconds from ``subscribe()`` to the partition assignment and to the first record
+    (``None``: did not happen before the deadline), and what that record was."""
+
+    assigned_s: float | None = None
+    first_record_s: float | None = None
+    topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    value_size: int | None = None
+    errors: int = 0
+    first_error: str | None = None
+
+
+def first_record(bootstrap: str, topic: str, group_id: str, timeout_s: float) -> FirstRecordResult:
+    """A new consumer in a new group subscribes to ``topic`` (auto.offset.reset=earliest,
+    client defaults otherwise) and polls until the first record arrives or ``timeout_s``
+    passes. Connecting to the bootstrap broker (a Metadata request) is done before the clock
+    starts; group discovery, join, sync and the first fetch are inside it."""
+    from confluent_kafka import Consumer
+
+    result = FirstRecordResult()
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group_id,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    clock = time.perf_counter
+    start = 0.0
+
+    def on_assign(_consumer: Consumer, tps: list[TopicPartition]) -> None:
+        if tps and result.assigned_s is None:
+            result.assigned_s = clock() - start
+
+    try:
+        consumer.list_topics(topic, timeout=10)
+        start = clock()
+        consumer.subscribe([topic], on_assign=on_assign)
+        deadline = start + timeout_s
+        while (remaining := deadline - clock()) > 0:
+            msg = consumer.poll(min(remaining, 0.5))
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                result.errors += 1
+                if result.first_error is None:
+                    result.first_error = str(msg.error())
+                continue
+            result.first_record_s = clock() - start
+            value = msg.value()
+            result.topic, result.partition = msg.topic(), msg.partition()
+            result.offset = msg.offset()
+            result.value_size = None if value is None else len(value)
+            break
+    finally:
+        consumer.close()
+    return result

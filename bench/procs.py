@@ -13,6 +13,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -84,6 +85,14 @@ def run_in_children(
                 proc.join()
         results_q.close()
     return [results[i] for i in range(len(procs))]
+
+
+def start_barrier(parties: int) -> Barrier:
+    """A barrier the children of one :func:`run_in_children` call can pass as an argument
+    (it must come from the same spawn context), so their timed sections start together.
+    Children should call ``barrier.wait(timeout)``: a missing party then breaks the barrier
+    for everyone instead of hanging."""
+    return _CTX.Barrier(parties)
 
 
 def run_in_child(target: Callable[..., T], args: tuple, timeout_s: float) -> T:

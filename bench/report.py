@@ -11,7 +11,8 @@ from typing import Any, Literal
 
 from bench.workloads import Metric
 
-Status = Literal["ok", "failed", "skipped"]
+#: "n/a": the workload does not apply to this broker (see ``Workload.brokers``).
+Status = Literal["ok", "failed", "skipped", "n/a"]
 
 
 @dataclass
@@ -46,11 +47,14 @@ class Cell:
     values: list[float] = field(default_factory=list)
     failed: int = 0
     skipped: int = 0
+    not_applicable: int = 0
     best: float | None = None  # set only when every repetition succeeded
 
     def text(self, unit: str) -> str:
         if self.runs == 0:
             return "not run"
+        if self.not_applicable == self.runs:
+            return "n/a"
         if self.failed:
             return f"FAILED ({self.failed}/{self.runs})"
         if self.skipped:
@@ -117,6 +121,8 @@ def aggregate(
                         cell.failed += 1
                     elif out.status == "skipped":
                         cell.skipped += 1
+                    elif out.status == "n/a":
+                        cell.not_applicable += 1
                     else:
                         cell.ok += 1
                         if key in out.metrics:

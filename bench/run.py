@@ -5,9 +5,14 @@ against it, and stops it. Broker order alternates between repetitions. The table
 best of N per broker and the ratio offsetd/Tansu; every raw run is written as JSON to
 ``bench/results/``. The exit status is non-zero if any start or workload failed.
 
-    .venv/bin/python bench/run.py                       # 200k messages, both brokers
+    .venv/bin/python bench/run.py                       # every workload, both brokers
     .venv/bin/python bench/run.py --only tansu --messages 20000
     .venv/bin/python bench/run.py --repeat 3
+    .venv/bin/python bench/run.py --workloads commit-throughput commit-latency
+    .venv/bin/python bench/run.py --list-workloads
+
+``--workloads`` selects workloads by name (the ones they require are added); a workload that
+does not apply to a broker (``offsets-load`` on Tansu) shows "n/a".
 """
 
 from __future__ import annotations
@@ -68,6 +73,11 @@ def run_suite(launcher: BrokerLauncher, workloads: list[Workload], repetition: i
     """Start the broker, run every workload in order, stop the broker (always)."""
     run = BrokerRun(broker=launcher.name, repetition=repetition)
     tag = f"[{launcher.name} #{repetition + 1}]"
+    if not any(wl.applies_to(launcher.name) for wl in workloads):
+        run.outcomes = [WorkloadOutcome(w.name, "n/a", error=f"{', '.join(w.brokers)} only")
+                        for w in workloads]  # fmt: skip
+        print(f"{tag} nothing to run (selected workloads are n/a here)", flush=True)
+        return run
     try:
         run.bootstrap = launcher.start()
     except BrokerStartError as exc:
@@ -81,7 +91,9 @@ def run_suite(launcher: BrokerLauncher, workloads: list[Workload], repetition: i
         ok: set[str] = set()
         for wl in workloads:
             missing = [r for r in wl.requires if r not in ok]
-            if (status := launcher.exit_status()) is not None:
+            if not wl.applies_to(launcher.name):
+                out = WorkloadOutcome(wl.name, "n/a", error=f"{', '.join(wl.brokers)} only")
+            elif (status := launcher.exit_status()) is not None:
                 out = WorkloadOutcome(wl.name, "failed", error=f"broker exited ({status})")
             elif missing:
                 out = WorkloadOutcome(wl.name, "skipped", error=f"needs {', '.join(missing)}")
@@ -122,6 +134,8 @@ def _run_workload(wl: Workload, bootstrap: str, broker_name: str) -> WorkloadOut
 
 
 def _describe(out: WorkloadOutcome) -> str:
+    if out.status == "n/a":
+        return f"{out.workload}: n/a ({out.error})"
     if out.status != "ok":
         return f"{out.workload}: {out.status.upper()}: {out.error}"
     figures = ", ".join(f"{format_value(m.value, m.unit)} {m.unit}" for m in out.metrics.values())
@@ -134,8 +148,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Run the same workloads against offsetd and Tansu and compare them."
     )
     p.add_argument("--only", choices=BROKERS, help="benchmark a single broker")
+    p.add_argument("--workloads", nargs="+", metavar="NAME",
+                   help="run only these workloads (space- or comma-separated; the workloads "
+                        "they require are added); default: all, see --list-workloads")
+    p.add_argument("--list-workloads", action="store_true",
+                   help="print the workload names in run order and exit")
     p.add_argument("--messages", type=int, default=defaults.messages,
-                   help=f"messages to produce and consume (default {defaults.messages:,})")
+                   help=f"messages for produce/consume (default {defaults.messages:,})")
     p.add_argument("--repeat", type=int, default=1,
                    help="repetitions per broker; the table shows the best of N (default 1)")
     p.add_argument("--offsetd-config", type=Path, default=DEFAULT_OFFSETD_CONFIG,
@@ -145,7 +164,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)  # fmt: skip
     if args.messages < 1 or args.repeat < 1:
         p.error("--messages and --repeat must be positive")
+    if args.workloads:
+        args.workloads = [n for item in args.workloads for n in item.split(",") if n]
+        known = [w.name for w in default_workloads(defaults)]
+        unknown = [n for n in args.workloads if n not in known]
+        if unknown:
+            p.error(f"unknown workload(s) {', '.join(unknown)}; known: {', '.join(known)}")
     return args
+
+
+def select_workloads(workloads: list[Workload], names: list[str] | None) -> list[Workload]:
+    """The named workloads plus, transitively, the ones they require, in suite order
+    (``None``: all)."""
+    if not names:
+        return workloads
+    by_name = {w.name: w for w in workloads}
+    wanted: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name not in wanted:
+            wanted.add(name)
+            todo.extend(by_name[name].requires)
+    return [w for w in workloads if w.name in wanted]
 
 
 def environment(launchers: dict[str, BrokerLauncher]) -> dict[str, object]:
@@ -185,8 +226,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    cfg = BenchConfig(messages=args.messages)
-    workloads = default_workloads(cfg)
+    cfg = BenchConfig(messages=args.messages, offsetd_config=str(args.offsetd_config))
+    if args.list_workloads:
+        for wl in default_workloads(cfg):
+            notes = [f"requires {', '.join(wl.requires)}"] if wl.requires else []
+            notes += [f"{', '.join(wl.brokers)} only"] if wl.brokers else []
+            print(f"{wl.name}{'  (' + '; '.join(notes) + ')' if notes else ''}")
+        return 0
+    workloads = select_workloads(default_workloads(cfg), args.workloads)
     selected = [args.only] if args.only else BROKERS
     try:
         launchers = {name: make_launcher(name, args) for name in selected}
@@ -195,8 +242,9 @@ def _main(args: argparse.Namespace) -> int:
         return 2
 
     print(
-        f"offsetd bench: {cfg.messages:,} x {cfg.message_size} B over {cfg.partitions} "
-        f"partitions, brokers: {', '.join(selected)}, repeat {args.repeat}",
+        f"offsetd bench: {', '.join(w.name for w in workloads)}; {cfg.messages:,} x "
+        f"{cfg.message_size} B over {cfg.partitions} partitions; brokers: "
+        f"{', '.join(selected)}; repeat {args.repeat}",
         flush=True,
     )
     runs: list[BrokerRun] = []
@@ -215,7 +263,8 @@ def _main(args: argparse.Namespace) -> int:
             print(f"  {line}")
     path = write_json(
         args.results_dir,
-        config={**asdict(cfg), "repeat": args.repeat, "only": args.only},
+        config={**asdict(cfg), "repeat": args.repeat, "only": args.only,
+                "workloads": [w.name for w in workloads]},
         environment=environment(launchers),
         runs=runs,
         rows=rows,

@@ -4,25 +4,47 @@ A workload raises :class:`WorkloadFailed` when the broker misbehaved (errors, mi
 wrong data, deadline missed); such a run is reported as failed, never as a number. Workloads
 run in list order against one fresh broker, and a workload may ``require`` earlier ones
 (``consume`` reads what ``produce`` wrote); if a requirement did not succeed it is skipped.
+A workload that only makes sense for some brokers lists them in ``brokers``; the others
+report it as "n/a".
 
 Adding a workload: write ``def my_workload(cfg, bootstrap, broker_name) -> dict[str, Metric]``
 (client loops that need their own process go in ``clients`` and run via ``procs``), then
 append ``Workload("name", partial(my_workload, cfg), requires=(...))`` in
 :func:`default_workloads`.
+
+The suite (``bench/run.py --workloads NAME ...`` selects some; requirements come along):
+
+* ``create_topic``, ``produce``, ``consume``: ``cfg.messages`` records through one producer,
+  then one consumer (``assign()``, no group).
+* ``commit-throughput``: ``cfg.commit_clients`` processes, each a standalone consumer in its
+  own group committing ``cfg.partitions`` offsets per async commit, at most
+  ``cfg.commit_max_in_flight`` unacknowledged, for ``cfg.commit_duration_s``.
+* ``commit-latency``: one process, synchronous commits of ``cfg.partitions`` offsets.
+* ``subscribe-to-first-record``: a new group's consumer, from ``subscribe()`` to its first
+  record (one record in a fresh topic).
+* ``offsets-load`` (offsetd only): start-up load of a ``__consumer_offsets`` holding
+  ``groups x topics x partitions`` commit records, written to disk before the broker starts.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import math
+import os
+import re
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
-from confluent_kafka import KafkaException
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench import clients
-from bench.procs import ChildError, run_in_child
+from bench import clients, offsets_log
+from bench.brokers import DEFAULT_OFFSETD_CONFIG, BrokerStartError, OffsetdBroker
+from bench.procs import ChildError, run_in_child, run_in_children, start_barrier
 
 
 @dataclass(frozen=True)
@@ -49,11 +71,16 @@ WorkloadFn = Callable[[str, str], dict[str, Metric]]
 
 @dataclass(frozen=True)
 class Workload:
-    """A named workload function plus the names of workloads it builds on."""
+    """A named workload function plus the names of workloads it builds on, and the brokers
+    it applies to (empty: all)."""
 
     name: str
     run: WorkloadFn
     requires: tuple[str, ...] = ()
+    brokers: tuple[str, ...] = ()
+
+    def applies_to(self, broker_name: str) -> bool:
+        return not self.brokers or broker_name in self.brokers
 
 
 @dataclass(frozen=True)
@@ -72,6 +99,27 @@ class BenchConfig:
     #: Extra allowance for a child process to start up and report, on top of its deadline.
     child_slack_s: float = 30.0
 
+    # commit-throughput / commit-latency (offsets of cfg.partitions partitions of cfg.topic)
+    commit_clients: int = 4
+    commit_max_in_flight: int = 200
+    commit_duration_s: float = 5.0
+    latency_warmup_s: float = 1.0
+    latency_duration_s: float = 3.0
+
+    # subscribe-to-first-record
+    first_record_timeout_s: float = 90.0
+
+    # offsets-load: groups x topics x partitions commit records, one per key
+    load_groups: int = 1000
+    load_topics: int = 100
+    load_partitions: int = 100
+    load_records_per_batch: int = 2048
+    load_timeout_s: float = 600.0
+    #: Building the data set (once; cached under cache_dir).
+    load_build_timeout_s: float = 1800.0
+    offsetd_config: str = str(DEFAULT_OFFSETD_CONFIG)
+    cache_dir: str = str(Path(__file__).resolve().parent / "results" / "cache")
+
     def expected_per_partition(self) -> list[int]:
         """How many messages ``produce`` sends to each partition (message i -> i % P)."""
         base, extra = divmod(self.messages, self.partitions)
@@ -84,36 +132,40 @@ class BenchConfig:
 def create_topic(cfg: BenchConfig, bootstrap: str, broker_name: str) -> dict[str, Metric]:
     """Create the topic with ``cfg.partitions`` partitions via the AdminClient, then poll
     Metadata until every partition has a leader. Produces no figure."""
+    _create_topic(bootstrap, cfg.topic, cfg.partitions, cfg.setup_timeout_s)
+    return {}
+
+
+def _create_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float) -> None:
+    """CreateTopics, then poll Metadata until every partition has a leader."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics(
-        [NewTopic(cfg.topic, num_partitions=cfg.partitions, replication_factor=1)],
-        operation_timeout=cfg.setup_timeout_s,
-        request_timeout=cfg.setup_timeout_s,
+        [NewTopic(topic, num_partitions=partitions, replication_factor=1)],
+        operation_timeout=timeout_s,
+        request_timeout=timeout_s,
     )
     try:
-        futures[cfg.topic].result(timeout=cfg.setup_timeout_s)
+        futures[topic].result(timeout=timeout_s)
     except KafkaException as exc:
-        raise WorkloadFailed(f"CreateTopics {cfg.topic!r} failed: {exc}") from exc
+        raise WorkloadFailed(f"CreateTopics {topic!r} failed: {exc}") from exc
 
-    deadline = time.monotonic() + cfg.setup_timeout_s
+    deadline = time.monotonic() + timeout_s
     problem = "no metadata"
     while (remaining := deadline - time.monotonic()) > 0:
         try:
-            meta = admin.list_topics(cfg.topic, timeout=min(1.0, remaining)).topics.get(cfg.topic)
+            meta = admin.list_topics(topic, timeout=min(1.0, remaining)).topics.get(topic)
         except KafkaException as exc:
             problem = str(exc)
             continue
         if meta is None or meta.error is not None:
             problem = f"topic metadata error: {meta.error if meta else 'topic missing'}"
-        elif len(meta.partitions) != cfg.partitions:
-            problem = f"{len(meta.partitions)} partitions, expected {cfg.partitions}"
+        elif len(meta.partitions) != partitions:
+            problem = f"{len(meta.partitions)} partitions, expected {partitions}"
         elif any(p.leader < 0 or p.error is not None for p in meta.partitions.values()):
             problem = "some partitions have no leader yet"
         else:
-            return {}
-    raise WorkloadFailed(
-        f"topic {cfg.topic!r} not ready after {cfg.setup_timeout_s:.0f} s: {problem}"
-    )
+            return
+    raise WorkloadFailed(f"topic {topic!r} not ready after {timeout_s:.0f} s: {problem}")
 
 
 def produce_throughput(cfg: BenchConfig, bootstrap: str, broker_name: str) -> dict[str, Metric]:
@@ -173,6 +225,412 @@ def consume_throughput(cfg: BenchConfig, bootstrap: str, broker_name: str) -> di
     return _throughput("consume", res.received, cfg.message_size, res.elapsed_s)
 
 
+def commit_throughput(cfg: BenchConfig, bootstrap: str, broker_name: str) -> dict[str, Metric]:
+    """``cfg.commit_clients`` processes commit ``cfg.partitions`` offsets of ``cfg.topic`` per
+    async commit, each keeping up to ``cfg.commit_max_in_flight`` unacknowledged, for
+    ``cfg.commit_duration_s``; their timed sections start together (a barrier).
+
+    Each client is a standalone consumer (no subscribe/assign: OffsetCommit with generation
+    -1) in its own new group, so the clients' groups are independent, as separate
+    applications' would be; this works on both brokers. Throughput = acknowledged commits of
+    all clients / (last acknowledgement - first timed commit). Checked: no commit error,
+    none unacknowledged after the drain, and ``committed()`` returns the last offsets sent.
+    """
+    run_id = uuid.uuid4().hex[:8]
+    client_timeout = cfg.setup_timeout_s + cfg.commit_duration_s + 30.0  # 30: drain
+    barrier = start_barrier(cfg.commit_clients)
+    args = [
+        (bootstrap, cfg.topic, cfg.partitions, f"{cfg.group_id}-commits-{run_id}-{i}",
+         cfg.commit_max_in_flight, cfg.commit_duration_s, client_timeout, barrier)
+        for i in range(cfg.commit_clients)
+    ]  # fmt: skip
+    try:
+        results = run_in_children(
+            clients.commit_throughput, args, timeout_s=client_timeout + cfg.child_slack_s
+        )
+    except ChildError as exc:
+        raise WorkloadFailed(str(exc), exc.detail) from exc
+    problems: list[str] = []
+    for i, res in enumerate(results):
+        problems += [f"client {i}: {p}" for p in _commit_problems(res.errors, res.first_error,
+                     res.last_sent, res.read_back, res.read_back_error)]  # fmt: skip
+        if res.in_flight_at_end:
+            problems.append(f"client {i}: {res.in_flight_at_end} commits never acknowledged")
+        if res.acked + res.errors + res.in_flight_at_end != res.sent:
+            problems.append(f"client {i}: {res.acked} acked + {res.errors} failed "
+                            f"+ {res.in_flight_at_end} pending != {res.sent} sent")  # fmt: skip
+    if problems:
+        raise WorkloadFailed("; ".join(problems))
+    elapsed = max(r.finished for r in results) - min(r.started for r in results)
+    commits = sum(r.acked for r in results)
+    rate = commits / max(elapsed, 1e-9)
+    return {
+        "commits_per_s": Metric("commit", "commits/s", rate),
+        "commit_offsets_per_s": Metric("commit", "offsets/s", rate * cfg.partitions),
+    }
+
+
+def commit_latency(cfg: BenchConfig, bootstrap: str, broker_name: str) -> dict[str, Metric]:
+    """One process commits ``cfg.partitions`` offsets synchronously in a loop: a
+    ``cfg.latency_warmup_s`` warm-up, then ``cfg.latency_duration_s`` timed. p50 and p99 of
+    the round trips (nearest rank). Checked: no errors, and the read-back matches."""
+    group = f"{cfg.group_id}-latency-{uuid.uuid4().hex[:8]}"
+    timeout = cfg.setup_timeout_s + cfg.latency_warmup_s + cfg.latency_duration_s
+    try:
+        res = run_in_child(
+            clients.commit_latency,
+            (bootstrap, cfg.topic, cfg.partitions, group, cfg.latency_warmup_s,
+             cfg.latency_duration_s),
+            timeout_s=timeout + cfg.child_slack_s,
+        )  # fmt: skip
+    except ChildError as exc:
+        raise WorkloadFailed(str(exc), exc.detail) from exc
+    problems = _commit_problems(res.errors, res.first_error, res.last_sent, res.read_back,
+                                res.read_back_error)  # fmt: skip
+    if not res.latencies_s:
+        problems.append("no successful commit in the timed section")
+    if problems:
+        raise WorkloadFailed("; ".join(problems))
+    samples = sorted(res.latencies_s)
+    return {
+        "commit_p50_ms": Metric("sync commit p50", "ms", _percentile(samples, 50) * 1e3, False),
+        "commit_p99_ms": Metric("sync commit p99", "ms", _percentile(samples, 99) * 1e3, False),
+    }
+
+
+def _commit_problems(
+    errors: int,
+    first_error: str | None,
+    last_sent: list[int],
+    read_back: list[int],
+    read_back_error: str | None,
+) -> list[str]:
+    """What is wrong with a commit client's counts and read-back (empty: nothing)."""
+    problems: list[str] = []
+    if errors:
+        problems.append(f"{errors} commits failed, first: {first_error}")
+    if read_back_error:
+        problems.append(f"committed() failed: {read_back_error}")
+    elif read_back != last_sent:
+        problems.append(f"committed() returned {read_back}, last commit sent {last_sent}")
+    return problems
+
+
+def _percentile(sorted_values: list[float], pct: float) -> float:
+    """Nearest-rank percentile of an ascending, non-empty list."""
+    rank = max(1, math.ceil(pct / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def subscribe_to_first_record(
+    cfg: BenchConfig, bootstrap: str, broker_name: str
+) -> dict[str, Metric]:
+    """Create a fresh one-partition topic and produce one record to it (untimed); then a new
+    consumer in a new group subscribes with auto.offset.reset=earliest and polls. Figures:
+    seconds from ``subscribe()`` to the partition assignment and to that first record.
+    Checked: the record is offset 0 of the topic with the produced value; no consumer error.
+    """
+    run_id = uuid.uuid4().hex[:8]
+    topic, group = f"bench-first-{run_id}", f"{cfg.group_id}-first-{run_id}"
+    _create_topic(bootstrap, topic, 1, cfg.setup_timeout_s)
+    try:
+        sent = run_in_child(
+            clients.produce,
+            (bootstrap, topic, 1, cfg.message_size, 1, cfg.linger_ms, cfg.setup_timeout_s),
+            timeout_s=cfg.setup_timeout_s + cfg.child_slack_s,
+        )
+    except ChildError as exc:
+        raise WorkloadFailed(f"producing the record: {exc}", exc.detail) from exc
+    if sent.delivered != 1:
+        raise WorkloadFailed(f"producing the record failed: {sent.first_error or sent}")
+    try:
+        res = run_in_child(
+            clients.first_record,
+            (bootstrap, topic, group, cfg.first_record_timeout_s),
+            timeout_s=cfg.first_record_timeout_s + cfg.child_slack_s,
+        )
+    except ChildError as exc:
+        raise WorkloadFailed(str(exc), exc.detail) from exc
+    problems: list[str] = []
+    if res.first_record_s is None:
+        assigned = "never" if res.assigned_s is None else f"after {res.assigned_s:.3f} s"
+        problems.append(f"no record within {cfg.first_record_timeout_s:.0f} s "
+                        f"(partitions assigned: {assigned})")  # fmt: skip
+    elif (res.topic, res.partition, res.offset, res.value_size) != (topic, 0, 0, cfg.message_size):
+        problems.append(f"first record was {res.topic}[{res.partition}]@{res.offset} with "
+                        f"{res.value_size} bytes, expected {topic}[0]@0 with {cfg.message_size}")
+    if res.errors:
+        problems.append(f"{res.errors} consumer errors, first: {res.first_error}")
+    if problems:
+        raise WorkloadFailed("; ".join(problems))
+    assert res.first_record_s is not None
+    metrics = {"first_record_s": Metric("subscribe -> first record", "s", res.first_record_s,
+                                        False)}  # fmt: skip
+    if res.assigned_s is not None:
+        metrics["assigned_s"] = Metric("subscribe -> assignment", "s", res.assigned_s, False)
+    return metrics
+
+
+#: OffsetFetch errors after which the load probe asks again (the load is not finished, or
+#: the client has not found the coordinator yet).
+_RETRY_CODES = {
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+}
+#: offsetd's own report when every ``__consumer_offsets`` partition has been replayed.
+_LOADED_LINE = re.compile(
+    r"loaded __consumer_offsets: (?P<records>\d+) records in (?P<seconds>[\d.]+) s"
+    r"[^\n]*?(?:; FAILED partitions: (?P<failed>[^\n]*))?$",
+    re.MULTILINE,
+)
+#: Probe rounds while the broker has not reported the load done. Probing interferes: with
+#: every partition probed each 20 ms the 10M-record load took 72 s instead of 21 s.
+_PROBE_INTERVAL_LOADING_S = 1.0
+#: Probe rounds once the broker says it is done (a shard may still be finishing).
+_PROBE_INTERVAL_LOADED_S = 0.02
+#: How often the broker's log is read while waiting.
+_LOG_POLL_S = 0.05
+
+
+@dataclass
+class _LoadObservation:
+    """When the load was seen to complete (``time.monotonic()``), and offsetd's own figures."""
+
+    served_at: float
+    log_records: int | None = None
+    log_seconds: float | None = None
+
+
+def offsets_load(cfg: BenchConfig, bootstrap: str, broker_name: str) -> dict[str, Metric]:
+    """Start a second offsetd whose ``log.dirs`` already holds a ``__consumer_offsets`` of
+    ``load_groups x load_topics x load_partitions`` commit records (built once, cached, then
+    copied in before the process starts) and time its load. ``bootstrap`` (the suite's own
+    broker) is not used.
+
+    Two figures: offsetd's own (its log line "loaded __consumer_offsets: N records in S s",
+    timed by the broker around the replay, which must report exactly the records written and
+    no failed partition), and end to end: from spawning the process (interpreter start-up,
+    opening and recovering the segments included) until, for every ``__consumer_offsets``
+    partition, an OffsetFetch of the last key written there returns that key's offset. The
+    probes are rounds of concurrent ListConsumerGroupOffsets, one per partition still
+    pending: every 1 s until the log line appears (so they barely disturb the load; they
+    are also the fallback if the line never comes), every 20 ms after it. A successful
+    answer with a wrong offset fails the run at once, as does a wrong offset in a full
+    read-back of one group (every topic and partition) after the load.
+    """
+    from offsetd.config import BrokerConfig
+
+    num_partitions = int(
+        BrokerConfig.load(cfg.offsetd_config, []).get("offsets.topic.num.partitions")
+    )
+    spec = offsets_log.OffsetsLogSpec(
+        groups=cfg.load_groups,
+        topics=cfg.load_topics,
+        partitions=cfg.load_partitions,
+        num_partitions=num_partitions,
+        records_per_batch=cfg.load_records_per_batch,
+    )
+    cache = Path(cfg.cache_dir)
+    data = offsets_log.load_cached(spec, cache)
+    if data is None:
+        print(f"  building {spec.records:,} offset commit records in {cache / spec.cache_key} "
+              f"(once; reused for {offsets_log.MAX_CACHE_AGE_S / 86400:.0f} days)",
+              flush=True)  # fmt: skip
+        started = time.monotonic()
+        try:
+            data = offsets_log.build(spec, cache, os.cpu_count() or 1, cfg.load_build_timeout_s)
+        except ChildError as exc:
+            raise WorkloadFailed(f"building the data set: {exc}", exc.detail) from exc
+        print(f"  built {data.bytes / 1e6:,.0f} MB in {time.monotonic() - started:.0f} s",
+              flush=True)  # fmt: skip
+
+    launcher = OffsetdBroker(config=Path(cfg.offsetd_config))
+    launcher.seed = data.copy_into
+    launcher.startup_timeout_s = cfg.load_timeout_s
+    try:
+        try:
+            launcher.start()
+        except BrokerStartError as exc:
+            raise WorkloadFailed(f"offsetd with the offsets data did not start: {exc}") from exc
+        assert launcher.started_at is not None
+        ready_s = time.monotonic() - launcher.started_at
+        seen = _observe_load(launcher, data.probes, spec, launcher.started_at + cfg.load_timeout_s)
+        rss_mb = _rss_mb(launcher.pid)
+    finally:
+        launcher.stop()
+    served_s = seen.served_at - launcher.started_at
+    metrics: dict[str, Metric] = {}
+    if seen.log_seconds is not None:
+        log_s = max(seen.log_seconds, 1e-9)
+        metrics["load_records_per_s"] = Metric("offsets load (offsetd's log)", "records/s",
+                                               spec.records / log_s)  # fmt: skip
+        metrics["load_s"] = Metric("offsets load (offsetd's log)", "s", log_s, False)
+    else:
+        print("  note: offsetd did not log 'loaded __consumer_offsets: N records in S s'; "
+              "only the end-to-end figures are reported", flush=True)  # fmt: skip
+    metrics["load_served_s"] = Metric("offsets load: process start -> all served", "s",
+                                      served_s, False)  # fmt: skip
+    metrics["load_served_records_per_s"] = Metric(
+        "offsets load: process start -> all served", "records/s", spec.records / served_s
+    )
+    metrics["load_ready_s"] = Metric("offsets load: process start -> Metadata", "s", ready_s,
+                                     False)  # fmt: skip
+    if rss_mb is not None:
+        metrics["load_rss_mb"] = Metric("offsets load: broker RSS after", "MB", rss_mb, False)
+    return metrics
+
+
+def _observe_load(
+    launcher: OffsetdBroker,
+    probes: list[offsets_log.Probe],
+    spec: offsets_log.OffsetsLogSpec,
+    deadline: float,
+) -> _LoadObservation:
+    """Wait for the load (see :func:`offsets_load`), check it, and return what was seen.
+    The admin client lives only in here, so it is gone before the broker is stopped."""
+    admin = AdminClient({"bootstrap.servers": launcher.bootstrap})
+    seen = _await_offsets(admin, probes, deadline, launcher)
+    if seen.log_records is not None and seen.log_records != spec.records:
+        raise WorkloadFailed(f"offsetd loaded {seen.log_records:,} records, "
+                             f"{spec.records:,} were written")  # fmt: skip
+    _check_group(admin, spec, probes[0], deadline)
+    return seen
+
+
+def _await_offsets(
+    admin: AdminClient,
+    probes: list[offsets_log.Probe],
+    deadline: float,
+    launcher: OffsetdBroker,
+) -> _LoadObservation:
+    """Probe every partition until each returned its expected offset, reading the broker's
+    log for its "loaded" line meanwhile (and for up to 5 s after the probes succeed).
+    Raises :class:`WorkloadFailed` on a wrong answer, a non-retriable error, a failed
+    partition in the log line, the broker exiting, or the deadline."""
+    waiting: dict[concurrent.futures.Future, offsets_log.Probe] = {}
+    pending = {probe.group: probe for probe in probes}
+    last_error: dict[str, str] = {}
+    seen = _LoadObservation(served_at=0.0)
+    next_round = time.monotonic()
+    log_deadline = math.inf  # set once every probe succeeded
+    while pending or waiting or (seen.log_seconds is None and time.monotonic() < log_deadline):
+        now = time.monotonic()
+        if now >= deadline:
+            parts = sorted(p.offsets_partition for p in pending.values())
+            sample = next(iter(last_error.values()), "no answer")
+            raise WorkloadFailed(f"offsets not loaded before the deadline: __consumer_offsets "
+                                 f"partitions {parts} pending; last error: {sample}")
+        if (status := launcher.exit_status()) is not None:
+            raise WorkloadFailed(f"offsetd exited ({status}) while loading")
+        if seen.log_seconds is None and (match := _LOADED_LINE.search(launcher.read_log())):
+            if match["failed"]:
+                raise WorkloadFailed(f"offsetd failed to load __consumer_offsets partitions "
+                                     f"{match['failed']}")  # fmt: skip
+            seen.log_records, seen.log_seconds = int(match["records"]), float(match["seconds"])
+            next_round = min(next_round, now)
+        if pending and not waiting and now >= next_round:
+            for probe in pending.values():
+                request = ConsumerGroupTopicPartitions(
+                    probe.group, [TopicPartition(probe.topic, probe.partition)]
+                )
+                futures = admin.list_consumer_group_offsets(
+                    [request], request_timeout=max(0.1, min(10.0, deadline - now))
+                )
+                waiting[futures[probe.group]] = probe
+        if waiting:
+            finished, _ = concurrent.futures.wait(
+                list(waiting), timeout=_LOG_POLL_S, return_when=concurrent.futures.FIRST_COMPLETED
+            )
+        else:
+            finished = set()
+            launcher.pause(_LOG_POLL_S)
+        for future in finished:
+            probe = waiting.pop(future)
+            answered_at = time.monotonic()
+            error = _probe_error(future, probe)
+            if error is None:
+                del pending[probe.group]
+                seen.served_at = max(seen.served_at, answered_at)
+            elif error[0]:
+                last_error[probe.group] = error[1]
+            else:
+                raise WorkloadFailed(f"__consumer_offsets-{probe.offsets_partition}: {error[1]}")
+            if not waiting:  # round over
+                interval = (_PROBE_INTERVAL_LOADED_S if seen.log_seconds is not None
+                            else _PROBE_INTERVAL_LOADING_S)  # fmt: skip
+                next_round = answered_at + interval
+        if not pending and not waiting and log_deadline == math.inf:
+            log_deadline = time.monotonic() + 5.0
+    return seen
+
+
+def _probe_error(
+    future: concurrent.futures.Future, probe: offsets_log.Probe
+) -> tuple[bool, str] | None:
+    """``None`` if the probe's answer is right, else (retriable, description)."""
+    where = f"group {probe.group!r} {probe.topic}[{probe.partition}]"
+    try:
+        result = future.result()
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        retriable = err is not None and (err.code() in _RETRY_CODES or err.retriable())
+        return retriable, f"{where}: {exc}"
+    tps = result.topic_partitions
+    if len(tps) != 1:
+        return False, f"{where}: {len(tps)} partitions in the answer"
+    tp = tps[0]
+    if tp.error is not None:
+        return tp.error.code() in _RETRY_CODES, f"{where}: {tp.error}"
+    if tp.offset != probe.offset:
+        return False, f"{where}: committed offset {tp.offset}, expected {probe.offset}"
+    return None
+
+
+def _check_group(
+    admin: AdminClient, spec: offsets_log.OffsetsLogSpec, probe: offsets_log.Probe,
+    deadline: float,
+) -> None:
+    """Read back every committed offset of ``probe``'s group (topics x partitions) and
+    compare with the generated values."""
+    g = probe.group_number
+    wanted = [TopicPartition(spec.topic(t), p)
+              for t in range(spec.topics) for p in range(spec.partitions)]  # fmt: skip
+    futures = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(probe.group, wanted)],
+        request_timeout=max(1.0, deadline - time.monotonic()),
+    )
+    try:
+        result = futures[probe.group].result()
+    except KafkaException as exc:
+        raise WorkloadFailed(f"read-back of group {probe.group!r} failed: {exc}") from exc
+    expected = {(spec.topic(t), p): spec.offset(g, t, p)
+                for t in range(spec.topics) for p in range(spec.partitions)}  # fmt: skip
+    got = {(tp.topic, tp.partition): (tp.offset if tp.error is None else str(tp.error))
+           for tp in result.topic_partitions}  # fmt: skip
+    wrong = [(k, got.get(k), v) for k, v in expected.items() if got.get(k) != v]
+    if wrong:
+        (topic, partition), seen, want = wrong[0]
+        raise WorkloadFailed(f"read-back of group {probe.group!r}: {len(wrong)} of "
+                             f"{len(expected)} offsets wrong, e.g. {topic}[{partition}] = "
+                             f"{seen}, expected {want}")  # fmt: skip
+
+
+def _rss_mb(pid: int) -> float | None:
+    """Resident set size of process ``pid`` in MB (10^6 bytes), or None off Linux."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024 / 1e6
+    except OSError:
+        pass
+    return None
+
+
 def _throughput(label: str, messages: int, size: int, elapsed_s: float) -> dict[str, Metric]:
     elapsed_s = max(elapsed_s, 1e-9)
     return {
@@ -187,4 +645,9 @@ def default_workloads(cfg: BenchConfig) -> list[Workload]:
         Workload("create_topic", partial(create_topic, cfg)),
         Workload("produce", partial(produce_throughput, cfg), requires=("create_topic",)),
         Workload("consume", partial(consume_throughput, cfg), requires=("produce",)),
+        Workload("commit-throughput", partial(commit_throughput, cfg),
+                 requires=("create_topic",)),
+        Workload("commit-latency", partial(commit_latency, cfg), requires=("create_topic",)),
+        Workload("subscribe-to-first-record", partial(subscribe_to_first_record, cfg)),
+        Workload("offsets-load", partial(offsets_load, cfg), brokers=("offsetd",)),
     ]

@@ -71,7 +71,9 @@ class JoinRequest:
 
 def metadata_length(metadata: str | None) -> int:
     """Length as Java's String.length(): UTF-16 code units (§1.1 step 10)."""
-    return 0 if metadata is None else len(metadata.encode("utf-16-le")) // 2
+    if metadata is None:
+        return 0
+    return len(metadata) if metadata.isascii() else len(metadata.encode("utf-16-le")) // 2
 
 
 class GroupCoordinatorShard:

@@ -323,13 +323,22 @@ def iter_batches(
         pos += size
 
 
-def _encode_bytes(value: bytes | None, out: bytearray) -> None:
-    """Append varint length + bytes, or length -1 for null."""
-    if value is None:
-        out += encode_varint(-1)
-    else:
-        out += encode_varint(len(value))
-        out += value
+_NULL = encode_varint(-1)
+_SMALL_VARINTS = tuple(encode_varint(i) for i in range(16384))  # lengths and deltas of most records
+
+
+def _varint(value: int) -> bytes:
+    """encode_varint with the common small non-negative values precomputed (batch building is on
+    the coordinator's commit path)."""
+    return _SMALL_VARINTS[value] if 0 <= value < 16384 else encode_varint(value)
+
+
+def _encode_headers(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
+    out = [_varint(len(headers))]
+    for hkey, hval in headers:
+        raw = hkey.encode("utf-8")
+        out += (_varint(len(raw)), raw, _NULL if hval is None else _varint(len(hval)) + hval)
+    return b"".join(out)
 
 
 def build_batch(
@@ -353,23 +362,21 @@ def build_batch(
     timestamps = [NO_TIMESTAMP if r[2] is None else r[2] for r in records]
     base_ts = timestamps[0]
     max_ts = max(timestamps)
-    body = bytearray()
+    v = _varint
+    chunks: list[bytes] = []
     for delta, ((key, value, _ts, headers), ts) in enumerate(zip(records, timestamps)):
-        rec = bytearray(b"\x00")  # record attributes (unused, always 0)
-        rec += encode_varint(ts - base_ts)
-        rec += encode_varint(delta)
-        _encode_bytes(key, rec)
-        _encode_bytes(value, rec)
-        rec += encode_varint(len(headers))
-        for hkey, hval in headers:
-            _encode_bytes(hkey.encode("utf-8"), rec)
-            _encode_bytes(hval, rec)
-        body += encode_varint(len(rec))
-        body += rec
+        # attributes (always 0), timestampDelta, offsetDelta, key, value, headers
+        rec = b"".join((b"\x00", v(ts - base_ts), v(delta),
+                        _NULL if key is None else v(len(key)) + key,
+                        _NULL if value is None else v(len(value)) + value,
+                        _encode_headers(headers) if headers else b"\x00"))
+        chunks.append(v(len(rec)))
+        chunks.append(rec)
+    body = b"".join(chunks)
     count = len(records)
     crc_part = _CRC_PART.pack(
         attributes, count - 1, base_ts, max_ts, producer_id, producer_epoch, base_sequence, count
-    ) + bytes(body)
+    ) + body
     crc = crc32c(crc_part)
     batch_length = BATCH_HEADER_SIZE - LOG_OVERHEAD + len(body)
     prefix = struct.pack(">qiibI", base_offset, batch_length, partition_leader_epoch, 2, crc)

@@ -733,15 +733,6 @@ OffsetCommitRecord = tuple[int, int, str, str, int, "int | None", int, str, int,
 """(log_offset, producer_id, group, topic, partition, offset, leader_epoch, metadata,
 commit_timestamp, expire_timestamp) as yielded by iter_offset_commits; offset None = tombstone."""
 
-# Tail of the dominant OffsetCommit record shape, starting at the key's partition field:
-# int32 partition | valueLength varint (1 byte, 48 = zig-zag 24; skipped) | int16 value
-# version (3) | int64 offset | int32 leaderEpoch | int16 metadata length (0) | int64
-# commitTimestamp | headerCount varint (1 byte, 0; not read) -> 29 bytes read of 30.
-_V3_TAIL = struct.Struct(">ixhqihq")
-assert _V3_TAIL.size == 29
-_v3_tail_unpack = _V3_TAIL.unpack_from
-
-
 def _zigzag_varint(d: bytes, p: int) -> tuple[int, int]:
     """Zig-zag varint at p (the general case, after the inlined one/two-byte fast paths)."""
     result = 0
@@ -1001,9 +992,13 @@ def iter_offset_commits(
     already been handled by the caller). Group and topic strings are shared between records.
     Torn tails, errors, `verify`, `decompress` and the return value: as iter_log_records.
     """
-    cache: dict[bytes, tuple[str, str]] = {}  # key minus partition -> (group, topic)
+    cache: dict[bytes, tuple[str, str]] = {}  # OffsetCommit key minus partition -> (group, topic)
     cget = cache.get
-    tail = _v3_tail_unpack
+    shapes: dict[tuple[int, int, int, int], _Shape] = {}
+    # The layout guessed for the next record: the last OffsetCommit record's (see _Shape).
+    s_unpack: Callable[[bytes, int], tuple] | None = None
+    s_size = s_lenc = s_kenc = 0
+    s_odtab: tuple[int | None, ...] = ()
     stop = pos
     for area in _batches(buf, pos, verify, decompress):
         bpos, size, d, p, end, base_offset, attributes, base_ts, max_ts, producer_id, count = area
@@ -1014,50 +1009,38 @@ def iter_offset_commits(
             continue
         try:
             for _ in range(count):
-                # Fast path for the shape the coordinator writes: length varint of 1-2 bytes,
-                # one-byte timestampDelta, offsetDelta of 1-2 bytes, key v0/v1 shorter than 64
-                # bytes, value v3 with empty metadata, no headers. Anything else -> general path.
-                b = d[p]
-                if b < 0x80:
-                    rec_end = p + 1 + (b >> 1)
-                    q = p + 2
-                else:
-                    c = d[p + 1]
-                    # (c << 7 | b & 0x7F) >> 1, assuming a non-negative (even) length
-                    rec_end = p + 2 + ((c << 6) | ((b & 0x7F) >> 1))
-                    q = p + 3 if c < 0x80 else 0
-                if q and d[q] < 0x80:  # one-byte timestampDelta: skip it
-                    b = d[q + 1]
-                    if b < 0x80:
-                        od = b >> 1
-                        q += 2
-                    else:
-                        c = d[q + 2]
-                        od = (c << 6) | ((b & 0x7F) >> 1)
-                        q = q + 3 if c < 0x80 else 0
-                    if q:
-                        b = d[q]  # keyLength
-                        if not b & 0x81:
-                            ke = q + 1 + (b >> 1)
-                            # 26 bytes after the key = valueLength (1) + 24-byte value v3
-                            # with empty metadata + headerCount (1). A record that does not
-                            # fit its batch is caught by the end-of-batch check.
-                            if rec_end - ke == 26:
-                                partition, vver, offset, epoch, mlen, commit_ts = tail(d, ke - 4)
-                                if vver == 3 and not mlen:
-                                    gt = cget(d[q + 1 : ke - 4])
-                                    if gt is not None or (gt := _cache_key_prefix(cache, d[q + 1 : ke - 4])):
-                                        group, topic = gt
-                                        p = rec_end
-                                        yield (base_offset + od, producer_id, group, topic, partition,
-                                               offset, epoch, "", commit_ts, -1)
-                                        continue
+                if s_unpack is not None:
+                    # Fast path: one Struct call reads the whole record in the guessed layout;
+                    # the checks below prove the record really has that layout.
+                    nxt = p + s_size
+                    if nxt <= end:
+                        (lenc, ts, odraw, kenc, prefix, partition, vlen, vver, offset, epoch,
+                         mlen, commit_ts, hcount) = s_unpack(d, p)
+                        if (lenc == s_lenc and kenc == s_kenc and ts < 0x80 and vlen == 48
+                                and vver == 3 and not mlen and not hcount):
+                            od = s_odtab[odraw]
+                            if od is not None:
+                                gt = cget(prefix)
+                                if gt is not None or (gt := _cache_key_prefix(cache, prefix)) is not None:
+                                    group, topic = gt
+                                    p = nxt
+                                    yield (base_offset + od, producer_id, group, topic, partition,
+                                           offset, epoch, "", commit_ts, -1)
+                                    continue
                 # General path: any record shape, any key or value version.
+                start = p
                 p, ts_delta, od, key, value = _read_record(d, p, end)
                 if key is not None:
                     r = decode_offset_commit_fast(key, value)
                     if r is not None:
                         yield (base_offset + od, producer_id) + r
+                        # Learn this record's layout when it is the dominant shape (value v3,
+                        # empty metadata, no headers), so the following records take the fast path.
+                        if value is not None and len(value) == 24 and r[5] == "" and value[1] == 3 and not value[0]:
+                            shape = _learn_shape(d, start, p, len(key), shapes)
+                            if shape is not None:
+                                s_unpack, s_size, s_lenc, s_kenc, s_odtab = shape
+                                cache.setdefault(key[:-4], (r[0], r[1]))
                         continue
                 on_other(base_offset + od, max_ts if attributes & TIMESTAMP_TYPE_MASK else base_ts + ts_delta,
                          key, value, producer_id)
@@ -1069,6 +1052,86 @@ def iter_offset_commits(
     return stop
 
 
+# A record layout for iter_offset_commits' fast path:
+#     (Struct.unpack_from, record size, expected raw length varint, expected raw key-length
+#      varint, offsetDelta decode table)
+# The Struct reads, from the record start:
+#     length varint (1 or 2 bytes, raw: B/H) | attributes (skipped) | timestampDelta (B, must be
+#     a one-byte varint) | offsetDelta varint (1 or 2 bytes, raw: B/H, decoded by table) |
+#     keyLength varint (1 or 2 bytes, raw) | key minus partition (Ns: the cache key) |
+#     partition i | valueLength B (48) | value: version h (3), offset q, leaderEpoch i,
+#     metadata length h (0), commitTimestamp q | headerCount B (0)
+_Shape = tuple[Callable[[bytes, int], tuple], int, int, int, "tuple[int | None, ...]"]
+
+# offsetDelta decode tables, indexed by the raw varint bytes (big-endian); None = not a
+# non-negative varint of exactly that many bytes.
+_OD1: tuple[int | None, ...] = tuple(None if b & 0x81 else b >> 1 for b in range(256))
+_od2: tuple[int | None, ...] | None = None
+
+
+def _od2_table() -> tuple[int | None, ...]:
+    """Decode table for two-byte offsetDelta varints (built on first use: 64 Ki entries)."""
+    global _od2
+    if _od2 is None:
+        table: list[int | None] = [None] * 0x10000
+        for b0 in range(0x80, 0x100):
+            for b1 in range(0x80):
+                v = (b0 & 0x7F) | (b1 << 7)
+                if not v & 1:
+                    table[(b0 << 8) | b1] = v >> 1
+        _od2 = tuple(table)
+    return _od2
+
+
+def _raw_varint(n: int, nbytes: int) -> int | None:
+    """Big-endian int of the zig-zag varint bytes of n >= 0, or None if it needs another width."""
+    z = n << 1
+    if nbytes == 1:
+        return z if z < 0x80 else None
+    if 0x80 <= z < 0x4000:
+        return (((z & 0x7F) | 0x80) << 8) | (z >> 7)
+    return None
+
+
+def _varint_width(d: bytes, p: int) -> int:
+    """Width in bytes (1 or 2) of the varint at p; 0 if longer."""
+    if d[p] < 0x80:
+        return 1
+    return 2 if d[p + 1] < 0x80 else 0
+
+
+def _learn_shape(
+    d: bytes, start: int, rec_end: int, key_len: int, shapes: dict[tuple[int, int, int, int], _Shape]
+) -> _Shape | None:
+    """The fast-path layout of the OffsetCommit record at d[start:rec_end], or None."""
+    lb = _varint_width(d, start)
+    if not lb or d[start + lb + 1] >= 0x80:  # one-byte timestampDelta only
+        return None
+    odb = _varint_width(d, start + lb + 2)
+    if not odb:
+        return None
+    kb = _varint_width(d, start + lb + 2 + odb)
+    plen = key_len - 4
+    size = lb + 2 + odb + kb + key_len + 26
+    if not kb or size != rec_end - start or d[rec_end - 1] != 0:
+        return None  # 2+-byte valueLength, headers, or non-minimal varints
+    shape_key = (lb, odb, kb, plen)
+    shape = shapes.get(shape_key)
+    if shape is None:
+        lenc = _raw_varint(size - lb, lb)
+        kenc = _raw_varint(key_len, kb)
+        if lenc is None or kenc is None:
+            return None
+        fmt = ">{}xB{}{}{}siBhqihqB".format(
+            "B" if lb == 1 else "H", "B" if odb == 1 else "H", "B" if kb == 1 else "H", plen
+        )
+        st = struct.Struct(fmt)
+        assert st.size == size
+        shape = (st.unpack_from, size, lenc, kenc, _OD1 if odb == 1 else _od2_table())
+        shapes[shape_key] = shape
+    return shape
+
+
 def _cache_key_prefix(cache: dict[bytes, tuple[str, str]], prefix: bytes) -> tuple[str, str] | None:
     """Decode and cache an OffsetCommit key without its partition; None if it is not one."""
     # int16 version (0/1) | int16 group length | group | int16 topic length | topic
@@ -1076,7 +1139,7 @@ def _cache_key_prefix(cache: dict[bytes, tuple[str, str]], prefix: bytes) -> tup
     if n < 6:
         return None
     version, gl = _hh_unpack(prefix, 0)
-    if (version != 0 and version != 1) or gl < 0 or 4 + gl + 2 > n:
+    if (version != 0 and version != 1) or gl < 0 or 6 + gl > n:
         return None
     (tl,) = _h_unpack(prefix, 4 + gl)
     if 6 + gl + tl != n:

@@ -211,6 +211,17 @@ class KafkaServer:
             return None
         if isinstance(body, dict):
             return encode_response(api_key, version, correlation_id, body)
+        if isinstance(body, asyncio.Future):
+            encoded: asyncio.Future[bytes] = body.get_loop().create_future()
+
+            def done(f: "asyncio.Future[Any]") -> None:
+                if f.exception() is not None:
+                    encoded.set_exception(f.exception())  # type: ignore[arg-type]
+                else:
+                    encoded.set_result(encode_response(api_key, version, correlation_id, f.result()))
+
+            body.add_done_callback(done)
+            return encoded
         return self._encode_later(api_key, version, correlation_id, body)
 
     async def _encode_later(self, api_key: int, version: int, correlation_id: int, pending: Any) -> bytes:

@@ -1,9 +1,11 @@
 """One client connection: framing, in-order request processing, flow control.
 
-Requests on a connection are handled strictly in order and their responses written in the same
-order (Kafka's guarantee). Most handlers answer synchronously from `data_received`; a handler that
-must wait (a Fetch long poll) returns a coroutine, and the connection stops processing further
-frames until it finishes, as Kafka mutes a channel with a request in flight.
+Responses on a connection are written in request order (Kafka's guarantee). Most handlers answer
+synchronously from `data_received`; a handler that must wait returns a coroutine. A waiting
+request normally holds back the rest of the connection, as Kafka mutes a channel with a request
+in flight, so every request sees the effects of the ones before it. The exception is a run of
+OffsetCommits: they are queued to the coordinator back to back (so librdkafka's pipelined async
+commits share one fsync), and the first request of any other kind waits for them all.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ log = logging.getLogger("offsetd.server")
 
 _SIZE = struct.Struct(">i")
 MAX_QUEUED = 128  # frames read ahead before we stop reading the socket
+MAX_PIPELINED = 1024  # commits awaiting durability on one connection
+OFFSET_COMMIT = 8  # the only request kind that may overtake-wait (see the module docstring)
 
 
 class CloseConnection(Exception):
@@ -36,7 +40,8 @@ class Connection(asyncio.Protocol):
         self.peer = "?"
         self._buf = bytearray()
         self._queue: deque[bytes] = deque()
-        self._busy = False
+        self._inflight: deque[asyncio.Future[Any]] = deque()  # waiting responses, request order
+        self._pipelining = False  # the requests in flight are all OffsetCommits
         self._write_paused = False
         self._read_paused = False
         self._closed = False
@@ -52,6 +57,7 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._queue.clear()
+        self._inflight.clear()
         self.server.connections.discard(self)
 
     def pause_writing(self) -> None:
@@ -87,10 +93,14 @@ class Connection(asyncio.Protocol):
     # ---------------------------------------------------------------------- processing
 
     def _process(self) -> None:
-        """Handle queued frames in order until one needs to wait or the socket is congested."""
+        """Handle queued frames in order until one must wait or the socket is congested."""
         queue = self._queue
-        while queue and not self._busy and not self._write_paused and not self._closed:
-            frame = queue.popleft()
+        while queue and not self._write_paused and not self._closed:
+            frame = queue[0]
+            commit = len(frame) >= 2 and frame[0] == 0 and frame[1] == OFFSET_COMMIT
+            if self._inflight and not (commit and self._pipelining and len(self._inflight) < MAX_PIPELINED):
+                break  # wait for the requests in flight
+            queue.popleft()
             try:
                 result = self.server.dispatch(self, frame)
             except CloseConnection as exc:
@@ -99,28 +109,36 @@ class Connection(asyncio.Protocol):
             if result is None:
                 continue
             if isinstance(result, bytes):
-                self.transport.write(result)  # type: ignore[union-attr]
+                if self._inflight:  # cannot overtake; keep its place in line
+                    done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                    done.set_result(result)
+                    self._inflight.append(done)
+                else:
+                    self.transport.write(result)  # type: ignore[union-attr]
                 continue
-            self._busy = True
+            self._pipelining = commit
             task = asyncio.ensure_future(result)
-            task.add_done_callback(self._waited)
-            return
+            self._inflight.append(task)
+            task.add_done_callback(self._answered)
         if self._read_paused and len(queue) <= MAX_QUEUED // 2 and self.transport:
             self._read_paused = False
             self.transport.resume_reading()
 
-    def _waited(self, task: "asyncio.Future[Any]") -> None:
-        self._busy = False
-        if task.cancelled() or self._closed:
-            return
-        exc = task.exception()
-        if exc is not None:
-            log.error("request from %s failed", self.peer, exc_info=exc)
-            self.close("internal error while handling a request")
-            return
-        response = task.result()
-        if response:
-            self.transport.write(response)  # type: ignore[union-attr]
+    def _answered(self, _task: "asyncio.Future[Any]") -> None:
+        """Write every response now at the head of the line, then carry on reading requests."""
+        inflight = self._inflight
+        while inflight and inflight[0].done():
+            task = inflight.popleft()
+            if self._closed or task.cancelled():
+                continue
+            exc = task.exception()
+            if exc is not None:
+                log.error("request from %s failed", self.peer, exc_info=exc)
+                self.close("internal error while handling a request")
+                return
+            response = task.result()
+            if response:
+                self.transport.write(response)  # type: ignore[union-attr]
         self._process()
 
     def close(self, reason: str) -> None:
@@ -134,4 +152,4 @@ class Connection(asyncio.Protocol):
             self.transport.close()
 
 
-Pending = Coroutine[Any, Any, bytes | None]
+Pending = Coroutine[Any, Any, bytes | None] | asyncio.Future[bytes]

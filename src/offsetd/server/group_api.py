@@ -35,14 +35,20 @@ def _ms(value: Any) -> int:
 
 
 def _reply(token: "asyncio.Future[Any]", shape: Callable[[Any], Body] = lambda body: body) -> Reply:
-    """The shaped response now if the shard already answered, else a coroutine awaiting it."""
+    """The shaped response now if the shard already answered, else a future of it (chained by
+    callback: no coroutine or task per request on the commit path)."""
     if token.done():
         return shape(token.result())
+    shaped: asyncio.Future[Body] = token.get_loop().create_future()
 
-    async def wait() -> Body:
-        return shape(await token)
+    def done(t: "asyncio.Future[Any]") -> None:
+        if t.exception() is not None:
+            shaped.set_exception(t.exception())  # type: ignore[arg-type]
+        else:
+            shaped.set_result(shape(t.result()))
 
-    return wait()
+    token.add_done_callback(done)
+    return shaped
 
 
 class GroupApi:

@@ -15,9 +15,10 @@ Non-flexible encodings: string = int16 length + UTF-8 (-1 = null), bytes = int32
 unsigned varint of length + 1 (0 = null), and end every struct with a tagged-field section:
 unsigned-varint count, then (uvarint tag, uvarint size, size bytes) per field.
 
-Start-up replay is the hot path, so `iter_log_records` and `decode_offset_commit_fast` are
-written for speed (precompiled Structs, inlined one- and two-byte varints, bytes slicing, plain
-tuples); everything else favours clarity.
+Start-up replay is the hot path. `iter_log_records` (raw records) and
+`decode_offset_commit_fast` are written for speed (precompiled Structs, inlined varints, bytes
+slicing, plain tuples); `iter_offset_commits` fuses the two and reads a whole record of the
+dominant OffsetCommit shape with one Struct call. Everything else favours clarity.
 """
 
 from __future__ import annotations
@@ -89,16 +90,14 @@ _i = struct.Struct(">i")
 _q = struct.Struct(">q")
 _hh = struct.Struct(">hh")
 _hqih = struct.Struct(">hqih")  # value v3: version, offset, leaderEpoch, metadata length
-_hqh = struct.Struct(">hqh")  # value v0-v2: version, offset, metadata length
 _hqi = struct.Struct(">hqi")  # value v4 prefix: version, offset, leaderEpoch
+_v3_empty_unpack = struct.Struct(">hqihq").unpack  # value v3 with empty metadata (24 bytes)
 _qq = struct.Struct(">qq")
-_ii = struct.Struct(">ii")
 _h_unpack = _h.unpack_from
 _i_unpack = _i.unpack_from
 _q_unpack = _q.unpack_from
 _hh_unpack = _hh.unpack_from
 _hqih_unpack = _hqih.unpack_from
-_hqh_unpack = _hqh.unpack_from
 
 # Magic-v2 batch header (see batch.py): baseOffset q, batchLength i, partitionLeaderEpoch i,
 # magic b, crc I, attributes h, lastOffsetDelta i, baseTimestamp q, maxTimestamp q,
@@ -637,9 +636,17 @@ def decode_offset_commit_fast(key: bytes, value: bytes | None) -> OffsetCommitTu
 
     Returns None when `key` is not an OffsetCommit key (version 0/1): the caller then uses
     decode_key. A tombstone gives offset None (and -1, "", -1, -1 for the rest). Value v3 is
-    decoded inline; other versions go through the general decoder. Both arguments must be
-    `bytes` (as iter_log_records yields them). Raises RecordDecodeError on garbage.
+    decoded inline; other versions go through the general decoder. Raises RecordDecodeError
+    on garbage (like decode_key, also for a key too short to hold a version).
     """
+    if type(key) is not bytes:
+        key = _as_bytes(key)
+    if value is not None and type(value) is not bytes:
+        value = _as_bytes(value)
+    if len(key) < 4:
+        if len(key) >= 2 and _h_unpack(key, 0)[0] not in (0, 1):
+            return None  # some other record type with a tiny key
+        raise RecordDecodeError(f"OffsetCommit key of {len(key)} bytes is truncated")
     try:
         # key: int16 version | int16 group length | group | int16 topic length | topic | int32
         kv, gl = _hh_unpack(key, 0)
@@ -657,6 +664,10 @@ def decode_offset_commit_fast(key: bytes, value: bytes | None) -> OffsetCommitTu
         if value is None:
             return group, topic, partition, None, -1, "", -1, -1
         # value v3: int16 3 | int64 offset | int32 leaderEpoch | int16 mdlen | md | int64 commitTs
+        if len(value) == 24:  # the usual empty metadata: one Struct call
+            vv, offset, epoch, ml, commit_ts = _v3_empty_unpack(value)
+            if vv == 3 and not ml:
+                return group, topic, partition, offset, epoch, "", commit_ts, -1
         vv, offset, epoch, ml = _hqih_unpack(value, 0)
         if vv == 3 and ml >= 0:
             e = 16 + ml

@@ -182,7 +182,7 @@ class GroupApi:
         token = new_token()
         runtime.submit(runtime.shard.commit_offsets(
             token, req.group_id, getattr(req, "member_id", ""), getattr(req, "group_instance_id", None),
-            getattr(req, "generation_id_or_member_epoch", -1), known, getattr(req, "retention_time", -1),
+            getattr(req, "generation_id_or_member_epoch", -1), known, _ms(getattr(req, "retention_time", -1)),
             ctx.version, runtime.clock()))
         return _reply(token, shape)
 

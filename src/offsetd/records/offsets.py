@@ -23,7 +23,6 @@ dominant OffsetCommit shape with one Struct call. Everything else favours clarit
 
 from __future__ import annotations
 
-import gzip
 import struct
 import zlib
 from dataclasses import dataclass
@@ -734,7 +733,7 @@ def encode_consumer_subscription(topics: list[str], user_data: bytes | None = No
 # CPython cost model that shaped this code: every bytecode that makes a new int or object costs
 # ~100-250 machine instructions and a struct.unpack_from call ~500-1500, so the hot loops
 # decode one- and two-byte varints inline, avoid zig-zag arithmetic where the sign cannot matter,
-# and read fixed-layout runs with one Struct call.
+# and (iter_offset_commits) read a whole record of a learned layout with one Struct call.
 # ---------------------------------------------------------------------------------------------
 
 LogRecord = tuple[int, int, "bytes | ControlMarker | None", "bytes | None", int]
@@ -848,12 +847,24 @@ def _control_markers(area: _BatchArea) -> list[LogRecord]:
     return out
 
 
+def _gunzip(data: bytes) -> bytes:
+    """Decompress a gzip stream (one or more members) with zlib, checking each member's CRC."""
+    out = []
+    while data:
+        z = zlib.decompressobj(31)  # wbits 16 + 15: gzip header and trailer
+        out.append(z.decompress(data))
+        if not z.eof:
+            raise RecordDecodeError("truncated gzip batch")
+        data = z.unused_data
+    return b"".join(out)
+
+
 def _default_decompress(codec: int, data: bytes) -> bytes:
-    """gzip via the standard library; other codecs need a `decompress` callback."""
+    """gzip via zlib from the standard library; other codecs need a `decompress` callback."""
     if codec == COMPRESSION_GZIP:
         try:
-            return gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:
+            return _gunzip(data)
+        except zlib.error as exc:
             raise RecordDecodeError(f"corrupt gzip batch: {exc}") from exc
     name = _CODEC_NAMES.get(codec, f"unknown codec {codec}")
     raise RecordDecodeError(
@@ -882,7 +893,7 @@ def iter_log_records(
       where it stopped, i.e. where the next read should continue.
     * Raises RecordDecodeError for a complete batch that is not magic 2, fails the CRC-32C
       check (only with verify=True), or holds malformed records.
-    * Compressed batches: gzip is decompressed with the standard library; for other codecs pass
+    * Compressed batches: gzip is decompressed with the standard library (zlib); for other codecs pass
       `decompress(codec, data) -> bytes`, otherwise RecordDecodeError.
     LogAppendTime batches give every record the batch's maxTimestamp.
     """
@@ -1005,10 +1016,10 @@ def iter_offset_commits(
     """
     cache: dict[bytes, tuple[str, str]] = {}  # OffsetCommit key minus partition -> (group, topic)
     cget = cache.get
-    shapes: dict[tuple[int, int, int, int], _Shape] = {}
+    shapes: dict[tuple[int, int, int, int, int, int], _Shape] = {}
     # The layout guessed for the next record: the last OffsetCommit record's (see _Shape).
     s_unpack: Callable[[bytes, int], tuple] | None = None
-    s_size = s_lenc = s_kenc = 0
+    s_size = s_lenc = s_kenc = s_vlenc = s_mlen = 0
     s_odtab: tuple[int | None, ...] = ()
     stop = pos
     for area in _batches(buf, pos, verify, decompress):
@@ -1018,17 +1029,18 @@ def iter_offset_commits(
                 on_other(*rec)
             stop = bpos + size
             continue
+        prev_miss = -2  # index of the last record of this batch that missed the fast path
         try:
-            for _ in range(count):
+            for i in range(count):
                 if s_unpack is not None:
                     # Fast path: one Struct call reads the whole record in the guessed layout;
                     # the checks below prove the record really has that layout.
                     nxt = p + s_size
                     if nxt <= end:
                         (lenc, ts, odraw, kenc, prefix, partition, vlen, vver, offset, epoch,
-                         mlen, commit_ts, hcount) = s_unpack(d, p)
-                        if (lenc == s_lenc and kenc == s_kenc and ts < 0x80 and vlen == 48
-                                and vver == 3 and not mlen and not hcount):
+                         mlen, mdata, commit_ts, hcount) = s_unpack(d, p)
+                        if (lenc == s_lenc and kenc == s_kenc and ts < 0x80 and vlen == s_vlenc
+                                and vver == 3 and mlen == s_mlen and not hcount):
                             od = s_odtab[odraw]
                             if od is not None:
                                 gt = cget(prefix)
@@ -1036,7 +1048,8 @@ def iter_offset_commits(
                                     group, topic = gt
                                     p = nxt
                                     yield (base_offset + od, producer_id, group, topic, partition,
-                                           offset, epoch, "", commit_ts, -1)
+                                           offset, epoch, mdata.decode("utf-8") if mlen else "",
+                                           commit_ts, -1)
                                     continue
                 # General path: any record shape, any key or value version.
                 start = p
@@ -1045,18 +1058,24 @@ def iter_offset_commits(
                     r = decode_offset_commit_fast(key, value)
                     if r is not None:
                         yield (base_offset + od, producer_id) + r
-                        # Learn this record's layout when it is the dominant shape (value v3,
-                        # empty metadata, no headers), so the following records take the fast path.
-                        if value is not None and len(value) == 24 and r[5] == "" and value[1] == 3 and not value[0]:
-                            shape = _learn_shape(d, start, p, len(key), shapes)
+                        # Learn this record's layout when it has the written shape (value v3,
+                        # no headers), so the following records take the fast path. A single odd
+                        # record between records of the current layout does not replace it:
+                        # only a second miss in a row does.
+                        if (value is not None and value[1] == 3 and not value[0]
+                                and (prev_miss == i - 1 or s_unpack is None)):
+                            shape = _learn_shape(d, start, p, len(key), len(value), shapes)
                             if shape is not None:
-                                s_unpack, s_size, s_lenc, s_kenc, s_odtab = shape
+                                s_unpack, s_size, s_lenc, s_kenc, s_vlenc, s_mlen, s_odtab = shape
                                 cache.setdefault(key[:-4], (r[0], r[1]))
+                        prev_miss = i
                         continue
                 on_other(base_offset + od, max_ts if attributes & TIMESTAMP_TYPE_MASK else base_ts + ts_delta,
                          key, value, producer_id)
         except IndexError as exc:
             raise RecordDecodeError(f"malformed records in batch at byte {bpos}: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise RecordDecodeError(f"invalid UTF-8 in OffsetCommit metadata in batch at byte {bpos}") from exc
         if p != end:
             raise RecordDecodeError(f"batch at byte {bpos} has {end - p} bytes after its {count} records")
         stop = bpos + size
@@ -1065,14 +1084,14 @@ def iter_offset_commits(
 
 # A record layout for iter_offset_commits' fast path:
 #     (Struct.unpack_from, record size, expected raw length varint, expected raw key-length
-#      varint, offsetDelta decode table)
+#      varint, expected raw value-length varint, metadata length, offsetDelta decode table)
 # The Struct reads, from the record start:
 #     length varint (1 or 2 bytes, raw: B/H) | attributes (skipped) | timestampDelta (B, must be
 #     a one-byte varint) | offsetDelta varint (1 or 2 bytes, raw: B/H, decoded by table) |
 #     keyLength varint (1 or 2 bytes, raw) | key minus partition (Ns: the cache key) |
-#     partition i | valueLength B (48) | value: version h (3), offset q, leaderEpoch i,
-#     metadata length h (0), commitTimestamp q | headerCount B (0)
-_Shape = tuple[Callable[[bytes, int], tuple], int, int, int, "tuple[int | None, ...]"]
+#     partition i | valueLength varint (1 or 2 bytes, raw) | value v3: version h, offset q,
+#     leaderEpoch i, metadata length h, metadata (Ms), commitTimestamp q | headerCount B (0)
+_Shape = tuple[Callable[[bytes, int], tuple], int, int, int, int, int, "tuple[int | None, ...]"]
 
 # offsetDelta decode tables, indexed by the raw varint bytes (big-endian); None = not a
 # non-negative varint of exactly that many bytes.
@@ -1112,9 +1131,14 @@ def _varint_width(d: bytes, p: int) -> int:
 
 
 def _learn_shape(
-    d: bytes, start: int, rec_end: int, key_len: int, shapes: dict[tuple[int, int, int, int], _Shape]
+    d: bytes,
+    start: int,
+    rec_end: int,
+    key_len: int,
+    value_len: int,
+    shapes: dict[tuple[int, int, int, int, int, int], _Shape],
 ) -> _Shape | None:
-    """The fast-path layout of the OffsetCommit record at d[start:rec_end], or None."""
+    """The fast-path layout of the OffsetCommit record (value v3) at d[start:rec_end], or None."""
     lb = _varint_width(d, start)
     if not lb or d[start + lb + 1] >= 0x80:  # one-byte timestampDelta only
         return None
@@ -1122,23 +1146,29 @@ def _learn_shape(
     if not odb:
         return None
     kb = _varint_width(d, start + lb + 2 + odb)
+    if not kb:
+        return None
+    vb = _varint_width(d, start + lb + 2 + odb + kb + key_len)
     plen = key_len - 4
-    size = lb + 2 + odb + kb + key_len + 26
-    if not kb or size != rec_end - start or d[rec_end - 1] != 0:
-        return None  # 2+-byte valueLength, headers, or non-minimal varints
-    shape_key = (lb, odb, kb, plen)
+    mlen = value_len - 24
+    size = lb + 2 + odb + kb + key_len + vb + value_len + 1
+    if not vb or mlen < 0 or size != rec_end - start or d[rec_end - 1] != 0:
+        return None  # headers, or varints wider than the fast path reads
+    shape_key = (lb, odb, kb, plen, vb, mlen)
     shape = shapes.get(shape_key)
     if shape is None:
         lenc = _raw_varint(size - lb, lb)
         kenc = _raw_varint(key_len, kb)
-        if lenc is None or kenc is None:
-            return None
-        fmt = ">{}xB{}{}{}siBhqihqB".format(
-            "B" if lb == 1 else "H", "B" if odb == 1 else "H", "B" if kb == 1 else "H", plen
+        venc = _raw_varint(value_len, vb)
+        if lenc is None or kenc is None or venc is None:
+            return None  # a non-minimal varint: leave it to the general path
+        fmt = ">{}xB{}{}{}si{}hqih{}sqB".format(
+            "B" if lb == 1 else "H", "B" if odb == 1 else "H", "B" if kb == 1 else "H", plen,
+            "B" if vb == 1 else "H", mlen,
         )
         st = struct.Struct(fmt)
         assert st.size == size
-        shape = (st.unpack_from, size, lenc, kenc, _OD1 if odb == 1 else _od2_table())
+        shape = (st.unpack_from, size, lenc, kenc, venc, mlen, _OD1 if odb == 1 else _od2_table())
         shapes[shape_key] = shape
     return shape
 

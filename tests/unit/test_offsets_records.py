@@ -32,17 +32,13 @@ from offsetd.records.offsets import (
     UnknownRecordKey,
     decode_group_metadata_value,
     decode_key,
-    decode_offset_commit_fast,
     decode_offset_commit_value,
     decode_value,
     encode_consumer_subscription,
     encode_key,
     encode_value,
-    group_metadata_record,
     iter_log_records,
-    iter_offset_commits,
     java_string_hash,
-    offset_commit_record,
     parse_subscription_topics,
     partition_for,
 )
@@ -188,16 +184,12 @@ def test_key_round_trip_unicode_and_negative_partition() -> None:
 def test_unknown_key_versions_are_returned_not_raised(version: int) -> None:
     data = struct.pack(">h", version) + s16("whatever") + b"\x01\x02"
     assert decode_key(data) == UnknownRecordKey(version)
-    assert decode_offset_commit_fast(data, b"\x00\x00") is None
-    assert decode_offset_commit_fast(struct.pack(">h", version), None) is None
 
 
 @pytest.mark.parametrize("data", [b"", b"\x00"])
 def test_key_without_version_is_an_error(data: bytes) -> None:
     with pytest.raises(RecordDecodeError):
         decode_key(data)
-    with pytest.raises(RecordDecodeError):
-        decode_offset_commit_fast(data, None)
 
 
 def test_null_key_is_an_error() -> None:
@@ -217,22 +209,11 @@ def test_truncated_keys_raise(data: bytes) -> None:
         decode_key(data + b"\x00")  # trailing garbage
 
 
-def test_truncated_offset_commit_keys_raise_in_fast_decoder() -> None:
-    data = encode_key(OffsetCommitKey("group", "topic", 3))
-    value = encode_value(OffsetCommitValue(1))
-    for cut in range(0, len(data)):
-        with pytest.raises(RecordDecodeError):
-            decode_offset_commit_fast(data[:cut], value)
-    with pytest.raises(RecordDecodeError):
-        decode_offset_commit_fast(data + b"\x00", value)
-
 
 def test_key_invalid_utf8_raises() -> None:
     data = b"\x00\x01\x00\x02\xff\xfe" + s16("t") + b"\x00\x00\x00\x00"
     with pytest.raises(RecordDecodeError):
         decode_key(data)
-    with pytest.raises(RecordDecodeError):
-        decode_offset_commit_fast(data, None)
 
 
 def test_encode_rejects_wrong_types_and_oversized_strings() -> None:
@@ -288,21 +269,14 @@ def test_offset_commit_value_versions(version: int) -> None:
     assert decode_offset_commit_value(hand) == expected
     assert decode_offset_commit_value(memoryview(hand)) == expected
     assert decode_value(OffsetCommitKey("g", "t", 0), hand) == expected
-    key = encode_key(OffsetCommitKey("g", "t", 5))
-    assert decode_offset_commit_fast(key, hand) == ("g", "t", 5, expected.offset, expected.leader_epoch,
-                                                     expected.metadata, expected.commit_timestamp,
-                                                     expected.expire_timestamp)
 
 
 @pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
 def test_offset_commit_value_truncations_raise(version: int) -> None:
     data = hand_offset_value(version, FULL)
-    key = encode_key(OffsetCommitKey("g", "t", 0))
     for cut in range(len(data)):
         with pytest.raises(RecordDecodeError):
             decode_offset_commit_value(data[:cut])
-        with pytest.raises(RecordDecodeError):
-            decode_offset_commit_fast(key, data[:cut])
 
 
 @pytest.mark.parametrize("version", [0, 1, 2, 3])
@@ -310,8 +284,6 @@ def test_offset_commit_value_trailing_garbage_raises(version: int) -> None:
     data = hand_offset_value(version, FULL) + b"\x00"
     with pytest.raises(RecordDecodeError):
         decode_offset_commit_value(data)
-    with pytest.raises(RecordDecodeError):
-        decode_offset_commit_fast(encode_key(OffsetCommitKey("g", "t", 0)), data)
 
 
 def test_offset_commit_value_v4_skips_unknown_tagged_fields() -> None:
@@ -319,8 +291,6 @@ def test_offset_commit_value_v4_skips_unknown_tagged_fields() -> None:
     tags = b"\x02" + b"\x00\x03abc" + b"\x07\x82\x01" + bytes(130)
     data = hand_offset_value(4, FULL, tags)
     assert decode_offset_commit_value(data) == EXPECTED_BY_VERSION[4]
-    key = encode_key(OffsetCommitKey("g", "t", 0))
-    assert decode_offset_commit_fast(key, data)[3] == FULL.offset
     with pytest.raises(RecordDecodeError):  # tag payload overruns the buffer
         decode_offset_commit_value(data[:-1])
     with pytest.raises(RecordDecodeError):  # bytes after the tag section
@@ -339,8 +309,6 @@ def test_unknown_offset_commit_value_versions_raise(version: int) -> None:
     data = struct.pack(">h", version) + bytes(40)
     with pytest.raises(RecordDecodeError):
         decode_offset_commit_value(data)
-    with pytest.raises(RecordDecodeError):
-        decode_offset_commit_fast(encode_key(OffsetCommitKey("g", "t", 0)), data)
 
 
 def test_null_metadata_on_disk_is_an_error() -> None:
@@ -355,8 +323,6 @@ def test_offset_commit_value_invalid_utf8_raises() -> None:
     data = struct.pack(">hqi", 3, 1, -1) + b"\x00\x01\xff" + struct.pack(">q", TS)
     with pytest.raises(RecordDecodeError):
         decode_offset_commit_value(data)
-    with pytest.raises(RecordDecodeError):
-        decode_offset_commit_fast(encode_key(OffsetCommitKey("g", "t", 0)), data)
 
 
 def test_offset_commit_defaults_and_negative_offset() -> None:
@@ -491,18 +457,12 @@ def test_decode_value_dispatch() -> None:
 # ------------------------------------------------------------------ record helpers, tombstones
 
 
-def test_record_helpers_and_tombstones() -> None:
+def test_tombstones_and_explicit_expiry_encoding() -> None:
     key = OffsetCommitKey("g", "t", 0)
-    value = OffsetCommitValue(100, -1, "", TS)
-    assert offset_commit_record(key, value) == (encode_key(key), encode_value(value))
-    assert offset_commit_record(key, None) == (bytes.fromhex("000100016700017400000000"), None)
-    empty = GroupMetadataValue("", 0, None, None, TS, ())
-    assert group_metadata_record("g", empty) == (bytes.fromhex("0002000167"), encode_value(empty))
-    assert group_metadata_record(GroupMetadataKey("g"), None) == (bytes.fromhex("0002000167"), None)
-    assert decode_offset_commit_fast(encode_key(key), None) == ("g", "t", 0, None, -1, "", -1, -1)
-    # explicit expiry selects v1 through the record helper too
-    k, v = offset_commit_record(key, OffsetCommitValue(1, 3, "", TS, TS + 1))
-    assert v is not None and v[:2] == b"\x00\x01"
+    assert encode_key(key) == bytes.fromhex("000100016700017400000000")
+    assert encode_key(GroupMetadataKey("g")) == bytes.fromhex("0002000167")
+    # an explicit expire timestamp selects value v1
+    assert encode_value(OffsetCommitValue(1, 3, "", TS, TS + 1))[:2] == b"\x00\x01"
 
 
 # ------------------------------------------------------------------ subscriptions (§1.4)
@@ -545,6 +505,10 @@ def test_subscription_truncations_give_none() -> None:
 
 
 # ------------------------------------------------------------------ iter_log_records
+
+
+def offset_commit_record(key: OffsetCommitKey, value: OffsetCommitValue | None) -> tuple[bytes, bytes | None]:
+    return encode_key(key), None if value is None else encode_value(value)
 
 
 def commit_rec(group: str, topic: str, part: int, offset: int | None, ts: int = TS, metadata: str = "",
@@ -735,212 +699,3 @@ def test_iter_log_records_large_batches_use_multibyte_offset_deltas() -> None:
     recs = [commit_rec("g", "t", i % 7, i) for i in range(9000)]  # deltas up to 3 varint bytes
     buf = build_batch(recs, base_offset=5)
     assert [o for o, *_ in iter_log_records(buf)] == list(range(5, 9005))
-
-
-# ------------------------------------------------------------------ iter_offset_commits
-
-
-def reference_events(buf: bytes) -> list[tuple]:
-    """What iter_offset_commits must produce, via iter_log_records and the general decoders."""
-    events: list[tuple] = []
-    for off, ts, key, value, pid in iter_log_records(buf):
-        k = None if type(key) is not bytes else decode_key(key)
-        if type(k) is OffsetCommitKey:
-            v = decode_value(k, value)
-            if v is None:
-                events.append(("commit", off, pid, k.group, k.topic, k.partition, None, -1, "", -1, -1))
-            else:
-                events.append(("commit", off, pid, k.group, k.topic, k.partition, v.offset, v.leader_epoch,
-                               v.metadata, v.commit_timestamp, v.expire_timestamp))
-        else:
-            events.append(("other", off, ts, key, value, pid))
-    return events
-
-
-def fused_events(buf) -> list[tuple]:
-    """iter_offset_commits' yields and on_other calls, interleaved in the order they happen."""
-    events: list[tuple] = []
-    for rec in iter_offset_commits(buf, lambda *a: events.append(("other",) + a)):
-        events.append(("commit",) + rec)
-    return events
-
-
-def random_log(rng: random.Random, batches: int) -> bytes:
-    """A mixed __consumer_offsets log exercising every branch of the fast and general paths."""
-    groups = ["g", "grp-1", "consumer-group-0001", "x" * 70, "\u00e9\u00e8-groupe", "spark-" + "a" * 40]
-    topics = ["t", "events", "orders.v2", "y" * 64]
-    out = bytearray()
-    offset = 0
-    for _ in range(batches):
-        n = rng.choice([1, 2, 5, 63, 64, 65, 200])
-        recs = []
-        base_ts = TS + rng.randrange(10**6)
-        run = 0
-        for _ in range(n):
-            # Runs of records of one group and topic, as one OffsetCommit request writes them,
-            # so the fast path gets going and is then interrupted by every other kind of record.
-            if run == 0:
-                g, t, p, run = rng.choice(groups), rng.choice(topics), rng.randrange(300), rng.randrange(1, 80)
-                # Kafka Streams style: same-length metadata on every commit of the run
-                md = rng.choice(["", "", "", "AQAAAYvP5Wg=", "\u00e9t\u00e9", "z" * 50])
-            run -= 1
-            p = (p + 1) % 300
-            kind = rng.random() * 2 - 1  # half of the records: plain v3 commits of the run
-            ts = base_ts + rng.choice([0, 0, 0, 0, 0, 0, 1, 63, 64, 100000])
-            if kind < 0.55:
-                epoch = rng.choice([-1, 0, 5])
-                recs.append(commit_rec(g, t, p, rng.randrange(10**12), ts=ts, epoch=epoch, metadata=md))
-            elif kind < 0.65:
-                recs.append(commit_rec(g, t, p, rng.randrange(10**6), ts=ts, metadata=rng.choice(["m", "z" * 50])))
-            elif kind < 0.70:
-                recs.append(commit_rec(g, t, p, 1, ts=ts, expire=ts + 10))
-            elif kind < 0.75:
-                recs.append(commit_rec(g, t, p, None, ts=ts))
-            elif kind < 0.80:
-                v = rng.choice([0, 2, 4])
-                value = encode_value(OffsetCommitValue(3, 1, "", ts), version=v)
-                recs.append((encode_key(OffsetCommitKey(g, t, p)), value, ts, []))
-            elif kind < 0.85:
-                recs.append(commit_rec(g, t, p, 9, ts=ts, headers=[("h", b"1")]))
-            elif kind < 0.90:
-                recs.append(group_metadata_record(g, rng.choice([None, GROUP])) + (ts, []))
-            elif kind < 0.95:
-                recs.append((struct.pack(">h", rng.choice([3, 9, 20])) + b"payload", b"\x00\x00", ts, []))
-            else:
-                # the OffsetCommit key v0 spelling
-                recs.append((b"\x00\x00" + encode_key(OffsetCommitKey(g, t, p))[2:],
-                             encode_value(OffsetCommitValue(2, -1, "", ts)), ts, []))
-        style = rng.random()
-        if style < 0.1:
-            pid = rng.randrange(1, 1000)
-            out += build_batch(recs, base_offset=offset, producer_id=pid, producer_epoch=0,
-                               attributes=TRANSACTIONAL_MASK)
-            offset += n
-            out += control_batch(rng.choice([0, 1]), offset, pid)
-            offset += 1
-            continue
-        if style < 0.15:
-            out += kp_gzip_batch(recs, base_offset=offset)
-        elif style < 0.2:
-            out += build_batch(recs, base_offset=offset, attributes=TIMESTAMP_TYPE_MASK)
-        else:
-            out += build_batch(recs, base_offset=offset)
-        offset += n
-    return bytes(out)
-
-
-@pytest.mark.parametrize("seed", range(6))
-def test_iter_offset_commits_matches_reference(seed: int) -> None:
-    buf = random_log(random.Random(seed), 25)
-    want = reference_events(buf)
-    assert fused_events(buf) == want
-    assert fused_events(memoryview(buf)) == want
-
-
-def test_random_log_covers_every_kind_of_record() -> None:
-    events = [e for seed in range(6) for e in reference_events(random_log(random.Random(seed), 25))]
-    others = [e for e in events if e[0] == "other"]
-    commits = [e for e in events if e[0] == "commit"]
-    assert {e[3] for e in others if isinstance(e[3], ControlMarker)} == {ControlMarker.COMMIT, ControlMarker.ABORT}
-    assert any(type(e[3]) is bytes and type(decode_key(e[3])) is GroupMetadataKey for e in others)
-    assert any(type(e[3]) is bytes and type(decode_key(e[3])) is UnknownRecordKey for e in others)
-    assert any(e[6] is None for e in commits)  # tombstones
-    assert any(e[10] != -1 for e in commits)  # v1 values
-    assert any(e[2] != -1 for e in commits)  # transactional
-    assert len(commits) > 3000
-
-
-def test_iter_offset_commits_fast_path_shapes() -> None:
-    # Runs of identically shaped records (the fast path), one-byte record lengths (tiny names),
-    # one- and two-byte offset deltas, keys of 64+ bytes and a shape change mid-batch.
-    recs = [commit_rec("g", "t", i, i) for i in range(70)]
-    recs += [commit_rec("a-much-longer-group-name-" + "q" * 40, "topic", i, i) for i in range(70)]
-    recs += [commit_rec("g", "t", i, i, metadata="meta") for i in range(3)]
-    recs += [commit_rec("g", "t", 2**31 - 1, 2**63 - 1, epoch=2**31 - 1, ts=-1)]
-    buf = build_batch(recs, base_offset=2**40) + build_batch(recs[::-1], base_offset=2**40 + len(recs))
-    assert fused_events(buf) == reference_events(buf)
-
-
-def test_iter_offset_commits_tolerates_the_fast_path_being_fooled() -> None:
-    # Same layout as the preceding record but with fields the fast path must reject.
-    good = commit_rec("group", "topic", 1, 5)
-    key = good[0]
-    # A 21-byte value (a truncated v3) plus a 4-byte header section ending in 0: the same record
-    # length and a plausible tail, but valueLength 21 -> general path, which must fail.
-    truncated_v3 = struct.pack(">hqih", 3, 5, -1, 0) + bytes(5)
-    fooled = build_batch([good, good, (key, truncated_v3, TS, [("", b"\x00")])])
-    assert len(fooled) == len(build_batch([good, good, good]))
-    with pytest.raises(RecordDecodeError):
-        reference_events(fooled)
-    with pytest.raises(RecordDecodeError):
-        fused_events(fooled)
-    # A v0 value with 4 bytes of metadata is 24 bytes too: same layout, other version, and this
-    # metadata even puts zeros where v3's metadata length would be.
-    v0 = struct.pack(">hq", 0, 5) + s16("ab\x00\x00") + struct.pack(">q", TS)
-    assert len(v0) == 24
-    buf = build_batch([good, good, (key, v0, TS, []), good])
-    assert fused_events(buf) == reference_events(buf)
-    assert fused_events(buf)[2][8] == "ab\x00\x00"
-    # A 24-byte v3 value claiming 2 bytes of metadata it does not have: malformed.
-    bad_md = struct.pack(">hqihq", 3, 5, -1, 2, TS)
-    for buf in (build_batch([good, good, (key, bad_md, TS, [])]), build_batch([(key, bad_md, TS, [])])):
-        with pytest.raises(RecordDecodeError):
-            reference_events(buf)
-        with pytest.raises(RecordDecodeError):
-            fused_events(buf)
-    # A GroupMetadata key of the same length as the OffsetCommit key after it.
-    gkey = encode_key(GroupMetadataKey("x" * (len(key) - 4)))
-    assert len(gkey) == len(key)
-    buf = build_batch([good, (gkey, good[1], TS, []), good])
-    assert [e[0] for e in fused_events(buf)] == ["commit", "other", "commit"]
-    assert fused_events(buf) == reference_events(buf)
-
-
-def test_iter_offset_commits_metadata_shapes() -> None:
-    # Fixed-length metadata (one- and two-byte value lengths), then a length change mid-run.
-    recs = [commit_rec("streams-app", "input", i, i, metadata=f"AQAAAYvP{i:04d}") for i in range(80)]
-    recs += [commit_rec("streams-app", "input", i, i, metadata="\u00e9" * 30) for i in range(5)]
-    recs += [commit_rec("streams-app", "input", i, i, metadata=f"x{i}") for i in range(20)]
-    buf = build_batch(recs)
-    events = fused_events(buf)
-    assert events == reference_events(buf)
-    assert events[3][8] == "AQAAAYvP0003" and events[82][8] == "\u00e9" * 30
-
-
-def test_iter_offset_commits_invalid_utf8_metadata_in_fast_path_raises() -> None:
-    good = commit_rec("g", "t", 0, 1, metadata="ok")
-    value = bytearray(good[1])
-    value[16:18] = b"\xff\xfe"
-    buf = build_batch([good, good, (good[0], bytes(value), TS, [])])
-    with pytest.raises(RecordDecodeError):
-        reference_events(buf)
-    with pytest.raises(RecordDecodeError):
-        fused_events(buf)
-
-
-def test_iter_offset_commits_torn_tail_and_return_value() -> None:
-    b1 = build_batch([commit_rec("g", "t", i, i) for i in range(3)])
-    b2 = build_batch([commit_rec("g", "t", 0, 9)], base_offset=3)
-    items, stop = run_to_end(iter_offset_commits(b1 + b2[:-1], lambda *a: None))
-    assert [r[0] for r in items] == [0, 1, 2] and stop == len(b1)
-
-
-def test_iter_offset_commits_errors() -> None:
-    garbage = bytearray(build_batch([commit_rec("g", "t", 0, 1)]))
-    garbage[61] = 0xFF
-    with pytest.raises(RecordDecodeError):
-        list(iter_offset_commits(bytes(garbage), lambda *a: None))
-    bad_value = build_batch([(encode_key(OffsetCommitKey("g", "t", 0)), b"\x00\x07junk", TS, [])])
-    with pytest.raises(RecordDecodeError):
-        list(iter_offset_commits(bad_value, lambda *a: None))
-    trailing = build_batch([commit_rec("g", "t", 0, 1)])
-    trailing = bytearray(trailing)
-    struct.pack_into(">i", trailing, 57, 0)  # claims no records: the record bytes are trailing
-    with pytest.raises(RecordDecodeError):
-        list(iter_offset_commits(bytes(trailing), lambda *a: None))
-
-
-def test_iter_offset_commits_shares_group_and_topic_strings() -> None:
-    buf = build_batch([commit_rec("consumer-group", "events", i, i) for i in range(10)])
-    recs = list(iter_offset_commits(buf, lambda *a: None))
-    assert len({id(r[2]) for r in recs}) == 1 and len({id(r[3]) for r in recs}) == 1

@@ -1,4 +1,4 @@
-"""`__consumer_offsets` record codecs, the group -> partition hash, and a fast log-record walker.
+"""`__consumer_offsets` record codecs, the group -> partition hash, and a log-record walker.
 
 Pure code: bytes in, values out (no asyncio, sockets or files). Byte layouts follow Kafka's
 coordinator record schemas (conformance reference §4); all integers are big-endian.
@@ -15,10 +15,8 @@ Non-flexible encodings: string = int16 length + UTF-8 (-1 = null), bytes = int32
 unsigned varint of length + 1 (0 = null), and end every struct with a tagged-field section:
 unsigned-varint count, then (uvarint tag, uvarint size, size bytes) per field.
 
-Start-up replay is the hot path. `iter_log_records` (raw records) and
-`decode_offset_commit_fast` are written for speed (precompiled Structs, inlined varints, bytes
-slicing, plain tuples); `iter_offset_commits` fuses the two and reads a whole record of the
-dominant OffsetCommit shape with one Struct call. Everything else favours clarity.
+The broker's start-up replay does not decode values at all (records/batch.py `scan_key_values`
+feeds key and value bytes to the coordinator); these decoders serve reads, tools and tests.
 """
 
 from __future__ import annotations
@@ -58,18 +56,12 @@ __all__ = [
     "encode_key",
     "encode_value",
     "decode_key",
-    "decode_value",
     "decode_offset_commit_value",
     "decode_group_metadata_value",
-    "decode_offset_commit_fast",
-    "offset_commit_record",
-    "group_metadata_record",
     "parse_subscription_topics",
     "encode_consumer_subscription",
     "iter_log_records",
-    "iter_offset_commits",
     "LogRecord",
-    "OffsetCommitRecord",
 ]
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -609,79 +601,6 @@ def decode_value(
     raise TypeError(f"decode_value: no value schema for {type(key).__name__}")
 
 
-def offset_commit_record(key: OffsetCommitKey, value: OffsetCommitValue | None) -> tuple[bytes, bytes | None]:
-    """(key bytes, value bytes) of an OffsetCommit record; value None makes a tombstone."""
-    return encode_key(key), None if value is None else _encode_offset_commit_value(value, None)
-
-
-def group_metadata_record(
-    key: GroupMetadataKey | str, value: GroupMetadataValue | None
-) -> tuple[bytes, bytes | None]:
-    """(key bytes, value bytes) of a GroupMetadata record (key or group id); None = tombstone."""
-    if isinstance(key, str):
-        key = GroupMetadataKey(key)
-    return encode_key(key), None if value is None else _encode_group_metadata_value(value, None)
-
-
-# ---------------------------------------------------------------------------------------------
-# Fast OffsetCommit decode for start-up replay
-# ---------------------------------------------------------------------------------------------
-
-OffsetCommitTuple = tuple[str, str, int, "int | None", int, str, int, int]
-
-
-def decode_offset_commit_fast(key: bytes, value: bytes | None) -> OffsetCommitTuple | None:
-    """Flat (group, topic, partition, offset, leader_epoch, metadata, commit_ts, expire_ts).
-
-    Returns None when `key` is not an OffsetCommit key (version 0/1): the caller then uses
-    decode_key. A tombstone gives offset None (and -1, "", -1, -1 for the rest). Value v3 is
-    decoded inline; other versions go through the general decoder. Raises RecordDecodeError
-    on garbage (like decode_key, also for a key too short to hold a version).
-    """
-    if type(key) is not bytes:
-        key = _as_bytes(key)
-    if value is not None and type(value) is not bytes:
-        value = _as_bytes(value)
-    if len(key) < 4:
-        if len(key) >= 2 and _h_unpack(key, 0)[0] not in (0, 1):
-            return None  # some other record type with a tiny key
-        raise RecordDecodeError(f"OffsetCommit key of {len(key)} bytes is truncated")
-    try:
-        # key: int16 version | int16 group length | group | int16 topic length | topic | int32
-        kv, gl = _hh_unpack(key, 0)
-        if kv != 1 and kv != 0:
-            return None
-        tp = 4 + gl
-        (tl,) = _h_unpack(key, tp)
-        kn = len(key)
-        pp = tp + 2 + tl
-        if gl < 0 or tl < 0 or pp + 4 != kn:
-            raise RecordDecodeError(f"malformed OffsetCommit key of {kn} bytes")
-        group = key[4:tp].decode("utf-8")
-        topic = key[tp + 2 : pp].decode("utf-8")
-        (partition,) = _i_unpack(key, pp)
-        if value is None:
-            return group, topic, partition, None, -1, "", -1, -1
-        # value v3: int16 3 | int64 offset | int32 leaderEpoch | int16 mdlen | md | int64 commitTs
-        if len(value) == 24:  # the usual empty metadata: one Struct call
-            vv, offset, epoch, ml, commit_ts = _v3_empty_unpack(value)
-            if vv == 3 and not ml:
-                return group, topic, partition, offset, epoch, "", commit_ts, -1
-        vv, offset, epoch, ml = _hqih_unpack(value, 0)
-        if vv == 3 and ml >= 0:
-            e = 16 + ml
-            if e + 8 == len(value):
-                (commit_ts,) = _q_unpack(value, e)
-                return group, topic, partition, offset, epoch, value[16:e].decode("utf-8") if ml else "", commit_ts, -1
-    except (struct.error, IndexError) as exc:
-        raise RecordDecodeError(f"truncated OffsetCommit record: {exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise RecordDecodeError(f"invalid UTF-8 in OffsetCommit record: {exc}") from exc
-    # Any other value version (or a malformed v3, which this re-reports precisely).
-    offset, epoch, metadata, commit_ts, expire_ts = _decode_offset_commit_tuple(value)
-    return group, topic, partition, offset, epoch, metadata, commit_ts, expire_ts
-
-
 # ---------------------------------------------------------------------------------------------
 # Consumer protocol subscription (§1.4)
 # ---------------------------------------------------------------------------------------------
@@ -739,9 +658,6 @@ def encode_consumer_subscription(topics: list[str], user_data: bytes | None = No
 LogRecord = tuple[int, int, "bytes | ControlMarker | None", "bytes | None", int]
 """(offset, timestamp, key, value, producer_id) as yielded by iter_log_records."""
 
-OffsetCommitRecord = tuple[int, int, str, str, int, "int | None", int, str, int, int]
-"""(log_offset, producer_id, group, topic, partition, offset, leader_epoch, metadata,
-commit_timestamp, expire_timestamp) as yielded by iter_offset_commits; offset None = tombstone."""
 
 def _zigzag_varint(d: bytes, p: int) -> tuple[int, int]:
     """Zig-zag varint at p (the general case, after the inlined one/two-byte fast paths)."""
@@ -993,201 +909,3 @@ def iter_log_records(
             raise RecordDecodeError(f"batch at byte {bpos} has {end - p} bytes after its {count} records")
         stop = bpos + size
     return stop
-
-
-def iter_offset_commits(
-    buf: bytes | bytearray | memoryview,
-    on_other: Callable[[int, int, "bytes | ControlMarker | None", "bytes | None", int], object],
-    pos: int = 0,
-    *,
-    verify: bool = False,
-    decompress: Callable[[int, bytes], bytes] | None = None,
-) -> Generator[OffsetCommitRecord, None, int]:
-    """Replay fast path: walk batches like iter_log_records, decoding OffsetCommit records inline.
-
-    Yields (log_offset, producer_id, group, topic, partition, offset, leader_epoch, metadata,
-    commit_timestamp, expire_timestamp) for each OffsetCommit record (key v0/v1, value v0..v4);
-    offset is None for a tombstone (then -1, "", -1, -1). Every other record (GroupMetadata,
-    unknown key versions, COMMIT/ABORT markers) is passed to
-    `on_other(offset, timestamp, key, value, producer_id)` exactly as iter_log_records would
-    yield it, at its place in log order (the generator is lazy, so everything yielded before has
-    already been handled by the caller). Group and topic strings are shared between records.
-    Torn tails, errors, `verify`, `decompress` and the return value: as iter_log_records.
-    """
-    cache: dict[bytes, tuple[str, str]] = {}  # OffsetCommit key minus partition -> (group, topic)
-    cget = cache.get
-    shapes: dict[tuple[int, int, int, int, int, int], _Shape] = {}
-    # The layout guessed for the next record: the last OffsetCommit record's (see _Shape).
-    s_unpack: Callable[[bytes, int], tuple] | None = None
-    s_size = s_lenc = s_kenc = s_vlenc = s_mlen = 0
-    s_odtab: tuple[int | None, ...] = ()
-    stop = pos
-    for area in _batches(buf, pos, verify, decompress):
-        bpos, size, d, p, end, base_offset, attributes, base_ts, max_ts, producer_id, count = area
-        if attributes & CONTROL_MASK:
-            for rec in _control_markers(area):
-                on_other(*rec)
-            stop = bpos + size
-            continue
-        prev_miss = -2  # index of the last record of this batch that missed the fast path
-        try:
-            for i in range(count):
-                if s_unpack is not None:
-                    # Fast path: one Struct call reads the whole record in the guessed layout;
-                    # the checks below prove the record really has that layout.
-                    nxt = p + s_size
-                    if nxt <= end:
-                        (lenc, ts, odraw, kenc, prefix, partition, vlen, vver, offset, epoch,
-                         mlen, mdata, commit_ts, hcount) = s_unpack(d, p)
-                        if (lenc == s_lenc and kenc == s_kenc and ts < 0x80 and vlen == s_vlenc
-                                and vver == 3 and mlen == s_mlen and not hcount):
-                            od = s_odtab[odraw]
-                            if od is not None:
-                                gt = cget(prefix)
-                                if gt is not None or (gt := _cache_key_prefix(cache, prefix)) is not None:
-                                    group, topic = gt
-                                    p = nxt
-                                    yield (base_offset + od, producer_id, group, topic, partition,
-                                           offset, epoch, mdata.decode("utf-8") if mlen else "",
-                                           commit_ts, -1)
-                                    continue
-                # General path: any record shape, any key or value version.
-                start = p
-                p, ts_delta, od, key, value = _read_record(d, p, end)
-                if key is not None:
-                    r = decode_offset_commit_fast(key, value)
-                    if r is not None:
-                        yield (base_offset + od, producer_id) + r
-                        # Learn this record's layout when it has the written shape (value v3,
-                        # no headers), so the following records take the fast path. A single odd
-                        # record between records of the current layout does not replace it:
-                        # only a second miss in a row does.
-                        if (value is not None and value[1] == 3 and not value[0]
-                                and (prev_miss == i - 1 or s_unpack is None)):
-                            shape = _learn_shape(d, start, p, len(key), len(value), shapes)
-                            if shape is not None:
-                                s_unpack, s_size, s_lenc, s_kenc, s_vlenc, s_mlen, s_odtab = shape
-                                cache.setdefault(key[:-4], (r[0], r[1]))
-                        prev_miss = i
-                        continue
-                on_other(base_offset + od, max_ts if attributes & TIMESTAMP_TYPE_MASK else base_ts + ts_delta,
-                         key, value, producer_id)
-        except IndexError as exc:
-            raise RecordDecodeError(f"malformed records in batch at byte {bpos}: {exc}") from exc
-        except UnicodeDecodeError as exc:
-            raise RecordDecodeError(f"invalid UTF-8 in OffsetCommit metadata in batch at byte {bpos}") from exc
-        if p != end:
-            raise RecordDecodeError(f"batch at byte {bpos} has {end - p} bytes after its {count} records")
-        stop = bpos + size
-    return stop
-
-
-# A record layout for iter_offset_commits' fast path:
-#     (Struct.unpack_from, record size, expected raw length varint, expected raw key-length
-#      varint, expected raw value-length varint, metadata length, offsetDelta decode table)
-# The Struct reads, from the record start:
-#     length varint (1 or 2 bytes, raw: B/H) | attributes (skipped) | timestampDelta (B, must be
-#     a one-byte varint) | offsetDelta varint (1 or 2 bytes, raw: B/H, decoded by table) |
-#     keyLength varint (1 or 2 bytes, raw) | key minus partition (Ns: the cache key) |
-#     partition i | valueLength varint (1 or 2 bytes, raw) | value v3: version h, offset q,
-#     leaderEpoch i, metadata length h, metadata (Ms), commitTimestamp q | headerCount B (0)
-_Shape = tuple[Callable[[bytes, int], tuple], int, int, int, int, int, "tuple[int | None, ...]"]
-
-# offsetDelta decode tables, indexed by the raw varint bytes (big-endian); None = not a
-# non-negative varint of exactly that many bytes.
-_OD1: tuple[int | None, ...] = tuple(None if b & 0x81 else b >> 1 for b in range(256))
-_od2: tuple[int | None, ...] | None = None
-
-
-def _od2_table() -> tuple[int | None, ...]:
-    """Decode table for two-byte offsetDelta varints (built on first use: 64 Ki entries)."""
-    global _od2
-    if _od2 is None:
-        table: list[int | None] = [None] * 0x10000
-        for b0 in range(0x80, 0x100):
-            for b1 in range(0x80):
-                v = (b0 & 0x7F) | (b1 << 7)
-                if not v & 1:
-                    table[(b0 << 8) | b1] = v >> 1
-        _od2 = tuple(table)
-    return _od2
-
-
-def _raw_varint(n: int, nbytes: int) -> int | None:
-    """Big-endian int of the zig-zag varint bytes of n >= 0, or None if it needs another width."""
-    z = n << 1
-    if nbytes == 1:
-        return z if z < 0x80 else None
-    if 0x80 <= z < 0x4000:
-        return (((z & 0x7F) | 0x80) << 8) | (z >> 7)
-    return None
-
-
-def _varint_width(d: bytes, p: int) -> int:
-    """Width in bytes (1 or 2) of the varint at p; 0 if longer."""
-    if d[p] < 0x80:
-        return 1
-    return 2 if d[p + 1] < 0x80 else 0
-
-
-def _learn_shape(
-    d: bytes,
-    start: int,
-    rec_end: int,
-    key_len: int,
-    value_len: int,
-    shapes: dict[tuple[int, int, int, int, int, int], _Shape],
-) -> _Shape | None:
-    """The fast-path layout of the OffsetCommit record (value v3) at d[start:rec_end], or None."""
-    lb = _varint_width(d, start)
-    if not lb or d[start + lb + 1] >= 0x80:  # one-byte timestampDelta only
-        return None
-    odb = _varint_width(d, start + lb + 2)
-    if not odb:
-        return None
-    kb = _varint_width(d, start + lb + 2 + odb)
-    if not kb:
-        return None
-    vb = _varint_width(d, start + lb + 2 + odb + kb + key_len)
-    plen = key_len - 4
-    mlen = value_len - 24
-    size = lb + 2 + odb + kb + key_len + vb + value_len + 1
-    if not vb or mlen < 0 or size != rec_end - start or d[rec_end - 1] != 0:
-        return None  # headers, or varints wider than the fast path reads
-    shape_key = (lb, odb, kb, plen, vb, mlen)
-    shape = shapes.get(shape_key)
-    if shape is None:
-        lenc = _raw_varint(size - lb, lb)
-        kenc = _raw_varint(key_len, kb)
-        venc = _raw_varint(value_len, vb)
-        if lenc is None or kenc is None or venc is None:
-            return None  # a non-minimal varint: leave it to the general path
-        fmt = ">{}xB{}{}{}si{}hqih{}sqB".format(
-            "B" if lb == 1 else "H", "B" if odb == 1 else "H", "B" if kb == 1 else "H", plen,
-            "B" if vb == 1 else "H", mlen,
-        )
-        st = struct.Struct(fmt)
-        assert st.size == size
-        shape = (st.unpack_from, size, lenc, kenc, venc, mlen, _OD1 if odb == 1 else _od2_table())
-        shapes[shape_key] = shape
-    return shape
-
-
-def _cache_key_prefix(cache: dict[bytes, tuple[str, str]], prefix: bytes) -> tuple[str, str] | None:
-    """Decode and cache an OffsetCommit key without its partition; None if it is not one."""
-    # int16 version (0/1) | int16 group length | group | int16 topic length | topic
-    n = len(prefix)
-    if n < 6:
-        return None
-    version, gl = _hh_unpack(prefix, 0)
-    if (version != 0 and version != 1) or gl < 0 or 6 + gl > n:
-        return None
-    (tl,) = _h_unpack(prefix, 4 + gl)
-    if 6 + gl + tl != n:
-        return None
-    try:
-        gt = (prefix[4 : 4 + gl].decode("utf-8"), prefix[6 + gl :].decode("utf-8"))
-    except UnicodeDecodeError:
-        return None  # the general path reports it
-    cache[prefix] = gt
-    return gt

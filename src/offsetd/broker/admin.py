@@ -6,17 +6,22 @@ from typing import Any
 
 from ..protocol.errors import Error
 from .broker import Broker
+from .group_configs import GROUP_KEYS, group_config_problem
 from .topic_config import (
     DEFAULT_CONFIG,
+    INT,
     STATIC_BROKER_CONFIG,
     STRING,
     TOPIC_KEYS,
+    _broker_default,
     effective_value,
     validate_topic_configs,
 )
 from .topics import TopicError
 
-RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
+RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_GROUP = 2, 4, 32
+DYNAMIC_GROUP_CONFIG = 8  # DescribeConfigs ConfigSource of a per-group setting
+SET, DELETE = 0, 1  # IncrementalAlterConfigs operations
 
 
 def handle_create_topics(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any]:
@@ -71,6 +76,7 @@ def handle_delete_topics(broker: Broker, req: Any, version: int, now_ms: int) ->
         else:
             response.update(name=topic.name, topic_id=topic.topic_id)
             broker.topics.delete(topic)
+            broker.on_topic_deleted(topic.name, len(topic.partitions))
         responses.append(response)
     return {"responses": responses}
 
@@ -120,14 +126,54 @@ def handle_describe_configs(broker: Broker, req: Any, version: int, now_ms: int)
                 result.update(error_code=Error.INVALID_REQUEST,
                               error_message=f"Unknown broker id {res.resource_name}, this broker is {broker.node_id}.")
             else:
-                from ..config import SCHEMA
-
                 result["configs"] = [
-                    _config_entry(key, value, DEFAULT_CONFIG if value == SCHEMA[key][1] else STATIC_BROKER_CONFIG)
+                    _config_entry(key, value, DEFAULT_CONFIG if value == _broker_default(key) else STATIC_BROKER_CONFIG)
                     for key, value in broker.config.items_raw() if keys is None or key in keys
                 ]
+        elif res.resource_type == RESOURCE_GROUP:
+            overrides = broker.group_configs.get(res.resource_name)
+            result["configs"] = [
+                _config_entry(key, overrides[key], DYNAMIC_GROUP_CONFIG, INT) if key in overrides else
+                _config_entry(key, broker.config.raw(key), DEFAULT_CONFIG if broker.config.raw(key) ==
+                              _broker_default(key) else STATIC_BROKER_CONFIG, INT)
+                for key in GROUP_KEYS if keys is None or key in keys]
         else:
             result.update(error_code=Error.INVALID_REQUEST,
                           error_message=f"Unsupported resource type {res.resource_type}.")
         results.append(result)
     return {"results": results}
+
+
+def handle_incremental_alter_configs(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any]:
+    """Per-group `offsets.retention.minutes` (GROUP resources); SET and DELETE operations."""
+    responses = []
+    for res in req.resources:
+        response: dict[str, Any] = {"error_code": Error.NONE, "error_message": None,
+                                    "resource_type": res.resource_type, "resource_name": res.resource_name}
+        changes: dict[str, str | None] = {}
+        problem = None
+        if res.resource_type != RESOURCE_GROUP:
+            problem = (Error.INVALID_REQUEST, f"Altering resource type {res.resource_type} is not supported; "
+                                              "only groups (offsets.retention.minutes)")
+        elif not res.resource_name:
+            problem = (Error.INVALID_GROUP_ID, "The group id must not be empty")
+        for c in res.configs:
+            if problem:
+                break
+            if c.config_operation == SET:
+                message = group_config_problem(c.name, c.value)
+                problem = (Error.INVALID_CONFIG, message) if message else None
+                changes[c.name] = c.value
+            elif c.config_operation == DELETE:
+                message = group_config_problem(c.name, "1")
+                problem = (Error.INVALID_CONFIG, message) if message else None
+                changes[c.name] = None
+            else:
+                problem = (Error.INVALID_REQUEST, f"Operation {c.config_operation} is not valid for {c.name}")
+        if problem:
+            response.update(error_code=problem[0], error_message=problem[1])
+        elif not req.validate_only:
+            broker.group_configs.update(res.resource_name, changes)
+            broker.on_group_config_changed(res.resource_name)
+        responses.append(response)
+    return {"responses": responses}

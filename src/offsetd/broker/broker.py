@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..config import BrokerConfig
+from .group_configs import GroupConfigs
 from .producer_ids import ProducerIdManager
 from .topics import TopicRegistry
 
@@ -21,8 +22,13 @@ class Broker:
         self.node_id: int = config.get("node.id")
         self.topics = TopicRegistry(config, now_ms)
         self.producer_ids = ProducerIdManager(config.log_dir)
+        self.group_configs = GroupConfigs(config.log_dir)
         # Called with (topic, partition) after every append, so fetch long polls can wake up.
         self.on_append: Callable[[str, int], None] = lambda topic, partition: None
+        # Called with (topic, partition count) after DeleteTopics, so the coordinator drops offsets.
+        self.on_topic_deleted: Callable[[str, int], None] = lambda topic, partitions: None
+        # Called with a group id after its configs change, so its coordinator shard follows.
+        self.on_group_config_changed: Callable[[str], None] = lambda group_id: None
 
     def apply_retention(self, now_ms: int) -> int:
         """Delete expired segments of every delete-policy topic; returns segments removed."""

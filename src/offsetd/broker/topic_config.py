@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from ..config import BrokerConfig
+from ..config import SCHEMA, BrokerConfig
 from ..storage.log_config import LogConfig
 
 # DescribeConfigs ConfigType values (KIP-569).
@@ -95,8 +95,7 @@ def effective_value(key: str, overrides: Mapping[str, str], broker: BrokerConfig
 
 
 def _broker_default(key: str) -> str:
-    from ..config import SCHEMA
-
+    """The built-in default of a broker key, as a string."""
     return SCHEMA[key][1]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any, Hashable, Iterable
+from typing import Any, Callable, Hashable, Iterable
 
 from ..records.offsets import (
     GroupMetadataKey,
@@ -26,6 +26,7 @@ from ..records.offsets import (
     encode_value,
 )
 from .config import GroupCoordinatorConfig
+from .metrics import CoordinatorCounters
 from .group import ClassicGroup, ClassicGroupMember, GroupState
 from .result import CoordinatorResult
 from .timers import Timers
@@ -51,6 +52,7 @@ GROUP_SUBSCRIBED_TO_TOPIC = 86
 
 S = GroupState
 TopicPartition = tuple[str, int]
+EXPIRY_WARNING_MS = 24 * 3600 * 1000  # a log warning this long before a group's offsets expire
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +90,10 @@ class GroupCoordinatorShard:
         self._offsets_by_raw: dict[bytes, dict[bytes, bytes]] = {}  # same dicts, by UTF-8 group id
         self.skipped_records = 0
         self.timers = Timers()
-        self.completed_rebalances = 0
+        self.counters = CoordinatorCounters()
+        # offsets.retention.minutes set on single groups (ms; -1 = never expire); else config's.
+        self.group_retention_ms: dict[str, int] = {}
+        self._expiry_warned: set[str] = set()
 
     # ============================================================================ replay
 
@@ -502,7 +507,7 @@ class GroupCoordinatorShard:
             group.transition(S.STABLE, now)
             if not group.pending_sync:  # else the deadline set at join completion still applies
                 self.timers.cancel(("sync", group.group_id))
-            self.completed_rebalances += 1
+            self.counters.completed_rebalances += 1
             result.records.append((GroupMetadataKey(group.group_id), group.to_record()))
             for m in group.members.values():
                 if m.sync_token is not None:
@@ -632,6 +637,8 @@ class GroupCoordinatorShard:
             result.records.append((OffsetCommitKey(group_id, topic, partition), OffsetCommitValue(
                 offset=offset, leader_epoch=epoch, metadata=metadata or "", commit_timestamp=now,
                 expire_timestamp=expire)))
+        self.counters.offset_commits += len(result.records)
+        self._expiry_warned.discard(group_id)
         return result.respond(token, errors)
 
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None
@@ -730,7 +737,90 @@ class GroupCoordinatorShard:
                 key = OffsetCommitKey(group_id, topic, partition)
                 if encode_key(key) in stored:
                     result.records.append((key, None))
+        self.counters.offset_deletions += len(result.records)
         return result.respond(token, {"error_code": NONE, "topics": answer})
+
+    # ==================================================================== expiration
+
+    def retention_ms(self, group_id: str) -> int:
+        """The group's offsets retention: its own setting, else offsets.retention.minutes."""
+        return self.group_retention_ms.get(group_id, self.config.retention_ms)
+
+    def _expiry_base(self, group: ClassicGroup) -> Callable[[OffsetCommitValue], int] | None:
+        """§2 ClassicGroup.offsetExpirationCondition: the time retention counts from, or None
+        when nothing of this group may expire now."""
+        if not group.protocol_type:  # simple (standalone) group: each offset by its own commit
+            return lambda value: value.commit_timestamp
+        if group.state is S.EMPTY:  # all offsets together, retention after the group emptied
+            since = group.state_timestamp
+            return (lambda value: since) if since != -1 else (lambda value: value.commit_timestamp)
+        if (group.protocol_type == "consumer" and group.state is S.STABLE
+                and group.subscribed_topics is not None):  # KIP-496: unsubscribed topics only
+            return lambda value: value.commit_timestamp
+        return None
+
+    def expiry_times(self, group_id: str) -> dict[TopicPartition, int | None]:
+        """When each committed offset of the group will expire if nothing changes (ms), or None
+        for "not while the group stays as it is" (subscribed, rebalancing, or retention -1).
+        The sweep uses the same answer: an offset expires once now >= its time (inclusive)."""
+        group = self.groups.get(group_id)
+        stored = self.offsets.get(group_id)
+        if group is None or not stored:
+            return {}
+        base = self._expiry_base(group)
+        retention = self.retention_ms(group_id)
+        times: dict[TopicPartition, int | None] = {}
+        for key, raw in stored.items():
+            k = decode_key(key)
+            value = decode_offset_commit_value(raw)
+            tp = (k.topic, k.partition)  # type: ignore[union-attr]
+            if base is None or group.is_subscribed_to_topic(tp[0]):
+                times[tp] = None
+            elif value.expire_timestamp != -1:  # explicit retention from OffsetCommit v2-v4 wins
+                times[tp] = value.expire_timestamp
+            elif retention < 0:
+                times[tp] = None
+            else:
+                times[tp] = base(value) + retention
+        return times
+
+    def expire_offsets(self, now: int, group_ids: Iterable[str]) -> CoordinatorResult:
+        """One chunk of the retention sweep (§2): tombstones for expired offsets, and a group
+        tombstone for an Empty group left with no offsets. The shell calls this for bounded
+        chunks of `self.groups` so a large shard never stalls the event loop."""
+        result = CoordinatorResult(replay=True)
+        for group_id in group_ids:
+            group = self.groups.get(group_id)
+            if group is None:
+                continue
+            times = self.expiry_times(group_id)
+            expired = [tp for tp, at in times.items() if at is not None and now >= at]
+            for topic, partition in expired:
+                result.records.append((OffsetCommitKey(group_id, topic, partition), None))
+            self.counters.offset_expirations += len(expired)
+            if expired:
+                log.info("group %s: %d offsets expired", group_id, len(expired))
+            if len(expired) == len(times) and group.state is S.EMPTY and not group.pending_members:
+                result.records.append((GroupMetadataKey(group_id), None))
+                self._expiry_warned.discard(group_id)
+                continue
+            upcoming = [at for tp, at in times.items() if at is not None and now < at]
+            if upcoming and min(upcoming) - now <= EXPIRY_WARNING_MS and group_id not in self._expiry_warned:
+                self._expiry_warned.add(group_id)
+                log.warning("group %s: %d offsets will expire within a day (first at %d ms since epoch)",
+                            group_id, len(upcoming), min(upcoming))
+        return result
+
+    def on_partitions_deleted(self, topic: str, partitions: Iterable[int]) -> CoordinatorResult:
+        """Tombstones for every group's offsets on deleted partitions, with no retention wait."""
+        result = CoordinatorResult(replay=True)
+        doomed = set(partitions)
+        for group_id, stored in self.offsets.items():
+            for key in stored:
+                k = decode_key(key)
+                if k.topic == topic and k.partition in doomed:  # type: ignore[union-attr]
+                    result.records.append((k, None))  # type: ignore[arg-type]
+        return result
 
 
 def _join_error(error: int, member_id: str) -> dict[str, Any]:

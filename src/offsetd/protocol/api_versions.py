@@ -33,6 +33,7 @@ class ApiKey(IntEnum):
     DESCRIBE_CONFIGS = 32
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
 
 
@@ -61,6 +62,7 @@ SERVED_MAX: dict[ApiKey, int] = {
     ApiKey.LIST_GROUPS: 5,
     ApiKey.DELETE_GROUPS: 2,
     ApiKey.OFFSET_DELETE: 0,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
 }
 
 

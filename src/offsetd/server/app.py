@@ -10,11 +10,13 @@ from typing import Any, Callable
 
 from ..broker.admin import (
     handle_create_partitions,
+    handle_incremental_alter_configs,
     handle_create_topics,
     handle_delete_topics,
     handle_describe_configs,
 )
 from ..broker.broker import Broker
+from ..broker.group_configs import retention_ms as group_retention_ms
 from ..broker.fetch import handle_list_offsets, read_fetch
 from ..broker.metadata import handle_metadata
 from ..broker.produce import handle_init_producer_id, handle_produce
@@ -43,6 +45,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.CREATE_PARTITIONS: handle_create_partitions,
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
     ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
 }
 
 
@@ -99,6 +102,10 @@ class KafkaServer:
             for p, plog in enumerate(offsets_topic.partitions)
         ]
         self.group_api = GroupApi(self.broker, self.runtimes)
+        self.broker.on_topic_deleted = self._offsets_of_deleted_topic
+        self.broker.on_group_config_changed = self._apply_group_config
+        for group_id, _ in self.broker.group_configs.items():
+            self._apply_group_config(group_id)
         self.connections: set[Connection] = set()
         self._fetch_waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
         self._server: asyncio.base_events.Server | None = None
@@ -156,6 +163,8 @@ class KafkaServer:
             self._server.close()
         for task in self._tasks:
             task.cancel()
+        for runtime in self.runtimes:
+            runtime.stop()
         for conn in list(self.connections):
             conn.close("broker shutting down")
         self.executor.shutdown(wait=True)
@@ -273,6 +282,23 @@ class KafkaServer:
                 return encode_response(ApiKey.FETCH, version, correlation_id, result.body)
         result = read_fetch(self.broker, request, version)
         return encode_response(ApiKey.FETCH, version, correlation_id, result.body)
+
+    def _apply_group_config(self, group_id: str) -> None:
+        """Give the group's shard its own retention (or the broker default again)."""
+        shard = self.group_api.runtime_for(group_id).shard
+        retention = group_retention_ms(self.broker.group_configs.get(group_id))
+        if retention is None:
+            shard.group_retention_ms.pop(group_id, None)
+        else:
+            shard.group_retention_ms[group_id] = retention
+
+    def _offsets_of_deleted_topic(self, topic: str, partitions: int) -> None:
+        """Deleting a topic removes every group's offsets for it at once (tombstones, §2)."""
+        for runtime in self.runtimes:
+            if runtime.state is ShardState.ACTIVE:
+                result = runtime.shard.on_partitions_deleted(topic, range(partitions))
+                if result.records:
+                    runtime.submit(result)
 
     def _wake_fetchers(self, topic: str, partition: int) -> None:
         waiters = self._fetch_waiters.get((topic, partition))

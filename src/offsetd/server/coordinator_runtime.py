@@ -24,6 +24,7 @@ from ..storage.partition_log import PartitionLog
 log = logging.getLogger("offsetd.coordinator")
 
 LOAD_CHUNK_BYTES = 5 * 1024 * 1024  # offsets.load.buffer.size
+SWEEP_CHUNK = 1000  # groups examined per event-loop turn by the retention sweep
 
 
 class ShardState(enum.Enum):
@@ -49,6 +50,7 @@ class ShardRuntime:
         self._writing = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_deadline: int | None = None
+        self._sweeper: asyncio.Future[None] | None = None
 
     # ---------------------------------------------------------------------- loading
 
@@ -82,6 +84,35 @@ class ShardRuntime:
         self.load_time_ms = (time.perf_counter() - started) * 1000
         self.state = ShardState.ACTIVE
         self.submit(shard.on_loaded(self.clock()))
+        self._sweeper = asyncio.ensure_future(self._sweep_forever())
+
+    # -------------------------------------------------------------------- expiration
+
+    async def _sweep_forever(self) -> None:
+        """The retention sweep (§2): first one interval after loading, then every interval."""
+        interval = self.shard.config.retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.sweep()
+            except Exception:
+                log.exception("__consumer_offsets-%d: offsets expiration failed", self.shard.partition)
+
+    async def sweep(self) -> None:
+        """Expire offsets group by group, SWEEP_CHUNK groups per turn of the event loop."""
+        group_ids = list(self.shard.groups)
+        for start in range(0, len(group_ids), SWEEP_CHUNK):
+            result = self.shard.expire_offsets(self.clock(), group_ids[start : start + SWEEP_CHUNK])
+            if result.records:
+                self.submit(result)
+            await asyncio.sleep(0)
+
+    def stop(self) -> None:
+        """Cancel the sweep and the timers (shutdown)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
 
     # ------------------------------------------------------------------------ writes
 

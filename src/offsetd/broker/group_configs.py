@@ -1,0 +1,63 @@
+"""Per-group configs (KIP-848's GROUP config resource), persisted in `<log.dirs>/group-configs.json`.
+
+Only `offsets.retention.minutes` is served: a group may keep its offsets longer or shorter than the
+broker default, or forever (-1). Users have asked for this since KAFKA-4682.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .topics import _atomic_write
+
+RETENTION_KEY = "offsets.retention.minutes"
+GROUP_KEYS = (RETENTION_KEY,)
+
+
+def group_config_problem(key: str, value: str | None) -> str | None:
+    """Why a group config cannot be set to `value` (INVALID_CONFIG), or None."""
+    if key not in GROUP_KEYS:
+        return f"Unknown group config name: {key}"
+    try:
+        minutes = int(value or "")
+    except ValueError:
+        return f"Invalid value {value} for configuration {key}: expected an integer"
+    if minutes == 0 or minutes < -1:
+        return f"Invalid value {value} for configuration {key}: must be -1 (never expire) or at least 1"
+    return None
+
+
+class GroupConfigs:
+    """Group id -> {key: value}; every change is written through atomically."""
+
+    def __init__(self, root: Path) -> None:
+        self._path = root / "group-configs.json"
+        self._configs: dict[str, dict[str, str]] = (
+            json.loads(self._path.read_text(encoding="utf-8")) if self._path.exists() else {})
+
+    def get(self, group_id: str) -> dict[str, str]:
+        return dict(self._configs.get(group_id, {}))
+
+    def items(self) -> list[tuple[str, dict[str, str]]]:
+        return [(g, dict(c)) for g, c in self._configs.items()]
+
+    def update(self, group_id: str, changes: dict[str, str | None]) -> None:
+        """Set keys (None deletes one) and persist."""
+        configs = self._configs.setdefault(group_id, {})
+        for key, value in changes.items():
+            if value is None:
+                configs.pop(key, None)
+            else:
+                configs[key] = value
+        if not configs:
+            del self._configs[group_id]
+        _atomic_write(self._path, json.dumps(self._configs, indent=1, sort_keys=True))
+
+
+def retention_ms(configs: dict[str, str]) -> int | None:
+    """The group's retention in ms (-1 = never), or None when it uses the broker default."""
+    if RETENTION_KEY not in configs:
+        return None
+    minutes = int(configs[RETENTION_KEY])
+    return -1 if minutes < 0 else minutes * 60 * 1000

@@ -47,7 +47,8 @@ class BrokerProcess:
             "log.dirs": str(self.data_dir),
             **self.overrides,
         }
-        cmd = [sys.executable, "-m", "offsetd.cli", "serve"]
+        cmd = [sys.executable, "-m", "offsetd.cli", "serve",
+               "--log-level", os.environ.get("OFFSETD_TEST_LOG_LEVEL", "INFO")]
         for key, value in settings.items():
             cmd += ["--override", f"{key}={value}"]
         self._log = open(self.log_path, "a")

@@ -83,6 +83,23 @@ def _parse_listeners(raw: str) -> tuple[Listener, ...]:
     return tuple(listeners)
 
 
+_HTTP_LISTENER = re.compile(r"^http://(\[[^\]]*\]|[^:/\[\]]*):(\d+)(/|/metrics)?$")
+
+
+def _parse_metrics_listener(raw: str) -> Listener | None:
+    """`metrics.listener`: `http://host:port` (an optional `/metrics` path is accepted); empty = off."""
+    text = raw.strip()
+    if not text:
+        return None
+    match = _HTTP_LISTENER.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not of the form http://host:port, e.g. http://127.0.0.1:9404")
+    host, port = match.group(1).strip("[]"), int(match.group(2))
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} is out of range")
+    return Listener("HTTP", host, port)
+
+
 INT32_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
 
@@ -119,6 +136,8 @@ SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
     "group.max.session.timeout.ms": (_parse_int(0, INT32_MAX), "1800000", "Longest session timeout."),
     "group.max.size": (_parse_int(1, INT32_MAX), str(INT32_MAX), "Most members in a group."),
     "transactional.id.expiration.ms": (_parse_int(1), "604800000", "Unused."),
+    "metrics.listener": (_parse_metrics_listener, "",
+                         "Prometheus /metrics and read-only /v1/groups JSON, e.g. http://127.0.0.1:9404 (empty: off)."),
 }
 
 # Keys whose value must be given as an integer but may be left empty to mean "unset".

@@ -365,6 +365,8 @@ class GroupCoordinatorShard:
         self.timers.cancel(("sync", group.group_id))
         group.pending_sync.clear()
         initial = group.state is S.EMPTY
+        log.info("preparing to rebalance group %s in state %s with old generation %d (%d members)",
+                 group.group_id, group.state.value, group.generation, len(group.members))
         group.transition(S.PREPARING_REBALANCE, now)
         timeout = group.rebalance_timeout_ms()
         if initial and self.config.initial_rebalance_delay_ms > 0:
@@ -415,6 +417,8 @@ class GroupCoordinatorShard:
             result.records.append((GroupMetadataKey(group.group_id), group.to_record()))
             return
         group.protocol_name = group.select_protocol()
+        log.info("stabilized group %s generation %d (%d members, protocol %s)", group.group_id,
+                 group.generation, len(group.members), group.protocol_name)
         group.transition(S.COMPLETING_REBALANCE, now)
         group.compute_subscribed_topics()
         group.pending_sync = set(group.members)
@@ -504,6 +508,8 @@ class GroupCoordinatorShard:
         if member_id == group.leader_id:
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
+            log.info("assignment received from leader %s for group %s generation %d", member_id,
+                     group.group_id, group.generation)
             group.transition(S.STABLE, now)
             if not group.pending_sync:  # else the deadline set at join completion still applies
                 self.timers.cancel(("sync", group.group_id))

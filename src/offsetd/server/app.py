@@ -27,6 +27,7 @@ from ..protocol.errors import Error
 from ..protocol.header import parse_header, peek_ids
 from ..coordinator.config import GroupCoordinatorConfig
 from ..coordinator.shard import GroupCoordinatorShard
+from ..metrics.http import MetricsHttpServer
 from ..records.offsets import OFFSETS_TOPIC
 from .connection import CloseConnection, Connection, Pending
 from .coordinator_runtime import ShardRuntime, ShardState
@@ -111,6 +112,8 @@ class KafkaServer:
         self._server: asyncio.base_events.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.port = 0
+        self.trace = log.isEnabledFor(logging.DEBUG)  # per-request log lines (--log-level DEBUG)
+        self.metrics_server: MetricsHttpServer | None = None
 
     def _offsets_topic(self) -> Any:
         """`__consumer_offsets`, created at start-up: internal, compacted (reference §4.1)."""
@@ -150,6 +153,10 @@ class KafkaServer:
         if listener.port == 0 and not self.config.get("advertised.listeners"):
             self.config._values["advertised.listeners"] = (
                 type(listener)(listener.name, self.config.advertised_listener.host, self.port),)
+        metrics_listener = self.config.get("metrics.listener")
+        if metrics_listener is not None:  # Prometheus /metrics and /v1/groups on this loop
+            self.metrics_server = MetricsHttpServer(self.runtimes)
+            await self.metrics_server.start(metrics_listener.host, metrics_listener.port)
         self._tasks.append(asyncio.create_task(self._load_coordinator()))
         self._tasks.append(asyncio.create_task(self._every(
             self.config.get("log.retention.check.interval.ms"), self._retention)))
@@ -161,6 +168,8 @@ class KafkaServer:
         """Stop accepting, drop connections, flush and close every log."""
         if self._server is not None:
             self._server.close()
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
         for task in self._tasks:
             task.cancel()
         for runtime in self.runtimes:
@@ -204,6 +213,9 @@ class KafkaServer:
             request = decode_body(cls, view, header.body_offset)
         except DecodeError as exc:
             raise CloseConnection(f"malformed {ApiKey(api_key).name} v{version} request: {exc}") from None
+        if self.trace:
+            log.debug("%s %s v%d corr=%d client=%s", conn.peer, ApiKey(api_key).name, version, correlation_id,
+                      header.client_id)
         if api_key == ApiKey.FETCH:
             return self._fetch(request, version, correlation_id)
         try:

@@ -85,6 +85,9 @@ class Connection(asyncio.Protocol):
             pos += 4 + size
         if pos:
             del buf[:pos]
+        if self.server.trace:
+            log.debug("%s received %d bytes: %d frames queued, %d in flight, write paused %s", self.peer,
+                      len(data), len(self._queue), len(self._inflight), self._write_paused)
         self._process()
         if len(self._queue) > MAX_QUEUED and not self._read_paused and self.transport:
             self._read_paused = True
@@ -138,6 +141,9 @@ class Connection(asyncio.Protocol):
                 return
             response = task.result()
             if response:
+                if self.server.trace:
+                    log.debug("%s response corr=%d (%d bytes, deferred)", self.peer,
+                              int.from_bytes(response[4:8], "big"), len(response))
                 self.transport.write(response)  # type: ignore[union-attr]
         self._process()
 

@@ -22,6 +22,10 @@ class LogConfig:
     max_message_bytes: int = 1048588  # message.max.bytes / max.message.bytes (per batch)
     cleanup_policy: str = "delete"  # cleanup.policy: "delete" | "compact" | "compact,delete"
     producer_id_expiration_ms: int = 86400000  # producer.id.expiration.ms
+    # Log cleaner (compaction), used when the policy contains "compact" (see storage/cleaner.py):
+    delete_retention_ms: int = 86400000  # delete.retention.ms: tombstones live at least this long
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio: dirty / cleanable bytes
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms: younger segments are not cleaned
 
     @property
     def deletes(self) -> bool:

@@ -17,6 +17,15 @@ Layout: `<log.dirs>/<topic>-<partition>/` holds segments named by base offset
   close also writes `offsetd-producer-state.json` (state at the log end offset), which the next
   open uses when it is still consistent with the log, so state survives segment rolls across
   restarts. The file is removed once loaded, so a crash never leaves a stale snapshot behind.
+* The log cleaner (storage/cleaner.py) replaces a run of sealed segments with cleaned ones via
+  `replace_segments`, a crash-safe swap: the new files are written and fsynced as
+  `<base>.log.cleaned` (+ `.index.cleaned`, `.timeindex.cleaned`); the manifest
+  `offsetd-cleaner-swap` (old and new base offsets; written tmp + fsync + rename) is the commit
+  point; then every `.cleaned` file is renamed to `.swap`, the old segments' files are deleted,
+  every `.swap` is renamed to its final name, and the manifest is removed (dir fsync between the
+  steps). `open()` first finishes an interrupted swap from the manifest (the swap is the truth
+  once the manifest exists) and deletes `.cleaned`/`.swap` files no manifest names (an
+  uncommitted cleaning), so a crash at any point leaves either all old or all new segments.
 
 Pure synchronous file I/O; no asyncio, no clock reads (time is always passed in).
 """
@@ -48,12 +57,25 @@ from offsetd.storage.segment import (
     Segment,
 )
 
-__all__ = ["PartitionLog", "AppendResult", "OffsetOutOfRange", "PRODUCER_STATE_FILE", "RECOVERY_POINT_FILE"]
+__all__ = [
+    "PartitionLog",
+    "AppendResult",
+    "OffsetOutOfRange",
+    "PRODUCER_STATE_FILE",
+    "RECOVERY_POINT_FILE",
+    "SWAP_MANIFEST_FILE",
+    "CLEANED_SUFFIX",
+    "SWAP_SUFFIX",
+]
 
 log = logging.getLogger("offsetd.storage")
 
 PRODUCER_STATE_FILE = "offsetd-producer-state.json"
 RECOVERY_POINT_FILE = "offsetd-recovery-point"
+SWAP_MANIFEST_FILE = "offsetd-cleaner-swap"
+CLEANED_SUFFIX = ".cleaned"  # a cleaned segment file not yet committed
+SWAP_SUFFIX = ".swap"  # a committed cleaned segment file whose old counterpart may still exist
+_SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
 OFFSET_OUT_OF_RANGE = 1
 _INT32_MAX = 2**31 - 1
 _pack_int64 = struct.Struct(">q").pack
@@ -99,6 +121,63 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _swap_step(label: str) -> None:
+    """Called after every file operation of a segment swap; tests replace it to inject crashes."""
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    """Write `data` to `path` atomically: tmp file, fsync, rename, directory fsync."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _roll_swap_forward(pdir: Path, old_bases: list[int], new_bases: list[int]) -> None:
+    """Steps after the commit point of a segment swap; idempotent from any intermediate state.
+
+    1. `.cleaned` -> `.swap` for every new file.  2. While every new .log is still a `.swap` (step
+    3 has not started), delete the old segments' files.  3. `.swap` -> final name, the .log first
+    (so "every new .log is a .swap" proves step 3 has not begun). Directory fsync between steps.
+    """
+    def name(base: int, suffix: str) -> Path:
+        return pdir / f"{base:020d}{suffix}"
+
+    for b in new_bases:
+        for suffix in _SEGMENT_SUFFIXES:
+            src = name(b, suffix + CLEANED_SUFFIX)
+            if src.exists():
+                os.replace(src, name(b, suffix + SWAP_SUFFIX))
+                _swap_step("rename-to-swap")
+    _fsync_dir(pdir)
+    _swap_step("fsync-dir")
+    if all(name(b, LOG_SUFFIX + SWAP_SUFFIX).exists() for b in new_bases):
+        for b in old_bases:
+            for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX, LOG_SUFFIX):
+                try:
+                    os.unlink(name(b, suffix))
+                except FileNotFoundError:
+                    continue
+                _swap_step("delete-old")
+        _fsync_dir(pdir)
+        _swap_step("fsync-dir")
+    for b in new_bases:
+        for suffix in _SEGMENT_SUFFIXES:
+            src = name(b, suffix + SWAP_SUFFIX)
+            if src.exists():
+                os.replace(src, name(b, suffix))
+                _swap_step("rename-to-final")
+    _fsync_dir(pdir)
+    _swap_step("fsync-dir")
+
+
 def _parse_base(name: str, suffix: str) -> int | None:
     """Base offset from a Kafka segment file name, None if the name is not one."""
     if not name.endswith(suffix):
@@ -134,6 +213,9 @@ class PartitionLog:
         self._closed = False
         self._unsynced_sealed: list[Segment] = [s for s in segments[:-1] if s.needs_flush]
         self._recovery_point: int | None = None
+        # Bumped whenever segments are removed or replaced (not by rolls): a cleaning prepared
+        # against an older layout is discarded instead of committed.
+        self._layout_version = 0
 
     # ----------------------------------------------------------------- open / close
 
@@ -153,6 +235,7 @@ class PartitionLog:
         if not pdir.is_dir():
             pdir.mkdir(parents=True, exist_ok=True)
             _fsync_dir(directory)
+        cls._recover_interrupted_swap(pdir)
         names = os.listdir(pdir)
         bases = sorted(b for b in (_parse_base(n, LOG_SUFFIX) for n in names) if b is not None)
         base_set = set(bases)
@@ -220,6 +303,42 @@ class PartitionLog:
             len(producers),
         )
         return plog
+
+    @staticmethod
+    def _recover_interrupted_swap(pdir: Path) -> None:
+        """Finish a segment swap whose manifest exists; delete files of an uncommitted one."""
+        (pdir / (SWAP_MANIFEST_FILE + ".tmp")).unlink(missing_ok=True)
+        manifest = pdir / SWAP_MANIFEST_FILE
+        try:
+            raw = manifest.read_bytes()
+        except FileNotFoundError:
+            raw = None
+        if raw is not None:
+            try:
+                data = json.loads(raw)
+                if data.get("version") != 1:
+                    raise ValueError(f"unknown version {data.get('version')}")
+                old = [int(b) for b in data["old"]]
+                new = [int(b) for b in data["new"]]
+            except (ValueError, KeyError, TypeError) as exc:
+                # The manifest is fsynced before it is renamed into place: unreadable means the
+                # disk lost data. Guessing could mix old and new segments, so refuse to open.
+                raise ValueError(f"unreadable cleaner swap manifest {manifest}: {exc}") from exc
+            log.warning(
+                "recovery of %s: completing an interrupted cleaner swap of %d segment(s) for %d",
+                pdir,
+                len(old),
+                len(new),
+            )
+            _roll_swap_forward(pdir, old, new)
+            os.unlink(manifest)
+            _fsync_dir(pdir)
+        leftovers = [n for n in os.listdir(pdir) if n.endswith(CLEANED_SUFFIX) or n.endswith(SWAP_SUFFIX)]
+        for n in leftovers:
+            log.info("recovery of %s: deleting %s of an uncommitted cleaning", pdir, n)
+            os.unlink(pdir / n)
+        if leftovers:
+            _fsync_dir(pdir)
 
     @staticmethod
     def _take_snapshot_file(pdir: Path) -> tuple[int, dict] | None:
@@ -315,6 +434,21 @@ class PartitionLog:
     def size_bytes(self) -> int:
         """Total bytes of all segments' .log files."""
         return sum(s.size for s in self._segments)
+
+    @property
+    def segments(self) -> list[Segment]:
+        """The segments, oldest first (a copy of the list; the last one is active)."""
+        return list(self._segments)
+
+    @property
+    def closed(self) -> bool:
+        """True once close() or delete() ran."""
+        return self._closed
+
+    @property
+    def layout_version(self) -> int:
+        """Changes whenever segments are deleted or replaced (rolls only add a segment)."""
+        return self._layout_version
 
     @property
     def segment_base_offsets(self) -> list[int]:
@@ -557,13 +691,13 @@ class PartitionLog:
         deleted = 0
         retention_ms = self.config.retention_ms
         if retention_ms >= 0:
-            while self._segments[0].size > 0 and now_ms - self._segments[0].largest_timestamp > retention_ms:
+            while self._deletable(0) and now_ms - self._segments[0].largest_timestamp > retention_ms:
                 self._delete_oldest_segment(now_ms)
                 deleted += 1
         retention_bytes = self.config.retention_bytes
         if retention_bytes >= 0:
             excess = self.size_bytes - retention_bytes
-            while self._segments[0].size > 0 and excess - self._segments[0].size >= 0:
+            while self._deletable(0) and excess - self._segments[0].size >= 0:
                 excess -= self._segments[0].size
                 self._delete_oldest_segment(now_ms)
                 deleted += 1
@@ -577,6 +711,11 @@ class PartitionLog:
             )
         return deleted
 
+    def _deletable(self, i: int) -> bool:
+        """Retention may delete segment i: it holds data, or it is a sealed segment the cleaner
+        emptied (an empty active segment is the log's end and stays)."""
+        return self._segments[i].size > 0 or i < len(self._segments) - 1
+
     def _delete_oldest_segment(self, now_ms: int) -> None:
         """Remove the first segment (rolling first if it is the active one)."""
         if len(self._segments) == 1:
@@ -586,6 +725,7 @@ class PartitionLog:
         if seg in self._unsynced_sealed:
             self._unsynced_sealed.remove(seg)
         seg.delete()
+        self._layout_version += 1
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
         _fsync_dir(self.dir)
 
@@ -602,5 +742,63 @@ class PartitionLog:
         self._producers.clear()
         self._unflushed_messages = 0
         self._unsynced_sealed = []
+        self._layout_version += 1
         _fsync_dir(self.dir)
         self._advance_recovery_point()
+
+    # ----------------------------------------------------------------- cleaner swap
+
+    def replace_segments(self, old: list[Segment], new_bases: list[int]) -> list[Segment]:
+        """Swap the contiguous run `old` of sealed segments for cleaned ones (the log cleaner).
+
+        The new segments must already be on disk, fsynced, as `<base>.log.cleaned` with
+        `.index.cleaned` / `.timeindex.cleaned`, for each base in `new_bases` (strictly
+        increasing, the first equal to old[0]'s base so the log start offset is kept, all below
+        the base of the segment after the run). Their records must be exactly the surviving
+        records of `old`, with their original offsets. Crash-safe (see the module docstring):
+        after the manifest is durable the swap always completes, if need be at the next open().
+        Raises ValueError, touching nothing, when `old` is not a run of this log's sealed
+        segments. Must run on the thread that owns the log. Returns the new segments.
+        """
+        self._check_open()
+        n = len(old)
+        i = next((k for k, s in enumerate(self._segments) if s is old[0]), None) if n else None
+        if i is None or i + n >= len(self._segments) or any(
+            a is not b for a, b in zip(self._segments[i : i + n], old)
+        ):
+            raise ValueError("replace_segments: not a run of this log's sealed segments")
+        next_base = self._segments[i + n].base_offset
+        if (
+            not new_bases
+            or new_bases[0] != old[0].base_offset
+            or any(a >= b for a, b in zip(new_bases, new_bases[1:]))
+            or new_bases[-1] >= next_base
+        ):
+            raise ValueError(f"replace_segments: bad new base offsets {new_bases[:5]}...")
+        for b in new_bases:
+            for suffix in _SEGMENT_SUFFIXES:
+                path = self.dir / f"{b:020d}{suffix}{CLEANED_SUFFIX}"
+                if not path.exists():
+                    raise ValueError(f"replace_segments: {path.name} is missing")
+        old_bases = [s.base_offset for s in old]
+        manifest = json.dumps({"version": 1, "old": old_bases, "new": list(new_bases)}).encode()
+        _write_durably(self.dir / SWAP_MANIFEST_FILE, manifest)  # the commit point
+        _swap_step("manifest")
+        _roll_swap_forward(self.dir, old_bases, list(new_bases))
+        os.unlink(self.dir / SWAP_MANIFEST_FILE)
+        _fsync_dir(self.dir)
+        _swap_step("manifest-removed")
+        for seg in old:  # their files are gone (a new segment may reuse a name): close only
+            if seg.fd >= 0:
+                os.close(seg.fd)
+                seg.fd = -1
+            seg.offset_index.close()
+            seg.time_index.close()
+        nexts = list(new_bases[1:]) + [next_base]
+        new = [Segment.open_sealed(self.dir, b, self.config, nb) for b, nb in zip(new_bases, nexts)]
+        self._segments[i : i + n] = new
+        self._bases = [s.base_offset for s in self._segments]
+        self._unsynced_sealed = [s for s in self._unsynced_sealed if all(s is not o for o in old)]
+        self._layout_version += 1
+        self._advance_recovery_point()
+        return new

@@ -1,0 +1,152 @@
+"""Prometheus exposition of the group coordinator's meters (Kafka's group-coordinator-metrics).
+
+Naming rule: Kafka's meter `X-count` (sensor with `X-rate` / `X-count`) is the counter
+`offsetd_group_coordinator_X_total` (dashes become underscores); Kafka's `X-rate` is
+`rate(offsetd_group_coordinator_X_total[1m])` in PromQL. Kafka's gauges keep their names in
+snake case. Everything is read from the shards at scrape time; nothing updates in the background.
+
+| metric | type | Kafka |
+|---|---|---|
+| offsetd_group_coordinator_offset_commit_total | counter | offset-commit-count / -rate |
+| offsetd_group_coordinator_offset_expiration_total | counter | offset-expiration-count / -rate |
+| offsetd_group_coordinator_offset_deletion_total | counter | offset-deletion-count / -rate |
+| offsetd_group_coordinator_group_completed_rebalance_total | counter | group-completed-rebalance-count / -rate |
+| offsetd_group_coordinator_num_offsets | gauge | NumOffsets |
+| offsetd_group_coordinator_num_groups{state} | gauge | NumGroups{Empty,Stable,PreparingRebalance,CompletingRebalance,Dead} |
+| offsetd_group_coordinator_partition_load_time_ms{partition} | gauge | partition-load-time (per partition) |
+| offsetd_group_coordinator_partition_records_loaded{partition} | gauge | |
+| offsetd_group_coordinator_partition_state{partition,state} | gauge 1/0 | loading / active / failed |
+| offsetd_group_earliest_offset_expiry_timestamp_ms{group} | gauge | (expiry preview; groups whose offsets never expire are omitted) |
+| offsetd_metrics_snapshot_seconds | gauge | time the last read of the shards took |
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Sequence
+
+from prometheus_client import generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from .snapshot import EARLIEST_EXPIRY as _AT, GROUP, GROUP_STATES, SHARD_STATES, GroupRow, Runtime, Slicer, Snapshot, run, take_snapshot
+
+# Prometheus text format 0.0.4: what generate_latest writes.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+PREFIX = "offsetd_group_coordinator_"
+OFFSET_COMMIT = PREFIX + "offset_commit"                       # exposed with the suffix _total
+OFFSET_EXPIRATION = PREFIX + "offset_expiration"
+OFFSET_DELETION = PREFIX + "offset_deletion"
+COMPLETED_REBALANCE = PREFIX + "group_completed_rebalance"
+NUM_OFFSETS = PREFIX + "num_offsets"
+NUM_GROUPS = PREFIX + "num_groups"
+PARTITION_LOAD_TIME = PREFIX + "partition_load_time_ms"
+PARTITION_RECORDS_LOADED = PREFIX + "partition_records_loaded"
+PARTITION_STATE = PREFIX + "partition_state"
+EARLIEST_EXPIRY = "offsetd_group_earliest_offset_expiry_timestamp_ms"
+SNAPSHOT_SECONDS = "offsetd_metrics_snapshot_seconds"
+
+GROUP_CHUNK = 500  # per-group samples formatted per generate_latest call (few live objects at a time)
+
+
+def coordinator_families(snapshot: Snapshot) -> Iterator[Metric]:
+    """Every family except the per-group one (a few hundred samples at most)."""
+    shards = snapshot.shards
+    for name, attr, doc in (
+        (OFFSET_COMMIT, "offset_commits", "Offsets committed (Kafka offset-commit-count)."),
+        (OFFSET_EXPIRATION, "offset_expirations", "Offsets removed by retention (Kafka offset-expiration-count)."),
+        (OFFSET_DELETION, "offset_deletions", "Offsets removed by OffsetDelete (Kafka offset-deletion-count)."),
+        (COMPLETED_REBALANCE, "completed_rebalances",
+         "Rebalances completed by classic groups (Kafka group-completed-rebalance-count)."),
+    ):
+        yield CounterMetricFamily(name, doc, value=sum(getattr(s, attr) for s in shards))
+    yield GaugeMetricFamily(NUM_OFFSETS, "Committed offsets held by the coordinator (Kafka NumOffsets).",
+                            value=sum(s.num_offsets for s in shards))
+    groups = GaugeMetricFamily(NUM_GROUPS, "Groups by state (Kafka NumGroups<State>).", labels=["state"])
+    for state, count in snapshot.num_groups().items():
+        groups.add_metric([state], count)
+    yield groups
+    load = GaugeMetricFamily(PARTITION_LOAD_TIME, "Time the last load of the __consumer_offsets partition took (ms).",
+                             labels=["partition"])
+    loaded = GaugeMetricFamily(PARTITION_RECORDS_LOADED, "Records replayed loading the partition.",
+                               labels=["partition"])
+    state = GaugeMetricFamily(PARTITION_STATE, "Coordinator state of the __consumer_offsets partition (1 = current).",
+                              labels=["partition", "state"])
+    for shard in shards:
+        partition = str(shard.partition)
+        load.add_metric([partition], shard.load_time_ms)
+        loaded.add_metric([partition], shard.records_loaded)
+        for name in SHARD_STATES:
+            state.add_metric([partition, name], 1 if shard.state == name else 0)
+    yield load
+    yield loaded
+    yield state
+    yield GaugeMetricFamily(SNAPSHOT_SECONDS, "Time reading the coordinator for this scrape took.",
+                            value=snapshot.seconds)
+
+
+def expiry_family(rows: Iterable[GroupRow]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(
+        EARLIEST_EXPIRY, "When the group's first offset expires if nothing changes (ms since epoch); "
+        "groups whose offsets do not expire are omitted.", labels=["group"])
+    for row in rows:
+        if row[_AT] is not None:
+            family.add_metric([row[GROUP]], row[_AT])
+    return family
+
+
+class _Families:
+    """A one-shot registry for generate_latest (which only calls collect())."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
+
+
+class CoordinatorCollector:
+    """A prometheus_client Collector reading the shards at every collect() (in one go).
+
+    For a registry of your own: `registry.register(CoordinatorCollector(server.runtimes))`. The HTTP
+    endpoint renders the same families with `render()`, which pauses between slices."""
+
+    def __init__(self, runtimes: Sequence[Runtime]) -> None:
+        self.runtimes = runtimes
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = Snapshot()
+        run(take_snapshot(self.runtimes, snapshot, Slicer(float("inf"))))
+        yield from coordinator_families(snapshot)
+        yield expiry_family(snapshot.groups())
+
+
+def render(snapshot: Snapshot, out: list[bytes], slicer: Slicer | None = None) -> Iterator[None]:
+    """Cooperative generator appending the exposition text of `snapshot` to `out` in pieces.
+
+    The per-group family goes through generate_latest GROUP_CHUNK groups at a time; the family's
+    `# HELP` / `# TYPE` lines are kept from the first piece only, so the result is one family."""
+    slicer = slicer or Slicer()
+    out.append(generate_latest(_Families(coordinator_families(snapshot))))
+    rows = [row for shard in snapshot.shards for row in shard.groups if row[_AT] is not None]
+    if slicer.due():
+        yield
+    start = 0
+    while True:
+        text = generate_latest(_Families([expiry_family(rows[start : start + GROUP_CHUNK])]))
+        out.append(text if start == 0 else text.split(b"\n", 2)[2])
+        start += GROUP_CHUNK
+        if start >= len(rows):
+            return
+        if slicer.due():
+            yield
+
+
+def exposition(runtimes: Sequence[Runtime]) -> bytes:
+    """The whole /metrics payload in one go (synchronous; tests and tools)."""
+    snapshot, out = Snapshot(), []
+    run(take_snapshot(runtimes, snapshot))
+    run(render(snapshot, out))
+    return b"".join(out)
+
+
+__all__ = ["CONTENT_TYPE", "CoordinatorCollector", "coordinator_families", "expiry_family", "exposition", "render"]

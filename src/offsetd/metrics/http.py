@@ -1,0 +1,287 @@
+"""The read-only HTTP endpoint (`metrics.listener`): a minimal HTTP/1.1 server on the broker's loop.
+
+GET only, one request per connection (`Connection: close`), a Content-Length on every response.
+
+| path | answer |
+|---|---|
+| `/metrics` | Prometheus text format 0.0.4 (exporter.py) |
+| `/v1/groups` | JSON list: {group, state, protocol_type, members, offsets, earliest_expiry_ms} per group |
+| `/v1/groups/{group}` | JSON: the group's state, members, retention and offsets with expiry times (snapshot.group_detail) |
+| `/` | a short plain-text index |
+
+Errors are JSON `{"error": NAME, "message": ...}`: 400 malformed request, 404 unknown path or group,
+405 a method other than GET, 503 the group's `__consumer_offsets` partition is loading or failed.
+Building a large answer pauses between time slices (snapshot.Slicer) so Kafka clients keep being
+served; concurrent scrapes of /metrics share one build.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from itertools import islice
+from typing import Any, Iterator, Sequence
+from urllib.parse import unquote, urlsplit
+
+from .exporter import CONTENT_TYPE, render
+from .snapshot import (CoordinatorUnavailable, GroupNotFound, Runtime, Slicer, Snapshot, group_detail, rows_json,
+                       take_snapshot)
+
+log = logging.getLogger("offsetd.metrics")
+
+JSON_TYPE = "application/json"
+TEXT_TYPE = "text/plain; charset=utf-8"
+MAX_LINE = 8192          # request line or one header line
+MAX_HEADERS = 100
+MAX_DISCARDED_BODY = 1 << 20
+READ_TIMEOUT = 10.0      # seconds to send the request head
+GROUPS_PREFIX = "/v1/groups/"
+JSON_CHUNK = 1000        # groups per json.dumps call
+
+REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+           408: "Request Timeout", 500: "Internal Server Error", 503: "Service Unavailable"}
+_REQUEST_LINE = re.compile(r"^([!#$%&'*+.^_`|~0-9A-Za-z-]+) (\S+) HTTP/1\.[01]$")
+INDEX = (b"offsetd metrics and read-only group API\n"
+         b"  /metrics            Prometheus text format\n"
+         b"  /v1/groups          groups: state, members, offsets, earliest expiry (JSON)\n"
+         b"  /v1/groups/{group}  one group: members, offsets and their expiry times (JSON)\n")
+
+
+class BadRequest(Exception):
+    pass
+
+
+class Response:
+    def __init__(self, status: int, body: bytes, content_type: str = JSON_TYPE,
+                 headers: tuple[tuple[str, str], ...] = ()) -> None:
+        self.status = status
+        self.body = body
+        self.content_type = content_type
+        self.headers = headers
+
+    def encode_head(self) -> bytes:
+        lines = [f"HTTP/1.1 {self.status} {REASONS.get(self.status, 'Unknown')}",
+                 f"Content-Type: {self.content_type}", f"Content-Length: {len(self.body)}",
+                 "Cache-Control: no-store", "Connection: close",
+                 *(f"{k}: {v}" for k, v in self.headers)]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def error(status: int, name: str, message: str, **extra: Any) -> Response:
+    return Response(status, json.dumps({"error": name, "message": message, **extra}).encode() + b"\n",
+                    headers=(("Allow", "GET"),) if status == 405 else ())
+
+
+async def pace(steps: Iterator[Any]) -> None:
+    """Run a cooperative generator, giving the event loop a turn at every pause."""
+    for _ in steps:
+        await asyncio.sleep(0)
+
+
+def groups_json(snapshot: Snapshot, out: list[bytes], slicer: Slicer | None = None) -> Iterator[None]:
+    """Cooperative generator appending the /v1/groups JSON list (by group id) to `out` in pieces."""
+    slicer = slicer or Slicer()
+    rows = snapshot.groups()
+    out.append(b"[")
+    first = True
+    while True:
+        chunk = rows_json(islice(rows, JSON_CHUNK))
+        if not chunk:
+            break
+        text = json.dumps(chunk)[1:-1].encode()
+        out.append(text if first else b"," + text)
+        first = False
+        if slicer.due():
+            yield
+    out.append(b"]\n")
+
+
+class MetricsHttpServer:
+    """Serves the endpoints above for a list of shard runtimes, on the running event loop."""
+
+    def __init__(self, runtimes: Sequence[Runtime]) -> None:
+        self.runtimes = runtimes
+        self.port = 0
+        self.host = ""
+        self._server: asyncio.base_events.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._metrics_build: asyncio.Future[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        host = self.host or "0.0.0.0"
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+
+    async def start(self, host: str, port: int) -> None:
+        """Bind and serve; port 0 picks a free port (logged, and in `self.port`)."""
+        try:
+            self._server = await asyncio.start_server(self._accept, host or None, port, reuse_address=True,
+                                                      limit=MAX_LINE)
+        except OSError as exc:  # the CLI reports OSErrors as "cannot listen on ..."
+            raise OSError(exc.errno, f"metrics.listener http://{host}:{port}: {exc.strerror}") from None
+        self.host = host
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("metrics listening on %s", self.url)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        if self._metrics_build is not None:
+            self._metrics_build.cancel()
+        for task in list(self._handlers):
+            task.cancel()
+        if self._handlers:
+            await asyncio.gather(*self._handlers, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    # ------------------------------------------------------------------------ connection
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            await self._serve(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self._handlers.discard(task)
+            writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            method, target, headers = await asyncio.wait_for(read_head(reader), READ_TIMEOUT)
+        except BadRequest as exc:
+            return await send(writer, error(400, "BAD_REQUEST", str(exc)))
+        except asyncio.TimeoutError:
+            return await send(writer, error(408, "REQUEST_TIMEOUT", "request head not received in time"))
+        except asyncio.IncompleteReadError:
+            return  # the client went away before finishing its request
+        started = time.perf_counter()
+        try:
+            response = await self.respond(method, target)
+        except Exception:
+            log.exception("metrics endpoint failed on %s %s", method, target)
+            response = error(500, "INTERNAL_ERROR", "see the broker log")
+        if method != "GET":
+            await discard_body(reader, headers)
+        await send(writer, response)
+        log.debug("%s %s -> %d, %d bytes in %.1f ms", method, target, response.status, len(response.body),
+                  (time.perf_counter() - started) * 1000)
+
+    # --------------------------------------------------------------------------- routing
+
+    async def respond(self, method: str, target: str) -> Response:
+        """The answer to one request (method and request-target as sent)."""
+        path = urlsplit(target).path if not target.startswith("/") else target.split("?", 1)[0].split("#", 1)[0]
+        if path in ("/metrics", "/"):
+            route = path
+        elif path in ("/v1/groups", GROUPS_PREFIX):
+            route = "groups"
+        elif path.startswith(GROUPS_PREFIX):
+            route = "group"
+        else:
+            return error(404, "NOT_FOUND", f"no such path: {path} (try /metrics or /v1/groups)")
+        if method != "GET":
+            return error(405, "METHOD_NOT_ALLOWED", f"{method} is not allowed here: the endpoint is read-only (GET)")
+        if route == "/":
+            return Response(200, INDEX, TEXT_TYPE)
+        if route == "/metrics":
+            return Response(200, await self.metrics(), CONTENT_TYPE)
+        if route == "groups":
+            snapshot, out = Snapshot(), []
+            await pace(take_snapshot(self.runtimes, snapshot))
+            await pace(groups_json(snapshot, out))
+            return Response(200, b"".join(out))
+        try:
+            group_id = unquote(path[len(GROUPS_PREFIX):], errors="strict")
+        except UnicodeDecodeError:
+            return error(400, "BAD_REQUEST", "the group id is not percent-encoded UTF-8")
+        try:
+            detail = group_detail(self.runtimes, group_id)
+        except GroupNotFound:
+            return error(404, "GROUP_ID_NOT_FOUND", f"group {group_id!r} does not exist", group=group_id)
+        except CoordinatorUnavailable as exc:
+            return error(503, exc.error, f"__consumer_offsets-{exc.partition}, which holds group {group_id!r}, "
+                         f"is {'loading' if exc.error == 'COORDINATOR_LOAD_IN_PROGRESS' else 'not available'}",
+                         group=group_id)
+        return Response(200, json.dumps(detail).encode() + b"\n")
+
+    async def metrics(self) -> bytes:
+        """The /metrics payload; a scrape arriving while one is being built gets that one."""
+        if self._metrics_build is None:
+            self._metrics_build = asyncio.ensure_future(self._build_metrics())
+            self._metrics_build.add_done_callback(self._metrics_built)
+        return await asyncio.shield(self._metrics_build)
+
+    def _metrics_built(self, future: asyncio.Future[bytes]) -> None:
+        self._metrics_build = None
+        if not future.cancelled():
+            future.exception()  # retrieved here so an unawaited failure is not logged as "never retrieved"
+
+    async def _build_metrics(self) -> bytes:
+        snapshot, out = Snapshot(), []
+        await pace(take_snapshot(self.runtimes, snapshot))
+        await pace(render(snapshot, out))
+        return b"".join(out)
+
+
+# ------------------------------------------------------------------------------- HTTP/1.1
+
+async def read_head(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str]]:
+    """Request line and headers; BadRequest for anything that is not an HTTP/1.x request head."""
+    line = await _read_line(reader)
+    if not line:  # RFC 9112 2.2: ignore an empty line before the request line
+        line = await _read_line(reader)
+    match = _REQUEST_LINE.match(line)
+    if not match:
+        raise BadRequest(f"malformed request line {line[:100]!r}")
+    method, target = match.group(1), match.group(2)
+    if not (target.startswith("/") or target.startswith("http://") or target.startswith("https://")):
+        raise BadRequest(f"unsupported request target {target[:100]!r}")
+    headers: dict[str, str] = {}
+    for _ in range(MAX_HEADERS + 1):
+        line = await _read_line(reader)
+        if not line:
+            return method, target, headers
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            raise BadRequest(f"malformed header line {line[:100]!r}")
+        headers[name.lower()] = value.strip()
+    raise BadRequest(f"more than {MAX_HEADERS} headers")
+
+
+async def _read_line(reader: asyncio.StreamReader) -> str:
+    try:
+        raw = await reader.readuntil(b"\n")
+    except asyncio.LimitOverrunError:
+        raise BadRequest(f"a request line or header is longer than {MAX_LINE} bytes") from None
+    except asyncio.IncompleteReadError as exc:
+        if exc.partial:
+            raise BadRequest("request head ended early") from None
+        raise
+    try:
+        return raw.rstrip(b"\r\n").decode("latin-1" if raw.isascii() else "utf-8")
+    except UnicodeDecodeError:
+        raise BadRequest("request head is not text") from None
+
+
+async def discard_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> None:
+    """Read a small request body before answering, so closing the socket does not reset it."""
+    length = headers.get("content-length", "")
+    if length.isdigit() and 0 < int(length) <= MAX_DISCARDED_BODY:
+        try:
+            await asyncio.wait_for(reader.readexactly(int(length)), READ_TIMEOUT)
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError):
+            pass
+
+
+async def send(writer: asyncio.StreamWriter, response: Response) -> None:
+    writer.write(response.encode_head())
+    if response.body:
+        writer.write(response.body)
+    await writer.drain()

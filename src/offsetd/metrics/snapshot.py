@@ -1,0 +1,212 @@
+"""What the metrics and the JSON API show: a read of the coordinator shards taken at request time.
+
+Reading 100k groups (each group's expiry time means decoding its offsets) takes a good fraction of
+a second, so the reads are written as *cooperative generators*: they yield (None) whenever they
+have used up a time slice, and the caller decides what a yield means. The HTTP server awaits
+`asyncio.sleep(0)` there, letting the broker serve Kafka requests between slices; synchronous
+callers (tests, tools) just run the generator to the end. Only plain reads of the shard: nothing
+here changes coordinator state.
+
+Shards are duck-typed (`ShardRuntime` of `server/`; this package does not import `server/`):
+`.shard` (GroupCoordinatorShard), `.state.value` ("loading" / "active" / "failed"),
+`.load_time_ms`, `.records_loaded`. Groups and offsets are read from active shards only: a loading
+shard holds a partial replay and a failed one serves nothing.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Protocol, Sequence
+
+from ..coordinator.group import GroupState
+from ..coordinator.shard import GroupCoordinatorShard
+from ..records.offsets import decode_key, decode_offset_commit_value, partition_for
+
+SLICE_SECONDS = 0.005  # longest stretch of work between two yields
+GROUP_STATES = tuple(s.value for s in GroupState)  # Empty, PreparingRebalance, ..., Dead
+SHARD_STATES = ("loading", "active", "failed")
+
+
+class Runtime(Protocol):
+    """The parts of server.coordinator_runtime.ShardRuntime read here."""
+
+    shard: GroupCoordinatorShard
+    load_time_ms: float
+    records_loaded: int
+
+    @property
+    def state(self) -> Any: ...  # an enum whose .value is one of SHARD_STATES
+
+
+class Slicer:
+    """Tells a cooperative generator when its time slice is used up."""
+
+    def __init__(self, seconds: float | None = None) -> None:
+        self.seconds = SLICE_SECONDS if seconds is None else seconds
+        self.deadline = time.perf_counter() + self.seconds
+
+    def due(self) -> bool:
+        """True (and a new slice starts) once the current slice has run out."""
+        now = time.perf_counter()
+        if now < self.deadline:
+            return False
+        self.deadline = now + self.seconds
+        return True
+
+
+def run(steps: Iterator[Any]) -> None:
+    """Drive a cooperative generator to its end without pausing (synchronous callers)."""
+    for _ in steps:
+        pass
+
+
+# One group as /v1/groups lists it and the per-group metric reads it:
+# (group, state, protocol_type, members, offsets, earliest_expiry_ms). A plain tuple of atoms, not
+# a class: the garbage collector stops tracking such tuples, so a read of 100k groups does not
+# push the process towards a full (stop-the-world) collection of the coordinator's objects.
+GroupRow = tuple[str, str, str, int, int, "int | None"]
+GROUP, STATE, PROTOCOL_TYPE, MEMBERS, OFFSETS, EARLIEST_EXPIRY = range(6)
+ROW_FIELDS = ("group", "state", "protocol_type", "members", "offsets", "earliest_expiry_ms")
+
+
+def row_json(row: GroupRow) -> dict[str, Any]:
+    """{group, state, protocol_type, members, offsets, earliest_expiry_ms (None: never)}."""
+    return dict(zip(ROW_FIELDS, row))
+
+
+@dataclass(slots=True)
+class ShardRow:
+    """One `__consumer_offsets` partition: its load state and its coordinator's counters."""
+
+    partition: int
+    state: str
+    load_time_ms: float
+    records_loaded: int
+    offset_commits: int
+    offset_expirations: int
+    offset_deletions: int
+    completed_rebalances: int
+    num_offsets: int = 0
+    groups: list[GroupRow] = field(default_factory=list)  # sorted by group id; empty unless active
+
+
+@dataclass(slots=True)
+class Snapshot:
+    shards: list[ShardRow] = field(default_factory=list)
+    seconds: float = 0.0  # how long taking it took (wall time, including pauses)
+
+    def groups(self) -> Iterator[GroupRow]:
+        """Every group of every active shard, in group id order (a lazy merge of sorted shards)."""
+        return heapq.merge(*(s.groups for s in self.shards))
+
+    def num_groups(self) -> dict[str, int]:
+        counts = dict.fromkeys(GROUP_STATES, 0)
+        for shard in self.shards:
+            for row in shard.groups:
+                counts[row[STATE]] = counts.get(row[STATE], 0) + 1
+        return counts
+
+
+def earliest_expiry(shard: GroupCoordinatorShard, group_id: str) -> int | None:
+    """The earliest time at which one of the group's offsets expires if nothing changes, or None
+    when none of them will (no offsets, subscribed, rebalancing, retention -1)."""
+    return min((at for at in shard.expiry_times(group_id).values() if at is not None), default=None)
+
+
+def take_snapshot(runtimes: Sequence[Runtime], out: Snapshot, slicer: Slicer | None = None) -> Iterator[None]:
+    """Cooperative generator filling `out` from the shards; yields when a time slice is used up.
+
+    Each shard's group ids are copied first, so groups added while the read is paused are left
+    for the next read and groups removed meanwhile are skipped."""
+    slicer = slicer or Slicer()
+    started = time.perf_counter()
+    for runtime in runtimes:
+        shard = runtime.shard
+        counters = shard.counters
+        row = ShardRow(partition=shard.partition, state=runtime.state.value,
+                       load_time_ms=float(runtime.load_time_ms), records_loaded=runtime.records_loaded,
+                       offset_commits=counters.offset_commits, offset_expirations=counters.offset_expirations,
+                       offset_deletions=counters.offset_deletions,
+                       completed_rebalances=counters.completed_rebalances)
+        out.shards.append(row)
+        if row.state != "active":
+            continue
+        row.num_offsets = sum(map(len, shard.offsets.values()))
+        groups, offsets = shard.groups, shard.offsets
+        for group_id in list(groups):  # ids only: (id, group) pairs would stay tracked by the GC
+            group = groups.get(group_id)
+            if group is None:
+                continue
+            stored = offsets.get(group_id)
+            row.groups.append((group_id, group.state.value, group.protocol_type or "", len(group.members),
+                               len(stored) if stored else 0, earliest_expiry(shard, group_id) if stored else None))
+            if slicer.due():
+                yield
+        row.groups.sort()  # by group id (unique within a shard)
+        if slicer.due():
+            yield
+    out.seconds = time.perf_counter() - started
+
+
+# ---------------------------------------------------------------------------------- one group
+
+class GroupNotFound(LookupError):
+    pass
+
+
+class CoordinatorUnavailable(RuntimeError):
+    """The group's shard is loading (COORDINATOR_LOAD_IN_PROGRESS) or failed (COORDINATOR_NOT_AVAILABLE)."""
+
+    def __init__(self, error: str, partition: int) -> None:
+        super().__init__(error)
+        self.error = error
+        self.partition = partition
+
+
+def group_detail(runtimes: Sequence[Runtime], group_id: str) -> dict[str, Any]:
+    """/v1/groups/{group}: state, members, retention and every offset with its expiry time.
+    Raises GroupNotFound (unknown or Dead) or CoordinatorUnavailable."""
+    runtime = runtimes[partition_for(group_id, len(runtimes))]
+    shard = runtime.shard
+    state = runtime.state.value
+    if state != "active":
+        raise CoordinatorUnavailable(
+            "COORDINATOR_LOAD_IN_PROGRESS" if state == "loading" else "COORDINATOR_NOT_AVAILABLE", shard.partition)
+    group = shard.groups.get(group_id)
+    if group is None or group.state is GroupState.DEAD:
+        raise GroupNotFound(group_id)
+    expiry = shard.expiry_times(group_id)
+    committed_at = {}
+    for key, raw in shard.offsets.get(group_id, {}).items():
+        k = decode_key(key)
+        committed_at[(k.topic, k.partition)] = decode_offset_commit_value(raw).commit_timestamp  # type: ignore[union-attr]
+    offsets = [
+        {"topic": topic, "partition": partition, "offset": offset, "leader_epoch": epoch, "metadata": metadata,
+         "commit_timestamp_ms": committed_at.get((topic, partition)),
+         "expires_at_ms": expiry.get((topic, partition))}
+        for topic, rows in shard.fetch_offsets(group_id, None)
+        for partition, offset, epoch, metadata in rows
+    ]
+    subscribed = group.subscribed_topics
+    return {
+        "group": group_id,
+        "state": group.state.value,
+        "protocol_type": group.protocol_type or "",
+        "protocol": group.protocol_name or "",
+        "generation": group.generation,
+        "leader": group.leader_id,
+        "coordinator_partition": shard.partition,
+        "members": [{"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host,
+                     "group_instance_id": m.group_instance_id} for m in group.members.values()],
+        "subscribed_topics": None if subscribed is None else sorted(subscribed),
+        "retention_ms": shard.retention_ms(group_id),
+        "earliest_expiry_ms": min((o["expires_at_ms"] for o in offsets if o["expires_at_ms"] is not None),
+                                  default=None),
+        "offsets": offsets,
+    }
+
+
+def rows_json(rows: Iterable[GroupRow]) -> list[dict[str, Any]]:
+    return [row_json(row) for row in rows]

@@ -25,7 +25,8 @@ import struct
 import zlib
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Callable, Generator, Union
+from functools import lru_cache
+from typing import Callable, Generator, NamedTuple, Union
 
 from crc32c import crc32c
 
@@ -137,8 +138,9 @@ def partition_for(group_id: str, num_partitions: int = DEFAULT_NUM_PARTITIONS) -
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetCommitKey:
+# Keys and OffsetCommit values are NamedTuples: the coordinator builds one of each per committed
+# partition, and a NamedTuple costs a fraction of a frozen dataclass to construct.
+class OffsetCommitKey(NamedTuple):
     """Key of an OffsetCommit record (key versions 0 and 1 share this layout)."""
 
     group: str
@@ -146,8 +148,7 @@ class OffsetCommitKey:
     partition: int
 
 
-@dataclass(frozen=True, slots=True)
-class GroupMetadataKey:
+class GroupMetadataKey(NamedTuple):
     """Key of a GroupMetadata record (key version 2)."""
 
     group: str
@@ -160,8 +161,7 @@ class UnknownRecordKey:
     version: int
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetCommitValue:
+class OffsetCommitValue(NamedTuple):
     """Value of an OffsetCommit record; -1 means absent for leader_epoch and the timestamps."""
 
     offset: int
@@ -350,11 +350,16 @@ def _check_end(d: bytes, p: int, what: str) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=65536)  # consumers commit the same partitions again and again
+def _offset_commit_key_bytes(key: OffsetCommitKey) -> bytes:
+    # int16 version 1 | string group | string topic | int32 partition
+    return b"".join((b"\x00\x01", _str(key.group), _str(key.topic), _i.pack(key.partition)))
+
+
 def encode_key(key: RecordKey) -> bytes:
     """OffsetCommitKey -> key version 1; GroupMetadataKey -> key version 2."""
     if type(key) is OffsetCommitKey:
-        # int16 version 1 | string group | string topic | int32 partition
-        return b"".join((b"\x00\x01", _str(key.group), _str(key.topic), _i.pack(key.partition)))
+        return _offset_commit_key_bytes(key)
     if type(key) is GroupMetadataKey:
         # int16 version 2 | string group
         return b"\x00\x02" + _str(key.group)

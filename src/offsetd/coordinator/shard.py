@@ -89,6 +89,9 @@ class GroupCoordinatorShard:
         self.offsets: dict[str, dict[bytes, bytes]] = {}
         self._offsets_by_raw: dict[bytes, dict[bytes, bytes]] = {}  # same dicts, by UTF-8 group id
         self.skipped_records = 0
+        # OffsetCommit keys written but not replayed yet (count per key): the sweep must not
+        # expire an offset whose fresh commit is on its way to the log (§5.3).
+        self._unreplayed: dict[bytes, int] = {}
         self.timers = Timers()
         self.counters = CoordinatorCounters()
         # offsets.retention.minutes set on single groups (ms; -1 = never expire); else config's.
@@ -109,6 +112,13 @@ class GroupCoordinatorShard:
         if not key[0] and key[1] < 2:  # OffsetCommit key v0/v1: int16 version, string group, ...
             if not key[1]:  # v0 has v1's layout; normalise so both address one entry
                 key = b"\x00\x01" + key[2:]
+            if self._unreplayed:
+                pending = self._unreplayed.get(key)
+                if pending is not None:
+                    if pending > 1:
+                        self._unreplayed[key] = pending - 1
+                    else:
+                        del self._unreplayed[key]
             raw_group = key[4 : 4 + (key[2] << 8 | key[3])]
             group_offsets = self._offsets_by_raw.get(raw_group)
             if value is not None:
@@ -643,6 +653,9 @@ class GroupCoordinatorShard:
             result.records.append((OffsetCommitKey(group_id, topic, partition), OffsetCommitValue(
                 offset=offset, leader_epoch=epoch, metadata=metadata or "", commit_timestamp=now,
                 expire_timestamp=expire)))
+        for key, _ in result.records:
+            raw = encode_key(key)
+            self._unreplayed[raw] = self._unreplayed.get(raw, 0) + 1
         self.counters.offset_commits += len(result.records)
         self._expiry_warned.discard(group_id)
         return result.respond(token, errors)
@@ -780,7 +793,7 @@ class GroupCoordinatorShard:
             k = decode_key(key)
             value = decode_offset_commit_value(raw)
             tp = (k.topic, k.partition)  # type: ignore[union-attr]
-            if base is None or group.is_subscribed_to_topic(tp[0]):
+            if base is None or group.is_subscribed_to_topic(tp[0]) or key in self._unreplayed:
                 times[tp] = None
             elif value.expire_timestamp != -1:  # explicit retention from OffsetCommit v2-v4 wins
                 times[tp] = value.expire_timestamp

@@ -22,12 +22,14 @@ snake case. Everything is read from the shards at scrape time; nothing updates i
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Sequence
+from itertools import islice
+from typing import Iterable, Iterator, Sequence
 
 from prometheus_client import generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from .snapshot import EARLIEST_EXPIRY as _AT, GROUP, GROUP_STATES, SHARD_STATES, GroupRow, Runtime, Slicer, Snapshot, run, take_snapshot
+from .snapshot import EARLIEST_EXPIRY as _AT
+from .snapshot import GROUP, SHARD_STATES, GroupRow, Runtime, Slicer, Snapshot, run, take_snapshot
 
 # Prometheus text format 0.0.4: what generate_latest writes.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -45,7 +47,7 @@ PARTITION_STATE = PREFIX + "partition_state"
 EARLIEST_EXPIRY = "offsetd_group_earliest_offset_expiry_timestamp_ms"
 SNAPSHOT_SECONDS = "offsetd_metrics_snapshot_seconds"
 
-GROUP_CHUNK = 500  # per-group samples formatted per generate_latest call (few live objects at a time)
+GROUP_CHUNK = 250  # per-group samples formatted per generate_latest call (few live objects at a time)
 
 
 def coordinator_families(snapshot: Snapshot) -> Iterator[Metric]:
@@ -127,18 +129,17 @@ def render(snapshot: Snapshot, out: list[bytes], slicer: Slicer | None = None) -
     `# HELP` / `# TYPE` lines are kept from the first piece only, so the result is one family."""
     slicer = slicer or Slicer()
     out.append(generate_latest(_Families(coordinator_families(snapshot))))
-    rows = [row for shard in snapshot.shards for row in shard.groups if row[_AT] is not None]
-    if slicer.due():
-        yield
-    start = 0
+    rows = (row for shard in snapshot.shards for row in shard.groups if row[_AT] is not None)
+    first = True
     while True:
-        text = generate_latest(_Families([expiry_family(rows[start : start + GROUP_CHUNK])]))
-        out.append(text if start == 0 else text.split(b"\n", 2)[2])
-        start += GROUP_CHUNK
-        if start >= len(rows):
-            return
         if slicer.due():
             yield
+        chunk = list(islice(rows, GROUP_CHUNK))
+        if not chunk and not first:
+            return
+        text = generate_latest(_Families([expiry_family(chunk)]))
+        out.append(text if first else text.split(b"\n", 2)[2])
+        first = False
 
 
 def exposition(runtimes: Sequence[Runtime]) -> bytes:

@@ -180,8 +180,8 @@ def group_detail(runtimes: Sequence[Runtime], group_id: str) -> dict[str, Any]:
     expiry = shard.expiry_times(group_id)
     committed_at = {}
     for key, raw in shard.offsets.get(group_id, {}).items():
-        k = decode_key(key)
-        committed_at[(k.topic, k.partition)] = decode_offset_commit_value(raw).commit_timestamp  # type: ignore[union-attr]
+        k: Any = decode_key(key)
+        committed_at[(k.topic, k.partition)] = decode_offset_commit_value(raw).commit_timestamp
     offsets = [
         {"topic": topic, "partition": partition, "offset": offset, "leader_epoch": epoch, "metadata": metadata,
          "commit_timestamp_ms": committed_at.get((topic, partition)),

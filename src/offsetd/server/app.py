@@ -31,6 +31,7 @@ from ..metrics.http import MetricsHttpServer
 from ..records.offsets import OFFSETS_TOPIC
 from .connection import CloseConnection, Connection, Pending
 from .coordinator_runtime import ShardRuntime, ShardState
+from .futures import then
 from .group_api import GroupApi, RequestContext
 
 log = logging.getLogger("offsetd.server")
@@ -233,16 +234,7 @@ class KafkaServer:
         if isinstance(body, dict):
             return encode_response(api_key, version, correlation_id, body)
         if isinstance(body, asyncio.Future):
-            encoded: asyncio.Future[bytes] = body.get_loop().create_future()
-
-            def done(f: "asyncio.Future[Any]") -> None:
-                if f.exception() is not None:
-                    encoded.set_exception(f.exception())  # type: ignore[arg-type]
-                else:
-                    encoded.set_result(encode_response(api_key, version, correlation_id, f.result()))
-
-            body.add_done_callback(done)
-            return encoded
+            return then(body, lambda reply: encode_response(api_key, version, correlation_id, reply))
         return self._encode_later(api_key, version, correlation_id, body)
 
     async def _encode_later(self, api_key: int, version: int, correlation_id: int, pending: Any) -> bytes:

@@ -13,6 +13,7 @@ from ..coordinator.shard import JoinRequest
 from ..protocol.errors import Error
 from ..records.offsets import partition_for
 from .coordinator_runtime import ShardRuntime, ShardState, new_token
+from .futures import then
 
 Body = dict[str, Any]
 Reply = Body | Awaitable[Body]
@@ -35,20 +36,8 @@ def _ms(value: Any) -> int:
 
 
 def _reply(token: "asyncio.Future[Any]", shape: Callable[[Any], Body] = lambda body: body) -> Reply:
-    """The shaped response now if the shard already answered, else a future of it (chained by
-    callback: no coroutine or task per request on the commit path)."""
-    if token.done():
-        return shape(token.result())
-    shaped: asyncio.Future[Body] = token.get_loop().create_future()
-
-    def done(t: "asyncio.Future[Any]") -> None:
-        if t.exception() is not None:
-            shaped.set_exception(t.exception())  # type: ignore[arg-type]
-        else:
-            shaped.set_result(shape(t.result()))
-
-    token.add_done_callback(done)
-    return shaped
+    """The shaped response now if the shard already answered, else a future of it."""
+    return shape(token.result()) if token.done() else then(token, shape)
 
 
 class GroupApi:

@@ -808,6 +808,7 @@ class GroupCoordinatorShard:
         tombstone for an Empty group left with no offsets. The shell calls this for bounded
         chunks of `self.groups` so a large shard never stalls the event loop."""
         result = CoordinatorResult(replay=True)
+        warn: list[tuple[str, int, int]] = []
         for group_id in group_ids:
             group = self.groups.get(group_id)
             if group is None:
@@ -826,20 +827,38 @@ class GroupCoordinatorShard:
             upcoming = [at for tp, at in times.items() if at is not None and now < at]
             if upcoming and min(upcoming) - now <= EXPIRY_WARNING_MS and group_id not in self._expiry_warned:
                 self._expiry_warned.add(group_id)
+                warn.append((group_id, len(upcoming), min(upcoming)))
+        if len(warn) <= 5:  # a handful by name; a crowd in one line, never thousands of lines
+            for group_id, count, first in warn:
                 log.warning("group %s: %d offsets will expire within a day (first at %d ms since epoch)",
-                            group_id, len(upcoming), min(upcoming))
+                            group_id, count, first)
+        else:
+            log.warning("%d groups have offsets expiring within a day, e.g. %s", len(warn),
+                        ", ".join(g for g, _, _ in warn[:5]))
         return result
 
     def on_partitions_deleted(self, topic: str, partitions: Iterable[int]) -> CoordinatorResult:
-        """Tombstones for every group's offsets on deleted partitions, with no retention wait."""
+        """Tombstones for every group's offsets on deleted partitions, with no retention wait,
+        including offsets whose commit is still being written (their tombstone follows it)."""
         result = CoordinatorResult(replay=True)
         doomed = set(partitions)
-        for group_id, stored in self.offsets.items():
-            for key in stored:
-                k = decode_key(key)
-                if k.topic == topic and k.partition in doomed:  # type: ignore[union-attr]
-                    result.records.append((k, None))  # type: ignore[arg-type]
+        keys = {key for stored in self.offsets.values() for key in stored} | set(self._unreplayed)
+        for key in keys:
+            k = decode_key(key)
+            if k.topic == topic and k.partition in doomed:  # type: ignore[union-attr]
+                result.records.append((k, None))  # type: ignore[arg-type]
         return result
+
+    def write_failed(self, result: CoordinatorResult) -> None:
+        """The shell could not make `result` durable: its commits are no longer in flight."""
+        for key, value in result.records:
+            if type(key) is OffsetCommitKey and value is not None:
+                raw = encode_key(key)
+                pending = self._unreplayed.get(raw, 0)
+                if pending > 1:
+                    self._unreplayed[raw] = pending - 1
+                else:
+                    self._unreplayed.pop(raw, None)
 
 
 def _join_error(error: int, member_id: str) -> dict[str, Any]:

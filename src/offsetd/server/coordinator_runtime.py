@@ -144,6 +144,7 @@ class ShardRuntime:
                 except Exception as exc:
                     log.error("__consumer_offsets-%d: write failed: %s", self.shard.partition, exc)
                     for result in batch:
+                        self.shard.write_failed(result)
                         for token, _ in result.completions:
                             if not token.done():
                                 token.set_exception(exc)

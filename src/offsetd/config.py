@@ -39,6 +39,16 @@ def _parse_bool(raw: str) -> bool:
     raise ValueError(f"expected true or false, got {raw!r}")
 
 
+def _parse_ratio(raw: str) -> float:
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ValueError(f"expected a number, got {raw!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{value} is out of range [0.0, 1.0]")
+    return value
+
+
 def _parse_str(raw: str) -> str:
     return raw.strip()
 
@@ -122,6 +132,11 @@ SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
     "log.flush.interval.ms": (_parse_int(1), "", "fsync dirty logs this often (default: never)."),
     "log.index.interval.bytes": (_parse_int(0, INT32_MAX), "4096", "Bytes between index entries."),
     "log.cleanup.policy": (_parse_choice("delete", "compact"), "delete", "Default cleanup policy."),
+    "log.cleaner.enable": (_parse_bool, "true", "Compact cleanup.policy=compact topics."),
+    "log.cleaner.backoff.ms": (_parse_int(1), "15000", "Pause between cleaner passes."),
+    "log.cleaner.delete.retention.ms": (_parse_int(0), "86400000", "How long tombstones are kept."),
+    "log.cleaner.min.cleanable.ratio": (_parse_ratio, "0.5", "Dirty share that makes a log cleanable."),
+    "log.cleaner.min.compaction.lag.ms": (_parse_int(0), "0", "Records younger than this are not cleaned."),
     "message.max.bytes": (_parse_int(0, INT32_MAX), "1048588", "Largest record batch accepted."),
     "socket.request.max.bytes": (_parse_int(1, INT32_MAX), "104857600", "Largest request frame."),
     "group.initial.rebalance.delay.ms": (_parse_int(0), "3000", "Delay of a new group's first rebalance."),

@@ -64,9 +64,9 @@ TOPIC_KEYS: dict[str, TopicKey] = {
     "message.timestamp.type": TopicKey(None, "CreateTime", STRING, _one_of("CreateTime")),
     "compression.type": TopicKey(None, "producer", STRING, _one_of("producer")),
     "min.insync.replicas": TopicKey(None, "1", INT, _int_at_least(1)),
-    "delete.retention.ms": TopicKey(None, "86400000", LONG, _int_at_least(0)),
-    "min.cleanable.dirty.ratio": TopicKey(None, "0.5", DOUBLE, _ratio),
-    "min.compaction.lag.ms": TopicKey(None, "0", LONG, _int_at_least(0)),
+    "delete.retention.ms": TopicKey("log.cleaner.delete.retention.ms", "86400000", LONG, _int_at_least(0)),
+    "min.cleanable.dirty.ratio": TopicKey("log.cleaner.min.cleanable.ratio", "0.5", DOUBLE, _ratio),
+    "min.compaction.lag.ms": TopicKey("log.cleaner.min.compaction.lag.ms", "0", LONG, _int_at_least(0)),
     "max.compaction.lag.ms": TopicKey(None, str(2**63 - 1), LONG, _int_at_least(1)),
 }
 
@@ -115,5 +115,8 @@ def log_config(overrides: Mapping[str, str], broker: BrokerConfig) -> LogConfig:
         flush_interval_ms=None if flush_ms >= 2**63 - 1 else flush_ms,
         index_interval_bytes=int(value("index.interval.bytes")),
         max_message_bytes=int(value("max.message.bytes")),
-        cleanup_policy="compact" if "compact" in value("cleanup.policy") and "delete" not in value("cleanup.policy") else "delete",
+        cleanup_policy=value("cleanup.policy"),
+        delete_retention_ms=int(value("delete.retention.ms")),
+        min_cleanable_dirty_ratio=float(value("min.cleanable.dirty.ratio")),
+        min_compaction_lag_ms=int(value("min.compaction.lag.ms")),
     )

@@ -29,6 +29,7 @@ from ..coordinator.config import GroupCoordinatorConfig
 from ..coordinator.shard import GroupCoordinatorShard
 from ..metrics.http import MetricsHttpServer
 from ..records.offsets import OFFSETS_TOPIC
+from ..storage.cleaner import LogCleaner
 from .connection import CloseConnection, Connection, Pending
 from .coordinator_runtime import ShardRuntime, ShardState
 from .futures import then
@@ -96,6 +97,7 @@ class KafkaServer:
         self.broker = Broker(config, clock())
         self.broker.on_append = self._wake_fetchers
         self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fsync")
+        self._cleaner_executor: ThreadPoolExecutor | None = None
         offsets_topic = self._offsets_topic()
         group_config = coordinator_config(config)
         self.runtimes = [
@@ -161,6 +163,8 @@ class KafkaServer:
         self._tasks.append(asyncio.create_task(self._load_coordinator()))
         self._tasks.append(asyncio.create_task(self._every(
             self.config.get("log.retention.check.interval.ms"), self._retention)))
+        if self.config.get("log.cleaner.enable"):
+            self._tasks.append(asyncio.create_task(self._clean_forever()))
         flush_ms = self.config.get("log.flush.interval.ms")
         if flush_ms:
             self._tasks.append(asyncio.create_task(self._every(flush_ms, self.broker.flush_all)))
@@ -178,6 +182,8 @@ class KafkaServer:
         for conn in list(self.connections):
             conn.close("broker shutting down")
         self.executor.shutdown(wait=True)
+        if self._cleaner_executor is not None:
+            self._cleaner_executor.shutdown(wait=True, cancel_futures=True)
         self.broker.close()
 
     async def _every(self, interval_ms: int, action: Callable[[], Any]) -> None:
@@ -187,6 +193,48 @@ class KafkaServer:
                 action()
             except Exception:
                 log.exception("periodic task %s failed", getattr(action, "__name__", action))
+
+    async def _clean_forever(self) -> None:
+        """The log cleaner: every log.cleaner.backoff.ms, compact each cleanable compacted log,
+        `__consumer_offsets` first. The heavy part runs on the cleaner thread; selecting and
+        swapping segments run here, and for an offsets partition only between two coordinator
+        writes (ShardRuntime.exclusive)."""
+        cleaner = LogCleaner()
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.config.get("log.cleaner.backoff.ms") / 1000)
+            topics = sorted(self.broker.topics, key=lambda t: t.name != OFFSETS_TOPIC)
+            for topic in topics:
+                for index, plog in enumerate(list(topic.partitions)):
+                    if not plog.config.compacts or plog.closed:
+                        continue
+                    owner = self.runtimes[index] if topic.name == OFFSETS_TOPIC else None
+                    try:
+                        job = await self._exclusively(owner, lambda: cleaner.select(plog, self.clock()))
+                        if job is None:
+                            continue
+                        try:
+                            plan = await loop.run_in_executor(self._cleaner_pool(), cleaner.prepare, job)
+                        except BaseException:
+                            cleaner.abort(job)
+                            raise
+                        if await self._exclusively(owner, lambda: cleaner.commit(plog, plan)):
+                            log.info("cleaned %s-%d: %s", topic.name, index, plan.stats)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception:
+                        log.exception("log cleaner failed on %s-%d", topic.name, index)
+
+    @staticmethod
+    async def _exclusively(owner: ShardRuntime | None, fn: Callable[[], Any]) -> Any:
+        return fn() if owner is None else await owner.exclusive(fn)
+
+    def _cleaner_pool(self) -> ThreadPoolExecutor:
+        # A thread, not a worker process: a child process would outlive a kill -9 of the broker.
+        # prepare() holds the GIL in slices, so the event loop still gets its turns.
+        if self._cleaner_executor is None:
+            self._cleaner_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cleaner")
+        return self._cleaner_executor
 
     def _retention(self) -> None:
         removed = self.broker.apply_retention(self.clock())

@@ -51,6 +51,7 @@ class ShardRuntime:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_deadline: int | None = None
         self._sweeper: asyncio.Future[None] | None = None
+        self._exclusive: list[tuple[Callable[[], Any], asyncio.Future[Any]]] = []
 
     # ---------------------------------------------------------------------- loading
 
@@ -127,10 +128,24 @@ class ShardRuntime:
                 asyncio.ensure_future(self._write_loop())
         self._reschedule()
 
+    def exclusive(self, fn: Callable[[], Any]) -> "asyncio.Future[Any]":
+        """Run fn() on the loop when no write of this shard is in flight (at once, or between two
+        batches): the log cleaner swaps segments of this partition only then."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self._writing:
+            self._exclusive.append((fn, future))
+        else:
+            _run_into(fn, future)
+        return future
+
     async def _write_loop(self) -> None:
         loop = asyncio.get_running_loop()
         try:
-            while self._queue:
+            while self._queue or self._exclusive:
+                while self._exclusive:
+                    _run_into(*self._exclusive.pop(0))
+                if not self._queue:
+                    break
                 batch, self._queue = self._queue, []
                 # (key bytes, value bytes, replay?) in log order: one atomic record batch
                 encoded = [(encode_key(k), None if v is None else encode_value(v), result.replay)
@@ -177,6 +192,13 @@ class ShardRuntime:
         self._timer = None
         self._timer_deadline = None
         self.submit(self.shard.fire_timers(self.clock()))
+
+
+def _run_into(fn: Callable[[], Any], future: "asyncio.Future[Any]") -> None:
+    try:
+        future.set_result(fn())
+    except Exception as exc:
+        future.set_exception(exc)
 
 
 def _deliver(result: CoordinatorResult) -> None:

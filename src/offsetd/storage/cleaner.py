@@ -1,0 +1,1148 @@
+"""The log cleaner: compaction of `cleanup.policy=compact` partition logs.
+
+Compaction keeps, per key, only the latest record of the *cleanable range* of a log, so a
+compacted topic (above all `__consumer_offsets`) stays about as large as its live key set and
+loads quickly. Replaying the log in offset order gives the same key -> latest value map before
+and after cleaning, except that keys whose latest record is a tombstone older than
+`delete.retention.ms` disappear entirely.
+
+What is cleaned
+---------------
+* The cleanable range runs from the log start offset to the *first uncleanable offset*: the base
+  of the active segment, or of the first sealed segment younger than `min.compaction.lag.ms`
+  (its largest timestamp is after now - lag), whichever comes first. The active segment is never
+  read or touched.
+* Idle logs: Kafka rolls a segment by `segment.ms` only on an append, so data in the active
+  segment of an idle log is never cleaned. `select()` therefore rolls the active segment itself
+  when it is non-empty and older than `segment.ms` (the same test `append` applies); the rolled
+  segment is then cleanable like any other.
+* Cleaner checkpoint: the file `cleaner-offset-checkpoint` in the partition directory holds the
+  *first dirty offset* (where the last cleaning ended) and the earliest time a retained
+  tombstone becomes removable. Bytes of the cleanable range below the first dirty offset are
+  *clean*, the rest *dirty*. A log is cleaned when dirty bytes / cleanable bytes >=
+  `min.cleanable.dirty.ratio`, or when a tombstone retained by the last cleaning has since passed
+  `delete.retention.ms` (so an idle log still loses its expired tombstones).
+
+How (Kafka's two passes)
+------------------------
+1. Map: the dirty part of the range is scanned once (every batch CRC-checked) to build
+   key -> offset of its latest record (a dict of key bytes, roughly 100-150 bytes per distinct
+   key; `max_map_keys` is a soft bound: when the map grows past it, the range ends after the
+   segment being mapped and the rest waits for the next cleaning). The same pass notes null-key
+   and tombstone offsets, so the surviving offsets of the dirty part are known afterwards.
+2. Copy: every batch of the whole range (clean part too: its records may be superseded by dirty
+   ones) is re-read. A dirty batch holding no surviving offset is skipped on its header alone,
+   one whose records all survive (no tombstone among them) is copied without decoding; other
+   batches, and all of the clean part (CRC-checked here), are decoded and each record is kept
+   when
+   - its key is null (compacted topics should not have any; Kafka rejects them at produce time,
+     offsetd keeps them as they are), or
+   - no later record with its key exists in the map, unless it is a tombstone (null value) whose
+     timestamp is more than `delete.retention.ms` before now.
+   Tombstone age: the record's timestamp (the batch's max timestamp for LogAppendTime, the
+   source segment's largest timestamp if it has none). This is a wall-clock rule like KIP-534's,
+   except that Kafka counts from the first cleaning that saw the tombstone (kept in the batch
+   header), not from its timestamp; for `__consumer_offsets` the broker sets the timestamps.
+   A client giving a tombstone an old CreateTime shortens its life accordingly.
+   A tombstone is never dropped while an older record of its key could survive: the records of
+   batches kept whole (see below) "pin" their keys, and an undecodable batch pins every key.
+
+Output batches
+--------------
+Surviving records keep their offsets and timestamps.
+* Plain batches (uncompressed, CreateTime, no producer id, not transactional, attributes 0, the
+  whole `__consumer_offsets` case): survivors of consecutive batches are regrouped into new
+  uncompressed v2 batches of up to `max_batch_bytes` (64 KiB; also bounded by max.message.bytes
+  and segment.bytes) with the base offset of their first record, explicit offset deltas (so
+  `lastOffsetDelta + 1` may exceed the record count, as in any compacted Kafka log) and a fresh
+  CRC-32C. Record bytes from the key on are copied; only the record's length, timestamp delta
+  and offset delta varints are re-encoded. A batch whose records all survive
+  is copied byte for byte when it has >= 8 records or >= 2 KiB (regrouping would save little).
+  A new batch also starts where the partition leader epoch changes.
+* Other uncompressed batches (idempotent producer, LogAppendTime): filtered one by one like
+  Kafka's cleaner: same base offset, lastOffsetDelta, base timestamp, producer id / epoch /
+  base sequence and attributes, only the surviving records (copied byte for byte), the record
+  count, max timestamp (CreateTime) and CRC are new; a batch left empty is dropped.
+* Compressed batches are never rewritten (only gzip can be decoded with the standard library):
+  a gzip batch takes part in the map, and is kept whole when any record in it survives, dropped
+  otherwise; a batch of another codec is kept whole and its keys are unknown.
+* Transactions are not compacted: transactional batches and control batches (markers) are kept
+  whole and their keys are not entered into the map (aborted records must not supersede).
+
+Output segments
+---------------
+One cleaning rewrites the range into as few segments as `segment.bytes` allows: surviving
+batches are streamed in order into the current output segment, and a new output segment starts
+(based at the offset of the batch that starts it, which need not be a source segment's base)
+when the next batch would overflow `segment.bytes` or the index's int32 relative offsets. The
+first output keeps the log start offset as its base, even when it ends up empty (the log start
+offset never moves); offsets of dropped records become gaps that reads skip. Indexes are rebuilt
+with `index.interval.bytes`, and each new .log file gets the newest mtime of its sources (the
+time-based retention fallback). Files are written as `<base>.log.cleaned` (+ `.index.cleaned`,
+`.timeindex.cleaned`) and fsynced, then `PartitionLog.replace_segments` swaps them in
+crash-safely (see partition_log.py).
+
+Threading contract
+------------------
+    cleaner = LogCleaner()
+    job = cleaner.select(log, now_ms)          # owner thread; None = nothing to do
+    if job is not None:
+        try:
+            plan = await loop.run_in_executor(pool, cleaner.prepare, job)   # any thread/process
+        except BaseException:
+            cleaner.abort(job)
+            raise
+        cleaner.commit(log, plan)              # owner thread; False = discarded (log changed)
+
+* `select` runs on the thread that owns the PartitionLog (it may roll the active segment and
+  reads segment metadata). It is cheap: no record is read.
+* `prepare` touches no PartitionLog object: the job is plain, picklable data (paths, sizes,
+  offsets, config), so it may run in a worker thread or a process pool (the work is pure Python
+  and holds the GIL; a process pool keeps the event loop's latency flat). It opens the source
+  segment files itself (read only) and writes only new `*.cleaned` files, so the owner may keep
+  appending to the active segment, reading, flushing and rolling meanwhile.
+* `commit` runs on the owner thread. It re-checks that the log still has exactly the planned
+  segments (same layout version, bases and sizes); if retention, truncation or close changed it
+  in between, the plan is discarded and its files deleted. Otherwise it swaps the segments
+  (milliseconds: renames, unlinks and fsyncs) and writes the checkpoint.
+* One cleaning per log at a time: `select` returns None while a job of the same log is between
+  select and commit/abort (tracked per LogCleaner instance; use one instance per broker).
+* A reader that scans a log from its start while a cleaning commits sees older records before
+  the swap and cleaned ones after it: the final map is the same, except that a tombstone past
+  `delete.retention.ms` may vanish mid-scan (Kafka has the same rule: finish a full read within
+  `delete.retention.ms`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import time
+from itertools import chain
+import zlib
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from crc32c import crc32c
+
+from offsetd.records.batch import (
+    BATCH_HEADER_SIZE,
+    COMPRESSION_GZIP,
+    CONTROL_MASK,
+    CRC_START,
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+)
+from offsetd.records.varint import VarintError, decode_varint, encode_varint
+from offsetd.storage.index import OffsetIndex, TimeIndex
+from offsetd.storage.log_config import LogConfig
+from offsetd.storage.partition_log import CLEANED_SUFFIX, PartitionLog, _fsync_dir, _write_durably
+from offsetd.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_file_name
+
+__all__ = [
+    "LogCleaner",
+    "CleaningJob",
+    "CleaningPlan",
+    "CleanerStats",
+    "CleanerError",
+    "SourceSegment",
+    "CHECKPOINT_FILE",
+    "read_checkpoint",
+]
+
+log = logging.getLogger("offsetd.storage.cleaner")
+
+CHECKPOINT_FILE = "cleaner-offset-checkpoint"
+_CHECKPOINT_VERSION = 1
+_INT32_MAX = 2**31 - 1
+_COMPRESSION_MASK = 0x07
+_SPECIAL = _COMPRESSION_MASK | TRANSACTIONAL_MASK | CONTROL_MASK
+# A plain batch whose records all survive is copied as it is when it is at least this large or
+# has at least this many records (regrouping saves at most one 61-byte header per batch).
+_VERBATIM_MIN_BYTES = 2048
+_VERBATIM_MIN_RECORDS = 8
+_WRITE_BUFFER = 4 << 20
+
+_HEADER_UNPACK_FROM = struct.Struct(">qiibIhiqqqhii").unpack_from
+_LENGTH_UNPACK_FROM = struct.Struct(">i").unpack_from
+# baseOffset, batchLength, magic, crc, attributes, recordsCount: what pass 1 needs of a header
+_MAP_HEADER_UNPACK_FROM = struct.Struct(">qi4xbIh34xi").unpack_from
+_TIMESTAMPS_UNPACK_FROM = struct.Struct(">qq").unpack_from  # baseTimestamp @27, maxTimestamp @35
+# baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
+# recordsCount: what pass 2 needs first; then baseTimestamp, maxTimestamp, producerId @27
+_COPY_HEADER_UNPACK_FROM = struct.Struct(">qiibIhi30xi").unpack_from
+_TS_PID_UNPACK_FROM = struct.Struct(">qqq").unpack_from
+# baseOffset, batchLength, partitionLeaderEpoch, magic, crc (the part the CRC does not cover)
+_PREFIX = struct.Struct(">qiibI")
+# attributes, lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, producerEpoch,
+# baseSequence, recordsCount (the header part covered by the CRC)
+_CRC_PART = struct.Struct(">hiqqqhii")
+assert _PREFIX.size + _CRC_PART.size == BATCH_HEADER_SIZE
+
+_V = tuple(encode_varint(i) for i in range(16384))  # zig-zag varints of small non-negative ints
+
+
+class CleanerError(Exception):
+    """A source segment could not be cleaned (corrupt or unreadable); nothing was changed."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Plain data passed between the owner thread and the worker
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSegment:
+    """A sealed segment as seen by select(): enough to read it without the Segment object."""
+
+    base_offset: int
+    next_offset: int  # base offset of the following segment
+    size: int
+    path: str
+    mtime_ns: int
+    largest_timestamp: int
+
+
+@dataclass(slots=True)
+class CleaningJob:
+    """What to clean, decided by select() on the owner thread; picklable."""
+
+    dir: str
+    topic: str
+    partition: int
+    config: LogConfig
+    now_ms: int
+    sources: list[SourceSegment]  # from the log start, contiguous
+    first_dirty_offset: int
+    end_offset: int  # first uncleanable offset: base of the segment after the last source
+    layout_version: int
+    clean_bytes: int
+    dirty_bytes: int
+    reason: str
+
+    @property
+    def dirty_ratio(self) -> float:
+        total = self.clean_bytes + self.dirty_bytes
+        return self.dirty_bytes / total if total else 0.0
+
+
+@dataclass(slots=True)
+class CleanerStats:
+    """Counters of one cleaning."""
+
+    source_segments: int = 0
+    source_bytes: int = 0
+    records_read: int = 0
+    records_kept: int = 0
+    tombstones_dropped: int = 0
+    map_keys: int = 0
+    output_segments: int = 0
+    output_bytes: int = 0
+    batches_written: int = 0
+    map_seconds: float = 0.0
+    copy_seconds: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        return self.map_seconds + self.copy_seconds
+
+    @property
+    def mb_per_s(self) -> float:
+        """Source megabytes (10^6 bytes) cleaned per second of prepare()."""
+        return self.source_bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(slots=True)
+class CleaningPlan:
+    """Result of prepare(): the cleaned files on disk, ready for commit(); picklable."""
+
+    job: CleaningJob
+    source_count: int  # how many of job.sources were cleaned (fewer if the map filled up)
+    end_offset: int  # the new first dirty offset
+    new_bases: list[int]
+    tombstone_deadline_ms: int  # earliest time a retained tombstone becomes removable, -1 none
+    stats: CleanerStats = field(default_factory=CleanerStats)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoint
+# ---------------------------------------------------------------------------------------------
+
+
+def read_checkpoint(pdir: Path | str) -> tuple[int | None, int]:
+    """(first dirty offset or None, tombstone deadline ms or -1) from the partition directory."""
+    try:
+        lines = (Path(pdir) / CHECKPOINT_FILE).read_text().split("\n")
+        if int(lines[0]) != _CHECKPOINT_VERSION:
+            raise ValueError(f"version {lines[0]}")
+        first_dirty, deadline = (int(x) for x in lines[1].split())
+        return first_dirty, deadline
+    except FileNotFoundError:
+        return None, -1
+    except (ValueError, IndexError) as exc:
+        log.warning("ignoring unreadable %s in %s: %s", CHECKPOINT_FILE, pdir, exc)
+        return None, -1
+
+
+def _write_checkpoint(pdir: Path, first_dirty: int, deadline: int) -> None:
+    _write_durably(pdir / CHECKPOINT_FILE, f"{_CHECKPOINT_VERSION}\n{first_dirty} {deadline}\n".encode())
+
+
+def _cleaned_name(base: int, suffix: str) -> str:
+    return segment_file_name(base, suffix) + CLEANED_SUFFIX
+
+
+def _delete_cleaned_files(pdir: Path) -> None:
+    """Remove every `*.cleaned` file of the directory (only the in-flight job writes them)."""
+    try:
+        names = os.listdir(pdir)
+    except FileNotFoundError:
+        return
+    for n in names:
+        if n.endswith(CLEANED_SUFFIX):
+            try:
+                os.unlink(pdir / n)
+            except FileNotFoundError:
+                pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Record decoding (slow paths: compressed and transactional batches)
+# ---------------------------------------------------------------------------------------------
+
+
+_zz = decode_varint  # the general case; the hot loops inline one- and two-byte varints
+
+
+def _gunzip(data: bytes) -> bytes:
+    out = []
+    while data:
+        z = zlib.decompressobj(31)
+        out.append(z.decompress(data))
+        if not z.eof:
+            raise zlib.error("truncated gzip stream")
+        data = z.unused_data
+    return b"".join(out)
+
+
+def _parse_records(
+    d: bytes, p: int, end: int, count: int, base_ts: int, max_ts: int, log_append_time: bool
+) -> list[tuple[int, int, bytes | None, bool]]:
+    """(offset delta, timestamp, key, is tombstone) of each record in d[p:end]."""
+    out = []
+    for _ in range(count):
+        length, p = decode_varint(d, p)
+        rec_end = p + length
+        ts_delta, p = decode_varint(d, p + 1)
+        off_delta, p = decode_varint(d, p)
+        klen, p = decode_varint(d, p)
+        key = None
+        if klen >= 0:
+            key = d[p : p + klen]
+            p += klen
+        vlen, p = decode_varint(d, p)
+        if length <= 0 or rec_end > end or p > rec_end or p + max(vlen, 0) > rec_end:
+            raise CleanerError(f"malformed record (offset delta {off_delta})")
+        out.append((off_delta, max_ts if log_append_time else base_ts + ts_delta, key, vlen < 0))
+        p = rec_end
+    if p != end:
+        raise CleanerError(f"{end - p} bytes after the last record of a batch")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Output segment writer
+# ---------------------------------------------------------------------------------------------
+
+
+class _Output:
+    """One cleaned segment being written: `<base>.log.cleaned` plus its two indexes."""
+
+    def __init__(self, pdir: Path, base: int, config: LogConfig) -> None:
+        self.pdir = pdir
+        self.base = base
+        self.log_path = pdir / _cleaned_name(base, LOG_SUFFIX)
+        self.fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.offset_index = OffsetIndex(pdir / _cleaned_name(base, INDEX_SUFFIX), base)
+        self.time_index = TimeIndex(pdir / _cleaned_name(base, TIMEINDEX_SUFFIX), base)
+        self.interval = config.index_interval_bytes
+        self.size = 0
+        self.parts: list[bytes | memoryview] = []
+        self.buffered = 0
+        self.bytes_since_index = 0
+        self.max_ts = -1
+        self.offset_of_max_ts = -1
+        self.mtime_ns = 0
+        self.batches = 0
+
+    def add(self, parts: tuple, size: int, last_offset: int, max_ts: int) -> None:
+        """Append one batch given as byte parts; index it as Segment._track does."""
+        if max_ts > self.max_ts:
+            self.max_ts = max_ts
+            self.offset_of_max_ts = last_offset
+        if self.bytes_since_index > self.interval:
+            self.offset_index.append(last_offset, self.size, write=False)
+            if self.max_ts >= 0:
+                self.time_index.maybe_append(self.max_ts, self.offset_of_max_ts, write=False)
+            self.bytes_since_index = 0
+        self.bytes_since_index += size
+        self.parts.extend(parts)
+        self.size += size
+        self.buffered += size
+        self.batches += 1
+        if self.buffered >= _WRITE_BUFFER:
+            self._drain()
+
+    def _drain(self) -> None:
+        if not self.parts:
+            return
+        view = memoryview(b"".join(self.parts))
+        while view:
+            view = view[os.write(self.fd, view) :]
+        self.parts = []
+        self.buffered = 0
+
+    def finish(self) -> None:
+        """Write the rest, fsync the log and both indexes, give the log its sources' mtime."""
+        self._drain()
+        os.fsync(self.fd)
+        os.close(self.fd)
+        self.fd = -1
+        if self.max_ts >= 0:
+            self.time_index.maybe_append(self.max_ts, self.offset_of_max_ts, write=False)
+        for idx in (self.offset_index, self.time_index):
+            idx.rewrite(fsync=True)
+            idx.close()
+        if self.mtime_ns:
+            os.utime(self.log_path, ns=(self.mtime_ns, self.mtime_ns))
+
+    def discard(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.offset_index.delete_file()
+        self.time_index.delete_file()
+        self.log_path.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# One cleaning (runs in prepare())
+# ---------------------------------------------------------------------------------------------
+
+
+class _Compaction:
+    """The state of one prepare(): pass 1 (build_map) then pass 2 (copy) over the job's sources.
+
+    Touches only the job's source files (read) and its own `*.cleaned` files (written)."""
+
+    def __init__(self, job: CleaningJob, max_map_keys: int, chunk_bytes: int, max_batch_bytes: int) -> None:
+        self.job = job
+        self.pdir = Path(job.dir)
+        self.config = job.config
+        self.now = job.now_ms
+        self.dr = job.config.delete_retention_ms
+        self.max_map_keys = max_map_keys
+        self.chunk_bytes = chunk_bytes
+        self.target_batch = max(1024, min(max_batch_bytes, job.config.max_message_bytes))
+        self.segment_limit = min(job.config.segment_bytes, _INT32_MAX)
+        self.map: dict[bytes, int] = {}
+        self.null_key_offsets: list[int] = []
+        self.tomb_offsets: list[int] = []
+        self.mapped_from = len(job.sources)  # index of the first source pass 1 read
+        self.survivors: list[int] = []  # sorted surviving offsets of the mapped sources
+        self.tomb_survivors: list[int] = []  # the tombstones among them
+        self.mapped = False  # the source being copied was mapped (pass 1 read and checked it)
+        self.si = 0  # cursors into survivors / tomb_survivors
+        self.ti = 0
+        self.pinned: set[bytes] = set()
+        self.unknown_opaque = False
+        self.deadline = -1
+        self.stats = CleanerStats()
+        self.src: SourceSegment | None = None
+        self.seg_ts = -1
+        self.outputs: list[_Output] = []
+        self.out: _Output | None = None
+        self.new_bases: list[int] = []
+        # the pending merged batch
+        self.p_parts: list[bytes] = []
+        self.p_size = 0
+        self.p_count = 0
+        self.p_base_off = 0
+        self.p_base_ts = 0
+        self.p_max_ts = -1
+        self.p_last_off = 0
+        self.p_epoch = -1
+
+    # ------------------------------------------------------------------ reading
+
+    def _scan(self, src: SourceSegment, fn) -> None:
+        """Feed the batches of a source segment to fn(buf) -> bytes consumed, in chunks."""
+        try:
+            fd = os.open(src.path, os.O_RDONLY)
+        except FileNotFoundError as exc:
+            raise CleanerError(f"{src.path} disappeared (deleted by retention?)") from exc
+        try:
+            pos = 0
+            size = src.size
+            while pos < size:
+                want = min(self.chunk_bytes, size - pos)
+                buf = os.pread(fd, want, pos)
+                if len(buf) < want:
+                    raise CleanerError(f"{src.path}: short read at byte {pos}")
+                used = self._call(fn, buf, src, pos)
+                if used == 0:  # a batch larger than the chunk, or garbage
+                    if len(buf) < LOG_OVERHEAD:
+                        raise CleanerError(f"{src.path}: {len(buf)} stray bytes at byte {pos}")
+                    length = _LENGTH_UNPACK_FROM(buf, 8)[0]
+                    if length < MIN_BATCH_LENGTH or pos + LOG_OVERHEAD + length > size:
+                        raise CleanerError(f"{src.path}: invalid batch length {length} at byte {pos}")
+                    buf = os.pread(fd, LOG_OVERHEAD + length, pos)
+                    used = self._call(fn, buf, src, pos)
+                    if used == 0:
+                        raise CleanerError(f"{src.path}: unreadable batch at byte {pos}")
+                pos += used
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _call(fn, buf: bytes, src: SourceSegment, pos: int) -> int:
+        try:
+            return fn(buf)
+        except CleanerError as exc:
+            raise CleanerError(f"{src.path} near byte {pos}: {exc}") from None
+        except (IndexError, struct.error, VarintError, ValueError) as exc:
+            raise CleanerError(f"{src.path}: malformed batch near byte {pos}: {exc!r}") from exc
+
+    def _decode(self, buf: bytes, pos: int, end: int, attrs: int, count: int, bts: int, mts: int):
+        """Records of a batch as (offset delta, ts, key, tombstone), None when undecodable."""
+        codec = attrs & _COMPRESSION_MASK
+        lat = bool(attrs & TIMESTAMP_TYPE_MASK)
+        if codec == 0:
+            return _parse_records(buf, pos + BATCH_HEADER_SIZE, end, count, bts, mts, lat)
+        if codec != COMPRESSION_GZIP:
+            return None
+        try:
+            d = _gunzip(buf[pos + BATCH_HEADER_SIZE : end])
+        except zlib.error:
+            return None  # a client could not read it either; keep it as it is
+        return _parse_records(d, 0, len(d), count, bts, mts, lat)
+
+    # ------------------------------------------------------------------ pass 1: the map
+
+    def build_map(self) -> int:
+        """Map the dirty sources; return how many sources this cleaning covers.
+
+        Besides key -> latest offset, pass 1 notes the offsets of null-key records (always
+        kept) and of tombstones, so pass 2 knows the surviving offsets of the mapped sources
+        (`self.survivors`, sorted) and which of them are tombstones: it skips batches without
+        survivors on their header alone and copies batches whose records all survive as they are.
+        Pass 1 also checks every mapped batch's CRC (a corrupt batch must not feed the map).
+        """
+        started = time.perf_counter()
+        sources = self.job.sources
+        first_dirty = self.job.first_dirty_offset
+        covered = len(sources)
+        for i, src in enumerate(sources):
+            if src.next_offset <= first_dirty:
+                continue
+            self.mapped_from = min(self.mapped_from, i)
+            self._scan(src, self._map_chunk)
+            if len(self.map) > self.max_map_keys and i + 1 < len(sources):
+                covered = i + 1
+                log.info(
+                    "%s: offset map full (%d keys) after segment %d; cleaning up to offset %d",
+                    self.pdir.name, len(self.map), src.base_offset, src.next_offset,
+                )
+                break
+        latest = self.map.values()
+        latest_set = set(latest)
+        self.survivors = sorted(chain(latest, self.null_key_offsets))
+        self.tomb_survivors = sorted(o for o in self.tomb_offsets if o in latest_set)
+        self.null_key_offsets = self.tomb_offsets = []
+        self.stats.map_keys = len(self.map)
+        self.stats.map_seconds = time.perf_counter() - started
+        return covered
+
+    def _map_chunk(self, buf: bytes) -> int:
+        m = self.map
+        nulls = self.null_key_offsets
+        tombs = self.tomb_offsets
+        n = len(buf)
+        view = memoryview(buf)
+        pos = 0
+        unpack = _MAP_HEADER_UNPACK_FROM
+        zz = _zz
+        while n - pos >= BATCH_HEADER_SIZE:
+            base, blen, magic, crc, attrs, count = unpack(buf, pos)
+            end = pos + LOG_OVERHEAD + blen
+            if blen < MIN_BATCH_LENGTH:
+                raise CleanerError(f"invalid batch length {blen}")
+            if end > n:
+                break
+            if magic != 2:
+                raise CleanerError(f"batch with magic {magic}")
+            if crc32c(view[pos + CRC_START : end]) != crc:
+                raise CleanerError(f"batch at offset {base} failed its CRC-32C check")
+            if attrs & _SPECIAL:
+                if not attrs & (TRANSACTIONAL_MASK | CONTROL_MASK):
+                    bts, mts = _TIMESTAMPS_UNPACK_FROM(buf, pos + 27)
+                    recs = self._decode(buf, pos, end, attrs, count, bts, mts)
+                    for od, _ts, key, _t in recs or ():
+                        if key is not None:
+                            m[key] = base + od
+                pos = end
+                continue
+            # Lengths and offset deltas are never negative: a one-byte zig-zag varint b is b >> 1
+            # (garbage is caught by the "records fill the batch" check).
+            p = pos + BATCH_HEADER_SIZE
+            for _ in range(count):
+                b = buf[p]  # record length
+                if b < 0x80:
+                    rec_end = p + 1 + (b >> 1)
+                    p += 2  # the length byte, attributes
+                else:
+                    c = buf[p + 1]
+                    if c < 0x80:
+                        rec_end = p + 2 + (((b & 0x7F) | (c << 7)) >> 1)
+                        p += 3
+                    else:
+                        length, p = zz(buf, p)
+                        rec_end = p + length
+                        p += 1
+                while buf[p] & 0x80:  # timestampDelta
+                    p += 1
+                b = buf[p + 1]  # offsetDelta
+                if b < 0x80:
+                    off = base + (b >> 1)
+                    p += 2
+                else:
+                    od, p = zz(buf, p + 1)
+                    off = base + od
+                b = buf[p]  # key length
+                if not b & 0x81:  # one byte, even: 0..63
+                    p += 1
+                    e = p + (b >> 1)
+                    m[buf[p:e]] = off
+                    if buf[e] == 1:  # value length -1: a tombstone
+                        tombs.append(off)
+                elif b == 1:  # zig-zag -1: a null key
+                    nulls.append(off)
+                else:
+                    klen, p = zz(buf, p)
+                    if klen < 0:
+                        if klen != -1:
+                            raise CleanerError(f"key length {klen}")
+                        nulls.append(off)
+                    else:
+                        e = p + klen
+                        m[buf[p:e]] = off
+                        if buf[e] == 1:
+                            tombs.append(off)
+                p = rec_end
+            if p != end:
+                raise CleanerError(f"records of the batch at offset {base} do not fill it exactly")
+            pos = end
+        return pos
+
+    # ------------------------------------------------------------------ pass 2: the copy
+
+    def copy(self, covered: int) -> None:
+        started = time.perf_counter()
+        try:
+            for i, src in enumerate(self.job.sources[:covered]):
+                self.mapped = i >= self.mapped_from
+                self._begin_source(src)
+                self._scan(src, self._copy_chunk)
+                self.stats.source_segments += 1
+                self.stats.source_bytes += src.size
+            self._finish_output()
+        except BaseException:
+            self.discard()
+            raise
+        self.stats.copy_seconds = time.perf_counter() - started
+
+    def _begin_source(self, src: SourceSegment) -> None:
+        self.src = src
+        self.seg_ts = src.largest_timestamp
+        if self.out is None and not self.outputs:
+            # The first output keeps the log start offset as its base, even if it stays empty.
+            self._open_output(src.base_offset)
+        if self.out is not None:
+            self.out.mtime_ns = max(self.out.mtime_ns, src.mtime_ns)
+
+    def _open_output(self, base: int) -> None:
+        out = self.out = _Output(self.pdir, base, self.config)
+        out.mtime_ns = self.src.mtime_ns
+        self.outputs.append(out)
+
+    def _add(self, parts: tuple, size: int, base_offset: int, last_offset: int, max_ts: int) -> None:
+        """Append a batch to the current output, first starting a new output segment (based at
+        this batch) when the batch would overflow segment.bytes or the int32 relative offsets."""
+        out = self.out
+        if (out.size > 0 and out.size + size > self.segment_limit) or last_offset - out.base > _INT32_MAX:
+            self._close_output()
+            self._open_output(base_offset)
+            out = self.out
+        out.add(parts, size, last_offset, max_ts)
+
+    def _finish_output(self) -> None:
+        self._flush_pending()
+        self._close_output()
+
+    def _close_output(self) -> None:
+        out = self.out
+        if out is None:
+            return
+        self.out = None
+        out.finish()
+        self.new_bases.append(out.base)
+        self.stats.output_segments += 1
+        self.stats.output_bytes += out.size
+        self.stats.batches_written += out.batches
+
+    def discard(self) -> None:
+        for out in self.outputs:
+            out.discard()
+        self.outputs = []
+        self.out = None
+
+    def _write(self, parts: tuple, size: int, base_offset: int, last_offset: int, max_ts: int) -> None:
+        if self.p_count:
+            self._flush_pending()
+        self._add(parts, size, base_offset, last_offset, max_ts)
+
+    def _flush_pending(self) -> None:
+        if not self.p_count:
+            return
+        body = b"".join(self.p_parts)
+        crc_part = _CRC_PART.pack(
+            0, self.p_last_off - self.p_base_off, self.p_base_ts, self.p_max_ts, -1, -1, -1, self.p_count
+        )
+        crc = crc32c(body, crc32c(crc_part))
+        prefix = _PREFIX.pack(self.p_base_off, MIN_BATCH_LENGTH + len(body), self.p_epoch, 2, crc)
+        self._add((prefix, crc_part, body), BATCH_HEADER_SIZE + len(body), self.p_base_off, self.p_last_off,
+                  self.p_max_ts)
+        self.p_parts = []
+        self.p_size = 0
+        self.p_count = 0
+        self.p_max_ts = -1
+
+    def _merge(self, buf: bytes, kept: list, epoch: int) -> None:
+        """Add surviving records of a plain batch to the pending merged batch."""
+        V = _V
+        enc = encode_varint
+        target = self.target_batch
+        limit = self.segment_limit
+        for rs, ap, tp, rec_end, off, ts in kept:
+            # the batch with this record (whose varints may grow by up to 16 bytes)
+            grown = BATCH_HEADER_SIZE + self.p_size + (rec_end - rs) + 16
+            if self.p_count and (
+                epoch != self.p_epoch or grown > target or self.out.size + grown > limit
+            ):
+                self._flush_pending()  # (a batch that would overflow the segment starts the next one)
+            if not self.p_count:
+                self.p_base_off = off
+                self.p_base_ts = ts
+                self.p_epoch = epoch
+            dt = ts - self.p_base_ts
+            do = off - self.p_base_off
+            body = b"".join((
+                buf[ap : ap + 1],
+                V[dt] if 0 <= dt < 16384 else enc(dt),
+                V[do] if do < 16384 else enc(do),
+                buf[tp:rec_end],
+            ))
+            n = len(body)
+            rec = (V[n] if n < 16384 else enc(n)) + body
+            self.p_parts.append(rec)
+            self.p_size += len(rec)
+            self.p_count += 1
+            self.p_last_off = off
+            if ts > self.p_max_ts:
+                self.p_max_ts = ts
+
+    def _filtered(self, buf: bytes, kept: list, header: tuple) -> None:
+        """Kafka-style per-batch filtering: the original header with only the survivors."""
+        (base, _blen, epoch, _m, _crc, attrs, lod, bts, mts, pid, pe, bseq, _count) = header
+        body = b"".join([buf[rs:rec_end] for rs, _ap, _tp, rec_end, _off, _ts in kept])
+        max_ts = mts if attrs & TIMESTAMP_TYPE_MASK else max(k[5] for k in kept)
+        crc_part = _CRC_PART.pack(attrs, lod, bts, max_ts, pid, pe, bseq, len(kept))
+        crc = crc32c(body, crc32c(crc_part))
+        prefix = _PREFIX.pack(base, MIN_BATCH_LENGTH + len(body), epoch, 2, crc)
+        self._write((prefix, crc_part, body), BATCH_HEADER_SIZE + len(body), base, base + lod, max_ts)
+
+    def _special(self, buf: bytes, pos: int, end: int, header: tuple) -> None:
+        """Compressed, transactional and control batches: kept whole or dropped whole."""
+        (base, _blen, _e, _m, _crc, attrs, lod, bts, mts, _pid, _pe, _bs, count) = header
+        size = end - pos
+        whole = (memoryview(buf)[pos:end],)
+        if attrs & CONTROL_MASK:
+            self._write(whole, size, base, base + lod, mts)
+            self.stats.records_kept += count
+            return
+        recs = self._decode(buf, pos, end, attrs, count, bts, mts)
+        if attrs & TRANSACTIONAL_MASK or recs is None:
+            self._write(whole, size, base, base + lod, mts)
+            self.stats.records_kept += count
+            if recs is None:
+                self.unknown_opaque = True  # unknown keys: no later tombstone may go
+            else:
+                self.pinned.update(k for _od, _ts, k, _t in recs if k is not None)
+            return
+        # A decodable compressed batch: keep it whole if any record in it survives.
+        m_get = self.map.get
+        survives = False
+        expired = 0
+        deadline = -1
+        for od, ts, key, tomb in recs:
+            if key is None:
+                survives = True
+                continue
+            latest = m_get(key)
+            if latest is not None and latest > base + od:
+                continue
+            if tomb and not self.unknown_opaque and key not in self.pinned:
+                t = ts if ts >= 0 else self.seg_ts
+                if self.now - t > self.dr:
+                    expired += 1
+                    continue
+                if deadline < 0 or t + self.dr < deadline:
+                    deadline = t + self.dr
+            survives = True
+        if survives:
+            self._write(whole, size, base, base + lod, mts)
+            self.stats.records_kept += count
+            self.pinned.update(k for _od, _ts, k, _t in recs if k is not None)
+            if deadline >= 0 and (self.deadline < 0 or deadline < self.deadline):
+                self.deadline = deadline
+        else:
+            self.stats.tombstones_dropped += expired
+
+    def _copy_chunk(self, buf: bytes) -> int:
+        n = len(buf)
+        view = memoryview(buf)
+        pos = 0
+        unpack = _COPY_HEADER_UNPACK_FROM
+        zz = _zz
+        m_get = self.map.get
+        pinned = self.pinned
+        now = self.now
+        dr = self.dr
+        seg_ts = self.seg_ts
+        mapped = self.mapped
+        surv = self.survivors
+        nsurv = len(surv)
+        tsurv = self.tomb_survivors
+        si = self.si
+        ti = self.ti
+        read = kept_total = dropped = 0
+        try:
+            while n - pos >= BATCH_HEADER_SIZE:
+                base, blen, epoch, magic, crc, attrs, lod, count = unpack(buf, pos)
+                end = pos + LOG_OVERHEAD + blen
+                if blen < MIN_BATCH_LENGTH:
+                    raise CleanerError(f"invalid batch length {blen}")
+                if end > n:
+                    break
+                if magic != 2:
+                    raise CleanerError(f"batch with magic {magic}")
+                if not mapped and crc32c(view[pos + CRC_START : end]) != crc:
+                    raise CleanerError(f"batch at offset {base} failed its CRC-32C check")
+                read += count
+                if attrs & _SPECIAL:
+                    self._special(buf, pos, end, _HEADER_UNPACK_FROM(buf, pos))
+                    pos = end
+                    continue
+                if mapped:
+                    # Survivors of this batch are the known surviving offsets in its range.
+                    last = base + lod
+                    if si < nsurv and surv[si] < base:  # survivors of compressed batches
+                        si = bisect_left(surv, base, si)
+                    if si == nsurv or surv[si] > last:
+                        pos = end
+                        continue
+                    j = bisect_right(surv, last, si)
+                    k = j - si
+                    si = j
+                    bts, mts, pid = _TS_PID_UNPACK_FROM(buf, pos + 27)
+                    if k == count and (
+                        attrs or pid >= 0 or count >= _VERBATIM_MIN_RECORDS or end - pos >= _VERBATIM_MIN_BYTES
+                    ):
+                        ti = bisect_left(tsurv, base, ti)
+                        if ti == len(tsurv) or tsurv[ti] > last:  # and no tombstone among them
+                            kept_total += count
+                            self._write((view[pos:end],), end - pos, base, last, mts)
+                            pos = end
+                            continue
+                else:
+                    bts, mts, pid = _TS_PID_UNPACK_FROM(buf, pos + 27)
+                lat = attrs & TIMESTAMP_TYPE_MASK
+                blocked = self.unknown_opaque
+                kept = []
+                p = pos + BATCH_HEADER_SIZE
+                for _ in range(count):
+                    rs = p
+                    b = buf[p]  # record length
+                    if b < 0x80:
+                        p += 1
+                        rec_end = p + ((b >> 1) ^ -(b & 1))
+                    else:
+                        c = buf[p + 1]
+                        if c < 0x80:
+                            v = (b & 0x7F) | (c << 7)
+                            p += 2
+                            rec_end = p + ((v >> 1) ^ -(v & 1))
+                        else:
+                            length, p = zz(buf, p)
+                            rec_end = p + length
+                    ap = p  # attributes
+                    b = buf[p + 1]  # timestampDelta
+                    if b < 0x80:
+                        tsd = (b >> 1) ^ -(b & 1)
+                        p += 2
+                    else:
+                        tsd, p = zz(buf, p + 1)
+                    b = buf[p]  # offsetDelta
+                    if b < 0x80:
+                        off = base + ((b >> 1) ^ -(b & 1))
+                        p += 1
+                    else:
+                        od, p = zz(buf, p)
+                        off = base + od
+                    tp = p  # key length: the record's tail from here is copied as is
+                    b = buf[p]
+                    if not b & 0x81:  # one byte, even: 0..63
+                        p += 1
+                        key = buf[p : p + (b >> 1)]
+                        p += b >> 1
+                    elif b == 1:
+                        key = None
+                        p += 1
+                    else:
+                        klen, p = zz(buf, p)
+                        if klen < 0:
+                            if klen != -1:
+                                raise CleanerError(f"key length {klen}")
+                            key = None
+                        else:
+                            key = buf[p : p + klen]
+                            p += klen
+                    ts = mts if lat else bts + tsd
+                    if key is not None:
+                        latest = m_get(key)
+                        if latest is not None and latest > off:
+                            p = rec_end  # superseded
+                            continue
+                        if buf[p] == 1 and not blocked and key not in pinned:  # a tombstone
+                            t = ts if ts >= 0 else seg_ts
+                            if now - t > dr:
+                                dropped += 1
+                                p = rec_end
+                                continue
+                            if self.deadline < 0 or t + dr < self.deadline:
+                                self.deadline = t + dr
+                    kept.append((rs, ap, tp, rec_end, off, ts))
+                    p = rec_end
+                if p != end:
+                    raise CleanerError(f"records of the batch at offset {base} do not fill it exactly")
+                if kept:
+                    kept_total += len(kept)
+                    if len(kept) == count and (
+                        attrs or pid >= 0 or count >= _VERBATIM_MIN_RECORDS or end - pos >= _VERBATIM_MIN_BYTES
+                    ):
+                        self._write((view[pos:end],), end - pos, base, base + lod, mts)
+                    elif attrs == 0 and pid < 0:
+                        self._merge(buf, kept, epoch)
+                    else:
+                        self._filtered(buf, kept, _HEADER_UNPACK_FROM(buf, pos))
+                pos = end
+        finally:
+            self.si = si
+            self.ti = ti
+            self.stats.records_read += read
+            self.stats.records_kept += kept_total
+            self.stats.tombstones_dropped += dropped
+        return pos
+
+
+# ---------------------------------------------------------------------------------------------
+# The cleaner
+# ---------------------------------------------------------------------------------------------
+
+
+class LogCleaner:
+    """Compacts `cleanup.policy=compact` logs; see the module docstring for the contract.
+
+    `max_map_keys` soft-bounds the offset map (distinct keys of the dirty range held at once),
+    `read_chunk_bytes` is the size of each source read, `max_batch_bytes` the size of the
+    batches that survivors of small batches are regrouped into.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_map_keys: int = 1_000_000,
+        read_chunk_bytes: int = 8 << 20,
+        max_batch_bytes: int = 64 << 10,
+    ) -> None:
+        self.max_map_keys = max_map_keys
+        self.read_chunk_bytes = read_chunk_bytes
+        self.max_batch_bytes = max_batch_bytes
+        self._in_flight: set[str] = set()
+
+    # ------------------------------------------------------------------ owner thread
+
+    def select(self, log_: PartitionLog, now_ms: int, *, force: bool = False) -> CleaningJob | None:
+        """Decide whether `log_` needs cleaning now; owner thread. None when it does not.
+
+        Rolls an idle active segment older than segment.ms first (see the module docstring).
+        `force` ignores min.cleanable.dirty.ratio (any cleanable data is cleaned).
+        """
+        config = log_.config
+        key = str(log_.dir)
+        if not config.compacts or log_.closed or key in self._in_flight:
+            return None
+        active = log_.active_segment
+        if active.size > 0 and active.rolling_base_ms is not None and now_ms - active.rolling_base_ms > config.segment_ms:
+            log_.roll(now_ms)
+        segs = log_.segments
+        lag = config.min_compaction_lag_ms
+        count = 0
+        for seg in segs[:-1]:
+            if lag > 0 and now_ms - seg.largest_timestamp < lag:
+                break
+            count += 1
+        if count == 0:
+            return None
+        sources = [
+            SourceSegment(
+                seg.base_offset,
+                segs[i + 1].base_offset,
+                seg.size,
+                str(seg.log_path),
+                os.fstat(seg.fd).st_mtime_ns,
+                seg.largest_timestamp,
+            )
+            for i, seg in enumerate(segs[:count])
+        ]
+        end = segs[count].base_offset
+        first_dirty, deadline = read_checkpoint(log_.dir)
+        if first_dirty is None or not log_.log_start_offset <= first_dirty <= log_.log_end_offset:
+            first_dirty = log_.log_start_offset
+        clean = sum(s.size for s in sources if s.next_offset <= first_dirty)
+        dirty = sum(s.size for s in sources) - clean
+        total = clean + dirty
+        ratio = dirty / total if total else 0.0
+        if dirty > 0 and (force or ratio >= config.min_cleanable_dirty_ratio):
+            reason = f"dirty ratio {ratio:.3f}"
+        elif 0 <= deadline < now_ms:
+            reason = "tombstones past delete.retention.ms"
+        elif force and total > 0:
+            reason = "forced"
+        else:
+            return None
+        self._in_flight.add(key)
+        return CleaningJob(
+            dir=key,
+            topic=log_.topic,
+            partition=log_.partition,
+            config=config,
+            now_ms=now_ms,
+            sources=sources,
+            first_dirty_offset=first_dirty,
+            end_offset=end,
+            layout_version=log_.layout_version,
+            clean_bytes=clean,
+            dirty_bytes=dirty,
+            reason=reason,
+        )
+
+    def commit(self, log_: PartitionLog, plan: CleaningPlan) -> bool:
+        """Swap the cleaned segments into `log_`; owner thread. False (and the plan's files
+        deleted) when the log changed since select() so the plan no longer applies."""
+        job = plan.job
+        try:
+            segs = log_.segments if not log_.closed else []
+            n = plan.source_count
+            stale = (
+                log_.closed
+                or str(log_.dir) != job.dir
+                or log_.layout_version != job.layout_version
+                or n >= len(segs)
+                or segs[n].base_offset != plan.end_offset
+                or any(
+                    s.base_offset != src.base_offset or s.size != src.size
+                    for s, src in zip(segs[:n], job.sources[:n])
+                )
+            )
+            if stale:
+                log.info("%s: log changed during cleaning; discarding the cleaned segments", job.dir)
+                _delete_cleaned_files(Path(job.dir))
+                return False
+            before = sum(s.size for s in segs[:n])
+            try:
+                log_.replace_segments(segs[:n], plan.new_bases)
+            except ValueError as exc:  # its checks failed before anything was changed
+                log.warning("%s: cleaned segments rejected (%s); discarding them", job.dir, exc)
+                _delete_cleaned_files(Path(job.dir))
+                return False
+            _write_checkpoint(log_.dir, plan.end_offset, plan.tombstone_deadline_ms)
+            st = plan.stats
+            log.info(
+                "cleaned %s-%d (%s): %d segment(s) %d bytes -> %d segment(s) %d bytes; "
+                "%d of %d records kept, %d tombstone(s) removed; %.3f s, %.1f MB/s",
+                job.topic, job.partition, job.reason, n, before, len(plan.new_bases), st.output_bytes,
+                st.records_kept, st.records_read, st.tombstones_dropped, st.seconds, st.mb_per_s,
+            )
+            return True
+        finally:
+            self._in_flight.discard(job.dir)
+
+    def abort(self, job_or_plan: CleaningJob | CleaningPlan) -> None:
+        """Give up a job (e.g. prepare() failed) or an uncommitted plan: delete its files."""
+        job = job_or_plan.job if isinstance(job_or_plan, CleaningPlan) else job_or_plan
+        _delete_cleaned_files(Path(job.dir))
+        self._in_flight.discard(job.dir)
+
+    def clean(self, log_: PartitionLog, now_ms: int, *, force: bool = False) -> CleaningPlan | None:
+        """select + prepare + commit in the calling thread (tests, tools, offline compaction)."""
+        job = self.select(log_, now_ms, force=force)
+        if job is None:
+            return None
+        try:
+            plan = self.prepare(job)
+        except BaseException:
+            self.abort(job)
+            raise
+        return plan if self.commit(log_, plan) else None
+
+    # ------------------------------------------------------------------ any thread
+
+    def prepare(self, job: CleaningJob) -> CleaningPlan:
+        """Build the cleaned segments of `job` as `*.cleaned` files; any thread or process.
+
+        Reads only the job's source files (opened here) and writes only new files. Raises
+        CleanerError for corrupt or vanished sources (after deleting its partial files).
+        """
+        work = _Compaction(job, self.max_map_keys, self.read_chunk_bytes, self.max_batch_bytes)
+        try:
+            covered = work.build_map()
+            work.copy(covered)
+        except BaseException:
+            work.discard()
+            self._in_flight.discard(job.dir)
+            raise
+        _fsync_dir(work.pdir)
+        end = job.sources[covered - 1].next_offset
+        return CleaningPlan(
+            job=job,
+            source_count=covered,
+            end_offset=end,
+            new_bases=work.new_bases,
+            tombstone_deadline_ms=work.deadline,
+            stats=work.stats,
+        )

@@ -819,7 +819,6 @@ def iter_log_records(
     LogAppendTime batches give every record the batch's maxTimestamp.
     """
     stop = pos
-    zz = _zigzag_varint
     for area in _batches(buf, pos, verify, decompress):
         bpos, size, d, p, end, base_offset, attributes, base_ts, max_ts, producer_id, count = area
         if attributes & CONTROL_MASK:
@@ -830,83 +829,7 @@ def iter_log_records(
         lat = attributes & TIMESTAMP_TYPE_MASK
         try:
             for _ in range(count):
-                # length varint; then skip the attributes byte
-                b = d[p]
-                if b < 0x80:
-                    rec_end = p + 1 + ((b >> 1) ^ -(b & 1))
-                    p += 2
-                else:
-                    c = d[p + 1]
-                    if c < 0x80:
-                        v = (b & 0x7F) | (c << 7)
-                        rec_end = p + 2 + ((v >> 1) ^ -(v & 1))
-                        p += 3
-                    else:
-                        length, p = zz(d, p)
-                        rec_end = p + length
-                        p += 1
-                # timestampDelta varlong
-                b = d[p]
-                if b < 0x80:
-                    ts_delta = (b >> 1) ^ -(b & 1)
-                    p += 1
-                else:
-                    ts_delta, p = zz(d, p)
-                # offsetDelta varint
-                b = d[p]
-                if b < 0x80:
-                    off_delta = (b >> 1) ^ -(b & 1)
-                    p += 1
-                else:
-                    c = d[p + 1]
-                    if c < 0x80:
-                        v = (b & 0x7F) | (c << 7)
-                        off_delta = (v >> 1) ^ -(v & 1)
-                        p += 2
-                    else:
-                        off_delta, p = zz(d, p)
-                # keyLength varint + key
-                b = d[p]
-                if not b & 0x81:  # one byte, even: a length of 0..63
-                    e = p + 1 + (b >> 1)
-                    key = d[p + 1 : e]
-                    p = e
-                elif b == 1:  # zig-zag -1: null
-                    key = None
-                    p += 1
-                else:
-                    klen, p = zz(d, p)
-                    if klen >= 0:
-                        key = d[p : p + klen]
-                        p += klen
-                    elif klen == -1:
-                        key = None
-                    else:
-                        raise RecordDecodeError(f"record key length {klen} in batch at byte {bpos}")
-                # valueLength varint + value
-                b = d[p]
-                if not b & 0x81:
-                    e = p + 1 + (b >> 1)
-                    value = d[p + 1 : e]
-                    p = e
-                elif b == 1:
-                    value = None
-                    p += 1
-                else:
-                    vlen, p = zz(d, p)
-                    if vlen >= 0:
-                        value = d[p : p + vlen]
-                        p += vlen
-                    elif vlen == -1:
-                        value = None
-                    else:
-                        raise RecordDecodeError(f"record value length {vlen} in batch at byte {bpos}")
-                # headers are not needed: jump to the end of the record
-                if p > rec_end or rec_end > end:
-                    raise RecordDecodeError(
-                        f"malformed record at offset {base_offset + off_delta} (batch at byte {bpos})"
-                    )
-                p = rec_end
+                p, ts_delta, off_delta, key, value = _read_record(d, p, end)
                 yield base_offset + off_delta, max_ts if lat else base_ts + ts_delta, key, value, producer_id
         except IndexError as exc:
             raise RecordDecodeError(f"malformed records in batch at byte {bpos}: {exc}") from exc

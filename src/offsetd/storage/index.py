@@ -114,6 +114,16 @@ class _IndexFile:
         except FileNotFoundError:
             return None
 
+    @classmethod
+    def _read_entries(cls, path: Path) -> tuple[bytes, str | None]:
+        """The file's bytes, and why they cannot be an index of ENTRY_SIZE entries (or None)."""
+        data = cls._read_file(path)
+        if data is None:
+            return b"", "missing"
+        if len(data) % cls.ENTRY_SIZE:  # type: ignore[attr-defined]
+            return b"", f"size {len(data)} is not a multiple of {cls.ENTRY_SIZE}"  # type: ignore[attr-defined]
+        return data, None
+
 
 class OffsetIndex(_IndexFile):
     """Sparse offset → file position index of one segment (.index file)."""
@@ -132,11 +142,9 @@ class OffsetIndex(_IndexFile):
     def load(cls, path: Path, base_offset: int) -> tuple["OffsetIndex", str | None]:
         """Read an existing .index file; return (index, problem) where problem explains a bad file."""
         idx = cls(path, base_offset)
-        data = cls._read_file(path)
-        if data is None:
-            return idx, "missing"
-        if len(data) % cls.ENTRY_SIZE:
-            return idx, f"size {len(data)} is not a multiple of {cls.ENTRY_SIZE}"
+        data, problem = cls._read_entries(path)
+        if problem:
+            return idx, problem
         flat = array("i")
         flat.frombytes(data)
         if not _BIG_ENDIAN_HOST:
@@ -219,11 +227,9 @@ class TimeIndex(_IndexFile):
     def load(cls, path: Path, base_offset: int) -> tuple["TimeIndex", str | None]:
         """Read an existing .timeindex file; return (index, problem) where problem explains a bad file."""
         idx = cls(path, base_offset)
-        data = cls._read_file(path)
-        if data is None:
-            return idx, "missing"
-        if len(data) % cls.ENTRY_SIZE:
-            return idx, f"size {len(data)} is not a multiple of {cls.ENTRY_SIZE}"
+        data, problem = cls._read_entries(path)
+        if problem:
+            return idx, problem
         pairs = list(_TIME_ENTRY.iter_unpack(data))
         idx._ts = array("q", [t for t, _ in pairs])
         idx._rel = array("i", [r for _, r in pairs])

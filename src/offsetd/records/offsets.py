@@ -265,19 +265,21 @@ _NO_TAGS = b"\x00"  # empty tagged-field section: count 0
 # ---------------------------------------------------------------------------------------------
 
 
-def _read_uvarint(d: bytes, p: int) -> tuple[int, int]:
-    """Unsigned varint of at most 5 bytes (an int32 in flexible versions)."""
+def _read_varint_bits(d: bytes, p: int, max_bytes: int) -> tuple[int, int]:
+    """The raw (unsigned) value of a LEB128 varint of at most max_bytes bytes at p."""
     result = 0
-    shift = 0
-    while True:
+    for shift in range(0, 7 * max_bytes, 7):
         b = d[p]
         p += 1
         result |= (b & 0x7F) << shift
         if b < 0x80:
             return result, p
-        shift += 7
-        if shift >= 35:
-            raise RecordDecodeError("unsigned varint longer than 5 bytes")
+    raise RecordDecodeError(f"varint longer than {max_bytes} bytes")
+
+
+def _read_uvarint(d: bytes, p: int) -> tuple[int, int]:
+    """Unsigned varint of at most 5 bytes (an int32 in flexible versions)."""
+    return _read_varint_bits(d, p, 5)
 
 
 def _read_str(d: bytes, p: int, flexible: bool) -> tuple[str | None, int]:
@@ -653,11 +655,8 @@ def encode_consumer_subscription(topics: list[str], user_data: bytes | None = No
 #     keyLength varint | key | valueLength varint | value | headerCount varint | headers
 # Varints are zig-zag base-128; -1 lengths are null. Control batches (attribute bit 5) hold one
 # record whose key is int16 version | int16 type (0 = ABORT, 1 = COMMIT).
-#
-# CPython cost model that shaped this code: every bytecode that makes a new int or object costs
-# ~100-250 machine instructions and a struct.unpack_from call ~500-1500, so the hot loops
-# decode one- and two-byte varints inline, avoid zig-zag arithmetic where the sign cannot matter,
-# and (iter_offset_commits) read a whole record of a learned layout with one Struct call.
+# This walker serves tools and tests; the broker's start-up loader uses the flat
+# `records.batch.scan_key_values` loop instead.
 # ---------------------------------------------------------------------------------------------
 
 LogRecord = tuple[int, int, "bytes | ControlMarker | None", "bytes | None", int]
@@ -665,18 +664,9 @@ LogRecord = tuple[int, int, "bytes | ControlMarker | None", "bytes | None", int]
 
 
 def _zigzag_varint(d: bytes, p: int) -> tuple[int, int]:
-    """Zig-zag varint at p (the general case, after the inlined one/two-byte fast paths)."""
-    result = 0
-    shift = 0
-    while True:
-        b = d[p]
-        p += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), p
-        shift += 7
-        if shift > 63:
-            raise RecordDecodeError("record varint longer than 10 bytes")
+    """Zig-zag (signed) varint of at most 10 bytes at p, as records use."""
+    result, p = _read_varint_bits(d, p, 10)
+    return (result >> 1) ^ -(result & 1), p
 
 
 def _read_record(d: bytes, p: int, end: int) -> tuple[int, int, int, bytes | None, bytes | None]:

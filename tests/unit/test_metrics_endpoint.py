@@ -192,15 +192,26 @@ def test_building_a_large_answer_lets_the_loop_run(monkeypatch):
 def test_concurrent_scrapes_share_one_build(monkeypatch):
     _, runtimes = cluster(["alpha", "beta"])
     builds = 0
-    original = MetricsHttpServer._build_metrics
+    asked = 0
+    all_asked = asyncio.Event()
+    original_build, original_metrics = MetricsHttpServer._build_metrics, MetricsHttpServer.metrics
 
-    async def counting(self):
+    async def counting_build(self):
         nonlocal builds
         builds += 1
-        await asyncio.sleep(0.05)
-        return await original(self)
+        if builds == 1:
+            await all_asked.wait()  # hold the first build open until all five scrapes want it
+        return await original_build(self)
 
-    monkeypatch.setattr(MetricsHttpServer, "_build_metrics", counting)
+    async def counting_metrics(self):
+        nonlocal asked
+        asked += 1
+        if asked == 5:
+            all_asked.set()
+        return await original_metrics(self)
+
+    monkeypatch.setattr(MetricsHttpServer, "_build_metrics", counting_build)
+    monkeypatch.setattr(MetricsHttpServer, "metrics", counting_metrics)
 
     async def scenario(server):
         answers = await asyncio.gather(*(exchange(server.port, get("/metrics")) for _ in range(5)))

@@ -73,16 +73,17 @@ class Connection(asyncio.Protocol):
         limit = self.server.max_request_bytes
         pos = 0
         end = len(buf)
-        while end - pos >= 4:
-            (size,) = _SIZE.unpack_from(buf, pos)
-            if size < 0 or size > limit:
-                self.close(f"frame of {size} bytes exceeds socket.request.max.bytes={limit}"
-                           if size > limit else f"negative frame size {size}")
-                return
-            if end - pos - 4 < size:
-                break
-            self._queue.append(bytes(buf[pos + 4 : pos + 4 + size]))
-            pos += 4 + size
+        with memoryview(buf) as view:  # one copy per frame (a bytearray slice would be a second)
+            while end - pos >= 4:
+                (size,) = _SIZE.unpack_from(buf, pos)
+                if size < 0 or size > limit:
+                    self.close(f"frame of {size} bytes exceeds socket.request.max.bytes={limit}"
+                               if size > limit else f"negative frame size {size}")
+                    return
+                if end - pos - 4 < size:
+                    break
+                self._queue.append(view[pos + 4 : pos + 4 + size].tobytes())
+                pos += 4 + size
         if pos:
             del buf[:pos]
         if self.server.trace:

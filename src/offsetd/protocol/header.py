@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from .codec import DecodeError, request_class, skip_tagged_fields
+from .codec import DecodeError, skip_tagged_fields
 
 _HEAD = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
 
@@ -49,7 +49,3 @@ def parse_header(frame: memoryview, flexible: bool) -> RequestHeader:
         pos = skip_tagged_fields(frame, pos)
     return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
 
-
-def is_flexible(api_key: int, api_version: int) -> bool:
-    """Whether this request version uses the flexible (compact, tagged) encoding."""
-    return bool(request_class(api_key, api_version).__flexible__)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .topics import _atomic_write
+from ..storage.durable_file import write_durably
 
 RETENTION_KEY = "offsets.retention.minutes"
 GROUP_KEYS = (RETENTION_KEY,)
@@ -52,7 +52,7 @@ class GroupConfigs:
                 configs[key] = value
         if not configs:
             del self._configs[group_id]
-        _atomic_write(self._path, json.dumps(self._configs, indent=1, sort_keys=True))
+        write_durably(self._path, json.dumps(self._configs, indent=1, sort_keys=True))
 
 
 def retention_ms(configs: dict[str, str]) -> int | None:

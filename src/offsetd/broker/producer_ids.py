@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .topics import _atomic_write
+from ..storage.durable_file import write_durably
 
 BLOCK_SIZE = 1000
 
@@ -25,7 +25,7 @@ class ProducerIdManager:
         """A fresh producer id."""
         if self._next >= self._block_end:
             self._block_end = self._next + BLOCK_SIZE
-            _atomic_write(self._path, f"{self._block_end}\n")
+            write_durably(self._path, f"{self._block_end}\n")
         pid = self._next
         self._next += 1
         return pid

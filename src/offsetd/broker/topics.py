@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..config import BrokerConfig
+from ..storage.durable_file import write_durably
 from ..storage.partition_log import PartitionLog
 from .topic_config import log_config
 
@@ -92,7 +92,7 @@ class TopicRegistry:
                 if line.startswith("cluster.id="):
                     return line.split("=", 1)[1].strip()
         cluster_id = uuid.uuid4().hex[:22]
-        _atomic_write(path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.config.get('node.id')}\n")
+        write_durably(path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.config.get('node.id')}\n")
         return cluster_id
 
     def _add(self, topic: Topic) -> None:
@@ -105,7 +105,7 @@ class TopicRegistry:
              "configs": t.configs, "internal": t.internal}
             for t in self._by_name.values()
         ]
-        _atomic_write(self.root / CATALOGUE, json.dumps(entries, indent=1))
+        write_durably(self.root / CATALOGUE, json.dumps(entries, indent=1))
 
     def __iter__(self) -> Iterator[Topic]:
         return iter(list(self._by_name.values()))
@@ -183,16 +183,3 @@ class TopicRegistry:
             for partition in topic.partitions:
                 partition.close()
 
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

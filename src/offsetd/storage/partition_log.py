@@ -48,6 +48,8 @@ from offsetd.records.batch import (
     record_timestamps,
     validate_batches,
 )
+from offsetd.storage.durable_file import fsync_dir as _fsync_dir
+from offsetd.storage.durable_file import write_durably as _write_durably
 from offsetd.storage.log_config import LogConfig
 from offsetd.storage.producer_state import ProducerStateManager
 from offsetd.storage.segment import (
@@ -107,37 +109,8 @@ class OffsetOutOfRange(Exception):
         self.log_end_offset = log_end_offset
 
 
-def _fsync_dir(path: Path) -> None:
-    """fsync a directory so created/removed/renamed entries are durable."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _swap_step(label: str) -> None:
     """Called after every file operation of a segment swap; tests replace it to inject crashes."""
-
-
-def _write_durably(path: Path, data: bytes) -> None:
-    """Write `data` to `path` atomically: tmp file, fsync, rename, directory fsync."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 def _roll_swap_forward(pdir: Path, old_bases: list[int], new_bases: list[int]) -> None:
@@ -362,19 +335,8 @@ class PartitionLog:
         """Persist producer state as of the log end offset (on clean close)."""
         if not self._producers.producers:
             return
-        path = self.dir / PRODUCER_STATE_FILE
-        tmp = self.dir / (PRODUCER_STATE_FILE + ".tmp")
-        data = json.dumps(
-            {"version": 1, "offset": self.log_end_offset, "producers": self._producers.to_snapshot()}
-        ).encode()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        _fsync_dir(self.dir)
+        _write_durably(self.dir / PRODUCER_STATE_FILE, json.dumps(
+            {"version": 1, "offset": self.log_end_offset, "producers": self._producers.to_snapshot()}))
 
     @staticmethod
     def _read_recovery_point(pdir: Path) -> int | None:
@@ -389,15 +351,7 @@ class PartitionLog:
         rp = self._unsynced_sealed[0].base_offset if self._unsynced_sealed else self._segments[-1].base_offset
         if rp == self._recovery_point:
             return
-        tmp = self.dir / (RECOVERY_POINT_FILE + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, f"{rp}\n".encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.dir / RECOVERY_POINT_FILE)
-        _fsync_dir(self.dir)
+        _write_durably(self.dir / RECOVERY_POINT_FILE, f"{rp}\n")
         self._recovery_point = rp
 
     def close(self) -> None:

@@ -15,18 +15,25 @@ $(VENV)/.run-deps: pyproject.toml | $(PY)
 	touch $@
 
 $(VENV)/.test-deps: pyproject.toml | $(PY)
-	$(PIP) install -e '.[test,bench]'
+	$(PIP) install -e '.[test,bench,spark]'
 	touch $@ $(VENV)/.run-deps
 
 run: $(VENV)/.run-deps
 	$(VENV)/bin/offsetd serve $(CONFIG)
 
-# System tools the suite drives: kcat (Debian package). Installed when missing, as root or via sudo.
+# System tools the suite drives, from Debian's packages, installed when missing (as root or via
+# sudo): kcat, a Java 17+ runtime for Spark, and Chromium to render the Spark report.
+APT_INSTALL = SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq
+
 tools:
-	@command -v kcat >/dev/null 2>&1 || { \
-	  echo "installing kcat (Debian package)"; \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq kcat >/dev/null; }
+	@command -v kcat >/dev/null 2>&1 || { echo "installing kcat (Debian package)"; \
+	  $(APT_INSTALL) kcat >/dev/null; }
+	@java -version 2>&1 | grep -Eq 'version "(1[7-9]|[2-9][0-9])' || { \
+	  echo "installing a Java runtime for Spark (Debian package default-jre-headless)"; \
+	  $(APT_INSTALL) default-jre-headless >/dev/null; }
+	@command -v chromium >/dev/null 2>&1 || { echo "installing chromium (Debian package)"; \
+	  $(APT_INSTALL) chromium >/dev/null; }
 
 test: $(VENV)/.test-deps tools
 	$(PY) -m pytest -q

@@ -1,10 +1,12 @@
 """The `offsetd` command. `offsetd serve [CONFIG_FILE] [--override key=value ...]` mirrors
-`kafka-server-start.sh`."""
+`kafka-server-start.sh`; `groups`, `offsets-log` and `spark` are client-side tools with their own
+option parsers (they work against any Kafka cluster)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import logging
 import signal
 import sys
@@ -48,6 +50,15 @@ async def _run(config: BrokerConfig) -> int:
     return 0
 
 
+# Sub-commands that own their argument parsing: name -> (module, help). Each module has
+# `main(argv: list[str]) -> int`; they are imported only when used (the Spark tools need pyspark).
+TOOLS: dict[str, tuple[str, str]] = {
+    "groups": ("offsetd.admin.groups_cli", "kafka-consumer-groups compatible group tool"),
+    "offsets-log": ("offsetd.admin.offsets_log_cli", "decode __consumer_offsets (dump)"),
+    "spark": ("offsetd.spark.cli", "PySpark pipelines over the offsets log"),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="offsetd", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -58,10 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="override a config key (repeatable)")
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     serve.set_defaults(run=_serve)
+    for name, (_module, help_text) in TOOLS.items():
+        commands.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in TOOLS:
+        return importlib.import_module(TOOLS[argv[0]][0]).main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=getattr(args, "log_level", "INFO"), stream=sys.stderr,
                         format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")

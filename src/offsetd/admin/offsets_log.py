@@ -7,8 +7,9 @@
   (partition, offset) order. It reads read_committed, as the coordinator applies the log, so
   aborted transactional offset commits are not shown and transaction markers are never delivered.
 * `read_files`: Kafka's on-disk layout (`__consumer_offsets-N/00000000000000000000.log`); a
-  path is a segment file or a partition directory (its `*.log` files in base-offset order). The
-  partition number comes from the directory name. Every batch's CRC is checked; transaction
+  path is a segment file, a partition directory (its `*.log` files in base-offset order) or a
+  broker data dir (its `__consumer_offsets-N` directories in partition order). The partition
+  number comes from the directory name. Every batch's CRC is checked; transaction
   markers (control records) are yielded as entries, because a file holds them.
 
 Decoding reuses `offsetd.records.offsets`. Unknown key versions (KIP-848 / share-group records,
@@ -46,6 +47,7 @@ from offsetd.records.offsets import (
 __all__ = ["OffsetsLogError", "LogEntry", "decode_entry", "read_cluster", "read_files"]
 
 _PARTITION_DIR = re.compile(r"-(\d+)$")  # `__consumer_offsets-17` -> 17
+_OFFSETS_DIR = re.compile(re.escape(OFFSETS_TOPIC) + r"-(\d+)")
 _int16 = struct.Struct(">h")
 
 EntryKey = Union[OffsetCommitKey, GroupMetadataKey, UnknownRecordKey, ControlMarker]
@@ -223,11 +225,23 @@ def read_cluster(client_config: dict[str, str], group: str | None = None, timeou
 # ---------------------------------------------------------------------------------------------
 
 
-def _segment_files(paths: Iterable[str | Path]) -> Iterator[tuple[Path, int | None]]:
-    """(segment file, partition from its directory name) for each path; directories are expanded
-    to their `*.log` files in base-offset order (the file name is the base offset)."""
+def _expand_log_dirs(paths: Iterable[str | Path]) -> Iterator[Path]:
+    """Each path as given, except a broker data dir (`log.dirs`: it holds `__consumer_offsets-N`
+    directories), which becomes those directories in partition order."""
     for raw in paths:
         path = Path(raw)
+        found = sorted(
+            (int(m.group(1)), child) for child in (path.iterdir() if path.is_dir() else ())
+            if child.is_dir() and (m := _OFFSETS_DIR.fullmatch(child.name))
+        )
+        yield from ([child for _, child in found] if found else [path])
+
+
+def _segment_files(paths: Iterable[str | Path]) -> Iterator[tuple[Path, int | None]]:
+    """(segment file, partition from its directory name) for each path; a partition directory is
+    expanded to its `*.log` files in base-offset order (the file name is the base offset), a data
+    dir to its `__consumer_offsets-N` directories."""
+    for path in _expand_log_dirs(paths):
         if path.is_dir():
             files = sorted(path.glob("*.log"), key=lambda f: (len(f.stem), f.stem))
             directory = path

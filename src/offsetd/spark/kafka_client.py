@@ -1,0 +1,176 @@
+"""confluent-kafka clients for the Spark sources, configured from `kafka.*` source options.
+
+Spark's Kafka source passes every option that starts with `kafka.` to the Kafka client with
+the prefix removed (`kafka.bootstrap.servers`, `kafka.security.protocol`, ...); so do these
+helpers, so the same option set works here. Everything is per call and short-lived except the
+`Cluster` a stream reader keeps on the driver between micro-batches.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Iterable, Iterator, Mapping
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+TIMEOUT_S = 30.0
+EARLIEST = -2  # Spark's JSON offsets: -2 earliest, -1 latest (Kafka's ListOffsets timestamps)
+LATEST = -1
+INTERNAL_TOPIC_PREFIX = "__"
+FETCH_BATCH = 10_000  # messages per Consumer.consume call in a reader
+
+TopicPartitionKey = tuple[str, int]
+
+
+def client_conf(options: Mapping[str, str]) -> dict[str, str]:
+    """The `kafka.`-prefixed options without the prefix; kafka.bootstrap.servers is required."""
+    conf = {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}
+    if "bootstrap.servers" not in conf:
+        raise ValueError("option kafka.bootstrap.servers is required")
+    return conf
+
+
+def reader_conf(options: Mapping[str, str], group_id: str) -> dict[str, str]:
+    """Consumer settings for bounded assign() reads: no auto commit, no group membership."""
+    conf = client_conf(options)
+    conf.pop("group.id", None)
+    return {"enable.auto.commit": "false", "enable.partition.eof": "true", "auto.offset.reset": "error",
+            "isolation.level": "read_committed", **conf, "group.id": group_id}
+
+
+def parse_json_offsets(text: str) -> dict[TopicPartitionKey, int]:
+    """Spark's per-partition JSON, {"topic": {"0": 23, "1": -2}} -> {(topic, 0): 23, ...}."""
+    import json
+
+    parsed = json.loads(text)
+    return {(topic, int(p)): int(o) for topic, parts in parsed.items() for p, o in parts.items()}
+
+
+def to_json_offsets(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, int]]:
+    """The inverse of parse_json_offsets, as the dict a stream reader returns as its offset."""
+    out: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(partition)] = offset
+    return out
+
+
+class Cluster:
+    """Metadata, log start/end offsets and group offsets of one cluster (driver side)."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.conf = client_conf(options)
+        self.admin = AdminClient(self.conf)
+
+    def topics(self) -> dict[str, int]:
+        """{topic: partition count} of every topic the cluster lists."""
+        meta = self.admin.list_topics(timeout=TIMEOUT_S)
+        return {name: len(t.partitions) for name, t in meta.topics.items() if t.error is None}
+
+    def partitions_of(self, subscribe: Iterable[str] = (), pattern: str | None = None,
+                      assign: Iterable[TopicPartitionKey] = ()) -> list[TopicPartitionKey]:
+        """The partitions a subscribe list / pattern / assign set names right now."""
+        if assign:
+            return sorted(assign)
+        topics = self.topics()
+        if pattern is not None:
+            regex = re.compile(pattern)
+            names = [t for t in topics if regex.fullmatch(t) and not t.startswith(INTERNAL_TOPIC_PREFIX)]
+        else:
+            names = [t for t in subscribe if t in topics]
+        return sorted((t, p) for t in names for p in range(topics[t]))
+
+    def list_offsets(self, partitions: Iterable[TopicPartitionKey], spec: int) -> dict[TopicPartitionKey, int]:
+        """Log start (EARLIEST) or log end (LATEST) offsets, one ListOffsets round."""
+        wanted = {TopicPartition(t, p): OffsetSpec.earliest() if spec == EARLIEST else OffsetSpec.latest()
+                  for t, p in partitions}
+        if not wanted:
+            return {}
+        futures = self.admin.list_offsets(wanted, request_timeout=TIMEOUT_S)
+        return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+
+    def group_offsets(self, group: str, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        """A group's committed offsets for the given partitions; partitions without one are left out."""
+        tps = [TopicPartition(t, p) for t, p in partitions]
+        if not tps:
+            return {}
+        consumer = Consumer({**self.conf, "group.id": group, "enable.auto.commit": "false"})
+        try:
+            committed = consumer.committed(tps, timeout=TIMEOUT_S)
+        finally:
+            consumer.close()
+        return {(tp.topic, tp.partition): tp.offset for tp in committed if tp.error is None and tp.offset >= 0}
+
+
+class GroupCommitter:
+    """Commits offsets to one group as a standalone consumer: assign-free, member-less, so the
+    group has no protocol type and its offsets expire by commit time (KIP-211 standalone rule)."""
+
+    def __init__(self, options: Mapping[str, str], group: str) -> None:
+        self.group = group
+        self.consumer = Consumer({**client_conf(options), "group.id": group, "enable.auto.commit": "false"})
+
+    def commit(self, offsets: Mapping[TopicPartitionKey, int]) -> None:
+        """Synchronous commit; raises KafkaException when any partition fails."""
+        tps = [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
+        if not tps:
+            return
+        result = self.consumer.commit(offsets=tps, asynchronous=False)
+        failed = [tp for tp in result or () if tp.error is not None]
+        if failed:
+            raise KafkaException(failed[0].error)
+
+    def close(self) -> None:
+        """Leave nothing behind (a standalone consumer never joined, so close sends no LeaveGroup)."""
+        self.consumer.close()
+
+
+def read_range(options: Mapping[str, str], topic: str, partition: int, start: int, end: int,
+               fail_on_data_loss: bool, group_id: str) -> Iterator[list]:
+    """Messages of [start, end) of one partition, in lists of up to FETCH_BATCH, via assign().
+
+    Stops once the consumer's position reaches `end` (offsets may have gaps: compaction,
+    transaction markers). A `start` below the log start (records deleted by retention since
+    planning) is an error when fail_on_data_loss, else reading skips to the log start, as
+    Spark's Kafka source does.
+    """
+    if start >= end:
+        return
+    consumer = Consumer(reader_conf(options, group_id))
+    consumer.assign([TopicPartition(topic, partition, start)])
+    position = start
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while position < end:
+            out = []
+            for msg in consumer.consume(FETCH_BATCH, 1.0):
+                err = msg.error()
+                if err is None:
+                    if msg.offset() < end:
+                        out.append(msg)
+                elif err.code() == KafkaError._AUTO_OFFSET_RESET:  # start is below the log start
+                    low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=TIMEOUT_S)
+                    if fail_on_data_loss:
+                        raise DataLossError(topic, partition, start, low)
+                    consumer.seek(TopicPartition(topic, partition, low))
+                elif err.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(err)
+            if out:
+                deadline = time.monotonic() + TIMEOUT_S
+                yield out
+            position = consumer.position([TopicPartition(topic, partition)])[0].offset
+            if position < end and time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}-{partition}: no progress from offset {position} to {end} "
+                                   f"in {TIMEOUT_S:.0f}s")
+    finally:
+        consumer.close()
+
+
+class DataLossError(RuntimeError):
+    """Offsets the query still needs are gone from the log (failOnDataLoss=true)."""
+
+    def __init__(self, topic: str, partition: int, wanted: int, available: int) -> None:
+        super().__init__(
+            f"{topic}-{partition}: offsets {wanted}..{available - 1} are no longer available (log start is "
+            f"{available}); some data may have been lost. Set failOnDataLoss=false to skip ahead.")

@@ -1,0 +1,374 @@
+"""`format("offsetd-offsets-log")`: `__consumer_offsets` as typed rows (schemas.OFFSETS_LOG_FIELDS).
+
+Two ways in, one input partition each:
+* `path`: segment files (a log.dirs directory, one `__consumer_offsets-N` directory, or `.log`
+  files; backups and archives work the same) - one Spark task per segment file, the log
+  partition taken from the directory name;
+* `kafka.bootstrap.servers`: the live topic of any Kafka-compatible cluster - one task per
+  `__consumer_offsets` partition, from its log start to the log end at planning time.
+Option `partitions` (comma list) restricts either to some log partitions.
+
+Records are decoded in chunks into Arrow columns with the project's codecs: plain batches go
+through `records.batch.scan_key_values` (flat, CRC-checked) plus `record_timestamps` for the
+offsets and times; keys are decoded once per distinct key in a chunk; OffsetCommit values of
+the common fixed layout (v3, empty metadata) are decoded with one numpy view, others one by one.
+Compressed or transactional batches take `records.offsets.iter_log_records` (committed
+transactions only, as a read_committed consumer sees them). Records of key versions other than
+0-2 (KIP-848 / share groups) are skipped, as the broker's loader skips them.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass
+from itertools import compress, repeat
+from pathlib import Path
+from typing import Iterator, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from offsetd.records.batch import (COMPRESSION_NONE, CONTROL_MASK, TRANSACTIONAL_MASK, iter_batches,
+                                   record_timestamps, scan_key_values)
+from offsetd.records.offsets import (OFFSETS_TOPIC, ControlMarker, GroupMetadataKey, OffsetCommitKey,
+                                     decode_group_metadata_value, decode_key, decode_offset_commit_value,
+                                     iter_log_records, parse_subscription_topics)
+
+from .kafka_client import EARLIEST, LATEST, Cluster, read_range
+from .schemas import GROUP_METADATA, MEMBER_TYPE, OFFSET_COMMIT, OFFSETS_LOG_ARROW, OFFSETS_LOG_DDL
+
+CHUNK_RECORDS = 65536  # records per Arrow batch
+CHUNK_BYTES = 4 << 20  # bytes of segment scanned per scan_key_values call
+_PARTITION_DIR = re.compile(r"^__consumer_offsets-(\d+)$")
+
+# Record kinds in a chunk's key table (index into KIND_NAMES).
+COMMIT, GROUP, UNKNOWN = 0, 1, 2
+KIND_NAMES = [OFFSET_COMMIT, GROUP_METADATA, None]
+
+# OffsetCommitValue v3 with empty metadata, the layout Kafka and offsetd write for almost every
+# commit: int16 version 3 | int64 offset | int32 leaderEpoch | int16 metadata length 0 |
+# int64 commitTimestamp (24 bytes, big-endian).
+_V3_EMPTY = np.dtype([("version", ">i2"), ("offset", ">i8"), ("epoch", ">i4"), ("md_len", ">i2"),
+                      ("commit_ts", ">i8")])
+
+
+class KeyTable(dict):
+    """Raw key bytes -> row in the table's key columns; each distinct key is decoded once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kinds: list[int] = []
+        self.groups: list[str | None] = []
+        self.topics: list[str | None] = []
+        self.partitions: list[int] = []
+
+    def __missing__(self, raw: bytes) -> int:
+        key = decode_key(raw)
+        row = len(self.kinds)
+        if type(key) is OffsetCommitKey:
+            entry = (COMMIT, key.group, key.topic, key.partition)
+        elif type(key) is GroupMetadataKey:
+            entry = (GROUP, key.group, None, -1)
+        else:
+            entry = (UNKNOWN, None, None, -1)
+        self.kinds.append(entry[0])
+        self.groups.append(entry[1])
+        self.topics.append(entry[2])
+        self.partitions.append(entry[3])
+        self[raw] = row
+        return row
+
+
+def _masked(values: np.ndarray, valid: np.ndarray, dtype: pa.DataType) -> pa.Array:
+    """An Arrow array of `values` with nulls where `valid` is false."""
+    return pa.array(values, dtype, mask=~valid)
+
+
+def _commit_columns(raw: list[bytes]) -> tuple[np.ndarray, np.ndarray, list[str] | None, np.ndarray, np.ndarray]:
+    """(offset, leader_epoch, metadata or None for all-empty, commit_ts, expire_ts) of values."""
+    joined = b"".join(raw)
+    n = len(raw)
+    if len(joined) == _V3_EMPTY.itemsize * n:
+        view = np.frombuffer(joined, _V3_EMPTY)
+        if (view["version"] == 3).all() and (view["md_len"] == 0).all():
+            return (view["offset"].astype(np.int64), view["epoch"].astype(np.int32), None,
+                    view["commit_ts"].astype(np.int64), np.full(n, -1, np.int64))
+    decoded = [decode_offset_commit_value(v) for v in raw]
+    return (np.fromiter((v.offset for v in decoded), np.int64, n),
+            np.fromiter((v.leader_epoch for v in decoded), np.int32, n),
+            [v.metadata for v in decoded],
+            np.fromiter((v.commit_timestamp for v in decoded), np.int64, n),
+            np.fromiter((v.expire_timestamp for v in decoded), np.int64, n))
+
+
+def _group_columns(raw: list[bytes]) -> list[list]:
+    """protocol_type, generation, protocol, leader, state_timestamp, members of GroupMetadata values."""
+    cols: list[list] = [[], [], [], [], [], []]
+    for data in raw:
+        v = decode_group_metadata_value(data)
+        members = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
+                    "client_host": m.client_host, "rebalance_timeout": m.rebalance_timeout,
+                    "session_timeout": m.session_timeout,
+                    "subscribed_topics": parse_subscription_topics(m.subscription)
+                    if v.protocol_type == "consumer" else None,
+                    "subscription": m.subscription, "assignment": m.assignment} for m in v.members]
+        for col, value in zip(cols, (v.protocol_type, v.generation, v.protocol, v.leader,
+                                     v.current_state_timestamp, members)):
+            col.append(value)
+    return cols
+
+
+def decode_chunk(keys: list[bytes], values: list[bytes | None], log_offsets: list[int],
+                 record_timestamps_ms: list[int], log_partition: int) -> pa.RecordBatch:
+    """One Arrow batch of offsets-log rows from parallel lists of raw records."""
+    n = len(keys)
+    table = KeyTable()
+    ids = np.fromiter(map(table.__getitem__, keys), np.int64, n)
+    kinds = np.array(table.kinds, np.int8)[ids]
+    tomb = np.fromiter(map(operator.is_, values, repeat(None)), np.bool_, n)
+    is_commit = kinds == COMMIT
+    commit_rows = is_commit & ~tomb
+    group_rows = (kinds == GROUP) & ~tomb
+    ids_arrow = pa.array(ids)
+
+    offset = np.zeros(n, np.int64)
+    epoch = np.zeros(n, np.int32)
+    commit_ts = np.zeros(n, np.int64)
+    expire_ts = np.zeros(n, np.int64)
+    metadata: pa.Array = pa.nulls(n, pa.string())
+    if commit_rows.any():
+        o, e, md, c, x = _commit_columns(list(compress(values, commit_rows)))
+        offset[commit_rows], epoch[commit_rows], commit_ts[commit_rows], expire_ts[commit_rows] = o, e, c, x
+        if md is None:
+            metadata = pc.if_else(pa.array(commit_rows), "", metadata)
+        else:
+            full: list[str | None] = [None] * n
+            for i, m in zip(np.flatnonzero(commit_rows).tolist(), md):
+                full[i] = m
+            metadata = pa.array(full, pa.string())
+
+    group_arrays = [pa.nulls(n, f.type) for f in OFFSETS_LOG_ARROW][10:16]  # protocol_type .. members
+    if group_rows.any():
+        rows = np.flatnonzero(group_rows).tolist()
+        for k, col in enumerate(_group_columns(list(compress(values, group_rows)))):
+            full = [None] * n
+            for i, v in zip(rows, col):
+                full[i] = v
+            group_arrays[k] = pa.array(full, OFFSETS_LOG_ARROW.field(10 + k).type)
+
+    columns = [
+        pa.array(KIND_NAMES, pa.string()).take(pa.array(kinds.astype(np.int64))),
+        pa.array(table.groups, pa.string()).take(ids_arrow),
+        pa.array(table.topics, pa.string()).take(ids_arrow),
+        _masked(np.array(table.partitions, np.int32)[ids], is_commit, pa.int32()),
+        _masked(offset, commit_rows, pa.int64()),
+        _masked(epoch, commit_rows, pa.int32()),
+        metadata,
+        _masked(commit_ts, commit_rows, pa.int64()),
+        _masked(expire_ts, commit_rows, pa.int64()),
+        pa.array(tomb),
+        *group_arrays,
+        pa.array(np.full(n, log_partition, np.int32)),
+        pa.array(np.asarray(log_offsets, np.int64)),
+        pa.array(np.asarray(record_timestamps_ms, np.int64)),
+    ]
+    batch = pa.RecordBatch.from_arrays(columns, schema=OFFSETS_LOG_ARROW)
+    known = kinds != UNKNOWN
+    return batch if known.all() else batch.filter(pa.array(known))
+
+
+assert OFFSETS_LOG_ARROW.names[10:16] == ["protocol_type", "generation", "protocol", "leader",
+                                          "state_timestamp", "members"]
+assert OFFSETS_LOG_ARROW.field("members").type.value_type == MEMBER_TYPE
+
+
+class _Chunk:
+    """Parallel lists of raw records waiting to become one Arrow batch."""
+
+    def __init__(self) -> None:
+        self.keys: list = []
+        self.values: list = []
+        self.offsets: list[int] = []
+        self.timestamps: list[int] = []
+
+    def add(self, key: bytes, value: bytes | None) -> None:
+        """scan_key_values callback."""
+        self.keys.append(key)
+        self.values.append(value)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+class _SegmentDecoder:
+    """Walks one segment's batches: runs of plain batches go to scan_key_values in one call,
+    other batches through the general walker; full chunks come out as Arrow batches."""
+
+    def __init__(self, data: bytes, log_partition: int) -> None:
+        self.data = data
+        self.log_partition = log_partition
+        self.chunk = _Chunk()
+        self.run_start = self.run_end = 0  # byte range of plain batches not yet scanned
+        self.run_stamps: list[tuple[int, int]] = []  # their (offset, timestamp) pairs
+        self.pending: dict[int, list[tuple[int, int, bytes, bytes | None]]] = {}  # open transactions
+
+    def flush_run(self) -> None:
+        """Scan the pending run of plain batches into the chunk."""
+        if self.run_end > self.run_start:
+            scan_key_values(self.data[self.run_start:self.run_end], self.chunk.add)
+            self.chunk.offsets.extend(o for o, _ in self.run_stamps)
+            self.chunk.timestamps.extend(t for _, t in self.run_stamps)
+            self.run_stamps.clear()
+        self.run_start = self.run_end
+
+    def take(self) -> pa.RecordBatch:
+        """The chunk as an Arrow batch; a new chunk starts."""
+        batch = _emit(self.chunk, self.log_partition)
+        self.chunk = _Chunk()
+        return batch
+
+    def general(self, batch: bytes, transactional: bool) -> None:
+        """A compressed, transactional, idempotent or control batch; only committed
+        transactional records are kept (read_committed)."""
+        for offset, ts, key, value, producer in iter_log_records(batch, verify=True):
+            if type(key) is ControlMarker:
+                done = self.pending.pop(producer, [])
+                if key is ControlMarker.COMMIT:
+                    for record in done:
+                        _append(self.chunk, *record)
+            elif transactional:
+                self.pending.setdefault(producer, []).append((offset, ts, key, value))
+            else:
+                _append(self.chunk, offset, ts, key, value)
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """Arrow batches of every record (a torn tail is ignored, as at load)."""
+        data = self.data
+        for pos, header in iter_batches(data):
+            end = pos + header.size
+            if (header.compression == COMPRESSION_NONE and header.producer_id < 0
+                    and not header.attributes & (CONTROL_MASK | TRANSACTIONAL_MASK)):
+                if self.run_end - self.run_start >= CHUNK_BYTES:
+                    self.flush_run()
+                self.run_stamps.extend(record_timestamps(data[pos:end]))
+                self.run_end = end
+            else:
+                self.flush_run()
+                self.general(data[pos:end], bool(header.attributes & TRANSACTIONAL_MASK))
+                self.run_start = self.run_end = end
+            if len(self.chunk) >= CHUNK_RECORDS:
+                yield self.take()
+        self.flush_run()
+        if len(self.chunk):
+            yield self.take()
+
+
+def decode_segment(data: bytes, log_partition: int) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of every record of one segment file's bytes."""
+    return _SegmentDecoder(data, log_partition).batches()
+
+
+def _append(chunk: _Chunk, offset: int, ts: int, key: bytes, value: bytes | None) -> None:
+    """Add one record decoded by the general walker."""
+    chunk.add(key, value)
+    chunk.offsets.append(offset)
+    chunk.timestamps.append(ts)
+
+
+def _emit(chunk: _Chunk, log_partition: int) -> pa.RecordBatch:
+    return decode_chunk(chunk.keys, chunk.values, chunk.offsets, chunk.timestamps, log_partition)
+
+
+@dataclass(frozen=True)
+class SegmentFile(InputPartition):
+    """One segment file of one log partition."""
+
+    path: str
+    log_partition: int
+
+
+@dataclass(frozen=True)
+class LogRange(InputPartition):
+    """[start, end) of one `__consumer_offsets` partition, read through the protocol."""
+
+    log_partition: int
+    start: int
+    end: int
+
+
+def segment_files(path: str) -> list[SegmentFile]:
+    """Segment files under `path` (log.dirs, one partition directory, or a .log file), in order."""
+    root = Path(path)
+    if root.is_file():
+        files = [root]
+    elif _PARTITION_DIR.match(root.name):
+        files = sorted(root.glob("*.log"))
+    else:
+        files = sorted(root.glob(f"{OFFSETS_TOPIC}-*/*.log"))
+    out = []
+    for f in files:
+        match = _PARTITION_DIR.match(f.parent.name)
+        out.append(SegmentFile(str(f), int(match.group(1)) if match else -1))
+    return out
+
+
+class OffsetsLogReader(DataSourceReader):
+    """Plans one task per segment file or log partition; decodes in the executors."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.options = dict(options)
+        wanted = options.get("partitions")
+        self.only = {int(p) for p in wanted.split(",")} if wanted else None
+        if bool(options.get("path")) == bool(options.get("kafka.bootstrap.servers")):
+            raise ValueError("give exactly one of the options path (segment files) and kafka.bootstrap.servers")
+
+    def partitions(self) -> list[InputPartition]:
+        """Segment files, or log partitions with their current start and end offsets."""
+        if self.options.get("path"):
+            files = segment_files(self.options["path"])
+            if not files:
+                raise FileNotFoundError(f"no {OFFSETS_TOPIC} segment files under {self.options['path']}")
+            return [f for f in files if (self.only is None or f.log_partition in self.only)
+                    and Path(f.path).stat().st_size > 0]
+        cluster = Cluster(self.options)
+        parts = [tp for tp in cluster.partitions_of([OFFSETS_TOPIC])
+                 if self.only is None or tp[1] in self.only]
+        low, high = cluster.list_offsets(parts, EARLIEST), cluster.list_offsets(parts, LATEST)
+        return [LogRange(p, low[(t, p)], high[(t, p)]) for t, p in parts if low[(t, p)] < high[(t, p)]]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Decode one segment file or one log partition's range."""
+        if isinstance(partition, SegmentFile):
+            yield from decode_segment(Path(partition.path).read_bytes(), partition.log_partition)
+            return
+        assert isinstance(partition, LogRange)
+        chunk = _Chunk()
+        for messages in read_range(self.options, OFFSETS_TOPIC, partition.log_partition, partition.start,
+                                   partition.end, fail_on_data_loss=False, group_id="offsetd-spark-offsets-log"):
+            for m in messages:
+                key = m.key()
+                if key is not None:
+                    _append(chunk, m.offset(), m.timestamp()[1], key, m.value())
+            if len(chunk) >= CHUNK_RECORDS:
+                yield _emit(chunk, partition.log_partition)
+                chunk = _Chunk()
+        if len(chunk):
+            yield _emit(chunk, partition.log_partition)
+
+
+class OffsetsLogSource(DataSource):
+    """`spark.read.format("offsetd-offsets-log")`: the offsets log as typed rows."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "offsetd-offsets-log"
+
+    def schema(self) -> str:
+        return OFFSETS_LOG_DDL
+
+    def reader(self, schema: StructType) -> OffsetsLogReader:
+        return OffsetsLogReader(self.options)

@@ -16,13 +16,15 @@ and samples every partition's log end offset (LEO) every `offset-refresh`, 10 s 
 
 * **Commit window**: the group's last `intervals` (10) commits per partition, read back from the
   log (the broker keeps every commit until compaction). Commits closer than `min_distance_ms`
-  (Burrow's `min-distance`, 1 s) replace the previous window entry instead of adding one.
+  (Burrow's `min-distance`, 1 s) overwrite the previous window entry instead of adding one.
   Commits before the partition's last offset tombstone (deletion / expiry) are forgotten.
 * **Lag at each commit**: Burrow subtracts the commit from its latest LEO sample. We have no
   samples of the past, so we reconstruct the LEO as of the commit time with ListOffsets by
   timestamp on the data partition: the first offset whose record timestamp is >= the commit
   timestamp is the number of records that existed at that moment, i.e. the LEO then ("no such
-  record" means nothing was produced since, so the LEO then is today's LEO). This assumes record
+  record" means nothing was produced since, so the LEO then is today's LEO). A window slot that a
+  faster commit overwrote is measured at the slot's time, at most min-distance early (Burrow's
+  own LEO is up to one `offset-refresh` old). This assumes record
   timestamps track append time (CreateTime from live producers, or LogAppendTime); a commit whose
   reconstructed LEO is unknown (ListOffsets failed) gets lag None, which Burrow's rules treat as
   "not caught up" (rule 1) and skip when comparing lags (rule 5).
@@ -146,11 +148,13 @@ class GroupHealth:
 
 def build_window(commits: Iterable[Commit], intervals: int = 10, min_distance_ms: int = 1000) -> list[Commit]:
     """The last `intervals` commits in commit order, as Burrow's storage ring keeps them: a commit
-    less than `min_distance_ms` after the previous kept one replaces it (no new slot)."""
+    less than `min_distance_ms` after the previous slot's timestamp overwrites that slot's offset
+    and lag but keeps its timestamp (so a fast committer still fills a new slot every
+    min-distance)."""
     window: list[Commit] = []
     for commit in commits:
         if window and commit.timestamp_ms - window[-1].timestamp_ms < min_distance_ms:
-            window[-1] = commit
+            window[-1] = Commit(commit.offset, window[-1].timestamp_ms, commit.lag)
         else:
             window.append(commit)
     return window[-intervals:] if intervals > 0 else []

@@ -343,8 +343,8 @@ def group_health(
             leo_at = _log_end_at(consumer, wanted, log_end, remaining())
         finally:
             consumer.close()
-    except (KafkaException, OffsetsLogError) as exc:
-        return GroupHealth(group, Status.NOTFOUND, error=str(exc.args[0] if exc.args else exc))
+    except (KafkaException, OffsetsLogError, TimeoutError) as exc:  # TimeoutError: an admin future
+        return GroupHealth(group, Status.NOTFOUND, error=str(exc.args[0]) if exc.args else type(exc).__name__)
 
     partitions = []
     for (topic, partition), offset in sorted(committed.items()):

@@ -204,7 +204,7 @@ def test_health_json_round_trips_through_json():
     [doc] = json.loads(json.dumps(health_json([evaluate_group("g", [p])])))
     assert doc["group"] == "g" and doc["status"] == "ERR" and doc["error"] is None
     assert (doc["total_lag"], doc["partition_count"], doc["complete"]) == (5, 1, 0.0)
-    assert doc["maxlag"]["partition"] == 3
+    assert doc["max_lag"]["partition"] == 3
     assert doc["partitions"] == [{
         "topic": "t", "partition": 3, "current_offset": 10, "log_end_offset": 15, "lag": 5,
         "status": "STALL", "complete": 0.2,

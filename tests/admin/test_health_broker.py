@@ -80,7 +80,7 @@ def test_group_health_grades_scripted_commit_histories(broker):
         [group, topic, "2", "14", "70", "56", "WARN"], [group, topic, "3", "20", "50", "30", "REWIND"]]
     assert lines[8].split() == [group, "ERR", "131", topic, "2", "56", "4", "0.00"]
     [doc] = health_json([result])
-    assert (doc["status"], doc["maxlag"]["partition"], [p["status"] for p in doc["partitions"]]) == (
+    assert (doc["status"], doc["max_lag"]["partition"], [p["status"] for p in doc["partitions"]]) == (
         "ERR", 2, ["OK", "STALL", "WARN", "REWIND"])
 
 

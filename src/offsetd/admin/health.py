@@ -421,7 +421,7 @@ def _partition_json(p: PartitionHealth) -> dict:
 
 
 def health_json(results: list[GroupHealth]) -> list[dict]:
-    """Machine-readable results, one dict per group (field names after Burrow's /status response)."""
+    """Machine-readable results, one dict per group: Burrow's /status content in snake_case."""
     return [
         {
             "group": g.group,
@@ -430,7 +430,7 @@ def health_json(results: list[GroupHealth]) -> list[dict]:
             "complete": g.complete,
             "total_lag": g.total_lag,
             "partition_count": len(g.partitions),
-            "maxlag": _partition_json(g.max_lag) if g.max_lag is not None else None,
+            "max_lag": _partition_json(g.max_lag) if g.max_lag is not None else None,
             "partitions": [_partition_json(p) for p in g.partitions],
         }
         for g in results

@@ -240,3 +240,16 @@ def test_real_command_matches_in_process_output(capsys, broker) -> None:
                           "--group", group, "--topic", "x:y", "--to-earliest"], capture_output=True, text=True, timeout=60)
     assert (bad.returncode, bad.stdout, bad.stderr) == (
         2, "", "offsetd groups: Invalid partition 'y' specified in topic arg 'x:y'\n")
+
+
+def test_describe_health_is_wired(capsys, broker) -> None:
+    b, topic, group = broker.bootstrap, unique("h"), unique("app")
+    make_topic(b, topic, [5, 5])
+    commit(b, group, {(topic, 0): 5, (topic, 1): 5})
+    code, out, _ = run(capsys, b, "--describe", "--group", group, "--health", "--output", "json")
+    [doc] = json.loads(out)
+    assert (code, doc["group"], doc["status"], doc["total_lag"], doc["partition_count"]) == (0, group, "OK", 0, 2)
+    code, out, _ = run(capsys, b, "--describe", "--group", group, "--health")
+    assert code == 0 and f"{group}" in out and "OK" in out
+    code, _, _ = run(capsys, b, "--describe", "--group", unique("nobody"), "--health")
+    assert code == 1

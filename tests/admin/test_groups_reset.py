@@ -135,6 +135,10 @@ def test_shift_clamping_and_shift_without_commit(capsys, broker) -> None:
                          "--dry-run")
     assert (code, out, err) == (0, reset_table([[group, topic, 0, 10]]), f"WARN: New offset (1000) is higher than latest "
                                 f"offset for topic partition {topic}-0. Value will be set to 10.\n")
+    code, out, err = run(capsys, b, "--group", group, "--reset-offsets", "--to-offset", "1000", "--topic", f"{topic}:0",
+                         "--dry-run", "--output", "json")
+    assert json.loads(out)["groups"][0]["warnings"] == [
+        f"New offset (1000) is higher than latest offset for topic partition {topic}-0. Value will be set to 10."]
     assert committed(b, group) == {(topic, 0): 4}
 
 
@@ -178,9 +182,9 @@ def test_each_group_judged_independently_and_json(capsys, broker, tmp_path, monk
         assert code == 1
         assert doc["dry_run"] is False and undo.parent == tmp_path
         assert doc["groups"] == [
-            {"group": idle, "state": "Empty", "error": None,
+            {"group": idle, "state": "Empty", "error": None, "warnings": [],
              "partitions": [{"topic": topic, "partition": 0, "previous_offset": 1, "new_offset": 6}]},
-            {"group": busy, "state": "Stable", "partitions": [],
+            {"group": busy, "state": "Stable", "partitions": [], "warnings": [],
              "error": f"Assignments can only be reset if the group '{busy}' is inactive, but the current state is Stable."}]
         # Only the group that changed is in the undo file and in the undo command.
         assert undo.read_text() == f"{topic},0,1\n"

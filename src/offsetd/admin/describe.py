@@ -270,4 +270,5 @@ def _run_health(cluster: Cluster, groups: list[str], out: Output) -> int:
     results = [group_health(cluster.client_config, group, cluster.timeout_s) for group in sorted(set(groups))]
     out.text(format_health(results))
     out.document(health_json(results))
-    return 0
+    # Like describing a missing group: exit 1 when a group could not be evaluated or is unknown.
+    return 1 if any(r.error is not None or r.status.name == "NOTFOUND" for r in results) else 0

@@ -46,6 +46,7 @@ class GroupReset:
     offsets: dict[TP, int]
     previous: dict[TP, Committed]
     error: str | None = None
+    warnings: tuple[str, ...] = ()
 
 
 def run_reset(cluster: Cluster, groups: list[str], options: ResetOptions, out: Output) -> int:
@@ -102,7 +103,8 @@ def _plan_group(cluster: Cluster, group: str, state: str, options: ResetOptions,
     for warning in plan.warnings:
         out.note(f"WARN: {warning}\n")
     previous = {tp: committed[tp] for tp in plan.offsets if tp in committed}
-    return GroupReset(group, state, plan.offsets, previous)
+    warnings = tuple(n.strip() for n in plan.notices) + tuple(plan.warnings)
+    return GroupReset(group, state, plan.offsets, previous, warnings=warnings)
 
 
 def _scope_partitions(cluster: Cluster, topics: tuple[TopicArg, ...]) -> list[TP]:
@@ -142,7 +144,7 @@ def format_reset_table(plans: dict[str, dict[TP, int]]) -> str:
 
 def _group_json(r: GroupReset) -> dict[str, Any]:
     """One group of the reset for `--output json`."""
-    return {"group": r.group, "state": r.state, "error": r.error,
+    return {"group": r.group, "state": r.state, "error": r.error, "warnings": list(r.warnings),
             "partitions": [{"topic": tp.topic, "partition": tp.partition,
                             "previous_offset": r.previous[tp].offset if tp in r.previous else None,
                             "new_offset": offset} for tp, offset in sorted(r.offsets.items())]}

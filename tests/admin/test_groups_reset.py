@@ -33,6 +33,12 @@ def broker(tmp_path_factory):
         proc.stop()
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp_dir(tmp_path, monkeypatch) -> None:
+    """Run every test in its own directory: default undo files land there, not in the checkout."""
+    monkeypatch.chdir(tmp_path)
+
+
 def reset_table(rows: list[list[object]]) -> str:
     """Kafka's NEW-OFFSET table for `rows` of (group, topic, partition, offset)."""
     gw = max([15] + [len(str(r[0])) for r in rows])
@@ -51,11 +57,10 @@ def test_dry_run_changes_nothing(capsys, broker) -> None:
     assert committed(b, group) == {(topic, 0): 7, (topic, 1): 9}
 
 
-def test_execute_moves_a_real_consumer_and_the_undo_file_restores(capsys, broker, tmp_path, monkeypatch) -> None:
+def test_execute_moves_a_real_consumer_and_the_undo_file_restores(capsys, broker, tmp_path) -> None:
     b, topic, group = broker.bootstrap, unique("t"), unique("g")
     make_topic(b, topic, [10, 10, 10])
     commit(b, group, {(topic, 0): 8, (topic, 1): 9})
-    monkeypatch.chdir(tmp_path)
     code, out, err = run(capsys, b, "--group", group, "--reset-offsets", "--to-offset", "3", "--topic", topic, "--execute")
     assert (code, out) == (0, reset_table([[group, topic, p, 3] for p in range(3)]))
     match = UNDO_LINE.match(err)
@@ -165,13 +170,12 @@ def test_export_then_from_file_and_to_current(capsys, broker, tmp_path) -> None:
     assert committed(b, group) == {(topic, 0): 5, (topic, 1): 8}
 
 
-def test_each_group_judged_independently_and_json(capsys, broker, tmp_path, monkeypatch) -> None:
+def test_each_group_judged_independently_and_json(capsys, broker, tmp_path) -> None:
     b, topic = broker.bootstrap, unique("t")
     idle, busy = unique("idle"), unique("busy")
     make_topic(b, topic, [6])
     commit(b, idle, {(topic, 0): 1})
     member = Member(b, busy, [topic], "m1")
-    monkeypatch.chdir(tmp_path)
     try:
         poll_until([member], lambda: member.partitions() == {0}, message="assignment")
         member.consumer.commit(offsets=[TopicPartition(topic, 0, 2)], asynchronous=False)

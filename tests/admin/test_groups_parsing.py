@@ -208,3 +208,10 @@ def test_missing_files_are_exit_2(capsys, tmp_path) -> None:
     code, _, err = _run(capsys, ["--bootstrap-server", NOWHERE, "--list", "--command-config", str(missing)])
     assert (code, err) == (2, f"offsetd groups: Cannot read --command-config file '{missing}': "
                               "No such file or directory\n")
+
+
+def test_unknown_client_property_is_exit_2(capsys, tmp_path) -> None:
+    path = tmp_path / "client.properties"
+    path.write_text("no.such.key=1\n")
+    assert _run(capsys, ["--bootstrap-server", NOWHERE, "--list", "--command-config", str(path)]) == (
+        2, "", 'offsetd groups: Invalid client configuration: No such configuration property: "no.such.key"\n')

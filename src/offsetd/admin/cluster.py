@@ -9,6 +9,7 @@ import logging
 import time
 from collections import defaultdict
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 from confluent_kafka import (Consumer, ConsumerGroupTopicPartitions, IsolationLevel, KafkaError, KafkaException,
@@ -16,7 +17,7 @@ from confluent_kafka import (Consumer, ConsumerGroupTopicPartitions, IsolationLe
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from .client_config import kafka_python_config
-from .errors import ToolError, kafka_error_name, kafka_error_text
+from .errors import ToolError, UsageError, kafka_error_name, kafka_error_text
 from .model import TP, Committed, Coordinator, GroupDescription, GroupListing, LogBounds, Member
 
 # librdkafka logs connection trouble itself; the tool reports failures once, in Kafka's words.
@@ -58,6 +59,16 @@ def _error_code(exc: BaseException) -> tuple[int, str]:
     return -1, str(exc) or type(exc).__name__
 
 
+@dataclass
+class OffsetDeleteResult:
+    """OffsetDelete outcome: Kafka's top-level error name and message (None when it succeeded)
+    and, per partition, None on success or Kafka's message for its error."""
+
+    error: str | None
+    message: str | None
+    partitions: dict[TP, str | None]
+
+
 class Cluster:
     """A connection to one cluster for one command run; `close()` releases the clients."""
 
@@ -66,8 +77,8 @@ class Cluster:
         self.timeout_s = timeout_s
         try:
             self.admin = AdminClient({**self.client_config, "logger": _QUIET})
-        except KafkaException as exc:
-            raise ToolError(f"Invalid client configuration: {error_text(exc)}") from None
+        except KafkaException as exc:  # an unknown or malformed key in --command-config: bad input
+            raise UsageError(f"Invalid client configuration: {error_text(exc)}") from None
         self._consumer: Consumer | None = None
 
     def close(self) -> None:
@@ -160,9 +171,9 @@ class Cluster:
                 outcome[group] = f"REQUEST_TIMED_OUT: no answer within {self.timeout_s:g} s"
         return outcome
 
-    def delete_offsets(self, group: str, partitions: Iterable[TP]) -> tuple[str | None, str | None, dict[TP, str | None]]:
-        """OffsetDelete (KIP-496) through kafka-python: (top-level error name or None, its
-        message, partition -> None on success or Kafka's message for its error)."""
+    def delete_offsets(self, group: str, partitions: Iterable[TP]) -> OffsetDeleteResult:
+        """OffsetDelete (KIP-496) through kafka-python. A top-level error fails every partition,
+        and a partition error becomes the top-level error, as in Kafka's admin client."""
         from kafka import TopicPartition as KpTopicPartition
         from kafka.admin import KafkaAdminClient
 
@@ -172,27 +183,25 @@ class Cluster:
             admin = KafkaAdminClient(**kafka_python_config(self.client_config), request_timeout_ms=timeout_ms,
                                      bootstrap_timeout_ms=timeout_ms)
         except Exception as exc:  # kafka-python raises a family of errors on connect
-            raise ToolError(f"Connecting for OffsetDelete failed: {error_text(exc)}") from None
+            raise ToolError(f"Connecting for OffsetDelete failed: {error_name_and_text(exc)}") from None
         try:
             results = admin.delete_group_offsets(group, [KpTopicPartition(tp.topic, tp.partition) for tp in partitions])
-        except Exception as exc:  # a top-level error fails every partition, as in Kafka's admin
+        except Exception as exc:  # kafka-python raises the top-level error
             code, _ = _error_code(exc)
-            name, text = kafka_error_name(code, type(exc).__name__), error_text(exc)
-            return name, text, {tp: text for tp in partitions}
+            text = error_text(exc)
+            return OffsetDeleteResult(kafka_error_name(code, type(exc).__name__), text, {tp: text for tp in partitions})
         finally:
             admin.close()
-        per_partition: dict[TP, str | None] = {}
-        first_error: tuple[str, str] | None = None
+        outcome = OffsetDeleteResult(None, None, {})
         for tp in partitions:
             err = results.get(KpTopicPartition(tp.topic, tp.partition))
             if err is None or err.errno == 0:
-                per_partition[tp] = None
+                outcome.partitions[tp] = None
                 continue
-            per_partition[tp] = kafka_error_text(err.errno, err.description)
-            first_error = first_error or (kafka_error_name(err.errno, err.message), per_partition[tp])
-        if first_error:
-            return first_error[0], first_error[1], per_partition
-        return None, None, per_partition
+            outcome.partitions[tp] = kafka_error_text(err.errno, err.description)
+            if outcome.error is None:
+                outcome.error, outcome.message = kafka_error_name(err.errno, err.message), outcome.partitions[tp]
+        return outcome
 
     # --- topics and log offsets ---------------------------------------------------------------
 

@@ -48,8 +48,9 @@ def run_delete_offsets(cluster: Cluster, group: str, topics: tuple[TopicArg, ...
         else:
             partitions.update(TP(arg.topic, p) for p in described[arg.topic])
     if partitions:
-        top_name, top_text, per_partition = cluster.delete_offsets(group, partitions)
-        results.update(per_partition)
+        outcome = cluster.delete_offsets(group, partitions)
+        top_name, top_text = outcome.error, outcome.message
+        results.update(outcome.partitions)
     else:
         top_name, top_text = "UNKNOWN_TOPIC_OR_PARTITION", None
     if top_name is None:

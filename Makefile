@@ -10,11 +10,15 @@ CONFIG ?= config/server.properties
 $(PY):
 	python3 -m venv $(VENV)
 
-$(VENV)/.run-deps: pyproject.toml | $(PY)
+# setup.py compiles these with mypyc; an editable install keeps the .so beside the .py, and Python
+# prefers the .so, so a change to them must rebuild.
+COMPILED = src/offsetd/records/scan.py src/offsetd/coordinator/offsets_table.py
+
+$(VENV)/.run-deps: pyproject.toml setup.py $(COMPILED) | $(PY)
 	$(PIP) install -e .
 	touch $@
 
-$(VENV)/.test-deps: pyproject.toml | $(PY)
+$(VENV)/.test-deps: pyproject.toml setup.py $(COMPILED) | $(PY)
 	$(PIP) install -e '.[test,bench,spark]'
 	touch $@ $(VENV)/.run-deps
 

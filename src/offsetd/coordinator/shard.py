@@ -28,6 +28,7 @@ from ..records.offsets import (
 from .config import GroupCoordinatorConfig
 from .metrics import CoordinatorCounters
 from .group import ClassicGroup, ClassicGroupMember, GroupState
+from .offsets_table import OffsetsTable
 from .result import CoordinatorResult
 from .timers import Timers
 
@@ -85,13 +86,11 @@ class GroupCoordinatorShard:
         self.partition = partition
         self.config = config
         self.groups: dict[str, ClassicGroup] = {}
-        # group -> OffsetCommit key bytes -> value bytes, exactly as in the log
-        self.offsets: dict[str, dict[bytes, bytes]] = {}
-        self._offsets_by_raw: dict[bytes, dict[bytes, bytes]] = {}  # same dicts, by UTF-8 group id
+        self.table = OffsetsTable(self._replay_other, self._on_offsets_group)
+        # group -> OffsetCommit key bytes -> value bytes, exactly as in the log (the table's)
+        self.offsets: dict[str, dict[bytes, bytes]] = self.table.by_group
+        self._unreplayed: dict[bytes, int] = self.table.in_flight
         self.skipped_records = 0
-        # OffsetCommit keys written but not replayed yet (count per key): the sweep must not
-        # expire an offset whose fresh commit is on its way to the log (§5.3).
-        self._unreplayed: dict[bytes, int] = {}
         self.timers = Timers()
         self.counters = CoordinatorCounters()
         # offsets.retention.minutes set on single groups (ms; -1 = never expire); else config's.
@@ -105,51 +104,30 @@ class GroupCoordinatorShard:
         self.replay_raw(encode_key(key), None if value is None else encode_value(value))
 
     def replay_raw(self, key: bytes, value: bytes | None) -> None:
-        """Apply one record of the offsets log, as stored (§5.1). The only way offsets change,
-        during operation and loading alike. The offsets table keeps OffsetCommit records as
-        their key and value bytes (a materialised compacted log): no decoding on the hot path.
+        """Apply one record of the offsets log, as stored (§5.1): the only way offsets and groups
+        change, during operation and loading alike (the loader calls `table.replay` directly).
         Unknown key versions are counted in `skipped_records` and ignored (§4.2)."""
-        if not key[0] and key[1] < 2:  # OffsetCommit key v0/v1: int16 version, string group, ...
-            if not key[1]:  # v0 has v1's layout; normalise so both address one entry
-                key = b"\x00\x01" + key[2:]
-            if self._unreplayed:
-                pending = self._unreplayed.get(key)
-                if pending is not None:
-                    if pending > 1:
-                        self._unreplayed[key] = pending - 1
-                    else:
-                        del self._unreplayed[key]
-            raw_group = key[4 : 4 + (key[2] << 8 | key[3])]
-            group_offsets = self._offsets_by_raw.get(raw_group)
-            if value is not None:
-                if group_offsets is None:
-                    group_offsets = self._new_offsets(raw_group)
-                group_offsets[key] = value
-            elif group_offsets is not None:
-                group_offsets.pop(key, None)
-                if not group_offsets:
-                    del self._offsets_by_raw[raw_group]
-                    del self.offsets[raw_group.decode("utf-8")]
-        elif not key[0] and key[1] == 2:  # GroupMetadata key
-            group_id = decode_key(key).group  # type: ignore[union-attr]
-            if value is None:
-                group = self.groups.pop(group_id, None)
-                if self.offsets.pop(group_id, None) is not None:
-                    del self._offsets_by_raw[group_id.encode("utf-8")]
-                if group is not None:
-                    self._cancel_group_timers(group)
-            else:
-                self.groups[group_id] = ClassicGroup.from_record(group_id, decode_group_metadata_value(value))
-        else:
-            self.skipped_records += 1
+        self.table.replay(key, value)
 
-    def _new_offsets(self, raw_group: bytes) -> dict[bytes, bytes]:
-        """The offsets dict of a group seen for the first time; creates the simple group if needed."""
-        group_id = raw_group.decode("utf-8")
-        group_offsets = self._offsets_by_raw[raw_group] = self.offsets[group_id] = {}
-        if group_id not in self.groups:  # an offsets-only (simple) group
+    def _replay_other(self, key: bytes, value: bytes | None) -> None:
+        """A record that is not an offset commit: GroupMetadata, or a key version we skip."""
+        if key[0] or key[1] != 2:
+            self.skipped_records += 1
+            return
+        group_id = decode_key(key).group  # type: ignore[union-attr]
+        if value is None:
+            group = self.groups.pop(group_id, None)
+            self.table.drop_group(group_id)
+            if group is not None:
+                self._cancel_group_timers(group)
+        else:
+            self.groups[group_id] = ClassicGroup.from_record(group_id, decode_group_metadata_value(value))
+
+    def _on_offsets_group(self, group_id: str) -> None:
+        """The table saw offsets of a group for the first time: without a GroupMetadata record
+        it is an offsets-only (simple) group."""
+        if group_id not in self.groups:
             self.groups[group_id] = ClassicGroup(group_id)
-        return group_offsets
 
     def on_loaded(self, now: int) -> CoordinatorResult:
         """After load (§5.1): every loaded member gets a session timer; groups over
@@ -654,8 +632,7 @@ class GroupCoordinatorShard:
                 offset=offset, leader_epoch=epoch, metadata=metadata or "", commit_timestamp=now,
                 expire_timestamp=expire)))
         for key, _ in result.records:
-            raw = encode_key(key)
-            self._unreplayed[raw] = self._unreplayed.get(raw, 0) + 1
+            self.table.written(encode_key(key))
         self.counters.offset_commits += len(result.records)
         self._expiry_warned.discard(group_id)
         return result.respond(token, errors)
@@ -853,12 +830,7 @@ class GroupCoordinatorShard:
         """The shell could not make `result` durable: its commits are no longer in flight."""
         for key, value in result.records:
             if type(key) is OffsetCommitKey and value is not None:
-                raw = encode_key(key)
-                pending = self._unreplayed.get(raw, 0)
-                if pending > 1:
-                    self._unreplayed[raw] = pending - 1
-                else:
-                    self._unreplayed.pop(raw, None)
+                self.table.write_failed(encode_key(key))
 
 
 def _join_error(error: int, member_id: str) -> dict[str, Any]:

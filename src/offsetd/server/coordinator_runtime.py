@@ -60,7 +60,7 @@ class ShardRuntime:
         started = time.perf_counter()
         offset, end = self.plog.log_start_offset, self.plog.log_end_offset
         shard, loaded = self.shard, 0
-        replay = shard.replay_raw
+        replay = shard.table.replay  # what replay_raw calls, without its frame per record
         try:
             while offset < end:
                 chunk = self.plog.read(offset, LOAD_CHUNK_BYTES)

@@ -144,7 +144,9 @@ def read_range(options: Mapping[str, str], topic: str, partition: int, start: in
     try:
         while position < end:
             out = []
-            for msg in consumer.consume(FETCH_BATCH, 1.0):
+            # ask for no more than the range holds, so consume() returns as soon as it is read
+            wanted = min(FETCH_BATCH, end - max(position, start))
+            for msg in consumer.consume(wanted, 1.0):
                 err = msg.error()
                 if err is None:
                     if msg.offset() < end:

@@ -320,7 +320,7 @@ class OffsetsLogReader(DataSourceReader):
     """Plans one task per segment file or log partition; decodes in the executors."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
-        self.options = dict(options)
+        self.options = options  # case-insensitive, as Spark passes it
         wanted = options.get("partitions")
         self.only = {int(p) for p in wanted.split(",")} if wanted else None
         if bool(options.get("path")) == bool(options.get("kafka.bootstrap.servers")):

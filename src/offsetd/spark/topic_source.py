@@ -50,7 +50,7 @@ class TopicOptions:
     """The parsed, validated source options (shared by the batch and stream readers)."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
-        self.options = dict(options)
+        self.options = options  # case-insensitive, as Spark passes it
         chosen = [k for k in ("subscribe", "subscribePattern", "assign") if options.get(k)]
         if len(chosen) != 1:
             raise ValueError("exactly one of the options subscribe, subscribePattern, assign is required")
@@ -155,9 +155,21 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self.opts = TopicOptions(options)
-        self.cluster = Cluster(options)
+        self._cluster: Cluster | None = None
         self.committer: GroupCommitter | None = None
         self.target: dict[TopicPartitionKey, int] | None = None  # Trigger.AvailableNow bound
+        self.committed: dict | None = None  # last offsets committed to commitToGroup
+
+    def __getstate__(self) -> dict:
+        """Spark pickles the reader to ship `read` to executors: leave the clients behind."""
+        return {**self.__dict__, "_cluster": None, "committer": None}
+
+    @property
+    def cluster(self) -> Cluster:
+        """The driver's metadata client, created on first use."""
+        if self._cluster is None:
+            self._cluster = Cluster(self.opts.options)
+        return self._cluster
 
     def initialOffset(self) -> dict:
         """Where a query with a fresh checkpoint starts (default latest, as Spark's Kafka source)."""
@@ -189,7 +201,14 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """The end offset of the next micro-batch: everything available, or at most
         ReadMaxRows rows split over partitions in proportion to their backlog (as Spark's Kafka
-        source does); new partitions start from their log start."""
+        source does); new partitions start from their log start.
+
+        Spark calls commit(end) only when it plans the batch after the one that ended at `end`,
+        so an idle query would never commit its last batch. latestOffset(start) is called after
+        the batch ending at `start` is recorded in the commit log (or, for a new query, with the
+        initial offsets), so `start` is committed to commitToGroup here too: the group's lag is
+        exact whenever the query is idle."""
+        self._commit_to_group(start)
         begin = parse_json_offsets(json.dumps(start))
         latest = self._available(begin)
         if self.target is not None:
@@ -220,11 +239,16 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         """Spark finished every batch up to `end`: commit it to commitToGroup, if set."""
-        if self.opts.commit_group is None:
+        self._commit_to_group(end)
+
+    def _commit_to_group(self, done: dict) -> None:
+        """Commit `done` (offsets whose batches the sink has committed) unless already committed."""
+        if self.opts.commit_group is None or done == self.committed:
             return
         if self.committer is None:
             self.committer = GroupCommitter(self.opts.options, self.opts.commit_group)
-        self.committer.commit(parse_json_offsets(json.dumps(end)))
+        self.committer.commit(parse_json_offsets(json.dumps(done)))
+        self.committed = done
 
     def stop(self) -> None:
         """Close the commit consumer when the query stops."""

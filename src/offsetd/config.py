@@ -131,6 +131,7 @@ SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
     "log.flush.interval.messages": (_parse_int(1), str(LONG_MAX), "fsync after this many messages."),
     "log.flush.interval.ms": (_parse_int(1), "", "fsync dirty logs this often (default: never)."),
     "log.index.interval.bytes": (_parse_int(0, INT32_MAX), "4096", "Bytes between index entries."),
+    "log.preallocate": (_parse_bool, "false", "Zero-fill space ahead of active segments (cheaper fsyncs)."),
     "log.cleanup.policy": (_parse_choice("delete", "compact"), "delete", "Default cleanup policy."),
     "log.cleaner.enable": (_parse_bool, "true", "Compact cleanup.policy=compact topics."),
     "log.cleaner.backoff.ms": (_parse_int(1), "15000", "Pause between cleaner passes."),

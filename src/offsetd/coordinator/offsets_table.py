@@ -68,11 +68,3 @@ class OffsetsTable:
     def written(self, key: bytes) -> None:
         """An OffsetCommit record for `key` is on its way to the log."""
         self.in_flight[key] = self.in_flight.get(key, 0) + 1
-
-    def write_failed(self, key: bytes) -> None:
-        """The record `written` announced will never be replayed."""
-        pending = self.in_flight.get(key, 0)
-        if pending > 1:
-            self.in_flight[key] = pending - 1
-        else:
-            self.in_flight.pop(key, None)

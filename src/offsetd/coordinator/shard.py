@@ -85,6 +85,15 @@ class GroupCoordinatorShard:
     def __init__(self, partition: int, config: GroupCoordinatorConfig) -> None:
         self.partition = partition
         self.config = config
+        self.counters = CoordinatorCounters()
+        # offsets.retention.minutes set on single groups (ms; -1 = never expire); else config's.
+        self.group_retention_ms: dict[str, int] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every group and offset (state that replaying the log rebuilds): at creation, and
+        when a write failed and the shell replays the log again, so that what the failed write
+        had changed in memory is gone (§5.3). Settings and counters stay."""
         self.groups: dict[str, ClassicGroup] = {}
         self.table = OffsetsTable(self._replay_other, self._on_offsets_group)
         # group -> OffsetCommit key bytes -> value bytes, exactly as in the log (the table's)
@@ -92,9 +101,6 @@ class GroupCoordinatorShard:
         self._unreplayed: dict[bytes, int] = self.table.in_flight
         self.skipped_records = 0
         self.timers = Timers()
-        self.counters = CoordinatorCounters()
-        # offsets.retention.minutes set on single groups (ms; -1 = never expire); else config's.
-        self.group_retention_ms: dict[str, int] = {}
         self._expiry_warned: set[str] = set()
 
     # ============================================================================ replay
@@ -825,12 +831,6 @@ class GroupCoordinatorShard:
             if k.topic == topic and k.partition in doomed:  # type: ignore[union-attr]
                 result.records.append((k, None))  # type: ignore[arg-type]
         return result
-
-    def write_failed(self, result: CoordinatorResult) -> None:
-        """The shell could not make `result` durable: its commits are no longer in flight."""
-        for key, value in result.records:
-            if type(key) is OffsetCommitKey and value is not None:
-                self.table.write_failed(encode_key(key))
 
 
 def _join_error(error: int, member_id: str) -> dict[str, Any]:

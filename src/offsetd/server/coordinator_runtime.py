@@ -85,7 +85,19 @@ class ShardRuntime:
         self.load_time_ms = (time.perf_counter() - started) * 1000
         self.state = ShardState.ACTIVE
         self.submit(shard.on_loaded(self.clock()))
-        self._sweeper = asyncio.ensure_future(self._sweep_forever())
+        if self._sweeper is None:
+            self._sweeper = asyncio.ensure_future(self._sweep_forever())
+
+    async def _reload(self) -> None:
+        """Replay the partition into an emptied shard: memory is a replay of the log, so this
+        rolls back whatever a failed write's operations had changed (Kafka reverts to its last
+        committed snapshot). Groups answer COORDINATOR_LOAD_IN_PROGRESS meanwhile."""
+        self.state = ShardState.LOADING
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = self._timer_deadline = None
+        self.shard.reset()
+        await self.load()
 
     # -------------------------------------------------------------------- expiration
 
@@ -101,6 +113,8 @@ class ShardRuntime:
 
     async def sweep(self) -> None:
         """Expire offsets group by group, SWEEP_CHUNK groups per turn of the event loop."""
+        if self.state is not ShardState.ACTIVE:  # never judge expiry on a half-replayed shard
+            return
         group_ids = list(self.shard.groups)
         for start in range(0, len(group_ids), SWEEP_CHUNK):
             result = self.shard.expire_offsets(self.clock(), group_ids[start : start + SWEEP_CHUNK])
@@ -157,12 +171,15 @@ class ShardRuntime:
                         if self.fsync:
                             await loop.run_in_executor(self.executor, self.plog.flush)
                 except Exception as exc:
-                    log.error("__consumer_offsets-%d: write failed: %s", self.shard.partition, exc)
-                    for result in batch:
-                        self.shard.write_failed(result)
+                    log.error("__consumer_offsets-%d: write failed: %s; rebuilding its groups and offsets "
+                              "from the log", self.shard.partition, exc)
+                    # Every queued result was decided on state the failed write had changed.
+                    failed, self._queue = batch + self._queue, []
+                    for result in failed:
                         for token, _ in result.completions:
                             if not token.done():
                                 token.set_exception(exc)
+                    await self._reload()
                     continue
                 for key, value, replay in encoded:
                     if replay:

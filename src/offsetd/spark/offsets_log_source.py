@@ -122,18 +122,85 @@ def _group_columns(raw: list[bytes]) -> list[list]:
     return cols
 
 
+def _be16(data: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Signed big-endian int16 at each position."""
+    v = (data[pos].astype(np.int32) << 8) | data[pos + 1]
+    return np.where(v >= 0x8000, v - 0x10000, v)
+
+
+def _gather_strings(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """A UTF-8-checked Arrow string array of data[starts[i] : starts[i] + lengths[i]]."""
+    offsets = np.zeros(len(starts) + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    index = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
+    out = pa.StringArray.from_buffers(len(starts), pa.py_buffer(offsets), pa.py_buffer(data[index]))
+    out.validate(full=True)  # raises on invalid UTF-8, as the row decoder would
+    return out
+
+
+def _key_columns_vectorized(keys: list[bytes]) -> tuple[np.ndarray, pa.Array, pa.Array, np.ndarray] | None:
+    """(kinds, groups, topics, partitions) of a chunk's keys decoded column-wise with numpy, the
+    columnar twin of records.offsets.decode_key for the layouts Kafka writes (§4.4, §4.6):
+
+        OffsetCommit key v0/v1: int16 version | int16 len + group | int16 len + topic | int32 partition
+        GroupMetadata key v2:   int16 version | int16 len + group
+
+    None when any key is not exactly one of these (another key version, a null or truncated
+    string): the caller then decodes row by row, which reports or skips such keys."""
+    n = len(keys)
+    arrow = pa.array(keys, pa.binary())
+    if arrow.null_count:
+        return None
+    ends = np.frombuffer(arrow.buffers()[1], np.int32, n + 1, arrow.offset * 4)
+    data = np.frombuffer(arrow.buffers()[2], np.uint8)
+    starts = ends[:-1].astype(np.int64)
+    sizes = ends[1:] - ends[:-1]
+    if n == 0 or sizes.min() < 4:
+        return None
+    version = _be16(data, starts)
+    group_len = _be16(data, starts + 2)
+    commit = version <= 1
+    if (version < 0).any() or (version > 2).any() or (group_len < 0).any():
+        return None
+    group_end = starts + 4 + group_len
+    # a commit key continues with topic length, topic and partition; a group key ends here
+    if (np.where(commit, sizes - 4 - group_len - 6, sizes - 4 - group_len) < 0).any():
+        return None
+    topic_len = np.where(commit, _be16(data, np.where(commit, group_end, starts)), 0)
+    if (topic_len < 0).any() or (np.where(commit, sizes - 4 - group_len - 2 - topic_len - 4,
+                                          sizes - 4 - group_len) != 0).any():
+        return None
+    part_at = np.where(commit, group_end + 2 + topic_len, starts)
+    partition = ((data[part_at].astype(np.int64) << 24) | (data[part_at + 1].astype(np.int64) << 16)
+                 | (data[part_at + 2].astype(np.int64) << 8) | data[part_at + 3]).astype(np.uint32).view(np.int32)
+    groups = _gather_strings(data, starts + 4, group_len)
+    topics = pc.if_else(pa.array(commit), _gather_strings(data, group_end + 2, topic_len), None)
+    kinds = np.where(commit, COMMIT, GROUP).astype(np.int8)
+    return kinds, groups, topics, np.where(commit, partition, -1).astype(np.int32)
+
+
+def _key_columns(keys: list[bytes]) -> tuple[np.ndarray, pa.Array, pa.Array, np.ndarray]:
+    """(kinds, groups, topics, partitions) of a chunk's keys: column-wise when possible, else
+    through decode_key once per distinct key."""
+    fast = _key_columns_vectorized(keys)
+    if fast is not None:
+        return fast
+    table = KeyTable()
+    ids = np.fromiter(map(table.__getitem__, keys), np.int64, len(keys))
+    ids_arrow = pa.array(ids)
+    return (np.array(table.kinds, np.int8)[ids], pa.array(table.groups, pa.string()).take(ids_arrow),
+            pa.array(table.topics, pa.string()).take(ids_arrow), np.array(table.partitions, np.int32)[ids])
+
+
 def decode_chunk(keys: list[bytes], values: list[bytes | None], log_offsets: list[int],
                  record_timestamps_ms: list[int], log_partition: int) -> pa.RecordBatch:
     """One Arrow batch of offsets-log rows from parallel lists of raw records."""
     n = len(keys)
-    table = KeyTable()
-    ids = np.fromiter(map(table.__getitem__, keys), np.int64, n)
-    kinds = np.array(table.kinds, np.int8)[ids]
+    kinds, groups, topics, partitions = _key_columns(keys)
     tomb = np.fromiter(map(operator.is_, values, repeat(None)), np.bool_, n)
     is_commit = kinds == COMMIT
     commit_rows = is_commit & ~tomb
     group_rows = (kinds == GROUP) & ~tomb
-    ids_arrow = pa.array(ids)
 
     offset = np.zeros(n, np.int64)
     epoch = np.zeros(n, np.int32)
@@ -162,9 +229,9 @@ def decode_chunk(keys: list[bytes], values: list[bytes | None], log_offsets: lis
 
     columns = [
         pa.array(KIND_NAMES, pa.string()).take(pa.array(kinds.astype(np.int64))),
-        pa.array(table.groups, pa.string()).take(ids_arrow),
-        pa.array(table.topics, pa.string()).take(ids_arrow),
-        _masked(np.array(table.partitions, np.int32)[ids], is_commit, pa.int32()),
+        groups,
+        topics,
+        _masked(partitions, is_commit, pa.int32()),
         _masked(offset, commit_rows, pa.int64()),
         _masked(epoch, commit_rows, pa.int32()),
         metadata,

@@ -32,8 +32,9 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from offsetd.records.batch import (COMPRESSION_NONE, CONTROL_MASK, TRANSACTIONAL_MASK, iter_batches,
-                                   record_timestamps, scan_key_values)
+from offsetd.records.batch import (BATCH_HEADER_SIZE, COMPRESSION_NONE, CONTROL_MASK, TIMESTAMP_TYPE_MASK,
+                                   TRANSACTIONAL_MASK, BatchHeader, iter_batches, record_timestamps,
+                                   scan_key_values)
 from offsetd.records.offsets import (OFFSETS_TOPIC, ControlMarker, GroupMetadataKey, OffsetCommitKey,
                                      decode_group_metadata_value, decode_key, decode_offset_commit_value,
                                      iter_log_records, parse_subscription_topics)
@@ -254,13 +255,14 @@ assert OFFSETS_LOG_ARROW.field("members").type.value_type == MEMBER_TYPE
 
 
 class _Chunk:
-    """Parallel lists of raw records waiting to become one Arrow batch."""
+    """Parallel columns of raw records waiting to become one Arrow batch: keys and values as
+    lists (filled by the scan callback), log offsets and timestamps as numpy pieces."""
 
     def __init__(self) -> None:
         self.keys: list = []
         self.values: list = []
-        self.offsets: list[int] = []
-        self.timestamps: list[int] = []
+        self.offsets: list[np.ndarray] = []
+        self.timestamps: list[np.ndarray] = []
 
     def add(self, key: bytes, value: bytes | None) -> None:
         """scan_key_values callback."""
@@ -271,26 +273,110 @@ class _Chunk:
         return len(self.keys)
 
 
+def _varint_size(v: np.ndarray) -> np.ndarray:
+    """Bytes of the unsigned base-128 varint of each (non-negative) value."""
+    return 1 + (v >= 1 << 7) + (v >= 1 << 14) + (v >= 1 << 21) + (v >= 1 << 28)
+
+
+def _zigzag(v: np.ndarray) -> np.ndarray:
+    """Zig-zag encoding of signed values (records use it for every varint)."""
+    return np.where(v >= 0, 2 * v, -2 * v - 1)
+
+
+def _varints_match(data: np.ndarray, at: np.ndarray, value: np.ndarray, size: np.ndarray) -> bool:
+    """Whether data holds the varint of `value` (of `size` bytes) at each position `at`."""
+    for k in range(int(size.max())):
+        more = size > k
+        expected = ((value >> (7 * k)) & 0x7F) | np.where(size > k + 1, 0x80, 0)
+        if not np.array_equal(data[at[more] + k], expected[more]):
+            return False
+    return True
+
+
+def _lengths(items: list[bytes | None]) -> np.ndarray:
+    """len() of each item, -1 for None (a null key or value)."""
+    arrow = pa.array(items, pa.binary())
+    ends = np.frombuffer(arrow.buffers()[1], np.int32, len(items) + 1, arrow.offset * 4)
+    out = np.diff(ends).astype(np.int64)
+    if arrow.null_count:
+        out[~np.asarray(arrow.is_valid())] = -1
+    return out
+
+
+def implied_stamps(data: np.ndarray, batches: list[tuple[int, BatchHeader]], keys: list[bytes | None],
+                   values: list[bytes | None]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(log offsets, record timestamps) of a run of plain batches whose records all have
+    timestamp delta 0 and offset delta = their index, as coordinators write this log - or
+    None, and the caller walks the records (records.batch.record_timestamps).
+
+    The claim is checked, not assumed: from the key and value lengths the scan returned, the
+    position of every framing field follows (record length, attributes, timestampDelta,
+    offsetDelta, key length, value length, header count: reference §4.2, records.offsets),
+    and each of those bytes must hold exactly what the claim implies, with the records
+    filling each batch exactly. That is the parse a record walker would make, done for all
+    records at once with numpy."""
+    counts = np.array([h.records_count for _, h in batches], np.int64)
+    n = int(counts.sum())
+    if n != len(keys) or n == 0 or counts.min() == 0:
+        return None
+    first = np.cumsum(counts) - counts
+    batch_of = np.repeat(np.arange(len(batches)), counts)
+    index = np.arange(n) - first[batch_of]  # offset delta claimed
+    klen, vlen = _lengths(keys), _lengths(values)
+    s_off, s_key, s_value = _varint_size(2 * index), _varint_size(_zigzag(klen)), _varint_size(_zigzag(vlen))
+    body = 3 + s_off + s_key + np.maximum(klen, 0) + s_value + np.maximum(vlen, 0)  # + attributes, ts, headers
+    s_len = _varint_size(_zigzag(body))
+    size = s_len + body
+    ends = np.cumsum(size)
+    starts_in_batch = ends - size - (ends - size)[first][batch_of]
+    area = np.array([pos + BATCH_HEADER_SIZE for pos, _ in batches], np.int64)
+    if not np.array_equal(np.add.reduceat(size, first), np.array([h.size for _, h in batches]) - BATCH_HEADER_SIZE):
+        return None
+    start = area[batch_of] + starts_in_batch
+    attr = start + s_len
+    key_at = attr + 2 + s_off
+    value_at = key_at + s_key + np.maximum(klen, 0)
+    headers_at = value_at + s_value + np.maximum(vlen, 0)
+    zero = np.zeros(n, np.int64)
+    one = np.ones(n, np.int64)
+    checks = [(start, _zigzag(body), s_len), (attr, zero, one), (attr + 1, zero, one),
+              (attr + 2, 2 * index, s_off), (key_at, _zigzag(klen), s_key), (value_at, _zigzag(vlen), s_value),
+              (headers_at, zero, one)]
+    if not all(_varints_match(data, at, value, width) for at, value, width in checks):
+        return None
+    base_offset = np.array([h.base_offset for _, h in batches], np.int64)
+    stamp = np.array([h.max_timestamp if h.attributes & TIMESTAMP_TYPE_MASK else h.base_timestamp
+                      for _, h in batches], np.int64)
+    return base_offset[batch_of] + index, stamp[batch_of]
+
+
 class _SegmentDecoder:
     """Walks one segment's batches: runs of plain batches go to scan_key_values in one call,
     other batches through the general walker; full chunks come out as Arrow batches."""
 
     def __init__(self, data: bytes, log_partition: int) -> None:
         self.data = data
+        self.bytes = np.frombuffer(data, np.uint8)
         self.log_partition = log_partition
         self.chunk = _Chunk()
-        self.run_start = self.run_end = 0  # byte range of plain batches not yet scanned
-        self.run_stamps: list[tuple[int, int]] = []  # their (offset, timestamp) pairs
+        self.run: list[tuple[int, BatchHeader]] = []  # plain batches not yet scanned
         self.pending: dict[int, list[tuple[int, int, bytes, bytes | None]]] = {}  # open transactions
 
     def flush_run(self) -> None:
         """Scan the pending run of plain batches into the chunk."""
-        if self.run_end > self.run_start:
-            scan_key_values(self.data[self.run_start:self.run_end], self.chunk.add)
-            self.chunk.offsets.extend(o for o, _ in self.run_stamps)
-            self.chunk.timestamps.extend(t for _, t in self.run_stamps)
-            self.run_stamps.clear()
-        self.run_start = self.run_end
+        if not self.run:
+            return
+        chunk, run = self.chunk, self.run
+        first = len(chunk)
+        start, (last_pos, last) = run[0][0], run[-1]
+        scan_key_values(self.data[start:last_pos + last.size], chunk.add)
+        stamps = implied_stamps(self.bytes, run, chunk.keys[first:], chunk.values[first:])
+        if stamps is None:
+            pairs = [pair for pos, h in run for pair in record_timestamps(self.data[pos:pos + h.size])]
+            stamps = (np.array([o for o, _ in pairs], np.int64), np.array([t for _, t in pairs], np.int64))
+        chunk.offsets.append(stamps[0])
+        chunk.timestamps.append(stamps[1])
+        self.run = []
 
     def take(self) -> pa.RecordBatch:
         """The chunk as an Arrow batch; a new chunk starts."""
@@ -314,19 +400,19 @@ class _SegmentDecoder:
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         """Arrow batches of every record (a torn tail is ignored, as at load)."""
-        data = self.data
-        for pos, header in iter_batches(data):
-            end = pos + header.size
+        run_bytes = 0
+        for pos, header in iter_batches(self.data):
             if (header.compression == COMPRESSION_NONE and header.producer_id < 0
                     and not header.attributes & (CONTROL_MASK | TRANSACTIONAL_MASK)):
-                if self.run_end - self.run_start >= CHUNK_BYTES:
+                self.run.append((pos, header))
+                run_bytes += header.size
+                if run_bytes >= CHUNK_BYTES:
                     self.flush_run()
-                self.run_stamps.extend(record_timestamps(data[pos:end]))
-                self.run_end = end
+                    run_bytes = 0
             else:
                 self.flush_run()
-                self.general(data[pos:end], bool(header.attributes & TRANSACTIONAL_MASK))
-                self.run_start = self.run_end = end
+                run_bytes = 0
+                self.general(self.data[pos:pos + header.size], bool(header.attributes & TRANSACTIONAL_MASK))
             if len(self.chunk) >= CHUNK_RECORDS:
                 yield self.take()
         self.flush_run()
@@ -340,14 +426,17 @@ def decode_segment(data: bytes, log_partition: int) -> Iterator[pa.RecordBatch]:
 
 
 def _append(chunk: _Chunk, offset: int, ts: int, key: bytes, value: bytes | None) -> None:
-    """Add one record decoded by the general walker."""
+    """Add one record decoded by the general walker (or read through the protocol)."""
     chunk.add(key, value)
-    chunk.offsets.append(offset)
-    chunk.timestamps.append(ts)
+    chunk.offsets.append(np.array([offset], np.int64))
+    chunk.timestamps.append(np.array([ts], np.int64))
 
 
 def _emit(chunk: _Chunk, log_partition: int) -> pa.RecordBatch:
-    return decode_chunk(chunk.keys, chunk.values, chunk.offsets, chunk.timestamps, log_partition)
+    """The chunk's records as one Arrow batch."""
+    stamps = np.concatenate(chunk.timestamps) if chunk.timestamps else np.zeros(0, np.int64)
+    offsets = np.concatenate(chunk.offsets) if chunk.offsets else np.zeros(0, np.int64)
+    return decode_chunk(chunk.keys, chunk.values, offsets, stamps, log_partition)
 
 
 @dataclass(frozen=True)
@@ -413,18 +502,16 @@ class OffsetsLogReader(DataSourceReader):
             yield from decode_segment(Path(partition.path).read_bytes(), partition.log_partition)
             return
         assert isinstance(partition, LogRange)
-        chunk = _Chunk()
         for messages in read_range(self.options, OFFSETS_TOPIC, partition.log_partition, partition.start,
                                    partition.end, fail_on_data_loss=False, group_id="offsetd-spark-offsets-log"):
-            for m in messages:
-                key = m.key()
-                if key is not None:
-                    _append(chunk, m.offset(), m.timestamp()[1], key, m.value())
-            if len(chunk) >= CHUNK_RECORDS:
+            chunk = _Chunk()
+            kept = [m for m in messages if m.key() is not None]
+            chunk.keys = [m.key() for m in kept]
+            chunk.values = [m.value() for m in kept]
+            chunk.offsets.append(np.array([m.offset() for m in kept], np.int64))
+            chunk.timestamps.append(np.array([m.timestamp()[1] for m in kept], np.int64))
+            if kept:
                 yield _emit(chunk, partition.log_partition)
-                chunk = _Chunk()
-        if len(chunk):
-            yield _emit(chunk, partition.log_partition)
 
 
 class OffsetsLogSource(DataSource):

@@ -1,0 +1,83 @@
+"""The offsets-log source's column-wise decoding agrees with the project's row codecs
+(records.offsets.iter_log_records + decode_key / decode_value) on every batch shape: the
+coordinator's uniform batches (framing proven column-wise), and batches that need the record
+walk (timestamp deltas, headers, LogAppendTime, long batches, tombstones, other key versions)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from offsetd.records.batch import TIMESTAMP_TYPE_MASK, build_batch, iter_batches
+from offsetd.records.offsets import (GroupMetadataKey, GroupMetadataValue, MemberMetadata, OffsetCommitKey,
+                                     OffsetCommitValue, UnknownRecordKey, decode_key, decode_value, encode_key,
+                                     encode_value, iter_log_records)
+from offsetd.spark.offsets_log_source import decode_segment, implied_stamps
+
+
+def _commit(group: str, partition: int, offset: int, ts: int, metadata: str = "", headers=()) -> tuple:
+    return (encode_key(OffsetCommitKey(group, "tópic", partition)),
+            encode_value(OffsetCommitValue(offset, 4, metadata, ts, -1)), ts, headers)
+
+
+def _expected(data: bytes) -> list[tuple]:
+    """(log_offset, record_timestamp, group, topic, partition, offset, metadata, tombstone) by the row codecs."""
+    out = []
+    for offset, ts, key, value, _ in iter_log_records(data):
+        k = decode_key(key)
+        if isinstance(k, UnknownRecordKey):
+            continue
+        v = decode_value(k, value)
+        if isinstance(k, OffsetCommitKey):
+            out.append((offset, ts, k.group, k.topic, k.partition, None if v is None else v.offset,
+                        None if v is None else v.metadata, v is None))
+        else:
+            out.append((offset, ts, k.group, None, None, None, None, v is None))
+    return out
+
+
+def _decoded(data: bytes) -> list[tuple]:
+    rows = [r for b in decode_segment(data, 0) for r in b.to_pylist()]
+    return [(r["log_offset"], r["record_timestamp"], r["group"], r["topic"], r["partition"], r["offset"],
+             r["metadata"], r["tombstone"]) for r in rows]
+
+
+GROUP = encode_value(GroupMetadataValue("consumer", 2, "range", "m", 77, (
+    MemberMetadata("m", None, "c", "/h", 10, 10, b"\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff", b""),)))
+UNIFORM = [build_batch([_commit("g1", p, 10 + p, 1000) for p in range(16)], base_offset=0),
+           build_batch([_commit("g2", 0, 5, 1001), (encode_key(OffsetCommitKey("g2", "tópic", 1)), None, 1001, ()),
+                        (encode_key(GroupMetadataKey("g2")), GROUP, 1001, ())], base_offset=16),
+           build_batch([_commit("g3", p, p, 1002) for p in range(300)], base_offset=19)]  # 2-byte offset deltas
+CASES = {
+    "uniform coordinator batches": UNIFORM,
+    "timestamp deltas": [build_batch([_commit("g", p, p, 1000 + p) for p in range(5)], base_offset=0)],
+    "LogAppendTime": [build_batch([_commit("g", 0, 1, 5)], base_offset=3, attributes=TIMESTAMP_TYPE_MASK)],
+    "headers": [build_batch([_commit("g", 0, 1, 5, headers=[("h", b"v")])], base_offset=0)],
+    "metadata and long keys": [build_batch([_commit("g" * 300, 0, 1, 5, metadata="m" * 200)], base_offset=0)],
+    "other key versions": [build_batch([(b"\x00\x03\x00\x01x", b"\x00", 5, ()), _commit("g", 0, 1, 5)], base_offset=0)],
+    "mixed": UNIFORM + [build_batch([_commit("h", 0, 1, 2000 + p) for p in range(3)], base_offset=400)],
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_column_decoding_equals_the_row_codecs(name):
+    data = b"".join(CASES[name])
+    assert _decoded(data) == _expected(data)
+
+
+def _claim(data: bytes):
+    """implied_stamps over all batches of data, with keys and values from the row walker."""
+    records = list(iter_log_records(data))
+    return implied_stamps(np.frombuffer(data, np.uint8), list(iter_batches(data)), [r[2] for r in records],
+                          [r[3] for r in records])
+
+
+def test_uniform_framing_is_proven_and_anything_else_is_walked():
+    data = b"".join(UNIFORM)
+    offsets, stamps = _claim(data)
+    assert offsets.tolist() == [r[0] for r in iter_log_records(data)]
+    assert stamps.tolist() == [r[1] for r in iter_log_records(data)]
+    for name in ("timestamp deltas", "headers"):
+        assert _claim(b"".join(CASES[name])) is None, name
+    lat = b"".join(CASES["LogAppendTime"])
+    assert _claim(lat)[1].tolist() == [r[1] for r in iter_log_records(lat)]

@@ -13,8 +13,10 @@ from `offsetd.records.offsets` (OffsetCommit key v1, value v3), batches from
 `--dataset distinct` uses `bench.offsets_log`'s 10M distinct-key set instead (one commit per
 key in 2048-record batches: the compacted-log shape, worst case for key reuse).
 
-Each measurement runs in its own process (a JVM's master cannot change): a warm-up job, then
-`commit_history(offsets-log source).write.parquet(...)` timed end to end. Usage:
+Each master runs in its own process (a JVM's master cannot change): a warm-up job, then the
+job `offsetd spark commit-history --log-dirs` runs, timed end to end - once writing Parquet,
+once into Spark's no-op sink (the same source and pipeline without the Parquet encoding).
+Usage:
 
     .venv/bin/python -m bench.spark                 # both masters, history data set
     .venv/bin/python -m bench.spark --dataset distinct
@@ -135,21 +137,32 @@ def run_one(master: str, data: str, records: int) -> dict:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (SparkSession.builder.master(master).appName("offsetd bench")
              .config("spark.driver.memory", "3g").config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+             .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2")
+             .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     out = tempfile.mkdtemp(prefix="offsetd-bench-spark-")
-    try:
-        warm = pipelines.load_offsets_log(spark, path=data, options={"partitions": "0"})
-        pipelines.commit_history(warm).write.mode("overwrite").parquet(out)
+
+    def history():  # the job as `offsetd spark commit-history --log-dirs` runs it
+        log = pipelines.load_offsets_log(spark, path=data, columns=pipelines.COMMIT_HISTORY_COLUMNS)
+        return pipelines.commit_history(log)
+
+    def timed(job) -> float:
         started = time.perf_counter()
-        pipelines.commit_history(pipelines.load_offsets_log(spark, path=data)).write.mode("overwrite").parquet(out)
-        seconds = time.perf_counter() - started
+        job()
+        return time.perf_counter() - started
+
+    try:
+        # warm-up: start the Python workers (one per core) and load their modules
+        warm = pipelines.load_offsets_log(spark, path=data, options={"partitions": "0,1"})
+        pipelines.commit_history(warm).write.format("noop").mode("overwrite").save()
+        parquet = timed(lambda: pipelines.parquet_writer(history()).parquet(out))
+        noop = timed(lambda: history().write.format("noop").mode("overwrite").save())
         written = spark.read.parquet(out).count()
     finally:
         spark.stop()
         shutil.rmtree(out, ignore_errors=True)
     assert written == records, f"commit-history wrote {written} rows, expected {records}"
-    return {"master": master, "records": records, "seconds": seconds, "records_per_s": records / seconds}
+    return {"master": master, "records": records, "parquet_s": parquet, "noop_s": noop}
 
 
 def main() -> int:
@@ -175,10 +188,13 @@ def main() -> int:
             return 1
         result = json.loads(proc.stdout.strip().splitlines()[-1])
         results.append(result)
-        print(f"{master:9s} offsets-log source + commit-history: {result['seconds']:6.1f}s  "
-              f"{result['records_per_s'] / 1e6:5.2f}M records/s", flush=True)
+        for sink in ("parquet", "noop"):
+            seconds = result[f"{sink}_s"]
+            print(f"{master:9s} offsets-log source + commit-history -> {sink:7s}: {seconds:6.1f}s  "
+                  f"{records / seconds / 1e6:5.2f}M records/s", flush=True)
     if len(results) == 2:
-        print(f"scaling local[2] / local[1]: {results[1]['records_per_s'] / results[0]['records_per_s']:.2f}x")
+        for sink in ("parquet", "noop"):
+            print(f"scaling local[2] / local[1] ({sink}): {results[0][f'{sink}_s'] / results[1][f'{sink}_s']:.2f}x")
     return 0
 
 

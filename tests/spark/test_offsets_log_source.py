@@ -72,6 +72,12 @@ def test_offsets_log_returns_exactly_the_commits_made_via_protocol_and_files(spa
     ours = [standalone, members]
     assert (sorted(map(tuple, from_files.where(from_files.group.isin(ours)).select(*columns).collect()))
             == sorted(map(tuple, by_protocol.where(by_protocol.group.isin(ours)).select(*columns).collect())))
+    # a user schema naming some columns prunes the rest (only those are decoded)
+    pruned = (spark.read.format("offsetd-offsets-log").schema("`group` string, `offset` bigint, tombstone boolean")
+              .option("path", str(broker.data_dir)).load())
+    assert pruned.columns == ["group", "offset", "tombstone"]
+    assert sorted(tuple(r) for r in pruned.where(pruned.group == standalone).collect()) == \
+        [(standalone, 2, False), (standalone, 5, False), (standalone, 7, False)]
     one_partition = _log(spark, path=str(broker.data_dir), partitions=str(partition_for(standalone)))
     assert set(r.log_partition for r in one_partition.select("log_partition").collect()) == {partition_for(standalone)}
 

@@ -103,13 +103,15 @@ def _client_options(args: argparse.Namespace) -> dict[str, str]:
     return options
 
 
-def offsets_log(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
-    """The offsets-log input: segment files when --log-dirs is given, else the cluster."""
+def offsets_log(spark: SparkSession, args: argparse.Namespace, columns: list[str] | None = None) -> DataFrame:
+    """The offsets-log input (only `columns`, if given): segment files when --log-dirs is
+    given, else the cluster."""
     if not args.log_dirs and not args.bootstrap_server:
         raise SystemExit("give --log-dirs or --bootstrap-server")
     if args.log_dirs:
-        return pipelines.load_offsets_log(spark, path=args.log_dirs)
-    return pipelines.load_offsets_log(spark, bootstrap=args.bootstrap_server, options=_client_options(args))
+        return pipelines.load_offsets_log(spark, path=args.log_dirs, columns=columns)
+    return pipelines.load_offsets_log(spark, bootstrap=args.bootstrap_server, options=_client_options(args),
+                                      columns=columns)
 
 
 def _lag_inputs(spark: SparkSession, args: argparse.Namespace, commits: DataFrame) -> tuple[DataFrame, DataFrame]:
@@ -138,11 +140,12 @@ def _lag_inputs(spark: SparkSession, args: argparse.Namespace, commits: DataFram
 
 
 def run_commit_history(spark: SparkSession, args: argparse.Namespace) -> str:
-    return _write(pipelines.commit_history(offsets_log(spark, args)), args, "commit-history")
+    log = offsets_log(spark, args, pipelines.COMMIT_HISTORY_COLUMNS)
+    return _write(pipelines.commit_history(log), args, "commit-history")
 
 
 def run_lag_history(spark: SparkSession, args: argparse.Namespace) -> str:
-    commits = pipelines.commit_history(offsets_log(spark, args)).cache()
+    commits = pipelines.commit_history(offsets_log(spark, args, pipelines.COMMIT_HISTORY_COLUMNS)).cache()
     records, log_end = _lag_inputs(spark, args, commits)
     return _write(pipelines.lag_history(commits, records, log_end, int(time.time() * 1000)), args, "lag-history")
 
@@ -173,7 +176,7 @@ def run_report(spark: SparkSession, args: argparse.Namespace) -> str:
 def _write(df: DataFrame, args: argparse.Namespace, name: str) -> str:
     """Overwrite <output>/<name> with the DataFrame as Parquet."""
     target = os.path.join(args.output, name)
-    df.write.mode("overwrite").parquet(target)
+    pipelines.parquet_writer(df).parquet(target)
     return target
 
 

@@ -6,7 +6,9 @@ Two ways in, one input partition each:
   partition taken from the directory name;
 * `kafka.bootstrap.servers`: the live topic of any Kafka-compatible cluster - one task per
   `__consumer_offsets` partition, from its log start to the log end at planning time.
-Option `partitions` (comma list) restricts either to some log partitions.
+Option `partitions` (comma list) restricts either to some log partitions. A schema given with
+`.schema("group string, offset bigint, ...")` (a subset of the columns) prunes columns: only
+those are decoded and sent to Spark.
 
 Records are decoded in chunks into Arrow columns with the project's codecs: plain batches go
 through `records.batch.scan_key_values` (flat, CRC-checked) plus `record_timestamps` for the
@@ -24,7 +26,7 @@ import re
 from dataclasses import dataclass
 from itertools import compress, repeat
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -32,15 +34,17 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from offsetd.records.batch import (BATCH_HEADER_SIZE, COMPRESSION_NONE, CONTROL_MASK, TIMESTAMP_TYPE_MASK,
-                                   TRANSACTIONAL_MASK, BatchHeader, iter_batches, record_timestamps,
-                                   scan_key_values)
+# _HEADER_UNPACK_FROM: the batch-header layout, shared as records/scan.py shares it
+from offsetd.records.batch import (_COMPRESSION_MASK, _HEADER_UNPACK_FROM, BATCH_HEADER_SIZE, CONTROL_MASK,
+                                   LOG_OVERHEAD, MIN_BATCH_LENGTH, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK,
+                                   record_timestamps, scan_key_values)
 from offsetd.records.offsets import (OFFSETS_TOPIC, ControlMarker, GroupMetadataKey, OffsetCommitKey,
+                                     RecordDecodeError,
                                      decode_group_metadata_value, decode_key, decode_offset_commit_value,
                                      iter_log_records, parse_subscription_topics)
 
 from .kafka_client import EARLIEST, LATEST, Cluster, read_range
-from .schemas import GROUP_METADATA, MEMBER_TYPE, OFFSET_COMMIT, OFFSETS_LOG_ARROW, OFFSETS_LOG_DDL
+from .schemas import GROUP_METADATA, OFFSET_COMMIT, OFFSETS_LOG_ARROW, OFFSETS_LOG_DDL, OFFSETS_LOG_FIELDS
 
 CHUNK_RECORDS = 65536  # records per Arrow batch
 CHUNK_BYTES = 4 << 20  # bytes of segment scanned per scan_key_values call
@@ -193,9 +197,15 @@ def _key_columns(keys: list[bytes]) -> tuple[np.ndarray, pa.Array, pa.Array, np.
             pa.array(table.topics, pa.string()).take(ids_arrow), np.array(table.partitions, np.int32)[ids])
 
 
-def decode_chunk(keys: list[bytes], values: list[bytes | None], log_offsets: list[int],
-                 record_timestamps_ms: list[int], log_partition: int) -> pa.RecordBatch:
-    """One Arrow batch of offsets-log rows from parallel lists of raw records."""
+GROUP_COLUMNS = ["protocol_type", "generation", "protocol", "leader", "state_timestamp", "members"]
+ALL_COLUMNS = tuple(OFFSETS_LOG_ARROW.names)
+
+
+def decode_chunk(keys: list[bytes], values: list[bytes | None], log_offsets: np.ndarray,
+                 record_timestamps_ms: np.ndarray, log_partition: int,
+                 columns: tuple[str, ...] = ALL_COLUMNS) -> pa.RecordBatch:
+    """One Arrow batch of offsets-log rows from parallel lists of raw records, with only the
+    requested `columns` (in the source's column order) built."""
     n = len(keys)
     kinds, groups, topics, partitions = _key_columns(keys)
     tomb = np.fromiter(map(operator.is_, values, repeat(None)), np.bool_, n)
@@ -219,44 +229,51 @@ def decode_chunk(keys: list[bytes], values: list[bytes | None], log_offsets: lis
                 full[i] = m
             metadata = pa.array(full, pa.string())
 
-    group_arrays = [pa.nulls(n, f.type) for f in OFFSETS_LOG_ARROW][10:16]  # protocol_type .. members
-    if group_rows.any():
+    built: dict[str, pa.Array] = {name: pa.nulls(n, OFFSETS_LOG_ARROW.field(name).type) for name in GROUP_COLUMNS}
+    if group_rows.any() and any(name in columns for name in GROUP_COLUMNS):
         rows = np.flatnonzero(group_rows).tolist()
-        for k, col in enumerate(_group_columns(list(compress(values, group_rows)))):
+        for name, col in zip(GROUP_COLUMNS, _group_columns(list(compress(values, group_rows)))):
             full = [None] * n
             for i, v in zip(rows, col):
                 full[i] = v
-            group_arrays[k] = pa.array(full, OFFSETS_LOG_ARROW.field(10 + k).type)
-
-    columns = [
-        pa.array(KIND_NAMES, pa.string()).take(pa.array(kinds.astype(np.int64))),
-        groups,
-        topics,
-        _masked(partitions, is_commit, pa.int32()),
-        _masked(offset, commit_rows, pa.int64()),
-        _masked(epoch, commit_rows, pa.int32()),
-        metadata,
-        _masked(commit_ts, commit_rows, pa.int64()),
-        _masked(expire_ts, commit_rows, pa.int64()),
-        pa.array(tomb),
-        *group_arrays,
-        pa.array(np.full(n, log_partition, np.int32)),
-        pa.array(np.asarray(log_offsets, np.int64)),
-        pa.array(np.asarray(record_timestamps_ms, np.int64)),
-    ]
-    batch = pa.RecordBatch.from_arrays(columns, schema=OFFSETS_LOG_ARROW)
+            built[name] = pa.array(full, OFFSETS_LOG_ARROW.field(name).type)
+    builders: dict[str, Callable[[], pa.Array]] = {
+        "record_type": lambda: pa.array(KIND_NAMES, pa.string()).take(pa.array(kinds.astype(np.int64))),
+        "group": lambda: groups,
+        "topic": lambda: topics,
+        "partition": lambda: _masked(partitions, is_commit, pa.int32()),
+        "offset": lambda: _masked(offset, commit_rows, pa.int64()),
+        "leader_epoch": lambda: _masked(epoch, commit_rows, pa.int32()),
+        "metadata": lambda: metadata,
+        "commit_timestamp": lambda: _masked(commit_ts, commit_rows, pa.int64()),
+        "expire_timestamp": lambda: _masked(expire_ts, commit_rows, pa.int64()),
+        "tombstone": lambda: pa.array(tomb),
+        **{name: (lambda name=name: built[name]) for name in GROUP_COLUMNS},
+        "log_partition": lambda: pa.array(np.full(n, log_partition, np.int32)),
+        "log_offset": lambda: pa.array(log_offsets),
+        "record_timestamp": lambda: pa.array(record_timestamps_ms),
+    }
+    batch = pa.RecordBatch.from_arrays([builders[name]() for name in columns],
+                                       schema=pa.schema([OFFSETS_LOG_ARROW.field(name) for name in columns]))
     known = kinds != UNKNOWN
     return batch if known.all() else batch.filter(pa.array(known))
 
 
-assert OFFSETS_LOG_ARROW.names[10:16] == ["protocol_type", "generation", "protocol", "leader",
-                                          "state_timestamp", "members"]
-assert OFFSETS_LOG_ARROW.field("members").type.value_type == MEMBER_TYPE
+def requested_columns(schema: StructType) -> tuple[str, ...]:
+    """The source's columns a user-given schema asks for (a subset, same names and types):
+    the readers build only those - column pruning, which Python data sources otherwise lack."""
+    full = {name: ddl.replace(" ", "") for name, _, ddl in OFFSETS_LOG_FIELDS}
+    for field in schema.fields:
+        if full.get(field.name) != field.dataType.simpleString().replace(" ", ""):
+            raise ValueError(f"offsetd-offsets-log has no column {field.name} {field.dataType.simpleString()}; "
+                             f"its columns: {OFFSETS_LOG_DDL}")
+    wanted = set(schema.fieldNames())
+    return tuple(name for name in ALL_COLUMNS if name in wanted)
 
 
 class _Chunk:
     """Parallel columns of raw records waiting to become one Arrow batch: keys and values as
-    lists (filled by the scan callback), log offsets and timestamps as numpy pieces."""
+    lists (filled by the scan callback `add`), log offsets and timestamps as numpy pieces."""
 
     def __init__(self) -> None:
         self.keys: list = []
@@ -264,10 +281,12 @@ class _Chunk:
         self.offsets: list[np.ndarray] = []
         self.timestamps: list[np.ndarray] = []
 
-    def add(self, key: bytes, value: bytes | None) -> None:
-        """scan_key_values callback."""
-        self.keys.append(key)
-        self.values.append(value)
+        # scan_key_values calls this once per record: bound appends, no attribute lookups
+        def add(key: bytes, value: bytes | None, keys: Callable = self.keys.append,
+                values: Callable = self.values.append) -> None:
+            keys(key)
+            values(value)
+        self.add = add
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -303,11 +322,17 @@ def _lengths(items: list[bytes | None]) -> np.ndarray:
     return out
 
 
-def implied_stamps(data: np.ndarray, batches: list[tuple[int, BatchHeader]], keys: list[bytes | None],
+# Columns of a batch-header table: the fields of records.batch's 61-byte header, in order.
+(H_BASE_OFFSET, H_BATCH_LENGTH, _H_EPOCH, H_MAGIC, _H_CRC, H_ATTRIBUTES, _H_LAST_DELTA, H_BASE_TIMESTAMP,
+ H_MAX_TIMESTAMP, H_PRODUCER_ID, _H_PRODUCER_EPOCH, _H_BASE_SEQUENCE, H_COUNT) = range(13)
+
+
+def implied_stamps(data: np.ndarray, positions: np.ndarray, headers: np.ndarray, keys: list[bytes | None],
                    values: list[bytes | None]) -> tuple[np.ndarray, np.ndarray] | None:
-    """(log offsets, record timestamps) of a run of plain batches whose records all have
-    timestamp delta 0 and offset delta = their index, as coordinators write this log - or
-    None, and the caller walks the records (records.batch.record_timestamps).
+    """(log offsets, record timestamps) of a run of plain batches (byte `positions`, header
+    table `headers`: one row of H_* fields per batch) whose records all have timestamp delta
+    0 and offset delta = their index, as coordinators write this log - or None, and the
+    caller walks the records (records.batch.record_timestamps).
 
     The claim is checked, not assumed: from the key and value lengths the scan returned, the
     position of every framing field follows (record length, attributes, timestampDelta,
@@ -315,24 +340,22 @@ def implied_stamps(data: np.ndarray, batches: list[tuple[int, BatchHeader]], key
     and each of those bytes must hold exactly what the claim implies, with the records
     filling each batch exactly. That is the parse a record walker would make, done for all
     records at once with numpy."""
-    counts = np.array([h.records_count for _, h in batches], np.int64)
+    counts = headers[:, H_COUNT]
     n = int(counts.sum())
-    if n != len(keys) or n == 0 or counts.min() == 0:
+    if n != len(keys) or n == 0 or counts.min() <= 0:
         return None
     first = np.cumsum(counts) - counts
-    batch_of = np.repeat(np.arange(len(batches)), counts)
+    batch_of = np.repeat(np.arange(len(counts)), counts)
     index = np.arange(n) - first[batch_of]  # offset delta claimed
     klen, vlen = _lengths(keys), _lengths(values)
     s_off, s_key, s_value = _varint_size(2 * index), _varint_size(_zigzag(klen)), _varint_size(_zigzag(vlen))
     body = 3 + s_off + s_key + np.maximum(klen, 0) + s_value + np.maximum(vlen, 0)  # + attributes, ts, headers
     s_len = _varint_size(_zigzag(body))
     size = s_len + body
-    ends = np.cumsum(size)
-    starts_in_batch = ends - size - (ends - size)[first][batch_of]
-    area = np.array([pos + BATCH_HEADER_SIZE for pos, _ in batches], np.int64)
-    if not np.array_equal(np.add.reduceat(size, first), np.array([h.size for _, h in batches]) - BATCH_HEADER_SIZE):
+    if not np.array_equal(np.add.reduceat(size, first), headers[:, H_BATCH_LENGTH] + LOG_OVERHEAD - BATCH_HEADER_SIZE):
         return None
-    start = area[batch_of] + starts_in_batch
+    ends = np.cumsum(size)
+    start = (positions + BATCH_HEADER_SIZE)[batch_of] + ends - size - (ends - size)[first][batch_of]
     attr = start + s_len
     key_at = attr + 2 + s_off
     value_at = key_at + s_key + np.maximum(klen, 0)
@@ -344,22 +367,41 @@ def implied_stamps(data: np.ndarray, batches: list[tuple[int, BatchHeader]], key
               (headers_at, zero, one)]
     if not all(_varints_match(data, at, value, width) for at, value, width in checks):
         return None
-    base_offset = np.array([h.base_offset for _, h in batches], np.int64)
-    stamp = np.array([h.max_timestamp if h.attributes & TIMESTAMP_TYPE_MASK else h.base_timestamp
-                      for _, h in batches], np.int64)
-    return base_offset[batch_of] + index, stamp[batch_of]
+    log_append = (headers[:, H_ATTRIBUTES] & TIMESTAMP_TYPE_MASK) != 0
+    stamp = np.where(log_append, headers[:, H_MAX_TIMESTAMP], headers[:, H_BASE_TIMESTAMP])
+    return headers[:, H_BASE_OFFSET][batch_of] + index, stamp[batch_of]
+
+
+def batch_table(data: bytes, pos: int = 0) -> Iterator[tuple[int, tuple[int, ...]]]:
+    """(position, header fields) of each complete batch from `pos`, as records.batch.iter_batches
+    walks them (stops at a torn tail: a short header, a too-small length, a batch running past
+    the end), as plain tuples: the header table's rows. A batch of another magic is an error."""
+    n = len(data)
+    while n - pos >= BATCH_HEADER_SIZE:
+        header = _HEADER_UNPACK_FROM(data, pos)
+        size = header[H_BATCH_LENGTH] + LOG_OVERHEAD
+        if header[H_BATCH_LENGTH] < MIN_BATCH_LENGTH or pos + size > n:
+            return
+        if header[H_MAGIC] != 2:
+            raise RecordDecodeError(f"batch at byte {pos} has magic {header[H_MAGIC]}, not 2")
+        yield pos, header
+        pos += size
+
+
+_NOT_PLAIN = CONTROL_MASK | TRANSACTIONAL_MASK | _COMPRESSION_MASK
 
 
 class _SegmentDecoder:
     """Walks one segment's batches: runs of plain batches go to scan_key_values in one call,
     other batches through the general walker; full chunks come out as Arrow batches."""
 
-    def __init__(self, data: bytes, log_partition: int) -> None:
+    def __init__(self, data: bytes, log_partition: int, columns: tuple[str, ...]) -> None:
         self.data = data
+        self.columns = columns
         self.bytes = np.frombuffer(data, np.uint8)
         self.log_partition = log_partition
         self.chunk = _Chunk()
-        self.run: list[tuple[int, BatchHeader]] = []  # plain batches not yet scanned
+        self.run: list[tuple[int, tuple[int, ...]]] = []  # plain batches not yet scanned
         self.pending: dict[int, list[tuple[int, int, bytes, bytes | None]]] = {}  # open transactions
 
     def flush_run(self) -> None:
@@ -368,11 +410,14 @@ class _SegmentDecoder:
             return
         chunk, run = self.chunk, self.run
         first = len(chunk)
-        start, (last_pos, last) = run[0][0], run[-1]
-        scan_key_values(self.data[start:last_pos + last.size], chunk.add)
-        stamps = implied_stamps(self.bytes, run, chunk.keys[first:], chunk.values[first:])
+        last_pos, last = run[-1]
+        scan_key_values(self.data[run[0][0]:last_pos + last[H_BATCH_LENGTH] + LOG_OVERHEAD], chunk.add)
+        positions = np.array([pos for pos, _ in run], np.int64)
+        headers = np.array([h for _, h in run], np.int64)
+        stamps = implied_stamps(self.bytes, positions, headers, chunk.keys[first:], chunk.values[first:])
         if stamps is None:
-            pairs = [pair for pos, h in run for pair in record_timestamps(self.data[pos:pos + h.size])]
+            pairs = [pair for pos, h in run
+                     for pair in record_timestamps(self.data[pos:pos + h[H_BATCH_LENGTH] + LOG_OVERHEAD])]
             stamps = (np.array([o for o, _ in pairs], np.int64), np.array([t for _, t in pairs], np.int64))
         chunk.offsets.append(stamps[0])
         chunk.timestamps.append(stamps[1])
@@ -380,7 +425,7 @@ class _SegmentDecoder:
 
     def take(self) -> pa.RecordBatch:
         """The chunk as an Arrow batch; a new chunk starts."""
-        batch = _emit(self.chunk, self.log_partition)
+        batch = _emit(self.chunk, self.log_partition, self.columns)
         self.chunk = _Chunk()
         return batch
 
@@ -401,18 +446,18 @@ class _SegmentDecoder:
     def batches(self) -> Iterator[pa.RecordBatch]:
         """Arrow batches of every record (a torn tail is ignored, as at load)."""
         run_bytes = 0
-        for pos, header in iter_batches(self.data):
-            if (header.compression == COMPRESSION_NONE and header.producer_id < 0
-                    and not header.attributes & (CONTROL_MASK | TRANSACTIONAL_MASK)):
+        for pos, header in batch_table(self.data):
+            size = header[H_BATCH_LENGTH] + LOG_OVERHEAD
+            if not header[H_ATTRIBUTES] & _NOT_PLAIN and header[H_PRODUCER_ID] < 0:
                 self.run.append((pos, header))
-                run_bytes += header.size
+                run_bytes += size
                 if run_bytes >= CHUNK_BYTES:
                     self.flush_run()
                     run_bytes = 0
             else:
                 self.flush_run()
                 run_bytes = 0
-                self.general(self.data[pos:pos + header.size], bool(header.attributes & TRANSACTIONAL_MASK))
+                self.general(self.data[pos:pos + size], bool(header[H_ATTRIBUTES] & TRANSACTIONAL_MASK))
             if len(self.chunk) >= CHUNK_RECORDS:
                 yield self.take()
         self.flush_run()
@@ -420,9 +465,10 @@ class _SegmentDecoder:
             yield self.take()
 
 
-def decode_segment(data: bytes, log_partition: int) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of every record of one segment file's bytes."""
-    return _SegmentDecoder(data, log_partition).batches()
+def decode_segment(data: bytes, log_partition: int,
+                   columns: tuple[str, ...] = ALL_COLUMNS) -> Iterator[pa.RecordBatch]:
+    """Arrow batches (with `columns`) of every record of one segment file's bytes."""
+    return _SegmentDecoder(data, log_partition, columns).batches()
 
 
 def _append(chunk: _Chunk, offset: int, ts: int, key: bytes, value: bytes | None) -> None:
@@ -432,11 +478,11 @@ def _append(chunk: _Chunk, offset: int, ts: int, key: bytes, value: bytes | None
     chunk.timestamps.append(np.array([ts], np.int64))
 
 
-def _emit(chunk: _Chunk, log_partition: int) -> pa.RecordBatch:
+def _emit(chunk: _Chunk, log_partition: int, columns: tuple[str, ...]) -> pa.RecordBatch:
     """The chunk's records as one Arrow batch."""
     stamps = np.concatenate(chunk.timestamps) if chunk.timestamps else np.zeros(0, np.int64)
     offsets = np.concatenate(chunk.offsets) if chunk.offsets else np.zeros(0, np.int64)
-    return decode_chunk(chunk.keys, chunk.values, offsets, stamps, log_partition)
+    return decode_chunk(chunk.keys, chunk.values, offsets, stamps, log_partition, columns)
 
 
 @dataclass(frozen=True)
@@ -475,8 +521,9 @@ def segment_files(path: str) -> list[SegmentFile]:
 class OffsetsLogReader(DataSourceReader):
     """Plans one task per segment file or log partition; decodes in the executors."""
 
-    def __init__(self, options: Mapping[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str], columns: tuple[str, ...] = ALL_COLUMNS) -> None:
         self.options = options  # case-insensitive, as Spark passes it
+        self.columns = columns
         wanted = options.get("partitions")
         self.only = {int(p) for p in wanted.split(",")} if wanted else None
         if bool(options.get("path")) == bool(options.get("kafka.bootstrap.servers")):
@@ -499,19 +546,19 @@ class OffsetsLogReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Decode one segment file or one log partition's range."""
         if isinstance(partition, SegmentFile):
-            yield from decode_segment(Path(partition.path).read_bytes(), partition.log_partition)
+            yield from decode_segment(Path(partition.path).read_bytes(), partition.log_partition, self.columns)
             return
         assert isinstance(partition, LogRange)
         for messages in read_range(self.options, OFFSETS_TOPIC, partition.log_partition, partition.start,
                                    partition.end, fail_on_data_loss=False, group_id="offsetd-spark-offsets-log"):
             chunk = _Chunk()
             kept = [m for m in messages if m.key() is not None]
-            chunk.keys = [m.key() for m in kept]
-            chunk.values = [m.value() for m in kept]
+            chunk.keys.extend(m.key() for m in kept)
+            chunk.values.extend(m.value() for m in kept)
             chunk.offsets.append(np.array([m.offset() for m in kept], np.int64))
             chunk.timestamps.append(np.array([m.timestamp()[1] for m in kept], np.int64))
             if kept:
-                yield _emit(chunk, partition.log_partition)
+                yield _emit(chunk, partition.log_partition, self.columns)
 
 
 class OffsetsLogSource(DataSource):
@@ -525,4 +572,5 @@ class OffsetsLogSource(DataSource):
         return OFFSETS_LOG_DDL
 
     def reader(self, schema: StructType) -> OffsetsLogReader:
-        return OffsetsLogReader(self.options)
+        """A reader building the columns of `schema` (the full schema unless the user gave a subset)."""
+        return OffsetsLogReader(self.options, requested_columns(schema))

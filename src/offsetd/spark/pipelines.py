@@ -9,12 +9,13 @@ group and all its offsets live in one log partition, so per-group order is total
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, DataFrameWriter, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import StringType
 
-from .schemas import GROUP_METADATA, OFFSET_COMMIT
+from .schemas import GROUP_METADATA, OFFSET_COMMIT, OFFSETS_LOG_FIELDS
 
 DEFAULT_RETENTION_MS = 10080 * 60 * 1000  # offsets.retention.minutes, Kafka's default (7 days)
 DEFAULT_JUMP = 1_000_000  # reset-audit: a forward move of more than this many offsets is a jump
@@ -23,12 +24,16 @@ TP = ["group", "topic", "partition"]
 
 
 def load_offsets_log(spark: SparkSession, *, path: str | None = None, bootstrap: str | None = None,
-                     options: Mapping[str, str] | None = None) -> DataFrame:
-    """The offsets log from segment files (`path`) or a cluster (`bootstrap`)."""
+                     options: Mapping[str, str] | None = None, columns: Sequence[str] | None = None) -> DataFrame:
+    """The offsets log from segment files (`path`) or a cluster (`bootstrap`); with `columns`,
+    only those are decoded (e.g. COMMIT_HISTORY_COLUMNS)."""
     from . import register
 
     register(spark)
     reader = spark.read.format("offsetd-offsets-log")
+    if columns:
+        types = {name: ddl for name, _, ddl in OFFSETS_LOG_FIELDS}
+        reader = reader.schema(", ".join(f"`{name}` {types[name]}" for name in columns))
     if path:
         reader = reader.option("path", path)
     if bootstrap:
@@ -38,6 +43,17 @@ def load_offsets_log(spark: SparkSession, *, path: str | None = None, bootstrap:
     return reader.load()
 
 
+def parquet_writer(df: DataFrame) -> DataFrameWriter:
+    """An overwriting Parquet writer that dictionary-encodes only the string columns (group,
+    topic, metadata, ... repeat endlessly); offsets and timestamps are nearly unique, and
+    building dictionaries for them only to abandon them costs about a third of the write."""
+    writer = df.write.mode("overwrite").option("parquet.enable.dictionary", "false")
+    for field in df.schema.fields:
+        if isinstance(field.dataType, StringType):
+            writer = writer.option(f"parquet.enable.dictionary#{field.name}", "true")
+    return writer
+
+
 def _ms_to_ts(col: Column) -> Column:
     """Epoch milliseconds -> Spark timestamp (null for -1 / null)."""
     return F.when(col >= 0, F.timestamp_millis(col))
@@ -45,13 +61,15 @@ def _ms_to_ts(col: Column) -> Column:
 
 # ----------------------------------------------------------------------------- commit history
 
+COMMIT_FIELDS = [*TP, "offset", "leader_epoch", "metadata", "commit_timestamp", "expire_timestamp"]
+COMMIT_HISTORY_COLUMNS = ["record_type", *COMMIT_FIELDS, "tombstone", *LOG_ORDER]
+"""The offsets-log columns commit_history reads (load_offsets_log(columns=...) prunes the rest)."""
+
+
 def commit_history(log: DataFrame) -> DataFrame:
     """Every offset commit in the log: who committed what, when, where in the log."""
     commits = log.where((F.col("record_type") == OFFSET_COMMIT) & ~F.col("tombstone"))
-    return commits.select(
-        *TP, "offset", "leader_epoch", "metadata", "commit_timestamp",
-        _ms_to_ts(F.col("commit_timestamp")).alias("commit_time"), "expire_timestamp", *LOG_ORDER,
-        "record_timestamp")
+    return commits.select(*COMMIT_FIELDS, _ms_to_ts(F.col("commit_timestamp")).alias("commit_time"), *LOG_ORDER)
 
 
 # -------------------------------------------------------------------------------- lag history

@@ -76,9 +76,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Session settings of every pipeline run (overridable with --conf): Parquet timestamps as plain
+# int64 microseconds (the current standard; INT96 needs a calendar conversion per value).
+SPARK_DEFAULTS = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+
+
 def session(args: argparse.Namespace) -> SparkSession:
     """The SparkSession: spark-submit's when run under it, else local[*] (or --master)."""
     builder = SparkSession.builder.appName(f"offsetd {args.pipeline}")
+    for key, value in SPARK_DEFAULTS.items():
+        builder = builder.config(key, value)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit / a running JVM
         builder = builder.master(args.master or "local[*]")
     for item in args.conf:

@@ -60,14 +60,17 @@ class HistorySpec:
 
     @property
     def records(self) -> int:
+        """Commit records in the data set."""
         return self.groups * self.partitions * self.rounds
 
     @property
     def key(self) -> str:
+        """Cache directory name: every parameter."""
         return f"spark-history-v{FORMAT_VERSION}-g{self.groups}-p{self.partitions}-r{self.rounds}-n{self.num_partitions}"
 
     @staticmethod
     def group(g: int) -> str:
+        """Name of group number g."""
         return f"bench-spark-group-{g:05d}"
 
 
@@ -146,7 +149,8 @@ def run_one(master: str, data: str, records: int) -> dict:
     spark.sparkContext.setLogLevel("ERROR")
     out = tempfile.mkdtemp(prefix="offsetd-bench-spark-")
 
-    def history():  # the job as `offsetd spark commit-history --log-dirs` runs it
+    def history():
+        """The job as `offsetd spark commit-history --log-dirs` runs it."""
         log = pipelines.load_offsets_log(spark, path=data, columns=pipelines.COMMIT_HISTORY_COLUMNS)
         return pipelines.commit_history(log)
 

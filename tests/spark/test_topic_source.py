@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from broker_process import wait_for
 from confluent_kafka.admin import AdminClient, NewPartitions
 from helpers import commit, create_topic, group_offsets, log_end_offsets, produce, records, unique
@@ -149,3 +148,18 @@ def test_stream_picks_up_partitions_added_while_running(spark, shared_broker, tm
         query.stop()
     rows = spark.sql(f"select partition, offset from {group.replace('-', '_')}").collect()
     assert sorted((r.partition, r.offset) for r in rows) == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0)]
+
+
+def test_available_now_reads_what_exists_in_limited_batches_and_commits_it(spark, shared_broker, tmp_path):
+    topic, group = unique("avail"), unique("avail-job")
+    create_topic(shared_broker.bootstrap, topic, 2)
+    records(shared_broker.bootstrap, topic, 20, 2)
+    sizes: list[int] = []
+    df = _stream(spark, shared_broker, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger="6",
+                 commitToGroup=group)
+    query = (df.writeStream.foreachBatch(lambda batch, _: sizes.append(batch.count()))
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+    assert sum(sizes) == 20 and max(sizes) <= 6, sizes
+    assert group_offsets(shared_broker.bootstrap, group) == {(topic, 0): 10, (topic, 1): 10}

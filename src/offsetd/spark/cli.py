@@ -88,6 +88,8 @@ def session(args: argparse.Namespace) -> SparkSession:
         builder = builder.config(key, value)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit / a running JVM
         builder = builder.master(args.master or "local[*]")
+        # Python workers run this interpreter (where offsetd is installed), not `python3` on PATH
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for item in args.conf:
         key, _, value = item.partition("=")
         builder = builder.config(key, value)
@@ -147,17 +149,20 @@ def _lag_inputs(spark: SparkSession, args: argparse.Namespace, commits: DataFram
 
 
 def run_commit_history(spark: SparkSession, args: argparse.Namespace) -> str:
+    """commit-history: every commit, from the pruned offsets log."""
     log = offsets_log(spark, args, pipelines.COMMIT_HISTORY_COLUMNS)
     return _write(pipelines.commit_history(log), args, "commit-history")
 
 
 def run_lag_history(spark: SparkSession, args: argparse.Namespace) -> str:
+    """lag-history: commits against the topics' records and current log end offsets."""
     commits = pipelines.commit_history(offsets_log(spark, args, pipelines.COMMIT_HISTORY_COLUMNS)).cache()
     records, log_end = _lag_inputs(spark, args, commits)
     return _write(pipelines.lag_history(commits, records, log_end, int(time.time() * 1000)), args, "lag-history")
 
 
 def run_expiry_forecast(spark: SparkSession, args: argparse.Namespace) -> str:
+    """expiry-forecast with the given retention settings."""
     forecast = pipelines.expiry_forecast(
         offsets_log(spark, args), args.retention_minutes * 60_000, _group_retention(args.group_retention),
         _time_ms(args.now) if args.now else None)
@@ -165,6 +170,7 @@ def run_expiry_forecast(spark: SparkSession, args: argparse.Namespace) -> str:
 
 
 def run_reset_audit(spark: SparkSession, args: argparse.Namespace) -> str:
+    """reset-audit plus its undo plan CSV."""
     log = offsets_log(spark, args).cache()
     resets = pipelines.reset_audit(log, args.jump_threshold).cache()
     target = _write(resets, args, "reset-audit")
@@ -177,6 +183,7 @@ def run_reset_audit(spark: SparkSession, args: argparse.Namespace) -> str:
 
 
 def run_report(spark: SparkSession, args: argparse.Namespace) -> str:
+    """report.html from the outputs already under --output."""
     return build_report(spark, args.output, os.path.join(args.output, "report.html"))
 
 

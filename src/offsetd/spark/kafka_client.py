@@ -8,6 +8,7 @@ helpers, so the same option set works here. Everything is per call and short-liv
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from typing import Iterable, Iterator, Mapping
@@ -40,12 +41,14 @@ def reader_conf(options: Mapping[str, str], group_id: str) -> dict[str, str]:
             "isolation.level": "read_committed", **conf, "group.id": group_id}
 
 
-def parse_json_offsets(text: str) -> dict[TopicPartitionKey, int]:
-    """Spark's per-partition JSON, {"topic": {"0": 23, "1": -2}} -> {(topic, 0): 23, ...}."""
-    import json
-
-    parsed = json.loads(text)
+def from_json_offsets(parsed: Mapping[str, Mapping[str, int]]) -> dict[TopicPartitionKey, int]:
+    """Spark's per-partition offsets, {"topic": {"0": 23, "1": -2}} -> {(topic, 0): 23, ...}."""
     return {(topic, int(p)): int(o) for topic, parts in parsed.items() for p, o in parts.items()}
+
+
+def parse_json_offsets(text: str) -> dict[TopicPartitionKey, int]:
+    """from_json_offsets of a JSON text (the startingOffsets / endingOffsets options)."""
+    return from_json_offsets(json.loads(text))
 
 
 def to_json_offsets(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, int]]:

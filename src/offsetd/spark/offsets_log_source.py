@@ -72,6 +72,7 @@ class KeyTable(dict):
         self.partitions: list[int] = []
 
     def __missing__(self, raw: bytes) -> int:
+        """Decode a key seen for the first time and give it the next row."""
         key = decode_key(raw)
         row = len(self.kinds)
         if type(key) is OffsetCommitKey:
@@ -566,9 +567,11 @@ class OffsetsLogSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """The format name."""
         return "offsetd-offsets-log"
 
     def schema(self) -> str:
+        """All columns (schemas.OFFSETS_LOG_FIELDS)."""
         return OFFSETS_LOG_DDL
 
     def reader(self, schema: StructType) -> OffsetsLogReader:

@@ -15,11 +15,13 @@ from typing import Callable
 import matplotlib
 
 matplotlib.use("Agg")  # no display: render to PNG bytes
+import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 MAX_GROUPS = 12  # lines per plot; the busiest groups are shown
+MAX_EXPIRY_GROUPS = 25  # bars in the expiry timeline; the soonest-expiring groups are shown
 MAX_TABLE_ROWS = 200
 
 
@@ -27,8 +29,10 @@ def _png(draw: Callable[[plt.Axes], None], title: str) -> str:
     """Render one plot to an <img> tag with the PNG inline."""
     fig, ax = plt.subplots(figsize=(10, 4), dpi=90)
     draw(ax)
+    locator = mdates.AutoDateLocator()  # every plot runs over time; labels as precise as the span needs
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
     ax.set_title(title)
-    fig.autofmt_xdate()
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
@@ -50,6 +54,7 @@ def lag_plot(lag: DataFrame) -> str:
                 .groupBy("group", "time").agg(F.sum("lag").alias("lag")).orderBy("time").toPandas())
 
     def draw(ax: plt.Axes) -> None:
+        """One step line per group."""
         for group, rows in per_time.groupby("group"):
             ax.step(rows["time"], rows["lag"], where="post", label=group)
         ax.set_ylabel("lag (records)")
@@ -66,6 +71,7 @@ def commit_rate_plot(commits: DataFrame) -> str:
                   .count().orderBy("minute").toPandas())
 
     def draw(ax: plt.Axes) -> None:
+        """One line per group."""
         for group, rows in per_minute.groupby("group"):
             ax.plot(rows["minute"], rows["count"], marker="o", label=group)
         ax.set_ylabel("commits per minute")
@@ -78,9 +84,10 @@ def expiry_plot(forecast: DataFrame) -> str:
     """Per group, the span from its first to its last offset expiry (never-expiring offsets left out)."""
     spans = (forecast.where(F.col("expires_at").isNotNull()).groupBy("group")
              .agg(F.min("expires_at").alias("first"), F.max("expires_at").alias("last"), F.count("*").alias("n"))
-             .orderBy("first").limit(40).toPandas())
+             .orderBy("first").limit(MAX_EXPIRY_GROUPS).toPandas())
 
     def draw(ax: plt.Axes) -> None:
+        """One bar per group from its first to its last expiry, a tick at the first."""
         for i, row in enumerate(spans.itertuples()):
             ax.plot([row.first, row.last], [i, i], linewidth=6, solid_capstyle="butt")
             ax.plot([row.first], [i], marker="|", markersize=14, color="black")
@@ -93,6 +100,8 @@ def expiry_plot(forecast: DataFrame) -> str:
 def _table(df: DataFrame, columns: list[str]) -> str:
     """An HTML table of the first MAX_TABLE_ROWS rows."""
     rows = df.select(*columns).limit(MAX_TABLE_ROWS).collect()
+    if not rows:
+        return "<p>None found.</p>"
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in r) + "</tr>" for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -123,7 +132,7 @@ def build_report(spark: SparkSession, outputs: str, target: str) -> str:
     for name, heading, render in SECTIONS:
         parts.append(f"<h2 id='{name}'>{heading}</h2>")
         path = Path(outputs) / name
-        if not path.exists():
+        if not (path / "_SUCCESS").exists():  # Spark writes the marker last: a complete output
             parts.append(f"<p class='missing'>No {name} output (run <code>offsetd spark {name}</code>).</p>")
             continue
         parts.append(render(spark.read.parquet(str(path))))

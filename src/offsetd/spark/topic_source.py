@@ -28,7 +28,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 from pyspark.sql.types import StructType
 
 from .kafka_client import (EARLIEST, LATEST, Cluster, DataLossError, GroupCommitter, TopicPartitionKey,
-                           parse_json_offsets, read_range, to_json_offsets)
+                           from_json_offsets, parse_json_offsets, read_range, to_json_offsets)
 from .schemas import TOPIC_ARROW, TOPIC_DDL
 
 # confluent-kafka timestamp types -> Kafka's TimestampType ids (Spark's timestampType column).
@@ -209,7 +209,7 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         initial offsets), so `start` is committed to commitToGroup here too: the group's lag is
         exact whenever the query is idle."""
         self._commit_to_group(start)
-        begin = parse_json_offsets(json.dumps(start))
+        begin = from_json_offsets(start)
         latest = self._available(begin)
         if self.target is not None:
             latest = {tp: min(o, self.target.get(tp, o)) for tp, o in latest.items()}
@@ -227,8 +227,8 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> list[TopicRange]:
         """One range per partition that has new records; a partition missing from `start` is
         new and starts from its log start offset."""
-        begin = parse_json_offsets(json.dumps(start))
-        stop = parse_json_offsets(json.dumps(end))
+        begin = from_json_offsets(start)
+        stop = from_json_offsets(end)
         new = [tp for tp in stop if tp not in begin]
         begin.update(self.opts.concrete(self.cluster, dict.fromkeys(new, EARLIEST)))
         return [TopicRange(t, p, begin[(t, p)], o) for (t, p), o in sorted(stop.items()) if begin[(t, p)] < o]
@@ -247,7 +247,7 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         if self.committer is None:
             self.committer = GroupCommitter(self.opts.options, self.opts.commit_group)
-        self.committer.commit(parse_json_offsets(json.dumps(done)))
+        self.committer.commit(from_json_offsets(done))
         self.committed = done
 
     def stop(self) -> None:
@@ -278,15 +278,19 @@ class OffsetdTopicSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """The format name."""
         return "offsetd"
 
     def schema(self) -> str:
+        """Spark's Kafka source schema."""
         return TOPIC_DDL
 
     def reader(self, schema: StructType) -> TopicBatchReader:
+        """spark.read."""
         return TopicBatchReader(self.options)
 
     def streamReader(self, schema: StructType) -> TopicStreamReader:
+        """spark.readStream (endingOffsets is a batch option, as in Spark's Kafka source)."""
         if self.options.get("endingOffsets"):
             raise ValueError("endingOffsets is for batch queries only")
         return TopicStreamReader(self.options)

@@ -119,6 +119,10 @@ def test_stream_commits_to_group_limits_batches_and_restarts_without_loss_or_dup
     assert max(sizes) <= 7 and len([s for s in sizes if s]) >= 5, sizes
     # lag as Kafka tools see it: committed == log end
     assert group_offsets(shared_broker.bootstrap, group) == first_end
+    # a standalone group: no members, no protocol type -> offsets expire by commit time (KIP-211)
+    admin = AdminClient({"bootstrap.servers": shared_broker.bootstrap})  # must outlive its futures
+    description = admin.describe_consumer_groups([group], request_timeout=10)[group].result(15)
+    assert description.members == [] and description.is_simple_consumer_group
 
     produce(shared_broker.bootstrap, topic, [{"value": f"w{i}", "partition": i % 3} for i in range(12)])
     second_end = log_end_offsets(shared_broker.bootstrap, topic, 3)

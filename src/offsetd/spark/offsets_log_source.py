@@ -10,13 +10,20 @@ Option `partitions` (comma list) restricts either to some log partitions. A sche
 `.schema("group string, offset bigint, ...")` (a subset of the columns) prunes columns: only
 those are decoded and sent to Spark.
 
-Records are decoded in chunks into Arrow columns with the project's codecs: plain batches go
-through `records.batch.scan_key_values` (flat, CRC-checked) plus `record_timestamps` for the
-offsets and times; keys are decoded once per distinct key in a chunk; OffsetCommit values of
-the common fixed layout (v3, empty metadata) are decoded with one numpy view, others one by one.
-Compressed or transactional batches take `records.offsets.iter_log_records` (committed
-transactions only, as a read_committed consumer sees them). Records of key versions other than
-0-2 (KIP-848 / share groups) are skipped, as the broker's loader skips them.
+Records are decoded in chunks of about CHUNK_RECORDS into Arrow columns, never row by row:
+* runs of plain batches go through the project's flat, CRC-checked `records.batch.scan_key_values`
+  for keys and values;
+* log offsets and record timestamps: coordinators write batches whose records all have
+  timestamp delta 0 and consecutive offset deltas; `implied_stamps` proves that for a whole
+  run by checking every framing byte column-wise with numpy, else `records.batch.record_timestamps`
+  walks the records;
+* keys are decoded column-wise (`_key_columns_vectorized`, the numpy twin of `decode_key` for
+  key versions 0-2; anything else goes through `decode_key` once per distinct key);
+* OffsetCommit values of the common layout (v3, empty metadata) are one numpy view, others
+  `decode_offset_commit_value` each; GroupMetadata values `decode_group_metadata_value` each.
+Compressed, transactional and idempotent batches take `records.offsets.iter_log_records`
+(committed transactions only, as a read_committed consumer sees them). Records of key versions
+other than 0-2 (KIP-848 / share groups) are skipped, as the broker's loader skips them.
 """
 
 from __future__ import annotations

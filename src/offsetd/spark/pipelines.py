@@ -162,7 +162,8 @@ def expiry_forecast(log: DataFrame, retention_ms: int = DEFAULT_RETENTION_MS,
     states = group_states(log)
     joined = (offsets.join(states, "group", "left")
               .where(F.col("deleted_at").isNull() | (F.struct(*LOG_ORDER) > F.col("deleted_at"))))
-    # a group deleted after its last GroupMetadata record and re-created by commits is simple
+    # simple (standalone) group: no protocol type, or no live GroupMetadata record at all (never
+    # joined, or deleted and re-created by commits alone)
     simple = F.col("protocol_type").isNull() | (F.col("state").isNull())
     retention = F.lit(retention_ms).cast("long")
     for group, ms in (group_retention_ms or {}).items():

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from broker_process import wait_for
 from confluent_kafka.admin import AdminClient, NewPartitions
+from pyspark.errors import StreamingQueryException
 from helpers import commit, create_topic, group_offsets, log_end_offsets, produce, records, unique
 
 from offsetd.spark.topic_source import cap_rows
@@ -167,3 +169,30 @@ def test_available_now_reads_what_exists_in_limited_batches_and_commits_it(spark
     assert query.exception() is None
     assert sum(sizes) == 20 and max(sizes) <= 6, sizes
     assert group_offsets(shared_broker.bootstrap, group) == {(topic, 0): 10, (topic, 1): 10}
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_deleted_topic_fails_the_query_unless_fail_on_data_loss_is_false(spark, shared_broker, tmp_path,
+                                                                         fail_on_data_loss):
+    keep, doomed, group = unique("keep"), unique("doomed"), unique("loss-job")
+    for topic in (keep, doomed):
+        create_topic(shared_broker.bootstrap, topic, 1)
+        records(shared_broker.bootstrap, topic, 3, 1)
+    df = _stream(spark, shared_broker, subscribe=f"{keep},{doomed}", startingOffsets="earliest",
+                 commitToGroup=group, failOnDataLoss=fail_on_data_loss)
+    query = (df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(processingTime="200 milliseconds").start())
+    try:
+        wait_for(lambda: committed(query, shared_broker, group) == {(keep, 0): 3, (doomed, 0): 3}, timeout=60,
+                 interval=0.2, message="both topics read")
+        admin = AdminClient({"bootstrap.servers": shared_broker.bootstrap})
+        admin.delete_topics([doomed], operation_timeout=10)[doomed].result(15)
+        records(shared_broker.bootstrap, keep, 2, 1)
+        if fail_on_data_loss == "true":
+            with pytest.raises(StreamingQueryException, match="no longer exist"):
+                query.awaitTermination(60)
+        else:
+            wait_for(lambda: committed(query, shared_broker, group).get((keep, 0)) == 5, timeout=60, interval=0.2,
+                     message="the remaining topic to go on")
+    finally:
+        query.stop()

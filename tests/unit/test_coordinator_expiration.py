@@ -787,7 +787,7 @@ def test_runtime_sweep_calls_the_shard_in_chunks_and_yields_between_them() -> No
     a turn between calls, so a 100k-group shard never stalls it."""
     now = 10 * RETENTION
     shard = _large_shard(now)
-    runtime = ShardRuntime(shard, None, fsync=False, clock=lambda: now, executor=None)  # type: ignore[arg-type]
+    runtime = ShardRuntime(shard, None, fsync=False, clock=lambda: now)  # type: ignore[arg-type]
     runtime.state = ShardState.ACTIVE  # as if loaded (the sweep never runs on a loading shard)
     submitted: list[CoordinatorResult] = []
     runtime.submit = submitted.append  # type: ignore[method-assign]
@@ -858,7 +858,7 @@ def test_sweep_never_expires_an_offset_whose_recommit_is_still_being_written() -
     now = 10 * RETENTION
     shard = GroupCoordinatorShard(0, make_config())
     shard.replay(OffsetCommitKey(G, "t", 0), OffsetCommitValue(offset=1, commit_timestamp=now - RETENTION))
-    runtime = ShardRuntime(shard, _MemoryLog(), fsync=False, clock=lambda: now, executor=None)  # type: ignore[arg-type]
+    runtime = ShardRuntime(shard, _MemoryLog(), fsync=False, clock=lambda: now)  # type: ignore[arg-type]
     runtime.state = ShardState.ACTIVE  # as if loaded (the sweep never runs on a loading shard)
 
     async def main() -> dict:
@@ -881,7 +881,7 @@ def test_topic_deletion_also_removes_an_offset_whose_commit_is_still_being_writt
     as an orphan offset of a topic that no longer exists."""
     now = RETENTION
     shard = GroupCoordinatorShard(0, make_config())
-    runtime = ShardRuntime(shard, _MemoryLog(), fsync=False, clock=lambda: now, executor=None)  # type: ignore[arg-type]
+    runtime = ShardRuntime(shard, _MemoryLog(), fsync=False, clock=lambda: now)  # type: ignore[arg-type]
 
     async def main() -> None:
         token = asyncio.get_running_loop().create_future()

@@ -49,7 +49,7 @@ class Shell:
         self.now = now
         self.plog = PartitionLog.open(tmp_path, "__consumer_offsets", 0, LogConfig(cleanup_policy="compact"), now)
         self.shard = GroupCoordinatorShard(0, make_config(initial_rebalance_delay_ms=0))
-        self.runtime = ShardRuntime(self.shard, self.plog, fsync=True, clock=lambda: self.now, executor=None)
+        self.runtime = ShardRuntime(self.shard, self.plog, fsync=True, clock=lambda: self.now)
 
     async def start(self) -> None:
         await self.runtime.load()

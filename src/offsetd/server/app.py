@@ -96,13 +96,12 @@ class KafkaServer:
         self.max_request_bytes: int = config.get("socket.request.max.bytes")
         self.broker = Broker(config, clock())
         self.broker.on_append = self._wake_fetchers
-        self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fsync")
         self._cleaner_executor: ThreadPoolExecutor | None = None
         offsets_topic = self._offsets_topic()
         group_config = coordinator_config(config)
         self.runtimes = [
             ShardRuntime(GroupCoordinatorShard(p, group_config), plog, fsync=config.get("offsets.topic.fsync.enable"),
-                         clock=clock, executor=self.executor)
+                         clock=clock)
             for p, plog in enumerate(offsets_topic.partitions)
         ]
         self.group_api = GroupApi(self.broker, self.runtimes)
@@ -183,7 +182,6 @@ class KafkaServer:
             runtime.stop()
         for conn in list(self.connections):
             conn.close("broker shutting down")
-        self.executor.shutdown(wait=True)
         if self._cleaner_executor is not None:
             self._cleaner_executor.shutdown(wait=True, cancel_futures=True)
         self.broker.close()

@@ -1,9 +1,13 @@
 """Runs a sans-IO coordinator shard against its `__consumer_offsets` partition.
 
-Write path (DESIGN.md "Request flow"): results queue up while a write is in flight; the next write
-takes them all as one record batch (group commit), appends it, fsyncs off the event loop, replays
-the records and only then completes the requests. Appends to the partition happen only here and
-never while its fsync runs. Loading replays the partition in chunks, yielding to the loop.
+Write path (DESIGN.md "Request flow"): results queue up while the loop is busy; the writer takes
+them all as one record batch (group commit), appends it, fsyncs it, replays the records and only
+then completes the requests. The fsync runs on the event loop: the offsets partition preallocates
+its segments, so an fdatasync there takes ~0.15 ms, less than handing it to a thread and back
+(measured with `bench/run.py --workloads commit-throughput commit-latency`: 10.6k commits/s and
+p50/p99 0.54/0.84 ms inline, 9.0k and 0.67/1.01 ms through a thread). Requests that arrive
+meanwhile wait in their sockets and form the next batch. Appends to the partition happen only
+here. Loading replays the partition in chunks, yielding to the loop.
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ import asyncio
 import enum
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ..coordinator.result import CoordinatorResult
@@ -37,12 +40,11 @@ class ShardRuntime:
     """One shard, its log partition, its write queue and its timer."""
 
     def __init__(self, shard: GroupCoordinatorShard, plog: PartitionLog, *, fsync: bool,
-                 clock: Callable[[], int], executor: ThreadPoolExecutor) -> None:
+                 clock: Callable[[], int]) -> None:
         self.shard = shard
         self.plog = plog
         self.fsync = fsync
         self.clock = clock
-        self.executor = executor
         self.state = ShardState.LOADING
         self.load_time_ms = 0.0
         self.records_loaded = 0
@@ -153,7 +155,6 @@ class ShardRuntime:
         return future
 
     async def _write_loop(self) -> None:
-        loop = asyncio.get_running_loop()
         try:
             while self._queue or self._exclusive:
                 while self._exclusive:
@@ -169,7 +170,7 @@ class ShardRuntime:
                         now = self.clock()
                         self.plog.append(build_batch([(k, v, now, []) for k, v, _ in encoded]), now)
                         if self.fsync:
-                            await loop.run_in_executor(self.executor, self.plog.flush)
+                            self.plog.flush()
                 except Exception as exc:
                     log.error("__consumer_offsets-%d: write failed: %s; rebuilding its groups and offsets "
                               "from the log", self.shard.partition, exc)

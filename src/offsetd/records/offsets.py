@@ -282,14 +282,18 @@ def _read_uvarint(d: bytes, p: int) -> tuple[int, int]:
     return _read_varint_bits(d, p, 5)
 
 
-def _read_str(d: bytes, p: int, flexible: bool) -> tuple[str | None, int]:
-    """String (int16 length or compact); returns None for null."""
+def _read_length(d: bytes, p: int, flexible: bool, fixed: struct.Struct) -> tuple[int, int]:
+    """A length or count: compact (unsigned varint of n + 1) in flexible versions, else the fixed
+    int16/int32 `fixed`; -1 means null."""
     if flexible:
         n, p = _read_uvarint(d, p)
-        n -= 1
-    else:
-        (n,) = _h_unpack(d, p)
-        p += 2
+        return n - 1, p
+    return fixed.unpack_from(d, p)[0], p + fixed.size
+
+
+def _read_str(d: bytes, p: int, flexible: bool) -> tuple[str | None, int]:
+    """String (int16 length or compact); returns None for null."""
+    n, p = _read_length(d, p, flexible, _h)
     if n < 0:
         if n == -1:
             return None, p
@@ -310,12 +314,7 @@ def _read_str_nn(d: bytes, p: int, flexible: bool, name: str) -> tuple[str, int]
 
 def _read_bytes_nn(d: bytes, p: int, flexible: bool, name: str) -> tuple[bytes, int]:
     """Non-nullable bytes (int32 length or compact)."""
-    if flexible:
-        n, p = _read_uvarint(d, p)
-        n -= 1
-    else:
-        (n,) = _i_unpack(d, p)
-        p += 4
+    n, p = _read_length(d, p, flexible, _i)
     if n < 0:
         raise RecordDecodeError(f"non-nullable field {name} has length {n}")
     e = p + n
@@ -530,12 +529,7 @@ def decode_group_metadata_value(data: bytes | bytearray | memoryview) -> GroupMe
         if version >= 2:
             (current_state_timestamp,) = _q_unpack(d, p)
             p += 8
-        if flex:
-            count, p = _read_uvarint(d, p)
-            count -= 1
-        else:
-            (count,) = _i_unpack(d, p)
-            p += 4
+        count, p = _read_length(d, p, flex, _i)
         if count < 0:
             raise RecordDecodeError(f"non-nullable array members has count {count}")
         if count > len(d):  # every member takes well over one byte: garbage count

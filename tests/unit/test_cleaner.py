@@ -26,6 +26,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from storage_helpers import HOUR, T0, FakeClock, clock, crash  # noqa: F401 (clock: fixture)
 from crc32c import crc32c
 from kafka.record.default_records import DefaultRecordBatch
 
@@ -49,23 +50,7 @@ from offsetd.storage.cleaner import (
 )
 from offsetd.storage.partition_log import SWAP_MANIFEST_FILE
 
-T0 = 1_700_000_000_000
-HOUR = 3_600_000
 DAY = 24 * HOUR
-
-
-class FakeClock:
-    def __init__(self, now: int = T0) -> None:
-        self.now = now
-
-    def advance(self, ms: int) -> int:
-        self.now += ms
-        return self.now
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 def compact_config(**kw) -> LogConfig:
@@ -142,19 +127,6 @@ def expected_after(before, start: int, end: int, now: int, delete_retention_ms: 
         elif latest[key] == off and not (value is None and now - ts > delete_retention_ms):
             out.append(rec)
     return out
-
-
-def crash(log: PartitionLog) -> None:
-    """Simulate kill -9 of the owner: drop the descriptors, no flush, no snapshot."""
-    for seg in log._segments:
-        if seg.fd >= 0:
-            os.close(seg.fd)
-            seg.fd = -1
-        for idx in (seg.offset_index, seg.time_index):
-            if idx._fd is not None:
-                os.close(idx._fd)
-                idx._fd = None
-    log._closed = True
 
 
 def leftovers(pdir: Path) -> list[str]:

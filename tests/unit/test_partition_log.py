@@ -9,6 +9,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from storage_helpers import HOUR, T0, FakeClock, clock, crash  # noqa: F401 (clock: fixture)
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from offsetd.records.batch import (
@@ -29,24 +30,6 @@ from offsetd.storage import (
     ProduceError,
 )
 
-T0 = 1_700_000_000_000
-HOUR = 3_600_000
-
-
-class FakeClock:
-    """Milliseconds that only move when the test says so."""
-
-    def __init__(self, now: int = T0) -> None:
-        self.now = now
-
-    def advance(self, ms: int) -> int:
-        self.now += ms
-        return self.now
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 def batch(n: int = 3, ts: int = T0, value_size: int = 20, tag: str = "", **kw) -> bytes:
@@ -72,19 +55,6 @@ def all_records(log: PartitionLog) -> list:
     for pos, h in iter_batches(data):
         out.extend(decode_records(data[pos : pos + h.size]))
     return out
-
-
-def crash(log: PartitionLog) -> None:
-    """Simulate kill -9: drop the file descriptors without flushing, sealing or snapshots."""
-    for seg in log._segments:
-        if seg.fd >= 0:
-            os.close(seg.fd)
-            seg.fd = -1
-        for idx in (seg.offset_index, seg.time_index):
-            if idx._fd is not None:
-                os.close(idx._fd)
-                idx._fd = None
-    log._closed = True
 
 
 def seg_path(tmp_path: Path, base: int, suffix: str = ".log") -> Path:

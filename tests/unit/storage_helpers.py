@@ -1,0 +1,42 @@
+"""Shared pieces of the storage unit tests (tests/unit/test_partition_log.py, test_cleaner.py):
+a fake clock and a simulated kill -9 of a partition log's owner."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from offsetd.storage import PartitionLog
+
+T0 = 1_700_000_000_000
+HOUR = 3_600_000
+
+
+class FakeClock:
+    """Milliseconds that only move when the test says so."""
+
+    def __init__(self, now: int = T0) -> None:
+        self.now = now
+
+    def advance(self, ms: int) -> int:
+        self.now += ms
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def crash(log: PartitionLog) -> None:
+    """Simulate kill -9 of the owner: drop the descriptors without flushing, sealing or snapshots."""
+    for seg in log._segments:
+        if seg.fd >= 0:
+            os.close(seg.fd)
+            seg.fd = -1
+        for idx in (seg.offset_index, seg.time_index):
+            if idx._fd is not None:
+                os.close(idx._fd)
+                idx._fd = None
+    log._closed = True

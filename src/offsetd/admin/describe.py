@@ -241,25 +241,26 @@ def _describe_offsets(cluster: Cluster, descriptions: list[GroupDescription], ve
 def _describe_members(cluster: Cluster, descriptions: list[GroupDescription], verbose: bool,
                       out: Output) -> list[dict[str, Any]]:
     """Members view (Kafka prints the header even for a group without members)."""
-    documents = []
-    for d in descriptions:
-        exists = announce_state(d, out)
-        if exists:
-            out.text(format_members(d, verbose))
-        documents.append({"group": d.group, "state": d.state, "members": members_json(d),
-                          "error": None if exists else f"Consumer group '{d.group}' does not exist."})
-    return documents
+    return _describe_each(descriptions, out, lambda d: format_members(d, verbose),
+                          lambda d: {"group": d.group, "state": d.state, "members": members_json(d)})
 
 
 def _describe_state(cluster: Cluster, descriptions: list[GroupDescription], verbose: bool,
                     out: Output) -> list[dict[str, Any]]:
     """State view."""
+    return _describe_each(descriptions, out, lambda d: format_state(d, verbose), state_json)
+
+
+def _describe_each(descriptions: list[GroupDescription], out: Output, table: Callable[[GroupDescription], str],
+                   document: Callable[[GroupDescription], dict[str, Any]]) -> list[dict[str, Any]]:
+    """A one-table-per-group view: the preamble, the table of each existing group, and per group
+    its JSON document with `error` last."""
     documents = []
     for d in descriptions:
         exists = announce_state(d, out)
         if exists:
-            out.text(format_state(d, verbose))
-        documents.append({**state_json(d), "error": None if exists else f"Consumer group '{d.group}' does not exist."})
+            out.text(table(d))
+        documents.append({**document(d), "error": None if exists else f"Consumer group '{d.group}' does not exist."})
     return documents
 
 

@@ -47,6 +47,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaExcepti
 from confluent_kafka.admin import AdminClient
 
 from offsetd.admin.offsets_log import LogEntry, OffsetsLogError, read_cluster
+from offsetd.admin.table import Column, render
 from offsetd.records.offsets import GroupMetadataKey, OffsetCommitKey
 
 __all__ = [
@@ -368,23 +369,15 @@ def group_health(
 # Rendering
 # ---------------------------------------------------------------------------------------------
 
-# kafka-consumer-groups column layout (reference §1.2): group/topic at least 15 wide and growing,
-# PARTITION 10, offsets and lag 15, left-aligned, one space apart; "-" for a missing value.
-_PARTITION_COLUMNS = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "STATUS")
-_GROUP_COLUMNS = ("GROUP", "STATUS", "TOTAL-LAG", "MAX-LAG-TOPIC", "MAX-LAG-PARTITION", "MAX-LAG",
-                  "PARTITIONS", "COMPLETE")
-
-
-def _cell(value: object) -> str:
-    """A table cell: "-" for a missing value."""
-    return "-" if value is None else str(value)
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], widths: Sequence[int]) -> list[str]:
-    """Left-aligned rows; each column at least its given width, grown to fit, the last unpadded."""
-    grown = [max([w, len(h)] + [len(r[i]) for r in rows]) for i, (h, w) in enumerate(zip(header, widths))]
-    fmt = " ".join(f"{{:<{w}}}" for w in grown[:-1]) + " {}"
-    return [fmt.format(*row) for row in (header, *rows)]
+# kafka-consumer-groups column layout (reference §1.2): group/topic at least 15 wide, PARTITION 10,
+# offsets and lag 15, left-aligned, one space apart, every column growing to fit (the last one is
+# not padded); "-" for a missing value.
+_PARTITION_COLUMNS = [Column(header, width, grows=True) for header, width in (
+    ("GROUP", 15), ("TOPIC", 15), ("PARTITION", 10), ("CURRENT-OFFSET", 15), ("LOG-END-OFFSET", 15),
+    ("LAG", 15))] + [Column("STATUS", 0)]
+_GROUP_COLUMNS = [Column(header, width, grows=True) for header, width in (
+    ("GROUP", 15), ("STATUS", 8), ("TOTAL-LAG", 15), ("MAX-LAG-TOPIC", 15), ("MAX-LAG-PARTITION", 17),
+    ("MAX-LAG", 15), ("PARTITIONS", 10))] + [Column("COMPLETE", 0)]
 
 
 def format_health(results: list[GroupHealth]) -> str:
@@ -398,15 +391,14 @@ def format_health(results: list[GroupHealth]) -> str:
         if g.error is not None:
             lines.append(f"Error: Health of consumer group '{g.group}' could not be evaluated: {g.error}")
         elif g.partitions:
-            rows = [(g.group, p.topic, str(p.partition), str(p.current_offset), _cell(p.log_end_offset),
-                     _cell(p.lag), p.status.name) for p in g.partitions]
-            lines += _table(_PARTITION_COLUMNS, rows, (15, 15, 10, 15, 15, 15, 0))
+            rows = [(g.group, p.topic, p.partition, p.current_offset, p.log_end_offset, p.lag, p.status.name)
+                    for p in g.partitions]
+            lines += render(_PARTITION_COLUMNS, rows)
             lines.append("")
         top = g.max_lag
-        summary = (g.group, g.status.name, str(g.total_lag) if g.partitions else "-",
-                   _cell(top and top.topic), _cell(top and top.partition), _cell(top and top.lag),
-                   str(len(g.partitions)), f"{g.complete:.2f}")
-        lines += _table(_GROUP_COLUMNS, [summary], (15, 8, 15, 15, 17, 15, 10, 0))
+        summary = (g.group, g.status.name, g.total_lag if g.partitions else None, top and top.topic,
+                   top and top.partition, top and top.lag, len(g.partitions), f"{g.complete:.2f}")
+        lines += render(_GROUP_COLUMNS, [summary])
     return "\n".join(lines) + "\n"
 
 

@@ -40,6 +40,7 @@ from offsetd.records.batch import (
     MIN_BATCH_LENGTH,
     TIMESTAMP_TYPE_MASK,
 )
+from offsetd.records.varint import encode_uvarint
 
 __all__ = [
     "OFFSETS_TOPIC",
@@ -230,29 +231,19 @@ def _bytes(b: bytes | None) -> bytes:
     return _i.pack(len(b)) + bytes(b)
 
 
-def _uvarint(n: int) -> bytes:
-    """Unsigned base-128 varint (flexible versions; not zig-zag)."""
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _cstr(s: str | None) -> bytes:
     """Compact string: uvarint(length + 1) + UTF-8 bytes; null -> 0."""
     if s is None:
         return b"\x00"
     b = s.encode("utf-8")
-    return _uvarint(len(b) + 1) + b
+    return encode_uvarint(len(b) + 1) + b
 
 
 def _cbytes(b: bytes | None) -> bytes:
     """Compact bytes: uvarint(length + 1) + data; null -> 0."""
     if b is None:
         return b"\x00"
-    return _uvarint(len(b) + 1) + bytes(b)
+    return encode_uvarint(len(b) + 1) + bytes(b)
 
 
 _NO_TAGS = b"\x00"  # empty tagged-field section: count 0
@@ -492,7 +483,7 @@ def _encode_group_metadata_value(v: GroupMetadataValue, version: int | None) -> 
            _i.pack(v.generation), s(v.protocol), s(v.leader)]
     if version >= 2:
         out.append(_q.pack(v.current_state_timestamp))
-    out.append(_uvarint(len(v.members) + 1) if flex else _i.pack(len(v.members)))
+    out.append(encode_uvarint(len(v.members) + 1) if flex else _i.pack(len(v.members)))
     for m in v.members:
         out.append(s(m.member_id))
         if version >= 3:

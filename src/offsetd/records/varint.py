@@ -8,26 +8,30 @@ Python ints are unbounded, so one pair of functions serves both varint (int32) a
 
 from __future__ import annotations
 
-__all__ = ["encode_varint", "decode_varint", "size_of_varint", "VarintError"]
+__all__ = ["encode_uvarint", "encode_varint", "decode_varint", "size_of_varint", "VarintError"]
 
 
 class VarintError(ValueError):
     """A varint is truncated or longer than the 10 bytes a 64-bit value can need."""
 
 
+def encode_uvarint(value: int) -> bytes:
+    """Encode a non-negative integer as an unsigned base-128 varint (flexible-version lengths)."""
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def encode_varint(value: int) -> bytes:
     """Encode a signed integer as a zig-zag varint (what records use for lengths and deltas)."""
     # zig-zag maps 0,-1,1,-2,... to 0,1,2,3,... so small negative numbers stay short.
     v = (value << 1) ^ (value >> 63) if value < 0 else value << 1
-    v &= 0xFFFFFFFFFFFFFFFF
-    if v < 0x80:
-        return bytes((v,))
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
+    return encode_uvarint(v & 0xFFFFFFFFFFFFFFFF)
 
 
 def decode_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:

@@ -346,8 +346,9 @@ def test_client_control_batch_is_invalid_record():
 def test_scan_key_values_matches_decode_records_and_skips_txn_and_control():
     """The loader's flat scan sees exactly what the general decoder sees, in order."""
     from offsetd.records.batch import (
-        CONTROL_MASK, TRANSACTIONAL_MASK, build_batch, decode_records, scan_key_values,
+        CONTROL_MASK, TRANSACTIONAL_MASK, build_batch, decode_records,
     )
+    from offsetd.records.scan import scan_key_values
 
     records = [(b"k" * (i % 70), None if i % 5 == 0 else b"v" * (i * 3), 1000 + i,
                 [("h", b"x")] if i % 7 == 0 else []) for i in range(200)]
@@ -364,7 +365,8 @@ def test_scan_key_values_matches_decode_records_and_skips_txn_and_control():
 
 
 def test_scan_key_values_rejects_corruption_and_stops_at_torn_tail():
-    from offsetd.records.batch import InvalidBatch, build_batch, scan_key_values
+    from offsetd.records.batch import InvalidBatch, build_batch
+    from offsetd.records.scan import scan_key_values
 
     batch = build_batch([(b"key", b"value", 1, [])])
     corrupt = bytearray(batch)

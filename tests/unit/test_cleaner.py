@@ -32,7 +32,8 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from offsetd.coordinator.config import GroupCoordinatorConfig
 from offsetd.coordinator.shard import GroupCoordinatorShard
-from offsetd.records.batch import TRANSACTIONAL_MASK, build_batch, iter_batches, scan_key_values
+from offsetd.records.batch import TRANSACTIONAL_MASK, build_batch, iter_batches
+from offsetd.records.scan import scan_key_values
 from offsetd.records.offsets import (
     GroupMetadataKey,
     OffsetCommitKey,

@@ -67,7 +67,7 @@ def _collect(scan_module: ModuleType, table_module: ModuleType, log: bytes) -> t
     other: list = []
     groups: list = []
     table = table_module.OffsetsTable(lambda k, v: other.append((k, v)), groups.append)
-    seen = scan_module.scan_plain_batches(log, table.replay)
+    seen = scan_module.scan_key_values(log, table.replay)
     return seen, table.by_group, other, groups
 
 
@@ -87,4 +87,4 @@ def test_compiled_scan_rejects_a_batch_whose_records_run_past_it():
     from crc32c import crc32c
     batch[17:21] = crc32c(bytes(batch[21:])).to_bytes(4, "big")
     with pytest.raises(InvalidBatch, match="run past its end"):
-        scan.scan_plain_batches(bytes(batch), lambda k, v: None)
+        scan.scan_key_values(bytes(batch), lambda k, v: None)

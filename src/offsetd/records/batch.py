@@ -493,12 +493,3 @@ def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
         raise InvalidBatch(CORRUPT_MESSAGE, f"{end - pos} trailing bytes after the last record")
     return out
 
-
-def scan_key_values(buf: bytes, on_record: Callable[[bytes | None, bytes | None], None]) -> tuple[int, int]:
-    """Call on_record(key, value) for every record of the plain (non-transactional, non-control)
-    uncompressed batches in `buf`, in log order; returns (records seen, bytes consumed). Each
-    batch's CRC-32C is checked; a corrupt batch raises InvalidBatch. The loop lives in
-    records/scan.py, which the build compiles (it runs over millions of records at start-up)."""
-    from offsetd.records.scan import scan_plain_batches  # here: scan.py imports this module's layout
-
-    return scan_plain_batches(buf, on_record)

@@ -15,7 +15,7 @@ Non-flexible encodings: string = int16 length + UTF-8 (-1 = null), bytes = int32
 unsigned varint of length + 1 (0 = null), and end every struct with a tagged-field section:
 unsigned-varint count, then (uvarint tag, uvarint size, size bytes) per field.
 
-The broker's start-up replay does not decode values at all (records/batch.py `scan_key_values`
+The broker's start-up replay does not decode values at all (records/scan.py `scan_key_values`
 feeds key and value bytes to the coordinator); these decoders serve reads, tools and tests.
 """
 

@@ -20,7 +20,7 @@ from offsetd.records.varint import decode_varint
 OnRecord = Callable[[Optional[bytes], Optional[bytes]], None]
 
 
-def scan_plain_batches(buf: bytes, on_record: OnRecord) -> tuple[int, int]:
+def scan_key_values(buf: bytes, on_record: OnRecord) -> tuple[int, int]:
     """Call on_record(key, value) for every record of the plain (non-transactional, non-control)
     uncompressed batches in `buf`, in log order; returns (records seen, bytes consumed).
 

@@ -20,7 +20,8 @@ from typing import Any, Callable
 
 from ..coordinator.result import CoordinatorResult
 from ..coordinator.shard import GroupCoordinatorShard
-from ..records.batch import build_batch, iter_batches, scan_key_values
+from ..records.batch import build_batch, iter_batches
+from ..records.scan import scan_key_values
 from ..records.offsets import encode_key, encode_value
 from ..storage.partition_log import PartitionLog
 

@@ -11,7 +11,7 @@ Option `partitions` (comma list) restricts either to some log partitions. A sche
 those are decoded and sent to Spark.
 
 Records are decoded in chunks of about CHUNK_RECORDS into Arrow columns, never row by row:
-* runs of plain batches go through the project's flat, CRC-checked `records.batch.scan_key_values`
+* runs of plain batches go through the project's flat, CRC-checked `records.scan.scan_key_values`
   for keys and values;
 * log offsets and record timestamps: coordinators write batches whose records all have
   timestamp delta 0 and consecutive offset deltas; `implied_stamps` proves that for a whole
@@ -44,11 +44,12 @@ from pyspark.sql.types import StructType
 # _HEADER_UNPACK_FROM: the batch-header layout, shared as records/scan.py shares it
 from offsetd.records.batch import (_COMPRESSION_MASK, _HEADER_UNPACK_FROM, BATCH_HEADER_SIZE, CONTROL_MASK,
                                    LOG_OVERHEAD, MIN_BATCH_LENGTH, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK,
-                                   record_timestamps, scan_key_values)
+                                   record_timestamps)
 from offsetd.records.offsets import (OFFSETS_TOPIC, ControlMarker, GroupMetadataKey, OffsetCommitKey,
                                      RecordDecodeError,
                                      decode_group_metadata_value, decode_key, decode_offset_commit_value,
                                      iter_log_records, parse_subscription_topics)
+from offsetd.records.scan import scan_key_values
 
 from .kafka_client import EARLIEST, LATEST, Cluster, read_range
 from .schemas import GROUP_METADATA, OFFSET_COMMIT, OFFSETS_LOG_ARROW, OFFSETS_LOG_DDL, OFFSETS_LOG_FIELDS
@@ -141,6 +142,11 @@ def _be16(data: np.ndarray, pos: np.ndarray) -> np.ndarray:
     return np.where(v >= 0x8000, v - 0x10000, v)
 
 
+def _value_ends(arrow: pa.BinaryArray) -> np.ndarray:
+    """The int32 value offsets of a binary array (one more than its length), as a numpy view."""
+    return np.frombuffer(arrow.buffers()[1], np.int32, len(arrow) + 1, arrow.offset * 4)
+
+
 def _gather_strings(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
     """A UTF-8-checked Arrow string array of data[starts[i] : starts[i] + lengths[i]]."""
     offsets = np.zeros(len(starts) + 1, np.int32)
@@ -164,7 +170,7 @@ def _key_columns_vectorized(keys: list[bytes]) -> tuple[np.ndarray, pa.Array, pa
     arrow = pa.array(keys, pa.binary())
     if arrow.null_count:
         return None
-    ends = np.frombuffer(arrow.buffers()[1], np.int32, n + 1, arrow.offset * 4)
+    ends = _value_ends(arrow)
     data = np.frombuffer(arrow.buffers()[2], np.uint8)
     starts = ends[:-1].astype(np.int64)
     sizes = ends[1:] - ends[:-1]
@@ -323,8 +329,7 @@ def _varints_match(data: np.ndarray, at: np.ndarray, value: np.ndarray, size: np
 def _lengths(items: list[bytes | None]) -> np.ndarray:
     """len() of each item, -1 for None (a null key or value)."""
     arrow = pa.array(items, pa.binary())
-    ends = np.frombuffer(arrow.buffers()[1], np.int32, len(items) + 1, arrow.offset * 4)
-    out = np.diff(ends).astype(np.int64)
+    out = np.diff(_value_ends(arrow)).astype(np.int64)
     if arrow.null_count:
         out[~np.asarray(arrow.is_valid())] = -1
     return out

@@ -5,12 +5,23 @@ tool (confluent-kafka's AdminClient directly)."""
 from __future__ import annotations
 
 import time
+from typing import Iterator
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from broker_process import BrokerProcess
 from integration.clients import create_topic, produce
 from offsetd.admin.groups_cli import main
+
+
+def module_broker(tmp_path_factory, name: str, config: dict[str, str]) -> Iterator[BrokerProcess]:
+    """A module-scoped broker fixture's body: start a broker with `config` in a fresh `name`
+    directory, yield it, stop it if a test has not already."""
+    proc = BrokerProcess(tmp_path_factory.mktemp(name) / "data", config).start()
+    yield proc
+    if proc.alive():
+        proc.stop()
 
 
 def run(capsys, bootstrap: str, *argv: str) -> tuple[int, str, str]:

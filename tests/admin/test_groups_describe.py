@@ -12,8 +12,8 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from broker_process import BrokerProcess, wait_for
-from groups_support import commit, committed, make_topic, pad, run
+from broker_process import wait_for
+from groups_support import commit, committed, make_topic, module_broker, pad, run
 from integration.group_helpers import GROUP_BROKER, Member, poll_until, unique
 
 # Retention is checked every 200 ms so a test can push a log start offset forward.
@@ -23,31 +23,24 @@ OFFSETS_WIDTHS = [15, 15, 10, 15, 15, 15, 15, 15, 0]
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("groups-describe") / "data", BROKER).start()
-    yield proc
-    if proc.alive():
-        proc.stop()
+    yield from module_broker(tmp_path_factory, "groups-describe", BROKER)
 
 
-def test_list_plain_and_with_state_and_type(capsys, tmp_path) -> None:
-    proc = BrokerProcess(tmp_path / "data", GROUP_BROKER).start()
-    try:
-        b = proc.bootstrap
-        make_topic(b, "t", [3])
-        commit(b, "beta", {("t", 0): 1})
-        commit(b, "alpha-group-with-a-long-name", {("t", 0): 2})
-        assert run(capsys, b, "--list") == (0, "alpha-group-with-a-long-name\nbeta\n", "")
-        width = len("alpha-group-with-a-long-name") + 10
-        assert run(capsys, b, "--list", "--state", "--type") == (0, "".join(pad(r, [width, 20, 20]) + "\n" for r in [
-            ["GROUP", "TYPE", "STATE"], ["alpha-group-with-a-long-name", "Classic", "Empty"],
-            ["beta", "Classic", "Empty"]]), "")
-        code, out, _ = run(capsys, b, "--list", "--state", "STABLE")
-        assert (code, out) == (0, pad(["GROUP", "STATE"], [25, 20]) + "\n")
-        code, out, _ = run(capsys, b, "--list", "--output", "json")
-        assert json.loads(out) == [{"group": "alpha-group-with-a-long-name", "type": "Classic", "state": "Empty"},
-                                   {"group": "beta", "type": "Classic", "state": "Empty"}]
-    finally:
-        proc.stop()
+def test_list_plain_and_with_state_and_type(capsys, broker_factory) -> None:
+    b = broker_factory(GROUP_BROKER).bootstrap
+    make_topic(b, "t", [3])
+    commit(b, "beta", {("t", 0): 1})
+    commit(b, "alpha-group-with-a-long-name", {("t", 0): 2})
+    assert run(capsys, b, "--list") == (0, "alpha-group-with-a-long-name\nbeta\n", "")
+    width = len("alpha-group-with-a-long-name") + 10
+    assert run(capsys, b, "--list", "--state", "--type") == (0, "".join(pad(r, [width, 20, 20]) + "\n" for r in [
+        ["GROUP", "TYPE", "STATE"], ["alpha-group-with-a-long-name", "Classic", "Empty"],
+        ["beta", "Classic", "Empty"]]), "")
+    code, out, _ = run(capsys, b, "--list", "--state", "STABLE")
+    assert (code, out) == (0, pad(["GROUP", "STATE"], [25, 20]) + "\n")
+    code, out, _ = run(capsys, b, "--list", "--output", "json")
+    assert json.loads(out) == [{"group": "alpha-group-with-a-long-name", "type": "Classic", "state": "Empty"},
+                               {"group": "beta", "type": "Classic", "state": "Empty"}]
 
 
 def test_describe_empty_group_golden(capsys, broker) -> None:

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import TopicPartition
 
-from broker_process import BrokerProcess
-from groups_support import commit, committed, make_topic, pad, run
+from groups_support import commit, committed, make_topic, module_broker, pad, run
 from integration.group_helpers import GROUP_BROKER, Member, poll_until, unique
 
 DRY_RUN_WARNING = ("WARN: No action will be performed as the --execute option is missing. In a future major "
@@ -27,10 +26,7 @@ UNDO_LINE = re.compile(r"Saved the previous offsets to (.+?); undo with: (.+)\n"
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("groups-reset") / "data", GROUP_BROKER).start()
-    yield proc
-    if proc.alive():
-        proc.stop()
+    yield from module_broker(tmp_path_factory, "groups-reset", GROUP_BROKER)
 
 
 @pytest.fixture(autouse=True)

@@ -161,24 +161,26 @@ _OPTIONAL = {"log.flush.interval.ms", "advertised.listeners"}
 
 
 def parse_properties(text: str) -> dict[str, str]:
-    """Parse Java `.properties` text: `key=value` or `key: value`, `#`/`!` comments, `\\` continuations."""
-    result: dict[str, str] = {}
-    logical = ""
+    """Java `.properties` (server.properties, client --command-config files): `key=value`,
+    `key:value` or `key value`; `#`/`!` comments; a trailing backslash continues the line (also
+    on the last line); `\\` escapes in keys; values are stripped."""
+    props: dict[str, str] = {}
+    pending = ""
     for raw in text.splitlines():
-        line = raw.strip() if not logical else raw.lstrip()
-        if not logical and (not line or line[0] in "#!"):
+        line = pending + raw.lstrip()
+        pending = ""
+        if not line or line[0] in "#!":
             continue
         if line.endswith("\\") and not line.endswith("\\\\"):
-            logical += line[:-1]
+            pending = line[:-1]
             continue
-        logical += line
-        match = re.match(r"^((?:\\.|[^=:\s])+)\s*[=:\s]\s*(.*)$", logical)
-        if match:
-            result[match.group(1).replace("\\", "")] = match.group(2)
-        elif logical:
-            result[logical] = ""
-        logical = ""
-    return result
+        match = re.match(r"((?:[^=:\s\\]|\\.)+)\s*[=:\s]\s*(.*)", line)
+        key, value = (match.group(1), match.group(2)) if match else (line, "")
+        props[key.replace("\\", "")] = value.strip()
+    if pending:
+        key, _, value = pending.partition("=")
+        props[key.strip()] = value.strip()
+    return props
 
 
 class BrokerConfig:

@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from offsetd.admin.client_config import build_client_config, kafka_python_config, parse_properties
+from offsetd.admin.client_config import build_client_config, kafka_python_config
+from offsetd.config import parse_properties
 from offsetd.admin.errors import UsageError
 from offsetd.admin.groups_cli import main
 from offsetd.admin.time_args import format_duration_ms, parse_iso_duration, parse_kafka_datetime

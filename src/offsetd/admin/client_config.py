@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ..config import parse_properties
 from .errors import UsageError
 
 # Java's `sasl.jaas.config` for PLAIN/SCRAM carries the credentials librdkafka wants as
@@ -27,28 +28,6 @@ _KAFKA_PYTHON_KEYS: dict[str, str] = {
     "ssl.key.location": "ssl_keyfile",
     "ssl.key.password": "ssl_password",
 }
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java `.properties`: `key=value`, `key:value` or `key value`; `#`/`!` comments; a trailing
-    backslash continues the line."""
-    props: dict[str, str] = {}
-    pending = ""
-    for raw in text.splitlines():
-        line = pending + raw.lstrip()
-        pending = ""
-        if not line or line[0] in "#!":
-            continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            pending = line[:-1]
-            continue
-        match = re.match(r"((?:[^=:\s\\]|\\.)+)\s*[=:\s]\s*(.*)", line)
-        key, value = (match.group(1), match.group(2)) if match else (line, "")
-        props[key.replace("\\", "")] = value.strip()
-    if pending:
-        key, _, value = pending.partition("=")
-        props[key.strip()] = value.strip()
-    return props
 
 
 def build_client_config(bootstrap: str, command_config: str | None) -> dict[str, str]:

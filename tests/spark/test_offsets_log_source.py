@@ -17,10 +17,7 @@ COMMIT_COLUMNS = ["group", "topic", "partition", "offset", "metadata", "tombston
 
 
 def _log(spark, **options):
-    reader = spark.read.format("offsetd-offsets-log")
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load()
+    return spark.read.format("offsetd-offsets-log").options(**options).load()
 
 
 def _commits(df, groups):

@@ -16,19 +16,13 @@ from helpers import commit, create_topic, group_offsets, log_end_offsets, produc
 from offsetd.spark.topic_source import cap_rows
 
 
-
 def _reader(spark, broker, **options):
-    reader = spark.read.format("offsetd").option("kafka.bootstrap.servers", broker.bootstrap)
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load()
+    return spark.read.format("offsetd").option("kafka.bootstrap.servers", broker.bootstrap).options(**options).load()
 
 
 def _stream(spark, broker, **options):
-    reader = spark.readStream.format("offsetd").option("kafka.bootstrap.servers", broker.bootstrap)
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load()
+    return (spark.readStream.format("offsetd").option("kafka.bootstrap.servers", broker.bootstrap)
+            .options(**options).load())
 
 
 def test_batch_read_between_json_offsets_has_kafka_source_schema(spark, shared_broker):

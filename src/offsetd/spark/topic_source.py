@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import Iterable, Iterator, Mapping
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -213,8 +213,7 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = self._available(begin)
         if self.target is not None:
             latest = {tp: min(o, self.target.get(tp, o)) for tp, o in latest.items()}
-        new = [tp for tp in latest if tp not in begin]
-        begin.update(self.opts.concrete(self.cluster, dict.fromkeys(new, EARLIEST)))
+        self._start_new_partitions(begin, latest)
         end = {tp: max(latest[tp], begin[tp]) for tp in latest}
         if isinstance(limit, ReadMaxRows):
             end = cap_rows(begin, end, limit.max_rows)
@@ -229,9 +228,14 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         new and starts from its log start offset."""
         begin = from_json_offsets(start)
         stop = from_json_offsets(end)
-        new = [tp for tp in stop if tp not in begin]
-        begin.update(self.opts.concrete(self.cluster, dict.fromkeys(new, EARLIEST)))
+        self._start_new_partitions(begin, stop)
         return [TopicRange(t, p, begin[(t, p)], o) for (t, p), o in sorted(stop.items()) if begin[(t, p)] < o]
+
+    def _start_new_partitions(self, begin: dict[TopicPartitionKey, int],
+                              partitions: Iterable[TopicPartitionKey]) -> None:
+        """Add the `partitions` missing from `begin` (new ones) to it at their log start offsets."""
+        new = [tp for tp in partitions if tp not in begin]
+        begin.update(self.opts.concrete(self.cluster, dict.fromkeys(new, EARLIEST)))
 
     def read(self, partition: TopicRange) -> Iterator[pa.RecordBatch]:
         """Runs in an executor's Python worker; stateless."""

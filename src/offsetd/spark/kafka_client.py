@@ -52,7 +52,7 @@ def parse_json_offsets(text: str) -> dict[TopicPartitionKey, int]:
 
 
 def to_json_offsets(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, int]]:
-    """The inverse of parse_json_offsets, as the dict a stream reader returns as its offset."""
+    """The inverse of from_json_offsets: the dict a stream reader returns as its offset."""
     out: dict[str, dict[str, int]] = {}
     for (topic, partition), offset in sorted(offsets.items()):
         out.setdefault(topic, {})[str(partition)] = offset

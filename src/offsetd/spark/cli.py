@@ -23,6 +23,7 @@ from typing import Callable
 from pyspark.sql import DataFrame, SparkSession
 
 # absolute imports: spark-submit runs this file as a script
+from offsetd.config import parse_properties
 from offsetd.spark import pipelines, register
 from offsetd.spark.report import build_report
 
@@ -99,17 +100,11 @@ def session(args: argparse.Namespace) -> SparkSession:
 
 
 def _client_options(args: argparse.Namespace) -> dict[str, str]:
-    """`kafka.*` source options from --command-config (key=value lines, # comments)."""
+    """`kafka.*` source options from --command-config (Java `.properties`, as Kafka's tools read it)."""
     if not getattr(args, "command_config", None):
         return {}
-    options = {}
     with open(args.command_config, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if line and not line.startswith("#") and "=" in line:
-                key, _, value = line.partition("=")
-                options[f"kafka.{key.strip()}"] = value.strip()
-    return options
+        return {f"kafka.{key}": value for key, value in parse_properties(f.read()).items()}
 
 
 def offsets_log(spark: SparkSession, args: argparse.Namespace, columns: list[str] | None = None) -> DataFrame:
@@ -137,9 +132,7 @@ def _lag_inputs(spark: SparkSession, args: argparse.Namespace, commits: DataFram
     ends = cluster.list_offsets(parts, LATEST)
     log_end = spark.createDataFrame([(t, p, o) for (t, p), o in ends.items()],
                                     "topic string, partition int, log_end_offset long")
-    reader = spark.read.format("offsetd").option("startingOffsets", "earliest")
-    for key, value in options.items():
-        reader = reader.option(key, value)
+    reader = spark.read.format("offsetd").option("startingOffsets", "earliest").options(**options)
     if topics:
         records = reader.option("subscribe", ",".join(topics)).load().select("topic", "partition", "offset",
                                                                             "timestamp")

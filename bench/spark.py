@@ -137,7 +137,7 @@ def run_one(master: str, data: str, records: int) -> dict:
     from pyspark.sql import SparkSession
 
     from offsetd.spark import pipelines
-    from offsetd.spark.cli import SPARK_DEFAULTS
+    from offsetd.spark.cli import SPARK_DEFAULTS, read_commit_history
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (SparkSession.builder.master(master).appName("offsetd bench")
@@ -149,8 +149,7 @@ def run_one(master: str, data: str, records: int) -> dict:
 
     def history():
         """The job as `offsetd spark commit-history --log-dirs` runs it."""
-        log = pipelines.load_offsets_log(spark, path=data, columns=pipelines.COMMIT_HISTORY_COLUMNS)
-        return pipelines.commit_history(log)
+        return read_commit_history(spark, argparse.Namespace(log_dirs=data, bootstrap_server=None))
 
     def timed(job) -> float:
         """Best of REPEAT runs: the machine is shared, so the fastest run is the least disturbed."""

@@ -5,14 +5,13 @@ walk (timestamp deltas, headers, LogAppendTime, long batches, tombstones, other 
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from offsetd.records.batch import TIMESTAMP_TYPE_MASK, build_batch
 from offsetd.records.offsets import (GroupMetadataKey, GroupMetadataValue, MemberMetadata, OffsetCommitKey,
                                      OffsetCommitValue, UnknownRecordKey, decode_key, decode_value, encode_key,
                                      encode_value, iter_log_records)
-from offsetd.spark.offsets_log_source import batch_table, decode_segment, implied_stamps
+from offsetd.spark.offsets_log_source import decode_segment
 
 
 def _commit(group: str, partition: int, offset: int, ts: int, metadata: str = "", headers=()) -> tuple:
@@ -63,22 +62,3 @@ CASES = {
 def test_column_decoding_equals_the_row_codecs(name):
     data = b"".join(CASES[name])
     assert _decoded(data) == _expected(data)
-
-
-def _claim(data: bytes):
-    """implied_stamps over all batches of data, with keys and values from the row walker."""
-    records = list(iter_log_records(data))
-    table = list(batch_table(data))
-    return implied_stamps(np.frombuffer(data, np.uint8), np.array([pos for pos, _ in table]),
-                          np.array([h for _, h in table]), [r[2] for r in records], [r[3] for r in records])
-
-
-def test_uniform_framing_is_proven_and_anything_else_is_walked():
-    data = b"".join(UNIFORM)
-    offsets, stamps = _claim(data)
-    assert offsets.tolist() == [r[0] for r in iter_log_records(data)]
-    assert stamps.tolist() == [r[1] for r in iter_log_records(data)]
-    for name in ("timestamp deltas", "headers"):
-        assert _claim(b"".join(CASES[name])) is None, name
-    lat = b"".join(CASES["LogAppendTime"])
-    assert _claim(lat)[1].tolist() == [r[1] for r in iter_log_records(lat)]

@@ -18,7 +18,7 @@ import os
 import sys
 import time
 from datetime import datetime, timezone
-from typing import Callable
+from typing import Callable, Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -107,15 +107,22 @@ def _client_options(args: argparse.Namespace) -> dict[str, str]:
         return {f"kafka.{key}": value for key, value in parse_properties(f.read()).items()}
 
 
-def offsets_log(spark: SparkSession, args: argparse.Namespace, columns: list[str] | None = None) -> DataFrame:
-    """The offsets-log input (only `columns`, if given): segment files when --log-dirs is
-    given, else the cluster."""
+def offsets_log(spark: SparkSession, args: argparse.Namespace, columns: list[str] | None = None,
+                options: Mapping[str, str] | None = None) -> DataFrame:
+    """The offsets-log input (only `columns`, if given; more source `options`): segment files
+    when --log-dirs is given, else the cluster."""
     if not args.log_dirs and not args.bootstrap_server:
         raise SystemExit("give --log-dirs or --bootstrap-server")
     if args.log_dirs:
-        return pipelines.load_offsets_log(spark, path=args.log_dirs, columns=columns)
-    return pipelines.load_offsets_log(spark, bootstrap=args.bootstrap_server, options=_client_options(args),
-                                      columns=columns)
+        return pipelines.load_offsets_log(spark, path=args.log_dirs, options=options, columns=columns)
+    return pipelines.load_offsets_log(spark, bootstrap=args.bootstrap_server,
+                                      options={**_client_options(args), **(options or {})}, columns=columns)
+
+
+def read_commit_history(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+    """commit_history over the offsets log, reading only live commits and the columns it needs."""
+    log = offsets_log(spark, args, pipelines.COMMIT_HISTORY_COLUMNS, pipelines.COMMITS_ONLY)
+    return pipelines.commit_history(log)
 
 
 def _lag_inputs(spark: SparkSession, args: argparse.Namespace, commits: DataFrame) -> tuple[DataFrame, DataFrame]:
@@ -143,15 +150,14 @@ def _lag_inputs(spark: SparkSession, args: argparse.Namespace, commits: DataFram
 
 def run_commit_history(spark: SparkSession, args: argparse.Namespace) -> str:
     """commit-history: every commit, from the pruned offsets log."""
-    log = offsets_log(spark, args, pipelines.COMMIT_HISTORY_COLUMNS)
-    return _write(pipelines.commit_history(log), args, "commit-history")
+    return _write(read_commit_history(spark, args), args, "commit-history")
 
 
 def run_lag_history(spark: SparkSession, args: argparse.Namespace) -> str:
     """lag-history: commits against the topics' records and current log end offsets."""
-    commits = pipelines.commit_history(offsets_log(spark, args, pipelines.COMMIT_HISTORY_COLUMNS)).cache()
-    records, log_end = _lag_inputs(spark, args, commits)
-    return _write(pipelines.lag_history(commits, records, log_end, int(time.time() * 1000)), args, "lag-history")
+    history = read_commit_history(spark, args).cache()
+    records, log_end = _lag_inputs(spark, args, history)
+    return _write(pipelines.lag_history(history, records, log_end, int(time.time() * 1000)), args, "lag-history")
 
 
 def run_expiry_forecast(spark: SparkSession, args: argparse.Namespace) -> str:

@@ -8,30 +8,28 @@ Two ways in, one input partition each:
   `__consumer_offsets` partition, from its log start to the log end at planning time.
 Option `partitions` (comma list) restricts either to some log partitions. A schema given with
 `.schema("group string, offset bigint, ...")` (a subset of the columns) prunes columns: only
-those are decoded and sent to Spark.
+those are decoded and sent to Spark. Options `recordTypes` (offset_commit, group_metadata) and
+`includeTombstones` (true/false) select rows at the source (`Selection`).
 
 Records are decoded in chunks of about CHUNK_RECORDS into Arrow columns, never row by row:
-* runs of plain batches go through the project's flat, CRC-checked `records.scan.scan_key_values`
-  for keys and values;
-* log offsets and record timestamps: coordinators write batches whose records all have
-  timestamp delta 0 and consecutive offset deltas; `implied_stamps` proves that for a whole
-  run by checking every framing byte column-wise with numpy, else `records.batch.record_timestamps`
-  walks the records;
-* keys are decoded column-wise (`_key_columns_vectorized`, the numpy twin of `decode_key` for
-  key versions 0-2; anything else goes through `decode_key` once per distinct key);
+* plain batches go through the project's compiled, CRC-checked `records.scan.scan_columns`: key
+  numbers, values, and (log offset, timestamp) runs - a coordinator's batch is one run;
+* each distinct key is decoded once (`KeyTable`), column-wise with numpy where it can
+  (`_key_columns_vectorized`, the numpy twin of `decode_key` for key versions 0-2; anything
+  else through `decode_key`), and the key columns are taken from that table by key number;
 * OffsetCommit values of the common layout (v3, empty metadata) are one numpy view, others
   `decode_offset_commit_value` each; GroupMetadata values `decode_group_metadata_value` each.
-Compressed, transactional and idempotent batches take `records.offsets.iter_log_records`
+Compressed, transactional and control batches take `records.offsets.iter_log_records`
 (committed transactions only, as a read_committed consumer sees them). Records of key versions
-other than 0-2 (KIP-848 / share groups) are skipped, as the broker's loader skips them.
+other than 0-2 (KIP-848 / share groups) and records without a key are skipped, as the broker's
+loader skips them.
 """
 
 from __future__ import annotations
 
-import operator
 import re
 from dataclasses import dataclass
-from itertools import compress, repeat
+from itertools import compress, islice
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
@@ -41,21 +39,16 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-# _HEADER_UNPACK_FROM: the batch-header layout, shared as records/scan.py shares it
-from offsetd.records.batch import (_COMPRESSION_MASK, _HEADER_UNPACK_FROM, BATCH_HEADER_SIZE, CONTROL_MASK,
-                                   LOG_OVERHEAD, MIN_BATCH_LENGTH, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK,
-                                   record_timestamps)
+from offsetd.records.batch import LOG_OVERHEAD, TRANSACTIONAL_MASK, iter_batches
 from offsetd.records.offsets import (OFFSETS_TOPIC, ControlMarker, GroupMetadataKey, OffsetCommitKey,
-                                     RecordDecodeError,
                                      decode_group_metadata_value, decode_key, decode_offset_commit_value,
                                      iter_log_records, parse_subscription_topics)
-from offsetd.records.scan import scan_key_values
+from offsetd.records.scan import scan_columns
 
 from .kafka_client import EARLIEST, LATEST, Cluster, read_range
 from .schemas import GROUP_METADATA, OFFSET_COMMIT, OFFSETS_LOG_ARROW, OFFSETS_LOG_DDL, OFFSETS_LOG_FIELDS
 
 CHUNK_RECORDS = 65536  # records per Arrow batch
-CHUNK_BYTES = 4 << 20  # bytes of segment scanned per scan_key_values call
 _PARTITION_DIR = re.compile(r"^__consumer_offsets-(\d+)$")
 
 # Record kinds in a chunk's key table (index into KIND_NAMES).
@@ -70,31 +63,36 @@ _V3_EMPTY = np.dtype([("version", ">i2"), ("offset", ">i8"), ("epoch", ">i4"), (
 
 
 class KeyTable(dict):
-    """Raw key bytes -> row in the table's key columns; each distinct key is decoded once."""
+    """Raw key bytes -> key number, numbered in order of first appearance (records.scan.scan_columns
+    fills it; `number` does the same from Python), and the numbered keys decoded once each into
+    columns, so a chunk's key columns are a `take` by key number."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.kinds: list[int] = []
-        self.groups: list[str | None] = []
-        self.topics: list[str | None] = []
-        self.partitions: list[int] = []
+        self.decoded = 0  # keys decoded into the columns below
+        self.kinds = np.zeros(0, np.int8)
+        self.groups: pa.Array = pa.array([], pa.string())
+        self.topics: pa.Array = pa.array([], pa.string())
+        self.partitions = np.zeros(0, np.int32)
 
-    def __missing__(self, raw: bytes) -> int:
-        """Decode a key seen for the first time and give it the next row."""
-        key = decode_key(raw)
-        row = len(self.kinds)
-        if type(key) is OffsetCommitKey:
-            entry = (COMMIT, key.group, key.topic, key.partition)
-        elif type(key) is GroupMetadataKey:
-            entry = (GROUP, key.group, None, -1)
-        else:
-            entry = (UNKNOWN, None, None, -1)
-        self.kinds.append(entry[0])
-        self.groups.append(entry[1])
-        self.topics.append(entry[2])
-        self.partitions.append(entry[3])
-        self[raw] = row
-        return row
+    def number(self, raw: bytes) -> int:
+        """The number of a key, given the next one when it is new."""
+        found = self.get(raw)
+        if found is None:
+            found = self[raw] = len(self)
+        return found
+
+    def columns(self, ids: np.ndarray) -> tuple[np.ndarray, pa.Array, pa.Array, np.ndarray]:
+        """(kinds, groups, topics, partitions) of the keys numbered `ids`; new keys are decoded first."""
+        if self.decoded < len(self):
+            kinds, groups, topics, partitions = _key_columns(list(islice(self, self.decoded, None)))
+            self.kinds = np.concatenate([self.kinds, kinds])
+            self.groups = pa.concat_arrays([self.groups, groups])
+            self.topics = pa.concat_arrays([self.topics, topics])
+            self.partitions = np.concatenate([self.partitions, partitions])
+            self.decoded = len(self)
+        take = pa.array(ids)
+        return self.kinds[ids], self.groups.take(take), self.topics.take(take), self.partitions[ids]
 
 
 def _masked(values: np.ndarray, valid: np.ndarray, dtype: pa.DataType) -> pa.Array:
@@ -102,16 +100,16 @@ def _masked(values: np.ndarray, valid: np.ndarray, dtype: pa.DataType) -> pa.Arr
     return pa.array(values, dtype, mask=~valid)
 
 
-def _commit_columns(raw: list[bytes]) -> tuple[np.ndarray, np.ndarray, list[str] | None, np.ndarray, np.ndarray]:
-    """(offset, leader_epoch, metadata or None for all-empty, commit_ts, expire_ts) of values."""
-    joined = b"".join(raw)
+def _commit_columns(raw: pa.BinaryArray) -> tuple[np.ndarray, np.ndarray, list[str] | None, np.ndarray, np.ndarray]:
+    """(offset, leader_epoch, metadata or None for all-empty, commit_ts, expire_ts) of values (no nulls)."""
     n = len(raw)
-    if len(joined) == _V3_EMPTY.itemsize * n:
-        view = np.frombuffer(joined, _V3_EMPTY)
+    ends = _value_ends(raw)
+    if n and (np.diff(ends) == _V3_EMPTY.itemsize).all():
+        view = np.frombuffer(raw.buffers()[2], _V3_EMPTY, n, int(ends[0]))
         if (view["version"] == 3).all() and (view["md_len"] == 0).all():
             return (view["offset"].astype(np.int64), view["epoch"].astype(np.int32), None,
                     view["commit_ts"].astype(np.int64), np.full(n, -1, np.int64))
-    decoded = [decode_offset_commit_value(v) for v in raw]
+    decoded = [decode_offset_commit_value(v) for v in raw.to_pylist()]
     return (np.fromiter((v.offset for v in decoded), np.int64, n),
             np.fromiter((v.leader_epoch for v in decoded), np.int32, n),
             [v.metadata for v in decoded],
@@ -199,30 +197,70 @@ def _key_columns_vectorized(keys: list[bytes]) -> tuple[np.ndarray, pa.Array, pa
 
 
 def _key_columns(keys: list[bytes]) -> tuple[np.ndarray, pa.Array, pa.Array, np.ndarray]:
-    """(kinds, groups, topics, partitions) of a chunk's keys: column-wise when possible, else
-    through decode_key once per distinct key."""
+    """(kinds, groups, topics, partitions) of distinct keys: column-wise when possible, else
+    decode_key each."""
     fast = _key_columns_vectorized(keys)
     if fast is not None:
         return fast
-    table = KeyTable()
-    ids = np.fromiter(map(table.__getitem__, keys), np.int64, len(keys))
-    ids_arrow = pa.array(ids)
-    return (np.array(table.kinds, np.int8)[ids], pa.array(table.groups, pa.string()).take(ids_arrow),
-            pa.array(table.topics, pa.string()).take(ids_arrow), np.array(table.partitions, np.int32)[ids])
+    entries = [_key_entry(decode_key(raw)) for raw in keys]
+    return (np.array([e[0] for e in entries], np.int8), pa.array([e[1] for e in entries], pa.string()),
+            pa.array([e[2] for e in entries], pa.string()), np.array([e[3] for e in entries], np.int32))
+
+
+def _key_entry(key: object) -> tuple[int, str | None, str | None, int]:
+    """(kind, group, topic, partition) of a decoded key."""
+    if type(key) is OffsetCommitKey:
+        return COMMIT, key.group, key.topic, key.partition
+    if type(key) is GroupMetadataKey:
+        return GROUP, key.group, None, -1
+    return UNKNOWN, None, None, -1
 
 
 GROUP_COLUMNS = ["protocol_type", "generation", "protocol", "leader", "state_timestamp", "members"]
 ALL_COLUMNS = tuple(OFFSETS_LOG_ARROW.names)
 
 
-def decode_chunk(keys: list[bytes], values: list[bytes | None], log_offsets: np.ndarray,
-                 record_timestamps_ms: np.ndarray, log_partition: int,
-                 columns: tuple[str, ...] = ALL_COLUMNS) -> pa.RecordBatch:
-    """One Arrow batch of offsets-log rows from parallel lists of raw records, with only the
-    requested `columns` (in the source's column order) built."""
-    n = len(keys)
-    kinds, groups, topics, partitions = _key_columns(keys)
-    tomb = np.fromiter(map(operator.is_, values, repeat(None)), np.bool_, n)
+@dataclass(frozen=True)
+class Selection:
+    """What a read returns: `columns` (in the source's order; a user-given schema prunes them)
+    and which records become rows - source options `recordTypes` (comma list of offset_commit,
+    group_metadata; default both) and `includeTombstones` (default true). A pipeline that
+    needs only live commits reads just those, without the columns it would filter on."""
+
+    columns: tuple[str, ...] = ALL_COLUMNS
+    kinds: frozenset[int] = frozenset((COMMIT, GROUP))
+    tombstones: bool = True
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str], columns: tuple[str, ...]) -> Selection:
+        """The selection the options ask for (ValueError naming the option when invalid)."""
+        kinds = cls.kinds
+        if options.get("recordTypes"):
+            names = [name.strip() for name in options["recordTypes"].split(",")]
+            unknown = [name for name in names if name not in KIND_NAMES[:UNKNOWN]]
+            if unknown:
+                raise ValueError(f"option recordTypes: unknown record type {unknown[0]!r}; "
+                                 f"give {OFFSET_COMMIT} and/or {GROUP_METADATA}")
+            kinds = frozenset(KIND_NAMES.index(name) for name in names)
+        tombstones = options.get("includeTombstones", "true").strip().lower()
+        if tombstones not in ("true", "false"):
+            raise ValueError(f"option includeTombstones must be true or false, not {tombstones!r}")
+        return cls(columns, kinds, tombstones == "true")
+
+    def rows(self, kinds: np.ndarray, tombstone: np.ndarray) -> np.ndarray:
+        """Which records of a chunk become rows (never records of unknown key versions)."""
+        keep = np.isin(kinds, list(self.kinds))
+        return keep if self.tombstones else keep & ~tombstone
+
+
+def decode_chunk(chunk: _Chunk, table: KeyTable, log_partition: int,
+                 selection: Selection = Selection()) -> pa.RecordBatch:
+    """One Arrow batch of the selected rows of a chunk of raw records (key numbers into `table`),
+    with only the selected columns built."""
+    n = len(chunk)
+    kinds, groups, topics, partitions = table.columns(np.array(chunk.ids, np.int64))
+    values = pa.array(chunk.values, pa.binary())
+    tomb = np.asarray(values.is_null()) if values.null_count else np.zeros(n, np.bool_)
     is_commit = kinds == COMMIT
     commit_rows = is_commit & ~tomb
     group_rows = (kinds == GROUP) & ~tomb
@@ -232,8 +270,11 @@ def decode_chunk(keys: list[bytes], values: list[bytes | None], log_offsets: np.
     commit_ts = np.zeros(n, np.int64)
     expire_ts = np.zeros(n, np.int64)
     metadata: pa.Array = pa.nulls(n, pa.string())
-    if commit_rows.any():
-        o, e, md, c, x = _commit_columns(list(compress(values, commit_rows)))
+    if commit_rows.all():  # the common chunk: commits only, no scatter needed
+        offset, epoch, md, commit_ts, expire_ts = _commit_columns(values)
+        metadata = pa.array(md, pa.string()) if md is not None else pc.if_else(pa.array(commit_rows), "", metadata)
+    elif commit_rows.any():
+        o, e, md, c, x = _commit_columns(values.filter(pa.array(commit_rows)))
         offset[commit_rows], epoch[commit_rows], commit_ts[commit_rows], expire_ts[commit_rows] = o, e, c, x
         if md is None:
             metadata = pc.if_else(pa.array(commit_rows), "", metadata)
@@ -244,9 +285,10 @@ def decode_chunk(keys: list[bytes], values: list[bytes | None], log_offsets: np.
             metadata = pa.array(full, pa.string())
 
     built: dict[str, pa.Array] = {name: pa.nulls(n, OFFSETS_LOG_ARROW.field(name).type) for name in GROUP_COLUMNS}
+    columns = selection.columns
     if group_rows.any() and any(name in columns for name in GROUP_COLUMNS):
         rows = np.flatnonzero(group_rows).tolist()
-        for name, col in zip(GROUP_COLUMNS, _group_columns(list(compress(values, group_rows)))):
+        for name, col in zip(GROUP_COLUMNS, _group_columns(list(compress(chunk.values, group_rows)))):
             full = [None] * n
             for i, v in zip(rows, col):
                 full[i] = v
@@ -264,13 +306,13 @@ def decode_chunk(keys: list[bytes], values: list[bytes | None], log_offsets: np.
         "tombstone": lambda: pa.array(tomb),
         **{name: (lambda name=name: built[name]) for name in GROUP_COLUMNS},
         "log_partition": lambda: pa.array(np.full(n, log_partition, np.int32)),
-        "log_offset": lambda: pa.array(log_offsets),
-        "record_timestamp": lambda: pa.array(record_timestamps_ms),
+        "log_offset": lambda: pa.array(chunk.log_offsets()),
+        "record_timestamp": lambda: pa.array(chunk.timestamps()),
     }
     batch = pa.RecordBatch.from_arrays([builders[name]() for name in columns],
                                        schema=pa.schema([OFFSETS_LOG_ARROW.field(name) for name in columns]))
-    known = kinds != UNKNOWN
-    return batch if known.all() else batch.filter(pa.array(known))
+    rows = selection.rows(kinds, tomb)
+    return batch if rows.all() else batch.filter(pa.array(rows))
 
 
 def requested_columns(schema: StructType) -> tuple[str, ...]:
@@ -286,216 +328,98 @@ def requested_columns(schema: StructType) -> tuple[str, ...]:
 
 
 class _Chunk:
-    """Parallel columns of raw records waiting to become one Arrow batch: keys and values as
-    lists (filled by the scan callback `add`), log offsets and timestamps as numpy pieces."""
+    """Parallel columns of raw records waiting to become one Arrow batch: key numbers (into the
+    decoder's KeyTable) and values, filled by records.scan.scan_columns or `append`, and the
+    records' (log offset, timestamp) as flat runs (first offset, records, timestamp)."""
 
     def __init__(self) -> None:
-        self.keys: list = []
-        self.values: list = []
-        self.offsets: list[np.ndarray] = []
-        self.timestamps: list[np.ndarray] = []
-
-        # scan_key_values calls this once per record: bound appends, no attribute lookups
-        def add(key: bytes, value: bytes | None, keys: Callable = self.keys.append,
-                values: Callable = self.values.append) -> None:
-            keys(key)
-            values(value)
-        self.add = add
+        self.ids: list[int] = []
+        self.values: list[bytes | None] = []
+        self.runs: list[int] = []
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.ids)
 
+    def append(self, table: KeyTable, offset: int, timestamp: int, key: bytes, value: bytes | None) -> None:
+        """Add one record decoded by the general walker (or read through the protocol)."""
+        self.ids.append(table.number(key))
+        self.values.append(value)
+        self.runs.extend((offset, 1, timestamp))
 
-def _varint_size(v: np.ndarray) -> np.ndarray:
-    """Bytes of the unsigned base-128 varint of each (non-negative) value."""
-    return 1 + (v >= 1 << 7) + (v >= 1 << 14) + (v >= 1 << 21) + (v >= 1 << 28)
+    def _runs(self) -> tuple[np.ndarray, np.ndarray]:
+        """(runs as rows of first offset, records, timestamp; each record's index in its run)."""
+        runs = np.array(self.runs, np.int64).reshape(-1, 3)
+        counts = runs[:, 1]
+        return runs, np.arange(len(self)) - np.repeat(np.cumsum(counts) - counts, counts)
 
+    def log_offsets(self) -> np.ndarray:
+        """Each record's log offset."""
+        runs, index = self._runs()
+        return np.repeat(runs[:, 0], runs[:, 1]) + index
 
-def _zigzag(v: np.ndarray) -> np.ndarray:
-    """Zig-zag encoding of signed values (records use it for every varint)."""
-    return np.where(v >= 0, 2 * v, -2 * v - 1)
-
-
-def _varints_match(data: np.ndarray, at: np.ndarray, value: np.ndarray, size: np.ndarray) -> bool:
-    """Whether data holds the varint of `value` (of `size` bytes) at each position `at`."""
-    for k in range(int(size.max())):
-        more = size > k
-        expected = ((value >> (7 * k)) & 0x7F) | np.where(size > k + 1, 0x80, 0)
-        if not np.array_equal(data[at[more] + k], expected[more]):
-            return False
-    return True
-
-
-def _lengths(items: list[bytes | None]) -> np.ndarray:
-    """len() of each item, -1 for None (a null key or value)."""
-    arrow = pa.array(items, pa.binary())
-    out = np.diff(_value_ends(arrow)).astype(np.int64)
-    if arrow.null_count:
-        out[~np.asarray(arrow.is_valid())] = -1
-    return out
-
-
-# Columns of a batch-header table: the fields of records.batch's 61-byte header, in order.
-(H_BASE_OFFSET, H_BATCH_LENGTH, _H_EPOCH, H_MAGIC, _H_CRC, H_ATTRIBUTES, _H_LAST_DELTA, H_BASE_TIMESTAMP,
- H_MAX_TIMESTAMP, H_PRODUCER_ID, _H_PRODUCER_EPOCH, _H_BASE_SEQUENCE, H_COUNT) = range(13)
-
-
-def implied_stamps(data: np.ndarray, positions: np.ndarray, headers: np.ndarray, keys: list[bytes | None],
-                   values: list[bytes | None]) -> tuple[np.ndarray, np.ndarray] | None:
-    """(log offsets, record timestamps) of a run of plain batches (byte `positions`, header
-    table `headers`: one row of H_* fields per batch) whose records all have timestamp delta
-    0 and offset delta = their index, as coordinators write this log - or None, and the
-    caller walks the records (records.batch.record_timestamps).
-
-    The claim is checked, not assumed: from the key and value lengths the scan returned, the
-    position of every framing field follows (record length, attributes, timestampDelta,
-    offsetDelta, key length, value length, header count: reference §4.2, records.offsets),
-    and each of those bytes must hold exactly what the claim implies, with the records
-    filling each batch exactly. That is the parse a record walker would make, done for all
-    records at once with numpy."""
-    counts = headers[:, H_COUNT]
-    n = int(counts.sum())
-    if n != len(keys) or n == 0 or counts.min() <= 0:
-        return None
-    first = np.cumsum(counts) - counts
-    batch_of = np.repeat(np.arange(len(counts)), counts)
-    index = np.arange(n) - first[batch_of]  # offset delta claimed
-    klen, vlen = _lengths(keys), _lengths(values)
-    s_off, s_key, s_value = _varint_size(2 * index), _varint_size(_zigzag(klen)), _varint_size(_zigzag(vlen))
-    body = 3 + s_off + s_key + np.maximum(klen, 0) + s_value + np.maximum(vlen, 0)  # + attributes, ts, headers
-    s_len = _varint_size(_zigzag(body))
-    size = s_len + body
-    if not np.array_equal(np.add.reduceat(size, first), headers[:, H_BATCH_LENGTH] + LOG_OVERHEAD - BATCH_HEADER_SIZE):
-        return None
-    ends = np.cumsum(size)
-    start = (positions + BATCH_HEADER_SIZE)[batch_of] + ends - size - (ends - size)[first][batch_of]
-    attr = start + s_len
-    key_at = attr + 2 + s_off
-    value_at = key_at + s_key + np.maximum(klen, 0)
-    headers_at = value_at + s_value + np.maximum(vlen, 0)
-    zero = np.zeros(n, np.int64)
-    one = np.ones(n, np.int64)
-    checks = [(start, _zigzag(body), s_len), (attr, zero, one), (attr + 1, zero, one),
-              (attr + 2, 2 * index, s_off), (key_at, _zigzag(klen), s_key), (value_at, _zigzag(vlen), s_value),
-              (headers_at, zero, one)]
-    if not all(_varints_match(data, at, value, width) for at, value, width in checks):
-        return None
-    log_append = (headers[:, H_ATTRIBUTES] & TIMESTAMP_TYPE_MASK) != 0
-    stamp = np.where(log_append, headers[:, H_MAX_TIMESTAMP], headers[:, H_BASE_TIMESTAMP])
-    return headers[:, H_BASE_OFFSET][batch_of] + index, stamp[batch_of]
-
-
-def batch_table(data: bytes, pos: int = 0) -> Iterator[tuple[int, tuple[int, ...]]]:
-    """(position, header fields) of each complete batch from `pos`, as records.batch.iter_batches
-    walks them (stops at a torn tail: a short header, a too-small length, a batch running past
-    the end), as plain tuples: the header table's rows. A batch of another magic is an error."""
-    n = len(data)
-    while n - pos >= BATCH_HEADER_SIZE:
-        header = _HEADER_UNPACK_FROM(data, pos)
-        size = header[H_BATCH_LENGTH] + LOG_OVERHEAD
-        if header[H_BATCH_LENGTH] < MIN_BATCH_LENGTH or pos + size > n:
-            return
-        if header[H_MAGIC] != 2:
-            raise RecordDecodeError(f"batch at byte {pos} has magic {header[H_MAGIC]}, not 2")
-        yield pos, header
-        pos += size
-
-
-_NOT_PLAIN = CONTROL_MASK | TRANSACTIONAL_MASK | _COMPRESSION_MASK
+    def timestamps(self) -> np.ndarray:
+        """Each record's timestamp (ms)."""
+        runs = np.array(self.runs, np.int64).reshape(-1, 3)
+        return np.repeat(runs[:, 2], runs[:, 1])
 
 
 class _SegmentDecoder:
-    """Walks one segment's batches: runs of plain batches go to scan_key_values in one call,
-    other batches through the general walker; full chunks come out as Arrow batches."""
+    """Walks one segment's batches: plain batches through the compiled scan, others through the
+    general walker; full chunks come out as Arrow batches."""
 
-    def __init__(self, data: bytes, log_partition: int, columns: tuple[str, ...]) -> None:
+    def __init__(self, data: bytes, log_partition: int, selection: Selection) -> None:
         self.data = data
-        self.columns = columns
-        self.bytes = np.frombuffer(data, np.uint8)
+        self.selection = selection
         self.log_partition = log_partition
+        self.table = KeyTable()
         self.chunk = _Chunk()
-        self.run: list[tuple[int, tuple[int, ...]]] = []  # plain batches not yet scanned
         self.pending: dict[int, list[tuple[int, int, bytes, bytes | None]]] = {}  # open transactions
-
-    def flush_run(self) -> None:
-        """Scan the pending run of plain batches into the chunk."""
-        if not self.run:
-            return
-        chunk, run = self.chunk, self.run
-        first = len(chunk)
-        last_pos, last = run[-1]
-        scan_key_values(self.data[run[0][0]:last_pos + last[H_BATCH_LENGTH] + LOG_OVERHEAD], chunk.add)
-        positions = np.array([pos for pos, _ in run], np.int64)
-        headers = np.array([h for _, h in run], np.int64)
-        stamps = implied_stamps(self.bytes, positions, headers, chunk.keys[first:], chunk.values[first:])
-        if stamps is None:
-            pairs = [pair for pos, h in run
-                     for pair in record_timestamps(self.data[pos:pos + h[H_BATCH_LENGTH] + LOG_OVERHEAD])]
-            stamps = (np.array([o for o, _ in pairs], np.int64), np.array([t for _, t in pairs], np.int64))
-        chunk.offsets.append(stamps[0])
-        chunk.timestamps.append(stamps[1])
-        self.run = []
 
     def take(self) -> pa.RecordBatch:
         """The chunk as an Arrow batch; a new chunk starts."""
-        batch = _emit(self.chunk, self.log_partition, self.columns)
+        batch = decode_chunk(self.chunk, self.table, self.log_partition, self.selection)
         self.chunk = _Chunk()
         return batch
 
     def general(self, batch: bytes, transactional: bool) -> None:
-        """A compressed, transactional, idempotent or control batch; only committed
-        transactional records are kept (read_committed)."""
+        """A compressed, transactional or control batch; only committed transactional records
+        are kept (read_committed)."""
         for offset, ts, key, value, producer in iter_log_records(batch, verify=True):
             if type(key) is ControlMarker:
                 done = self.pending.pop(producer, [])
                 if key is ControlMarker.COMMIT:
                     for record in done:
-                        _append(self.chunk, *record)
+                        self.chunk.append(self.table, *record)
+            elif key is None:
+                continue
             elif transactional:
                 self.pending.setdefault(producer, []).append((offset, ts, key, value))
             else:
-                _append(self.chunk, offset, ts, key, value)
+                self.chunk.append(self.table, offset, ts, key, value)
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         """Arrow batches of every record (a torn tail is ignored, as at load)."""
-        run_bytes = 0
-        for pos, header in batch_table(self.data):
-            size = header[H_BATCH_LENGTH] + LOG_OVERHEAD
-            if not header[H_ATTRIBUTES] & _NOT_PLAIN and header[H_PRODUCER_ID] < 0:
-                self.run.append((pos, header))
-                run_bytes += size
-                if run_bytes >= CHUNK_BYTES:
-                    self.flush_run()
-                    run_bytes = 0
-            else:
-                self.flush_run()
-                run_bytes = 0
-                self.general(self.data[pos:pos + size], bool(header[H_ATTRIBUTES] & TRANSACTIONAL_MASK))
-            if len(self.chunk) >= CHUNK_RECORDS:
+        data, pos = self.data, 0
+        while True:
+            chunk = self.chunk
+            pos = scan_columns(data, pos, CHUNK_RECORDS - len(chunk), self.table, chunk.ids, chunk.values,
+                               chunk.runs)
+            if len(chunk) >= CHUNK_RECORDS:
                 yield self.take()
-        self.flush_run()
+                continue
+            other = next(iter_batches(data, pos), None)  # the scan stopped at this batch, or at the end
+            if other is None:
+                break
+            size = other[1].batch_length + LOG_OVERHEAD
+            self.general(data[pos:pos + size], bool(other[1].attributes & TRANSACTIONAL_MASK))
+            pos += size
         if len(self.chunk):
             yield self.take()
 
 
-def decode_segment(data: bytes, log_partition: int,
-                   columns: tuple[str, ...] = ALL_COLUMNS) -> Iterator[pa.RecordBatch]:
-    """Arrow batches (with `columns`) of every record of one segment file's bytes."""
-    return _SegmentDecoder(data, log_partition, columns).batches()
-
-
-def _append(chunk: _Chunk, offset: int, ts: int, key: bytes, value: bytes | None) -> None:
-    """Add one record decoded by the general walker (or read through the protocol)."""
-    chunk.add(key, value)
-    chunk.offsets.append(np.array([offset], np.int64))
-    chunk.timestamps.append(np.array([ts], np.int64))
-
-
-def _emit(chunk: _Chunk, log_partition: int, columns: tuple[str, ...]) -> pa.RecordBatch:
-    """The chunk's records as one Arrow batch."""
-    stamps = np.concatenate(chunk.timestamps) if chunk.timestamps else np.zeros(0, np.int64)
-    offsets = np.concatenate(chunk.offsets) if chunk.offsets else np.zeros(0, np.int64)
-    return decode_chunk(chunk.keys, chunk.values, offsets, stamps, log_partition, columns)
+def decode_segment(data: bytes, log_partition: int, selection: Selection = Selection()) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of the selected rows and columns of one segment file's bytes."""
+    return _SegmentDecoder(data, log_partition, selection).batches()
 
 
 @dataclass(frozen=True)
@@ -536,7 +460,7 @@ class OffsetsLogReader(DataSourceReader):
 
     def __init__(self, options: Mapping[str, str], columns: tuple[str, ...] = ALL_COLUMNS) -> None:
         self.options = options  # case-insensitive, as Spark passes it
-        self.columns = columns
+        self.selection = Selection.from_options(options, columns)
         wanted = options.get("partitions")
         self.only = {int(p) for p in wanted.split(",")} if wanted else None
         if bool(options.get("path")) == bool(options.get("kafka.bootstrap.servers")):
@@ -559,19 +483,18 @@ class OffsetsLogReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Decode one segment file or one log partition's range."""
         if isinstance(partition, SegmentFile):
-            yield from decode_segment(Path(partition.path).read_bytes(), partition.log_partition, self.columns)
+            yield from decode_segment(Path(partition.path).read_bytes(), partition.log_partition, self.selection)
             return
         assert isinstance(partition, LogRange)
+        table = KeyTable()
         for messages in read_range(self.options, OFFSETS_TOPIC, partition.log_partition, partition.start,
                                    partition.end, fail_on_data_loss=False, group_id="offsetd-spark-offsets-log"):
             chunk = _Chunk()
-            kept = [m for m in messages if m.key() is not None]
-            chunk.keys.extend(m.key() for m in kept)
-            chunk.values.extend(m.value() for m in kept)
-            chunk.offsets.append(np.array([m.offset() for m in kept], np.int64))
-            chunk.timestamps.append(np.array([m.timestamp()[1] for m in kept], np.int64))
-            if kept:
-                yield _emit(chunk, partition.log_partition, self.columns)
+            for m in messages:
+                if m.key() is not None:
+                    chunk.append(table, m.offset(), m.timestamp()[1], m.key(), m.value())
+            if len(chunk):
+                yield decode_chunk(chunk, table, partition.log_partition, self.selection)
 
 
 class OffsetsLogSource(DataSource):

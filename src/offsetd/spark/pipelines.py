@@ -62,14 +62,19 @@ def _ms_to_ts(col: Column) -> Column:
 # ----------------------------------------------------------------------------- commit history
 
 COMMIT_FIELDS = [*TP, "offset", "leader_epoch", "metadata", "commit_timestamp", "expire_timestamp"]
-COMMIT_HISTORY_COLUMNS = ["record_type", *COMMIT_FIELDS, "tombstone", *LOG_ORDER]
+COMMIT_HISTORY_COLUMNS = [*COMMIT_FIELDS, *LOG_ORDER]
 """The offsets-log columns commit_history reads (load_offsets_log(columns=...) prunes the rest)."""
+COMMITS_ONLY = {"recordTypes": OFFSET_COMMIT, "includeTombstones": "false"}
+"""Source options that read only live offset commits: with COMMIT_HISTORY_COLUMNS, the read
+commit_history needs, selected at the source (no record_type or tombstone column to filter on)."""
 
 
 def commit_history(log: DataFrame) -> DataFrame:
-    """Every offset commit in the log: who committed what, when, where in the log."""
-    commits = log.where((F.col("record_type") == OFFSET_COMMIT) & ~F.col("tombstone"))
-    return commits.select(*COMMIT_FIELDS, _ms_to_ts(F.col("commit_timestamp")).alias("commit_time"), *LOG_ORDER)
+    """Every offset commit in the log: who committed what, when, where in the log. `log` is the
+    whole offsets log, or one read with COMMITS_ONLY (then there is nothing left to filter)."""
+    if "record_type" in log.columns:
+        log = log.where((F.col("record_type") == OFFSET_COMMIT) & ~F.col("tombstone"))
+    return log.select(*COMMIT_FIELDS, _ms_to_ts(F.col("commit_timestamp")).alias("commit_time"), *LOG_ORDER)
 
 
 # -------------------------------------------------------------------------------- lag history

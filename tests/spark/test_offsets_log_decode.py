@@ -11,7 +11,9 @@ from offsetd.records.batch import TIMESTAMP_TYPE_MASK, build_batch
 from offsetd.records.offsets import (GroupMetadataKey, GroupMetadataValue, MemberMetadata, OffsetCommitKey,
                                      OffsetCommitValue, UnknownRecordKey, decode_key, decode_value, encode_key,
                                      encode_value, iter_log_records)
-from offsetd.spark.offsets_log_source import decode_segment
+from offsetd.spark import offsets_log_source
+from offsetd.spark.offsets_log_source import ALL_COLUMNS, Selection, decode_segment
+from offsetd.spark.schemas import OFFSET_COMMIT
 
 
 def _commit(group: str, partition: int, offset: int, ts: int, metadata: str = "", headers=()) -> tuple:
@@ -62,3 +64,44 @@ CASES = {
 def test_column_decoding_equals_the_row_codecs(name):
     data = b"".join(CASES[name])
     assert _decoded(data) == _expected(data)
+
+
+def test_chunk_boundaries_do_not_change_the_rows(monkeypatch):
+    data = b"".join(CASES["mixed"])
+    whole = _decoded(data)
+    monkeypatch.setattr(offsets_log_source, "CHUNK_RECORDS", 7)
+    assert len(list(decode_segment(data, 0))) == 3  # whole batches: 16 | 3 + 300 | 3 records
+    assert _decoded(data) == whole
+
+
+def test_records_without_a_key_are_skipped_and_offsets_stay_exact():
+    data = build_batch([_commit("g", 0, 1, 5), (None, b"x", 5, ()), _commit("g", 1, 2, 5)], base_offset=40)
+    assert [(r[0], r[4]) for r in _decoded(data)] == [(40, 0), (42, 1)]
+
+
+SELECTIONS = [
+    ({"recordTypes": "offset_commit"}, lambda r: r[3] is not None),
+    ({"recordTypes": "group_metadata"}, lambda r: r[3] is None),
+    ({"includeTombstones": "false"}, lambda r: not r[7]),
+    ({"recordTypes": "offset_commit, group_metadata", "includeTombstones": "FALSE"}, lambda r: not r[7]),
+    ({"recordTypes": OFFSET_COMMIT, "includeTombstones": "false"}, lambda r: r[3] is not None and not r[7]),
+]
+
+
+@pytest.mark.parametrize("options,kept", SELECTIONS, ids=lambda o: str(o) if isinstance(o, dict) else "")
+def test_row_selection_options(options, kept):
+    data = b"".join(UNIFORM)
+    selection = Selection.from_options(options, ALL_COLUMNS)
+    rows = [(r["log_offset"], r["record_timestamp"], r["group"], r["topic"], r["partition"], r["offset"],
+             r["metadata"], r["tombstone"]) for b in decode_segment(data, 0, selection) for r in b.to_pylist()]
+    expected = [r for r in _expected(data) if kept(r)]
+    assert rows == expected and 0 < len(expected) < len(_expected(data))
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"recordTypes": "commits"}, "option recordTypes: unknown record type 'commits'"),
+    ({"includeTombstones": "no"}, "option includeTombstones must be true or false, not 'no'"),
+])
+def test_invalid_row_selection_options_name_the_option(options, message):
+    with pytest.raises(ValueError, match=message):
+        Selection.from_options(options, ALL_COLUMNS)

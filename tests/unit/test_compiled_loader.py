@@ -13,8 +13,8 @@ import pytest
 
 import offsetd.coordinator.offsets_table as offsets_table
 import offsetd.records.scan as scan
-from offsetd.records.batch import InvalidBatch, build_batch
-from offsetd.records.offsets import OffsetCommitKey, OffsetCommitValue, encode_key, encode_value
+from offsetd.records.batch import TRANSACTIONAL_MASK, InvalidBatch, build_batch
+from offsetd.records.offsets import OffsetCommitKey, OffsetCommitValue, encode_key, encode_value, iter_log_records
 
 COMPILED = [scan, offsets_table]
 
@@ -79,6 +79,53 @@ def test_compiled_and_interpreted_agree():
     assert compiled == interpreted
     (count, consumed), by_group, _, groups = compiled
     assert count > 100 and consumed < len(log) and by_group and groups
+
+
+def _columns(scan_module: ModuleType, log: bytes, max_records: int) -> list:
+    """scan_columns over the whole log, resuming where it stops, `max_records` at a time."""
+    out: list = []
+    keys: dict = {}
+    pos = 0
+    while True:
+        ids: list = []
+        values: list = []
+        runs: list = []
+        pos = scan_module.scan_columns(log, pos, max_records, keys, ids, values, runs)
+        if not ids:
+            return out + [pos, keys]
+        out.append((ids, values, runs))
+
+
+@pytest.mark.parametrize("max_records", [1, 25, 10**9])
+def test_compiled_and_interpreted_column_scans_agree(max_records: int):
+    log = _log(random.Random(11)) + encode_key(OffsetCommitKey("torn", "t", 0))
+    compiled = _columns(scan, log, max_records)
+    assert compiled == _columns(_interpreted(scan), log, max_records)
+    *chunks, pos, keys = compiled
+    assert pos < len(log) and len(keys) > 20
+    expected = [(offset, ts, key, value) for offset, ts, key, value, _ in iter_log_records(log)]
+    numbered = list(keys)
+    got = []
+    for ids, values, runs in chunks:
+        stamps = [(first + i, ts)
+                  for first, count, ts in zip(runs[::3], runs[1::3], runs[2::3]) for i in range(count)]
+        got += [(offset, ts, numbered[k], v) for (offset, ts), k, v in zip(stamps, ids, values, strict=True)]
+    assert got == expected
+    assert sum(len(runs) for _, _, runs in chunks) // 3 == 20  # one run per batch (timestamp delta 0)
+
+
+def test_column_scan_stops_at_a_transactional_batch_and_encodes_timestamp_deltas_as_runs():
+    key = encode_key(OffsetCommitKey("g", "t", 0))
+    deltas = build_batch([(key, b"v", 100, []), (key, b"v", 100, []), (key, b"v", 103, []), (key, None, 103, [])],
+                         base_offset=5)
+    txn = build_batch([(key, b"w", 1, [])], base_offset=9, producer_id=3, producer_epoch=0,
+                      attributes=TRANSACTIONAL_MASK)
+    ids: list = []
+    values: list = []
+    runs: list = []
+    assert scan.scan_columns(deltas + txn, 0, 10**9, {}, ids, values, runs) == len(deltas)
+    assert ids == [0, 0, 0, 0] and values == [b"v", b"v", b"v", None]
+    assert runs == [5, 2, 100, 7, 2, 103]
 
 
 def test_compiled_scan_rejects_a_batch_whose_records_run_past_it():

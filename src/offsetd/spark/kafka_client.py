@@ -46,9 +46,29 @@ def from_json_offsets(parsed: Mapping[str, Mapping[str, int]]) -> dict[TopicPart
     return {(topic, int(p)): int(o) for topic, parts in parsed.items() for p, o in parts.items()}
 
 
-def parse_json_offsets(text: str) -> dict[TopicPartitionKey, int]:
-    """from_json_offsets of a JSON text (the startingOffsets / endingOffsets options)."""
-    return from_json_offsets(json.loads(text))
+def parse_partition_json(option: str, text: str, minimum: int) -> dict[TopicPartitionKey, int]:
+    """A source option's per-partition JSON, {"topic": {"0": 23}}, validated: every value an
+    integer >= minimum (-2 for offsets, where -2/-1 mean earliest/latest; 0 for timestamps).
+    Anything else raises a ValueError that names the option."""
+    example = '{"topicA": {"0": 23, "1": -2}}'
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"option {option} is not valid JSON ({e.msg}): {text!r}; expected e.g. {example}") from None
+    if not isinstance(parsed, dict) or not all(isinstance(parts, dict) for parts in parsed.values()):
+        raise ValueError(f"option {option} must be a JSON object of topics to objects of partitions, "
+                         f"e.g. {example}; got {text!r}")
+    out: dict[TopicPartitionKey, int] = {}
+    for topic, parts in parsed.items():
+        for partition, value in parts.items():
+            if not partition.isdigit():
+                raise ValueError(f"option {option}: partition {partition!r} of topic {topic!r} is not a "
+                                 "partition number")
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"option {option}: {topic}-{partition} has {value!r}, expected an integer "
+                                 f">= {minimum}")
+            out[(topic, int(partition))] = value
+    return out
 
 
 def to_json_offsets(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, int]]:
@@ -92,6 +112,17 @@ class Cluster:
             return {}
         futures = self.admin.list_offsets(wanted, request_timeout=TIMEOUT_S)
         return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+
+    def offsets_for_times(self, timestamps: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int | None]:
+        """Per partition, the earliest offset whose record timestamp is >= the given epoch
+        milliseconds (ListOffsets by timestamp, as KafkaConsumer.offsetsForTimes); None where no
+        record qualifies. One ListOffsets round."""
+        wanted = {TopicPartition(t, p): OffsetSpec.for_timestamp(ts) for (t, p), ts in timestamps.items()}
+        if not wanted:
+            return {}
+        futures = self.admin.list_offsets(wanted, request_timeout=TIMEOUT_S)
+        found = {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+        return {tp: offset if offset >= 0 else None for tp, offset in found.items()}
 
     def group_offsets(self, group: str, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
         """A group's committed offsets for the given partitions; partitions without one are left out."""

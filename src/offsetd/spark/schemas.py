@@ -9,7 +9,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 # Spark's Kafka source columns (key, value, topic, partition, offset, timestamp, timestampType,
-# headers); timestampType is Kafka's TimestampType id: -1 none, 0 CreateTime, 1 LogAppendTime.
+# and headers only with includeHeaders=true); timestampType is Kafka's TimestampType id: -1 none,
+# 0 CreateTime, 1 LogAppendTime.
 HEADER_TYPE = pa.struct([("key", pa.string()), ("value", pa.binary())])
 TOPIC_FIELDS: list[tuple[str, pa.DataType, str]] = [
     ("key", pa.binary(), "binary"),
@@ -19,8 +20,9 @@ TOPIC_FIELDS: list[tuple[str, pa.DataType, str]] = [
     ("offset", pa.int64(), "bigint"),
     ("timestamp", pa.timestamp("us", tz="UTC"), "timestamp"),
     ("timestampType", pa.int32(), "int"),
-    ("headers", pa.list_(HEADER_TYPE), "array<struct<key: string, value: binary>>"),
 ]
+TOPIC_HEADERS_FIELD: tuple[str, pa.DataType, str] = (
+    "headers", pa.list_(HEADER_TYPE), "array<struct<key: string, value: binary>>")
 
 # One row per `__consumer_offsets` record. record_type is "offset_commit" or "group_metadata";
 # commit fields are null on group rows and vice versa; tombstone rows carry only the key fields.
@@ -72,5 +74,7 @@ def _arrow(fields: list[tuple[str, pa.DataType, str]]) -> pa.Schema:
 
 TOPIC_DDL = _ddl(TOPIC_FIELDS)
 TOPIC_ARROW = _arrow(TOPIC_FIELDS)
+TOPIC_HEADERS_DDL = _ddl([*TOPIC_FIELDS, TOPIC_HEADERS_FIELD])  # includeHeaders=true
+TOPIC_HEADERS_ARROW = _arrow([*TOPIC_FIELDS, TOPIC_HEADERS_FIELD])
 OFFSETS_LOG_DDL = _ddl(OFFSETS_LOG_FIELDS)
 OFFSETS_LOG_ARROW = _arrow(OFFSETS_LOG_FIELDS)

@@ -5,9 +5,15 @@ setting), exactly one of `subscribe` (comma list) / `subscribePattern` (regex) /
 (JSON {"topic": [0, 1]}), `startingOffsets` (`earliest`, `latest`, per-partition JSON with -2 =
 earliest and -1 = latest, and `group` = the committed offsets of `kafka.group.id`, partitions
 without a commit falling back to `kafka.auto.offset.reset`, default latest), `endingOffsets`
-(batch: `latest` or JSON), `maxOffsetsPerTrigger` (admission control), `failOnDataLoss`
-(default true). New: `commitToGroup=<group>` commits each finished micro-batch's end offsets
-to that group, so Kafka tooling sees the query's lag; the checkpoint stays the source of truth.
+(batch: `latest` or JSON), the timestamp bounds `startingTimestamp` / `endingTimestamp` (epoch ms,
+every partition) and `startingOffsetsByTimestamp` / `endingOffsetsByTimestamp` (JSON of epoch ms
+per partition), which take precedence over the offsets options in that order, with
+`startingOffsetsByTimestampStrategy` (`error` or `latest`) for partitions without a record at or
+after the timestamp (an ending timestamp without one reads to the log end),
+`maxOffsetsPerTrigger` / `minOffsetsPerTrigger` + `maxTriggerDelay` (admission control),
+`failOnDataLoss` (default true) and `includeHeaders` (default false: no `headers` column).
+New: `commitToGroup=<group>` commits each finished micro-batch's end offsets to that group, so
+Kafka tooling sees the query's lag; the checkpoint stays the source of truth.
 
 Offsets passed through Spark's checkpoint are Spark's JSON shape {"topic": {"0": next offset}}.
 Each input partition is one topic-partition range read by a confluent-kafka Consumer with
@@ -17,23 +23,49 @@ assign() and no group membership; rows leave the reader as Arrow record batches.
 from __future__ import annotations
 
 import json
+import re
+import time
 import uuid
-from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Mapping
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows,
                                               SupportsTriggerAvailableNow)
 from pyspark.sql.types import StructType
 
 from .kafka_client import (EARLIEST, LATEST, Cluster, DataLossError, GroupCommitter, TopicPartitionKey,
-                           from_json_offsets, parse_json_offsets, read_range, to_json_offsets)
-from .schemas import TOPIC_ARROW, TOPIC_DDL
+                           from_json_offsets, parse_partition_json, read_range, to_json_offsets)
+from .schemas import TOPIC_ARROW, TOPIC_DDL, TOPIC_HEADERS_ARROW, TOPIC_HEADERS_DDL
 
 # confluent-kafka timestamp types -> Kafka's TimestampType ids (Spark's timestampType column).
 TIMESTAMP_TYPE_IDS = {0: -1, 1: 0, 2: 1}  # NOT_AVAILABLE, CREATE_TIME, LOG_APPEND_TIME
 US_PER_MS = 1000
+
+# includeHeaders -> (Spark DDL, Arrow schema) of the rows.
+TOPIC_SCHEMAS: dict[bool, tuple[str, pa.Schema]] = {
+    False: (TOPIC_DDL, TOPIC_ARROW),
+    True: (TOPIC_HEADERS_DDL, TOPIC_HEADERS_ARROW),
+}
+
+# Where reading starts / ends: the first option set wins (Spark's precedence): one timestamp for
+# every partition, then a timestamp per partition, then offsets.
+STARTING_OPTIONS = ("startingTimestamp", "startingOffsetsByTimestamp", "startingOffsets")
+ENDING_OPTIONS = ("endingTimestamp", "endingOffsetsByTimestamp", "endingOffsets")
+# A batch query may not start at latest nor end at earliest: (bound, word, JSON value) it rejects.
+BATCH_FORBIDDEN = (("starting", "latest", LATEST), ("ending", "earliest", EARLIEST))
+OFFSET_WORDS = ("earliest", "latest", "group")
+
+BOOLEANS = {"true": True, "false": False}
+# startingOffsetsByTimestampStrategy: what a starting timestamp with no record at or after it means.
+NO_MATCH_ERROR, NO_MATCH_LATEST = "error", "latest"
+BY_TIMESTAMP_STRATEGIES = (NO_MATCH_ERROR, NO_MATCH_LATEST)
+# maxTriggerDelay units (Spark's time strings; no unit = milliseconds), in microseconds.
+TIME_UNITS_US = {"us": 1, "ms": 1000, "s": 1_000_000, "m": 60_000_000, "min": 60_000_000,
+                 "h": 3_600_000_000, "d": 86_400_000_000}
+TIME_STRING = re.compile(r"([0-9]+)([a-z]+)?")
+DEFAULT_MAX_TRIGGER_DELAY = "15m"
 
 
 @dataclass(frozen=True)
@@ -46,10 +78,89 @@ class TopicRange(InputPartition):
     end: int
 
 
-class TopicOptions:
-    """The parsed, validated source options (shared by the batch and stream readers)."""
+def option_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    """A true/false option (case-insensitive, as Spark's toBoolean)."""
+    text = options.get(name)
+    if not text:
+        return default
+    if text.strip().lower() not in BOOLEANS:
+        raise ValueError(f"option {name} must be true or false, got {text!r}")
+    return BOOLEANS[text.strip().lower()]
 
-    def __init__(self, options: Mapping[str, str]) -> None:
+
+def option_positive_int(options: Mapping[str, str], name: str) -> int | None:
+    """A count option such as maxOffsetsPerTrigger: a positive integer, or None when unset."""
+    text = options.get(name)
+    if not text:
+        return None
+    if not text.strip().isdigit() or int(text) <= 0:
+        raise ValueError(f"option {name} must be a positive integer, got {text!r}")
+    return int(text)
+
+
+def option_timestamp(name: str, text: str) -> int:
+    """startingTimestamp / endingTimestamp: epoch milliseconds, >= 0."""
+    if not text.strip().isdigit():
+        raise ValueError(f"option {name} must be a timestamp in epoch milliseconds (an integer >= 0), got {text!r}")
+    return int(text)
+
+
+def option_duration_ms(name: str, text: str) -> int:
+    """A Spark time string such as 15m, 2s, 500ms (no unit = ms), in milliseconds."""
+    match = TIME_STRING.fullmatch(text.strip().lower())
+    if match is None or (match[2] or "ms") not in TIME_UNITS_US:
+        raise ValueError(f"option {name} must be a duration such as 15m, 30s or 500ms "
+                         f"(units {', '.join(TIME_UNITS_US)}), got {text!r}")
+    return int(match[1]) * TIME_UNITS_US[match[2] or "ms"] // US_PER_MS
+
+
+@dataclass(frozen=True)
+class OffsetBound:
+    """Where reading starts or ends, as the option that won gave it (Spark's
+    KafkaOffsetRangeLimit). kind: earliest, latest, group, offsets (per-partition offsets),
+    timestamps (per-partition epoch ms) or timestamp (one epoch ms for every partition);
+    no_match: error or latest, for a timestamp with no record at or after it."""
+
+    option: str
+    kind: str
+    values: Mapping[TopicPartitionKey, int] = field(default_factory=dict)
+    timestamp: int = -1
+    no_match: str = NO_MATCH_LATEST
+
+
+def parse_bound(options: Mapping[str, str], names: tuple[str, str, str], default: str,
+                no_match: str) -> OffsetBound:
+    """The starting or ending bound from the first of (global timestamp, per-partition
+    timestamps, offsets) options that is set; `default` is the offsets word when none is."""
+    global_option, by_timestamp_option, offsets_option = names
+    if options.get(global_option):
+        timestamp = option_timestamp(global_option, options[global_option])
+        return OffsetBound(global_option, "timestamp", timestamp=timestamp, no_match=no_match)
+    if options.get(by_timestamp_option):
+        timestamps = parse_partition_json(by_timestamp_option, options[by_timestamp_option], 0)
+        return OffsetBound(by_timestamp_option, "timestamps", timestamps, no_match=no_match)
+    spec = (options.get(offsets_option) or default).strip()
+    if spec.lower() in OFFSET_WORDS:
+        return OffsetBound(offsets_option, spec.lower())
+    if spec.startswith("{"):
+        return OffsetBound(offsets_option, "offsets", parse_partition_json(offsets_option, spec, EARLIEST))
+    raise ValueError(f"option {offsets_option} must be earliest, latest, group or JSON, got {spec!r}")
+
+
+class NoOffsetForTimestampError(RuntimeError):
+    """A starting timestamp has no record at or after it (startingOffsetsByTimestampStrategy=error)."""
+
+    def __init__(self, option: str, timestamps: Mapping[TopicPartitionKey, int]) -> None:
+        where = ", ".join(f"{t}-{p} (timestamp {ts})" for (t, p), ts in sorted(timestamps.items()))
+        super().__init__(f"{option}: no record at or after the timestamp in {where}. Set "
+                         "startingOffsetsByTimestampStrategy=latest to start such partitions at their log end.")
+
+
+class TopicOptions:
+    """The parsed, validated source options (shared by the batch and stream readers); invalid
+    values raise a ValueError that names the option."""
+
+    def __init__(self, options: Mapping[str, str], streaming: bool) -> None:
         self.options = options  # case-insensitive, as Spark passes it
         chosen = [k for k in ("subscribe", "subscribePattern", "assign") if options.get(k)]
         if len(chosen) != 1:
@@ -58,36 +169,98 @@ class TopicOptions:
         self.pattern = options.get("subscribePattern") or None
         self.assign = [(t, int(p)) for t, ps in json.loads(options["assign"]).items() for p in ps] \
             if options.get("assign") else []
-        self.fail_on_data_loss = options.get("failOnDataLoss", "true").lower() != "false"
-        self.max_per_trigger = int(options["maxOffsetsPerTrigger"]) if options.get("maxOffsetsPerTrigger") else None
+        self.fail_on_data_loss = option_bool(options, "failOnDataLoss", True)
+        self.include_headers = option_bool(options, "includeHeaders", False)
+        self.ddl, self.arrow_schema = TOPIC_SCHEMAS[self.include_headers]
+        self.max_per_trigger = option_positive_int(options, "maxOffsetsPerTrigger")
+        self.min_per_trigger = option_positive_int(options, "minOffsetsPerTrigger")
+        if self.min_per_trigger is not None and self.max_per_trigger is not None \
+                and self.min_per_trigger > self.max_per_trigger:
+            raise ValueError(f"option minOffsetsPerTrigger ({self.min_per_trigger}) is higher than "
+                             f"maxOffsetsPerTrigger ({self.max_per_trigger})")
+        self.max_trigger_delay_ms = option_duration_ms(
+            "maxTriggerDelay", options.get("maxTriggerDelay") or DEFAULT_MAX_TRIGGER_DELAY)
+        strategy = (options.get("startingOffsetsByTimestampStrategy") or NO_MATCH_ERROR).strip().lower()
+        if strategy not in BY_TIMESTAMP_STRATEGIES:
+            raise ValueError(f"option startingOffsetsByTimestampStrategy must be one of "
+                             f"{', '.join(BY_TIMESTAMP_STRATEGIES)}, got {strategy!r}")
+        self.starting = parse_bound(options, STARTING_OPTIONS, "latest" if streaming else "earliest", strategy)
+        self.ending = parse_bound(options, ENDING_OPTIONS, "latest", NO_MATCH_LATEST)
+        if streaming:
+            for name in ENDING_OPTIONS:
+                if options.get(name):
+                    raise ValueError(f"option {name} is for batch queries only")
+        else:
+            self._check_batch_bounds()
         self.commit_group = options.get("commitToGroup") or None
         self.group_id = options.get("kafka.group.id")
         # Readers join no group; the id only names the client in broker logs.
         self.reader_group = self.group_id or f"offsetd-spark-{uuid.uuid4()}"
 
+    def _check_batch_bounds(self) -> None:
+        """As Spark: a batch query can neither start at latest nor end at earliest."""
+        for role, word, value in BATCH_FORBIDDEN:
+            bound: OffsetBound = getattr(self, role)
+            bad = [f"{t}-{p}" for (t, p), o in sorted(bound.values.items()) if o == value] \
+                if bound.kind == "offsets" else []
+            if bound.kind == word or bad:
+                where = f" ({value} for {', '.join(bad)})" if bad else ""
+                raise ValueError(f"option {bound.option} can't be {word}{where} for batch queries")
+
     def partitions(self, cluster: Cluster) -> list[TopicPartitionKey]:
         """The partitions the subscription names now (new partitions appear here)."""
         return cluster.partitions_of(self.subscribe, self.pattern, self.assign)
 
-    def resolve(self, cluster: Cluster, spec: str, partitions: list[TopicPartitionKey],
+    def resolve(self, cluster: Cluster, bound: OffsetBound, partitions: list[TopicPartitionKey],
                 default: int) -> dict[TopicPartitionKey, int]:
-        """startingOffsets / endingOffsets -> concrete offsets for `partitions`."""
-        spec = spec.strip()
-        if spec == "group":
-            if not self.group_id:
-                raise ValueError("startingOffsets=group needs the option kafka.group.id")
-            committed = cluster.group_offsets(self.group_id, partitions)
-            fallback = EARLIEST if self.options.get("kafka.auto.offset.reset") in ("earliest", "smallest") \
-                else LATEST
-            wanted = {tp: committed.get(tp, fallback) for tp in partitions}
-        elif spec in ("earliest", "latest"):
-            wanted = dict.fromkeys(partitions, EARLIEST if spec == "earliest" else LATEST)
-        elif spec.startswith("{"):
-            given = parse_json_offsets(spec)
-            wanted = {tp: given.get(tp, default) for tp in partitions}
-        else:
-            raise ValueError(f"offsets must be earliest, latest, group or JSON, got {spec!r}")
-        return self.concrete(cluster, wanted)
+        """A starting / ending bound -> concrete offsets for `partitions` (`default` for those a
+        startingOffsets / endingOffsets JSON leaves out)."""
+        return self.concrete(cluster, WANTED[bound.kind](self, cluster, bound, partitions, default))
+
+    def _wanted_group(self, cluster: Cluster, bound: OffsetBound, partitions: list[TopicPartitionKey],
+                      default: int) -> dict[TopicPartitionKey, int]:
+        """The committed offsets of kafka.group.id; kafka.auto.offset.reset where there is none."""
+        if not self.group_id:
+            raise ValueError(f"{bound.option}=group needs the option kafka.group.id")
+        committed = cluster.group_offsets(self.group_id, partitions)
+        fallback = EARLIEST if self.options.get("kafka.auto.offset.reset") in ("earliest", "smallest") else LATEST
+        return {tp: committed.get(tp, fallback) for tp in partitions}
+
+    def _wanted_word(self, cluster: Cluster, bound: OffsetBound, partitions: list[TopicPartitionKey],
+                     default: int) -> dict[TopicPartitionKey, int]:
+        """earliest / latest for every partition."""
+        return dict.fromkeys(partitions, EARLIEST if bound.kind == "earliest" else LATEST)
+
+    def _wanted_offsets(self, cluster: Cluster, bound: OffsetBound, partitions: list[TopicPartitionKey],
+                        default: int) -> dict[TopicPartitionKey, int]:
+        """Per-partition JSON offsets; partitions it leaves out get `default`."""
+        return {tp: bound.values.get(tp, default) for tp in partitions}
+
+    def _wanted_timestamps(self, cluster: Cluster, bound: OffsetBound, partitions: list[TopicPartitionKey],
+                           default: int) -> dict[TopicPartitionKey, int]:
+        """Per-partition timestamps; as in Spark, the JSON must name exactly the partitions read."""
+        missing = sorted(set(partitions) - set(bound.values))
+        extra = sorted(set(bound.values) - set(partitions))
+        if missing or extra:
+            raise ValueError(f"option {bound.option} must name every partition the query reads and no other: "
+                             f"missing {[f'{t}-{p}' for t, p in missing]}, not read {[f'{t}-{p}' for t, p in extra]}")
+        return self._by_timestamp(cluster, bound, bound.values)
+
+    def _wanted_timestamp(self, cluster: Cluster, bound: OffsetBound, partitions: list[TopicPartitionKey],
+                          default: int) -> dict[TopicPartitionKey, int]:
+        """One timestamp for every partition."""
+        return self._by_timestamp(cluster, bound, dict.fromkeys(partitions, bound.timestamp))
+
+    @staticmethod
+    def _by_timestamp(cluster: Cluster, bound: OffsetBound,
+                      timestamps: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int]:
+        """The earliest offset at or after each timestamp (ListOffsets by timestamp); where there is
+        none, latest or NoOffsetForTimestampError as bound.no_match says."""
+        found = cluster.offsets_for_times(timestamps)
+        unmatched = {tp: timestamps[tp] for tp, offset in found.items() if offset is None}
+        if unmatched and bound.no_match == NO_MATCH_ERROR:
+            raise NoOffsetForTimestampError(bound.option, unmatched)
+        return {tp: LATEST if offset is None else offset for tp, offset in found.items()}
 
     def concrete(self, cluster: Cluster, wanted: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int]:
         """Replace -2/-1 by the log start/end offsets; clamp (or fail on) offsets below the log start."""
@@ -107,12 +280,24 @@ class TopicOptions:
         return out
 
 
-def read_arrow(options: Mapping[str, str], part: TopicRange, fail_on_data_loss: bool,
-               group_id: str) -> Iterator[pa.RecordBatch]:
-    """The records of one range as Arrow batches of Spark's Kafka source schema."""
-    for messages in read_range(options, part.topic, part.partition, part.start, part.end,
-                               fail_on_data_loss, group_id):
-        keys, values, offsets, stamps, types, headers = [], [], [], [], [], []
+# OffsetBound.kind -> how TopicOptions.resolve finds the wanted offsets.
+WANTED: dict[str, Callable[..., dict[TopicPartitionKey, int]]] = {
+    "group": TopicOptions._wanted_group,
+    "earliest": TopicOptions._wanted_word,
+    "latest": TopicOptions._wanted_word,
+    "offsets": TopicOptions._wanted_offsets,
+    "timestamps": TopicOptions._wanted_timestamps,
+    "timestamp": TopicOptions._wanted_timestamp,
+}
+
+
+def read_arrow(opts: TopicOptions, part: TopicRange) -> Iterator[pa.RecordBatch]:
+    """The records of one range as Arrow batches of Spark's Kafka source schema (with the headers
+    column only when includeHeaders is true)."""
+    schema = opts.arrow_schema
+    for messages in read_range(opts.options, part.topic, part.partition, part.start, part.end,
+                               opts.fail_on_data_loss, opts.reader_group):
+        keys, values, offsets, stamps, types = [], [], [], [], []
         for m in messages:
             keys.append(m.key())
             values.append(m.value())
@@ -120,41 +305,68 @@ def read_arrow(options: Mapping[str, str], part: TopicRange, fail_on_data_loss: 
             kind, ts = m.timestamp()
             types.append(TIMESTAMP_TYPE_IDS.get(kind, -1))
             stamps.append(ts * US_PER_MS if kind else None)
-            h = m.headers()
-            headers.append([{"key": k, "value": v} for k, v in h] if h else [])
         n = len(keys)
-        yield pa.RecordBatch.from_arrays([
+        columns = [
             pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
             pa.array([part.topic] * n, pa.string()), pa.array([part.partition] * n, pa.int32()),
-            pa.array(offsets, pa.int64()), pa.array(stamps, TOPIC_ARROW.field("timestamp").type),
-            pa.array(types, pa.int32()), pa.array(headers, TOPIC_ARROW.field("headers").type),
-        ], schema=TOPIC_ARROW)
+            pa.array(offsets, pa.int64()), pa.array(stamps, schema.field("timestamp").type),
+            pa.array(types, pa.int32()),
+        ]
+        if opts.include_headers:
+            headers = [[{"key": k, "value": v} for k, v in m.headers() or ()] for m in messages]
+            columns.append(pa.array(headers, schema.field("headers").type))
+        yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 class TopicBatchReader(DataSourceReader):
     """spark.read: one task per topic-partition between startingOffsets and endingOffsets."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
-        self.opts = TopicOptions(options)
+        self.opts = TopicOptions(options, streaming=False)
 
     def partitions(self) -> list[TopicRange]:
         """Resolved on the driver when the query is planned."""
         cluster = Cluster(self.opts.options)
         parts = self.opts.partitions(cluster)
-        start = self.opts.resolve(cluster, self.opts.options.get("startingOffsets", "earliest"), parts, EARLIEST)
-        end = self.opts.resolve(cluster, self.opts.options.get("endingOffsets", "latest"), parts, LATEST)
+        start = self.opts.resolve(cluster, self.opts.starting, parts, EARLIEST)
+        end = self.opts.resolve(cluster, self.opts.ending, parts, LATEST)
         return [TopicRange(t, p, start[(t, p)], end[(t, p)]) for t, p in parts if start[(t, p)] < end[(t, p)]]
 
     def read(self, partition: TopicRange) -> Iterator[pa.RecordBatch]:
         """Runs in an executor's Python worker."""
-        return read_arrow(self.opts.options, partition, self.opts.fail_on_data_loss, self.opts.reader_group)
+        return read_arrow(self.opts, partition)
+
+
+class TriggerDelay:
+    """minOffsetsPerTrigger with maxTriggerDelay, as Spark's Kafka source applies them: a trigger
+    is skipped while fewer than `min_offsets` new offsets are available, unless `max_delay_ms`
+    has passed since the last trigger that was not skipped (so the first trigger of a run is
+    never skipped). `clock` returns seconds (injected: tests use a fake one)."""
+
+    def __init__(self, min_offsets: int, max_delay_ms: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.min_offsets = min_offsets
+        self.max_delay_s = max_delay_ms / 1000
+        self.clock = clock
+        self.last_trigger: float | None = None
+
+    def skip(self, new_offsets: int) -> bool:
+        """Whether the trigger that found `new_offsets` new offsets is skipped (no batch)."""
+        now = self.clock()
+        if self.last_trigger is not None and now - self.last_trigger < self.max_delay_s \
+                and new_offsets < self.min_offsets:
+            return True
+        self.last_trigger = now
+        return False
 
 
 class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """spark.readStream: micro-batches bounded by maxOffsetsPerTrigger, committed back on commit()."""
+    """spark.readStream: micro-batches bounded by maxOffsetsPerTrigger and delayed by
+    minOffsetsPerTrigger / maxTriggerDelay, committed back on commit()."""
 
-    def __init__(self, options: Mapping[str, str]) -> None:
-        self.opts = TopicOptions(options)
+    def __init__(self, options: Mapping[str, str], clock: Callable[[], float] = time.monotonic) -> None:
+        self.opts = TopicOptions(options, streaming=True)
+        self.delay = TriggerDelay(self.opts.min_per_trigger, self.opts.max_trigger_delay_ms, clock) \
+            if self.opts.min_per_trigger is not None else None
         self._cluster: Cluster | None = None
         self.committer: GroupCommitter | None = None
         self.target: dict[TopicPartitionKey, int] | None = None  # Trigger.AvailableNow bound
@@ -174,13 +386,16 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         """Where a query with a fresh checkpoint starts (default latest, as Spark's Kafka source)."""
         parts = self.opts.partitions(self.cluster)
-        spec = self.opts.options.get("startingOffsets", "latest")
-        return to_json_offsets(self.opts.resolve(self.cluster, spec, parts, LATEST))
+        return to_json_offsets(self.opts.resolve(self.cluster, self.opts.starting, parts, LATEST))
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        """maxOffsetsPerTrigger as Spark's ReadMaxRows admission control."""
+        """maxOffsetsPerTrigger as ReadMaxRows, else minOffsetsPerTrigger as ReadMinRows. pyspark
+        has no composite limit, so with both set latestOffset applies minOffsetsPerTrigger from the
+        options alongside the ReadMaxRows it is given."""
         if self.opts.max_per_trigger is not None:
             return ReadMaxRows(self.opts.max_per_trigger)
+        if self.opts.min_per_trigger is not None:
+            return ReadMinRows(self.opts.min_per_trigger)
         return ReadAllAvailable()
 
     def _available(self, start: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int]:
@@ -201,7 +416,9 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """The end offset of the next micro-batch: everything available, or at most
         ReadMaxRows rows split over partitions in proportion to their backlog (as Spark's Kafka
-        source does); new partitions start from their log start.
+        source does); new partitions start from their log start. With minOffsetsPerTrigger the
+        trigger is skipped (`start` is returned: no batch) while TriggerDelay says so; never under
+        ReadAllAvailable (Trigger.Once) or Trigger.AvailableNow, which must reach its target.
 
         Spark calls commit(end) only when it plans the batch after the one that ended at `end`,
         so an idle query would never commit its last batch. latestOffset(start) is called after
@@ -215,6 +432,9 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest = {tp: min(o, self.target.get(tp, o)) for tp, o in latest.items()}
         self._start_new_partitions(begin, latest)
         end = {tp: max(latest[tp], begin[tp]) for tp in latest}
+        if self.delay is not None and self.target is None and not isinstance(limit, ReadAllAvailable) \
+                and self.delay.skip(sum(end[tp] - begin[tp] for tp in end)):
+            return start
         if isinstance(limit, ReadMaxRows):
             end = cap_rows(begin, end, limit.max_rows)
         return to_json_offsets(end)
@@ -239,7 +459,7 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: TopicRange) -> Iterator[pa.RecordBatch]:
         """Runs in an executor's Python worker; stateless."""
-        return read_arrow(self.opts.options, partition, self.opts.fail_on_data_loss, self.opts.reader_group)
+        return read_arrow(self.opts, partition)
 
     def commit(self, end: dict) -> None:
         """Spark finished every batch up to `end`: commit it to commitToGroup, if set."""
@@ -286,15 +506,13 @@ class OffsetdTopicSource(DataSource):
         return "offsetd"
 
     def schema(self) -> str:
-        """Spark's Kafka source schema."""
-        return TOPIC_DDL
+        """Spark's Kafka source schema; the headers column only with includeHeaders=true."""
+        return TOPIC_SCHEMAS[option_bool(self.options, "includeHeaders", False)][0]
 
     def reader(self, schema: StructType) -> TopicBatchReader:
         """spark.read."""
         return TopicBatchReader(self.options)
 
     def streamReader(self, schema: StructType) -> TopicStreamReader:
-        """spark.readStream (endingOffsets is a batch option, as in Spark's Kafka source)."""
-        if self.options.get("endingOffsets"):
-            raise ValueError("endingOffsets is for batch queries only")
+        """spark.readStream (the ending* options are for batch queries, as in Spark's Kafka source)."""
         return TopicStreamReader(self.options)

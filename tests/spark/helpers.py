@@ -49,3 +49,9 @@ def records(bootstrap: str, topic: str, count: int, partitions: int) -> None:
     """Produce `count` records round-robin over partitions, keys k<i>, values v<i>."""
     produce(bootstrap, topic, [{"key": f"k{i}", "value": f"v{i}", "partition": i % partitions}
                                for i in range(count)])
+
+
+def records_at(bootstrap: str, topic: str, timestamps: dict[int, list[int]]) -> None:
+    """Produce one record per (partition, CreateTime epoch ms), values p<partition>-<i>, in order."""
+    produce(bootstrap, topic, [{"value": f"p{p}-{i}", "partition": p, "timestamp": ts}
+                               for p, stamps in timestamps.items() for i, ts in enumerate(stamps)])

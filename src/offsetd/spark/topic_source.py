@@ -171,7 +171,7 @@ class TopicOptions:
             if options.get("assign") else []
         self.fail_on_data_loss = option_bool(options, "failOnDataLoss", True)
         self.include_headers = option_bool(options, "includeHeaders", False)
-        self.ddl, self.arrow_schema = TOPIC_SCHEMAS[self.include_headers]
+        self.arrow_schema = TOPIC_SCHEMAS[self.include_headers][1]
         self.max_per_trigger = option_positive_int(options, "maxOffsetsPerTrigger")
         self.min_per_trigger = option_positive_int(options, "minOffsetsPerTrigger")
         if self.min_per_trigger is not None and self.max_per_trigger is not None \

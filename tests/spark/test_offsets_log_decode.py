@@ -5,14 +5,17 @@ walk (timestamp deltas, headers, LogAppendTime, long batches, tombstones, other 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from offsetd.records.batch import TIMESTAMP_TYPE_MASK, build_batch
+from offsetd.records.batch import CONTROL_MASK, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, build_batch
 from offsetd.records.offsets import (GroupMetadataKey, GroupMetadataValue, MemberMetadata, OffsetCommitKey,
                                      OffsetCommitValue, UnknownRecordKey, decode_key, decode_value, encode_key,
                                      encode_value, iter_log_records)
 from offsetd.spark import offsets_log_source
-from offsetd.spark.offsets_log_source import ALL_COLUMNS, Selection, decode_segment
+from offsetd.spark.offsets_log_source import (ALL_COLUMNS, OffsetsLogReader, Selection, decode_segment, pack,
+                                              task_target)
 from offsetd.spark.schemas import OFFSET_COMMIT
 
 
@@ -100,8 +103,58 @@ def test_row_selection_options(options, kept):
 
 @pytest.mark.parametrize("options,message", [
     ({"recordTypes": "commits"}, "option recordTypes: unknown record type 'commits'"),
-    ({"includeTombstones": "no"}, "option includeTombstones must be true or false, not 'no'"),
+    ({"includeTombstones": "no"}, "option includeTombstones must be true or false, got 'no'"),
 ])
 def test_invalid_row_selection_options_name_the_option(options, message):
     with pytest.raises(ValueError, match=message):
         Selection.from_options(options, ALL_COLUMNS)
+
+
+@pytest.mark.parametrize("sizes,target,groups", [
+    ([5, 5, 5, 5], 10, [[0, 1], [2, 3]]),
+    ([5, 5, 5, 5], 11, [[0, 1], [2, 3]]),
+    ([5, 5, 5, 5], 20, [[0, 1, 2, 3]]),
+    ([30, 1, 1], 10, [[0], [1, 2]]),  # an item larger than the target is a group of its own
+    ([1], 1, [[0]]),
+    ([], 5, []),
+])
+def test_pack_keeps_order_and_never_passes_the_target_but_for_single_items(sizes, target, groups):
+    assert [list(g) for g in pack(sizes, target)] == groups
+
+
+def test_task_target_spreads_over_min_partitions_within_the_cap():
+    assert task_target(100, {"minPartitions": "2"}, None) == 50
+    assert task_target(101, {"minPartitions": "2"}, None) == 51  # 2 tasks, not 3
+    assert task_target(100, {"minPartitions": "2"}, 30) == 30
+    with pytest.raises(ValueError, match="option minPartitions must be a positive integer, got '0'"):
+        task_target(100, {"minPartitions": "0"}, None)
+
+
+def _txn(group: str, offset: int, producer: int) -> bytes:
+    return build_batch([_commit(group, 0, 1, 5)], base_offset=offset, producer_id=producer, producer_epoch=0,
+                       attributes=TRANSACTIONAL_MASK)
+
+
+def _marker(offset: int, producer: int) -> bytes:
+    """A COMMIT control batch (key: int16 version 0, int16 type 1)."""
+    return build_batch([(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00", 5, ())], base_offset=offset,
+                       producer_id=producer, producer_epoch=0, attributes=CONTROL_MASK | TRANSACTIONAL_MASK)
+
+
+def test_reader_packs_segments_in_log_order_and_a_transaction_may_span_a_roll(tmp_path):
+    part = tmp_path / "__consumer_offsets-7"
+    part.mkdir()
+    (part / "00000000000000000000.log").write_bytes(UNIFORM[0] + _txn("spans", 16, producer=9))
+    (part / "00000000000000000017.log").write_bytes(_marker(17, producer=9) + UNIFORM[2])
+    other = tmp_path / "__consumer_offsets-3"
+    other.mkdir()
+    (other / "00000000000000000000.log").write_bytes(UNIFORM[1])
+    reader = OffsetsLogReader({"path": str(tmp_path), "minPartitions": "1"})
+    tasks = reader.partitions()
+    assert len(tasks) == 1
+    assert [(Path(f.path).parent.name, f.log_partition) for f in tasks[0].items] == [
+        ("__consumer_offsets-3", 3), ("__consumer_offsets-7", 7), ("__consumer_offsets-7", 7)]
+    rows = [r for batch in reader.read(tasks[0]) for r in batch.to_pylist()]
+    assert [(r["log_partition"], r["group"]) for r in rows if r["group"] == "spans"] == [(7, "spans")]
+    assert len(rows) == 3 + 16 + 1 + 300
+    assert len(OffsetsLogReader({"path": str(tmp_path), "minPartitions": "3"}).partitions()) == 3

@@ -1,15 +1,17 @@
 """`format("offsetd-offsets-log")`: `__consumer_offsets` as typed rows (schemas.OFFSETS_LOG_FIELDS).
 
-Two ways in, one input partition each:
+Two ways in:
 * `path`: segment files (a log.dirs directory, one `__consumer_offsets-N` directory, or `.log`
-  files; backups and archives work the same) - one Spark task per segment file, the log
-  partition taken from the directory name;
-* `kafka.bootstrap.servers`: the live topic of any Kafka-compatible cluster - one task per
-  `__consumer_offsets` partition, from its log start to the log end at planning time.
-Option `partitions` (comma list) restricts either to some log partitions. A schema given with
-`.schema("group string, offset bigint, ...")` (a subset of the columns) prunes columns: only
-those are decoded and sent to Spark. Options `recordTypes` (offset_commit, group_metadata) and
-`includeTombstones` (true/false) select rows at the source (`Selection`).
+  files; backups and archives work the same), the log partition taken from the directory name;
+* `kafka.bootstrap.servers`: the live topic of any Kafka-compatible cluster, each partition from
+  its log start to the log end at planning time.
+Work is packed into about `minPartitions` tasks (the session's parallelism when loaded through
+pipelines.load_offsets_log) in log order; for files as Spark packs them (`maxPartitionBytes`,
+default 1 GiB, `openCostInBytes`, default 4 MiB). Option `partitions` (comma list) restricts
+either way to some log partitions. A schema given with `.schema("group string, offset bigint,
+...")` (a subset of the columns) prunes columns: only those are decoded and sent to Spark.
+Options `recordTypes` (offset_commit, group_metadata) and `includeTombstones` (true/false)
+select rows at the source (`Selection`).
 
 Records are decoded in chunks of about CHUNK_RECORDS into Arrow columns, never row by row:
 * plain batches go through the project's compiled, CRC-checked `records.scan.scan_columns`: key
@@ -27,6 +29,7 @@ loader skips them.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from itertools import compress, islice
@@ -46,9 +49,12 @@ from offsetd.records.offsets import (OFFSETS_TOPIC, ControlMarker, GroupMetadata
 from offsetd.records.scan import scan_columns
 
 from .kafka_client import EARLIEST, LATEST, Cluster, read_range
+from .options import option_bool, option_positive_int
 from .schemas import GROUP_METADATA, OFFSET_COMMIT, OFFSETS_LOG_ARROW, OFFSETS_LOG_DDL, OFFSETS_LOG_FIELDS
 
 CHUNK_RECORDS = 65536  # records per Arrow batch
+DEFAULT_MAX_PARTITION_BYTES = 1 << 30  # option maxPartitionBytes: segment bytes per task at most
+DEFAULT_OPEN_COST_BYTES = 4 << 20  # option openCostInBytes: a file counts this much more (Spark's default)
 _PARTITION_DIR = re.compile(r"^__consumer_offsets-(\d+)$")
 
 # Record kinds in a chunk's key table (index into KIND_NAMES).
@@ -242,10 +248,7 @@ class Selection:
                 raise ValueError(f"option recordTypes: unknown record type {unknown[0]!r}; "
                                  f"give {OFFSET_COMMIT} and/or {GROUP_METADATA}")
             kinds = frozenset(KIND_NAMES.index(name) for name in names)
-        tombstones = options.get("includeTombstones", "true").strip().lower()
-        if tombstones not in ("true", "false"):
-            raise ValueError(f"option includeTombstones must be true or false, not {tombstones!r}")
-        return cls(columns, kinds, tombstones == "true")
+        return cls(columns, kinds, option_bool(options, "includeTombstones", True))
 
     def rows(self, kinds: np.ndarray, tombstone: np.ndarray) -> np.ndarray:
         """Which records of a chunk become rows (never records of unknown key versions)."""
@@ -363,12 +366,13 @@ class _Chunk:
         return np.repeat(runs[:, 2], runs[:, 1])
 
 
-class _SegmentDecoder:
-    """Walks one segment's batches: plain batches through the compiled scan, others through the
-    general walker; full chunks come out as Arrow batches."""
+class _PartitionDecoder:
+    """Decodes the segments of one log partition, in log order: plain batches through the
+    compiled scan, others through the general walker; full chunks come out as Arrow batches.
+    Open transactions and the key table carry over from one segment to the next (a segment
+    may roll in the middle of a transaction)."""
 
-    def __init__(self, data: bytes, log_partition: int, selection: Selection) -> None:
-        self.data = data
+    def __init__(self, log_partition: int, selection: Selection) -> None:
         self.selection = selection
         self.log_partition = log_partition
         self.table = KeyTable()
@@ -397,9 +401,9 @@ class _SegmentDecoder:
             else:
                 self.chunk.append(self.table, offset, ts, key, value)
 
-    def batches(self) -> Iterator[pa.RecordBatch]:
-        """Arrow batches of every record (a torn tail is ignored, as at load)."""
-        data, pos = self.data, 0
+    def segment(self, data: bytes) -> Iterator[pa.RecordBatch]:
+        """Arrow batches of every record of the next segment (a torn tail is ignored, as at load)."""
+        pos = 0
         while True:
             chunk = self.chunk
             pos = scan_columns(data, pos, CHUNK_RECORDS - len(chunk), self.table, chunk.ids, chunk.values,
@@ -419,19 +423,20 @@ class _SegmentDecoder:
 
 def decode_segment(data: bytes, log_partition: int, selection: Selection = Selection()) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the selected rows and columns of one segment file's bytes."""
-    return _SegmentDecoder(data, log_partition, selection).batches()
+    return _PartitionDecoder(log_partition, selection).segment(data)
 
 
 @dataclass(frozen=True)
-class SegmentFile(InputPartition):
-    """One segment file of one log partition."""
+class SegmentFile:
+    """One segment file of one log partition (-1 when the directory does not say)."""
 
     path: str
     log_partition: int
+    size: int
 
 
 @dataclass(frozen=True)
-class LogRange(InputPartition):
+class LogRange:
     """[start, end) of one `__consumer_offsets` partition, read through the protocol."""
 
     log_partition: int
@@ -439,24 +444,62 @@ class LogRange(InputPartition):
     end: int
 
 
+@dataclass(frozen=True)
+class ReadTask(InputPartition):
+    """One Spark task: segment files or log ranges, in log order."""
+
+    items: tuple[SegmentFile, ...] | tuple[LogRange, ...]
+
+
 def segment_files(path: str) -> list[SegmentFile]:
-    """Segment files under `path` (log.dirs, one partition directory, or a .log file), in order."""
+    """The non-empty segment files under `path` (log.dirs, one partition directory, or a .log
+    file), in log order."""
     root = Path(path)
     if root.is_file():
         files = [root]
     elif _PARTITION_DIR.match(root.name):
         files = sorted(root.glob("*.log"))
     else:
-        files = sorted(root.glob(f"{OFFSETS_TOPIC}-*/*.log"))
-    out = []
-    for f in files:
-        match = _PARTITION_DIR.match(f.parent.name)
-        out.append(SegmentFile(str(f), int(match.group(1)) if match else -1))
-    return out
+        files = sorted(root.glob(f"{OFFSETS_TOPIC}-*/*.log"), key=lambda f: (_log_partition(f), f.name))
+    out = [SegmentFile(str(f), _log_partition(f), f.stat().st_size) for f in files]
+    return [f for f in out if f.size > 0]
+
+
+def _log_partition(f: Path) -> int:
+    """The log partition a segment file's directory names (-1 when it names none)."""
+    match = _PARTITION_DIR.match(f.parent.name)
+    return int(match.group(1)) if match else -1
+
+
+def pack(sizes: list[int], target: int) -> list[range]:
+    """Consecutive items in groups of about `target` total size: a group closes before the item
+    that would take it past the target, and every group has at least one item. Spark packs
+    files into tasks the same way; keeping log order puts the consecutive segments of a log
+    partition in one task, where transactions can span them."""
+    groups: list[range] = []
+    start, total = 0, 0
+    for i, size in enumerate(sizes):
+        if i > start and total + size > target:
+            groups.append(range(start, i))
+            start, total = i, 0
+        total += size
+    if start < len(sizes):
+        groups.append(range(start, len(sizes)))
+    return groups
+
+
+def task_target(total: int, options: Mapping[str, str], cap: int | None) -> int:
+    """The size a task should read: the total spread over `minPartitions` tasks (default: this
+    machine's cores - the planner has no SparkContext to ask; load_offsets_log passes the
+    session's parallelism), at most `cap`. Starting a task costs tens of milliseconds of
+    Python and JVM work, so one task per segment is far slower on a many-segment log."""
+    tasks = option_positive_int(options, "minPartitions") or os.cpu_count() or 1
+    target = -(-total // tasks)  # ceiling: never more groups than tasks from rounding
+    return max(1, min(target, cap) if cap else target)
 
 
 class OffsetsLogReader(DataSourceReader):
-    """Plans one task per segment file or log partition; decodes in the executors."""
+    """Plans tasks of segment files or log partition ranges; decodes in the executors."""
 
     def __init__(self, options: Mapping[str, str], columns: tuple[str, ...] = ALL_COLUMNS) -> None:
         self.options = options  # case-insensitive, as Spark passes it
@@ -465,36 +508,52 @@ class OffsetsLogReader(DataSourceReader):
         self.only = {int(p) for p in wanted.split(",")} if wanted else None
         if bool(options.get("path")) == bool(options.get("kafka.bootstrap.servers")):
             raise ValueError("give exactly one of the options path (segment files) and kafka.bootstrap.servers")
+        self.max_partition_bytes = option_positive_int(options, "maxPartitionBytes") or DEFAULT_MAX_PARTITION_BYTES
+        self.open_cost = option_positive_int(options, "openCostInBytes") or DEFAULT_OPEN_COST_BYTES
 
     def partitions(self) -> list[InputPartition]:
-        """Segment files, or log partitions with their current start and end offsets."""
+        """Tasks of segment files (packed by bytes, each file costing openCostInBytes more, up to
+        maxPartitionBytes a task), or of log partitions from their current start to end offset
+        (packed by offsets)."""
+        items: list[SegmentFile] | list[LogRange]
         if self.options.get("path"):
-            files = segment_files(self.options["path"])
-            if not files:
+            items = [f for f in segment_files(self.options["path"])
+                     if self.only is None or f.log_partition in self.only]
+            if not items:
                 raise FileNotFoundError(f"no {OFFSETS_TOPIC} segment files under {self.options['path']}")
-            return [f for f in files if (self.only is None or f.log_partition in self.only)
-                    and Path(f.path).stat().st_size > 0]
-        cluster = Cluster(self.options)
-        parts = [tp for tp in cluster.partitions_of([OFFSETS_TOPIC])
-                 if self.only is None or tp[1] in self.only]
-        low, high = cluster.list_offsets(parts, EARLIEST), cluster.list_offsets(parts, LATEST)
-        return [LogRange(p, low[(t, p)], high[(t, p)]) for t, p in parts if low[(t, p)] < high[(t, p)]]
+            sizes = [f.size + self.open_cost for f in items]
+            cap: int | None = self.max_partition_bytes
+        else:
+            cluster = Cluster(self.options)
+            parts = [tp for tp in cluster.partitions_of([OFFSETS_TOPIC]) if self.only is None or tp[1] in self.only]
+            low, high = cluster.list_offsets(parts, EARLIEST), cluster.list_offsets(parts, LATEST)
+            items = [LogRange(p, low[(t, p)], high[(t, p)]) for t, p in sorted(parts) if low[(t, p)] < high[(t, p)]]
+            sizes = [r.end - r.start for r in items]
+            cap = None
+        target = task_target(sum(sizes), self.options, cap)
+        return [ReadTask(tuple(items[i] for i in group)) for group in pack(sizes, target)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Decode one segment file or one log partition's range."""
-        if isinstance(partition, SegmentFile):
-            yield from decode_segment(Path(partition.path).read_bytes(), partition.log_partition, self.selection)
-            return
-        assert isinstance(partition, LogRange)
-        table = KeyTable()
-        for messages in read_range(self.options, OFFSETS_TOPIC, partition.log_partition, partition.start,
-                                   partition.end, fail_on_data_loss=False, group_id="offsetd-spark-offsets-log"):
-            chunk = _Chunk()
+        """Decode a task's segment files or log ranges, one decoder per log partition."""
+        assert isinstance(partition, ReadTask)
+        decoder = None
+        for item in partition.items:
+            if decoder is None or decoder.log_partition != item.log_partition:
+                decoder = _PartitionDecoder(item.log_partition, self.selection)
+            if isinstance(item, SegmentFile):
+                yield from decoder.segment(Path(item.path).read_bytes())
+            else:
+                yield from self._read_range(decoder, item)
+
+    def _read_range(self, decoder: _PartitionDecoder, log_range: LogRange) -> Iterator[pa.RecordBatch]:
+        """One log partition's range through the protocol (the consumer reads read_committed)."""
+        for messages in read_range(self.options, OFFSETS_TOPIC, log_range.log_partition, log_range.start,
+                                   log_range.end, fail_on_data_loss=False, group_id="offsetd-spark-offsets-log"):
             for m in messages:
                 if m.key() is not None:
-                    chunk.append(table, m.offset(), m.timestamp()[1], m.key(), m.value())
-            if len(chunk):
-                yield decode_chunk(chunk, table, partition.log_partition, self.selection)
+                    decoder.chunk.append(decoder.table, m.offset(), m.timestamp()[1], m.key(), m.value())
+            if len(decoder.chunk):
+                yield decoder.take()
 
 
 class OffsetsLogSource(DataSource):

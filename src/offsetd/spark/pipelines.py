@@ -26,11 +26,13 @@ TP = ["group", "topic", "partition"]
 def load_offsets_log(spark: SparkSession, *, path: str | None = None, bootstrap: str | None = None,
                      options: Mapping[str, str] | None = None, columns: Sequence[str] | None = None) -> DataFrame:
     """The offsets log from segment files (`path`) or a cluster (`bootstrap`); with `columns`,
-    only those are decoded (e.g. COMMIT_HISTORY_COLUMNS)."""
+    only those are decoded (e.g. COMMIT_HISTORY_COLUMNS). The work is spread over the session's
+    default parallelism (option minPartitions, which `options` may override)."""
     from . import register
 
     register(spark)
-    reader = spark.read.format("offsetd-offsets-log")
+    reader = spark.read.format("offsetd-offsets-log").option("minPartitions",
+                                                             str(spark.sparkContext.defaultParallelism))
     if columns:
         types = {name: ddl for name, _, ddl in OFFSETS_LOG_FIELDS}
         reader = reader.schema(", ".join(f"`{name}` {types[name]}" for name in columns))
@@ -38,9 +40,7 @@ def load_offsets_log(spark: SparkSession, *, path: str | None = None, bootstrap:
         reader = reader.option("path", path)
     if bootstrap:
         reader = reader.option("kafka.bootstrap.servers", bootstrap)
-    for key, value in (options or {}).items():
-        reader = reader.option(key, value)
-    return reader.load()
+    return reader.options(**(options or {})).load()
 
 
 def parquet_writer(df: DataFrame) -> DataFrameWriter:

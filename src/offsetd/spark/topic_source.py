@@ -37,6 +37,7 @@ from pyspark.sql.types import StructType
 
 from .kafka_client import (EARLIEST, LATEST, Cluster, DataLossError, GroupCommitter, TopicPartitionKey,
                            from_json_offsets, parse_partition_json, read_range, to_json_offsets)
+from .options import option_bool, option_positive_int
 from .schemas import TOPIC_ARROW, TOPIC_DDL, TOPIC_HEADERS_ARROW, TOPIC_HEADERS_DDL
 
 # confluent-kafka timestamp types -> Kafka's TimestampType ids (Spark's timestampType column).
@@ -57,7 +58,6 @@ ENDING_OPTIONS = ("endingTimestamp", "endingOffsetsByTimestamp", "endingOffsets"
 BATCH_FORBIDDEN = (("starting", "latest", LATEST), ("ending", "earliest", EARLIEST))
 OFFSET_WORDS = ("earliest", "latest", "group")
 
-BOOLEANS = {"true": True, "false": False}
 # startingOffsetsByTimestampStrategy: what a starting timestamp with no record at or after it means.
 NO_MATCH_ERROR, NO_MATCH_LATEST = "error", "latest"
 BY_TIMESTAMP_STRATEGIES = (NO_MATCH_ERROR, NO_MATCH_LATEST)
@@ -76,26 +76,6 @@ class TopicRange(InputPartition):
     partition: int
     start: int
     end: int
-
-
-def option_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
-    """A true/false option (case-insensitive, as Spark's toBoolean)."""
-    text = options.get(name)
-    if not text:
-        return default
-    if text.strip().lower() not in BOOLEANS:
-        raise ValueError(f"option {name} must be true or false, got {text!r}")
-    return BOOLEANS[text.strip().lower()]
-
-
-def option_positive_int(options: Mapping[str, str], name: str) -> int | None:
-    """A count option such as maxOffsetsPerTrigger: a positive integer, or None when unset."""
-    text = options.get(name)
-    if not text:
-        return None
-    if not text.strip().isdigit() or int(text) <= 0:
-        raise ValueError(f"option {name} must be a positive integer, got {text!r}")
-    return int(text)
 
 
 def option_timestamp(name: str, text: str) -> int:

@@ -15,6 +15,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from broker_process import BrokerProcess, wait_for
 from confluent_kafka import Consumer, TopicPartition
@@ -122,6 +123,14 @@ def test_commit_history_lists_every_commit(spark, history):
     assert got == [(0, 2), (0, 5), (1, 3), (0, 7)]
     assert all(r.topic == topic and r.commit_time is not None for r in rows if r.group == S)
     assert len([r for r in rows if r.group in history.groups.values()]) == 4 + 4 + 2 + 2
+    # Parquet format 2 (pipelines.parquet_writer): offsets delta-encoded, and Arrow reads the same rows
+    files = sorted((history.output / "commit-history").glob("*.parquet"))
+    table = pq.read_table(files)
+    assert sorted(zip(table["group"].to_pylist(), table["log_partition"].to_pylist(), table["log_offset"].to_pylist(),
+                      table["offset"].to_pylist())) == sorted((r.group, r.log_partition, r.log_offset, r.offset)
+                                                            for r in rows)
+    offset_column = pq.ParquetFile(files[0]).schema_arrow.get_field_index("offset")
+    assert "DELTA_BINARY_PACKED" in pq.ParquetFile(files[0]).metadata.row_group(0).column(offset_column).encodings
 
 
 def test_lag_history_samples_commits_and_log_end(spark, history):

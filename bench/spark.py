@@ -170,7 +170,8 @@ def run_one(master: str, data: str, records: int) -> dict:
         written = spark.read.parquet(out).count()
         noop = timed(lambda: history().write.format("noop").mode("overwrite").save())
         # the ceiling Parquet sets: rows of the same shape made inside the JVM, no Python at all
-        same_shape = spark.read.parquet(out).cache()
+        # (spread over the cores: the format-2 output is small enough to be read as one partition)
+        same_shape = spark.read.parquet(out).repartition(spark.sparkContext.defaultParallelism).cache()
         same_shape.count()
         jvm_only = timed(lambda: pipelines.parquet_writer(same_shape).parquet(out + "-jvm"))
     finally:

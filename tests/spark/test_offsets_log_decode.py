@@ -158,3 +158,11 @@ def test_reader_packs_segments_in_log_order_and_a_transaction_may_span_a_roll(tm
     assert [(r["log_partition"], r["group"]) for r in rows if r["group"] == "spans"] == [(7, "spans")]
     assert len(rows) == 3 + 16 + 1 + 300
     assert len(OffsetsLogReader({"path": str(tmp_path), "minPartitions": "3"}).partitions()) == 3
+
+
+def test_key_table_starts_afresh_between_chunks_past_its_limit(monkeypatch):
+    data = b"".join(CASES["mixed"])
+    whole = _decoded(data)
+    monkeypatch.setattr(offsets_log_source, "CHUNK_RECORDS", 7)
+    monkeypatch.setattr(offsets_log_source, "KEY_TABLE_LIMIT", 2)
+    assert _decoded(data) == whole

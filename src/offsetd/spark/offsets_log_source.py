@@ -53,6 +53,7 @@ from .options import option_bool, option_positive_int
 from .schemas import GROUP_METADATA, OFFSET_COMMIT, OFFSETS_LOG_ARROW, OFFSETS_LOG_DDL, OFFSETS_LOG_FIELDS
 
 CHUNK_RECORDS = 65536  # records per Arrow batch
+KEY_TABLE_LIMIT = 1 << 18  # distinct keys a decoder remembers; it starts afresh between chunks past this
 DEFAULT_MAX_PARTITION_BYTES = 1 << 30  # option maxPartitionBytes: segment bytes per task at most
 DEFAULT_OPEN_COST_BYTES = 4 << 20  # option openCostInBytes: a file counts this much more (Spark's default)
 _PARTITION_DIR = re.compile(r"^__consumer_offsets-(\d+)$")
@@ -383,6 +384,8 @@ class _PartitionDecoder:
         """The chunk as an Arrow batch; a new chunk starts."""
         batch = decode_chunk(self.chunk, self.table, self.log_partition, self.selection)
         self.chunk = _Chunk()
+        if len(self.table) > KEY_TABLE_LIMIT:  # a compacted log is mostly distinct keys: bound the memory
+            self.table = KeyTable()
         return batch
 
     def general(self, batch: bytes, transactional: bool) -> None:

@@ -23,7 +23,6 @@ assign() and no group membership; rows leave the reader as Arrow record batches.
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -31,18 +30,17 @@ from typing import Callable, Iterable, Iterator, Mapping
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows,
-                                              SupportsTriggerAvailableNow)
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from .kafka_client import (EARLIEST, LATEST, Cluster, DataLossError, GroupCommitter, TopicPartitionKey,
                            from_json_offsets, parse_partition_json, read_range, to_json_offsets)
-from .options import option_bool, option_positive_int
+from .options import US_PER_MS, AdmissionControl, TriggerOptions, option_bool
+from .options import TriggerDelay, cap_rows  # noqa: F401  (moved to .options; still importable from here)
 from .schemas import TOPIC_ARROW, TOPIC_DDL, TOPIC_HEADERS_ARROW, TOPIC_HEADERS_DDL
 
 # confluent-kafka timestamp types -> Kafka's TimestampType ids (Spark's timestampType column).
 TIMESTAMP_TYPE_IDS = {0: -1, 1: 0, 2: 1}  # NOT_AVAILABLE, CREATE_TIME, LOG_APPEND_TIME
-US_PER_MS = 1000
 
 # includeHeaders -> (Spark DDL, Arrow schema) of the rows.
 TOPIC_SCHEMAS: dict[bool, tuple[str, pa.Schema]] = {
@@ -61,11 +59,6 @@ OFFSET_WORDS = ("earliest", "latest", "group")
 # startingOffsetsByTimestampStrategy: what a starting timestamp with no record at or after it means.
 NO_MATCH_ERROR, NO_MATCH_LATEST = "error", "latest"
 BY_TIMESTAMP_STRATEGIES = (NO_MATCH_ERROR, NO_MATCH_LATEST)
-# maxTriggerDelay units (Spark's time strings; no unit = milliseconds), in microseconds.
-TIME_UNITS_US = {"us": 1, "ms": 1000, "s": 1_000_000, "m": 60_000_000, "min": 60_000_000,
-                 "h": 3_600_000_000, "d": 86_400_000_000}
-TIME_STRING = re.compile(r"([0-9]+)([a-z]+)?")
-DEFAULT_MAX_TRIGGER_DELAY = "15m"
 
 
 @dataclass(frozen=True)
@@ -83,15 +76,6 @@ def option_timestamp(name: str, text: str) -> int:
     if not text.strip().isdigit():
         raise ValueError(f"option {name} must be a timestamp in epoch milliseconds (an integer >= 0), got {text!r}")
     return int(text)
-
-
-def option_duration_ms(name: str, text: str) -> int:
-    """A Spark time string such as 15m, 2s, 500ms (no unit = ms), in milliseconds."""
-    match = TIME_STRING.fullmatch(text.strip().lower())
-    if match is None or (match[2] or "ms") not in TIME_UNITS_US:
-        raise ValueError(f"option {name} must be a duration such as 15m, 30s or 500ms "
-                         f"(units {', '.join(TIME_UNITS_US)}), got {text!r}")
-    return int(match[1]) * TIME_UNITS_US[match[2] or "ms"] // US_PER_MS
 
 
 @dataclass(frozen=True)
@@ -136,11 +120,12 @@ class NoOffsetForTimestampError(RuntimeError):
                          "startingOffsetsByTimestampStrategy=latest to start such partitions at their log end.")
 
 
-class TopicOptions:
+class TopicOptions(TriggerOptions):
     """The parsed, validated source options (shared by the batch and stream readers); invalid
     values raise a ValueError that names the option."""
 
     def __init__(self, options: Mapping[str, str], streaming: bool) -> None:
+        super().__init__(options)  # maxOffsetsPerTrigger, minOffsetsPerTrigger, maxTriggerDelay
         self.options = options  # case-insensitive, as Spark passes it
         chosen = [k for k in ("subscribe", "subscribePattern", "assign") if options.get(k)]
         if len(chosen) != 1:
@@ -152,14 +137,6 @@ class TopicOptions:
         self.fail_on_data_loss = option_bool(options, "failOnDataLoss", True)
         self.include_headers = option_bool(options, "includeHeaders", False)
         self.arrow_schema = TOPIC_SCHEMAS[self.include_headers][1]
-        self.max_per_trigger = option_positive_int(options, "maxOffsetsPerTrigger")
-        self.min_per_trigger = option_positive_int(options, "minOffsetsPerTrigger")
-        if self.min_per_trigger is not None and self.max_per_trigger is not None \
-                and self.min_per_trigger > self.max_per_trigger:
-            raise ValueError(f"option minOffsetsPerTrigger ({self.min_per_trigger}) is higher than "
-                             f"maxOffsetsPerTrigger ({self.max_per_trigger})")
-        self.max_trigger_delay_ms = option_duration_ms(
-            "maxTriggerDelay", options.get("maxTriggerDelay") or DEFAULT_MAX_TRIGGER_DELAY)
         strategy = (options.get("startingOffsetsByTimestampStrategy") or NO_MATCH_ERROR).strip().lower()
         if strategy not in BY_TIMESTAMP_STRATEGIES:
             raise ValueError(f"option startingOffsetsByTimestampStrategy must be one of "
@@ -317,39 +294,15 @@ class TopicBatchReader(DataSourceReader):
         return read_arrow(self.opts, partition)
 
 
-class TriggerDelay:
-    """minOffsetsPerTrigger with maxTriggerDelay, as Spark's Kafka source applies them: a trigger
-    is skipped while fewer than `min_offsets` new offsets are available, unless `max_delay_ms`
-    has passed since the last trigger that was not skipped (so the first trigger of a run is
-    never skipped). `clock` returns seconds (injected: tests use a fake one)."""
-
-    def __init__(self, min_offsets: int, max_delay_ms: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.min_offsets = min_offsets
-        self.max_delay_s = max_delay_ms / 1000
-        self.clock = clock
-        self.last_trigger: float | None = None
-
-    def skip(self, new_offsets: int) -> bool:
-        """Whether the trigger that found `new_offsets` new offsets is skipped (no batch)."""
-        now = self.clock()
-        if self.last_trigger is not None and now - self.last_trigger < self.max_delay_s \
-                and new_offsets < self.min_offsets:
-            return True
-        self.last_trigger = now
-        return False
-
-
 class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """spark.readStream: micro-batches bounded by maxOffsetsPerTrigger and delayed by
     minOffsetsPerTrigger / maxTriggerDelay, committed back on commit()."""
 
     def __init__(self, options: Mapping[str, str], clock: Callable[[], float] = time.monotonic) -> None:
         self.opts = TopicOptions(options, streaming=True)
-        self.delay = TriggerDelay(self.opts.min_per_trigger, self.opts.max_trigger_delay_ms, clock) \
-            if self.opts.min_per_trigger is not None else None
+        self.admission = AdmissionControl(self.opts, clock)
         self._cluster: Cluster | None = None
         self.committer: GroupCommitter | None = None
-        self.target: dict[TopicPartitionKey, int] | None = None  # Trigger.AvailableNow bound
         self.committed: dict | None = None  # last offsets committed to commitToGroup
 
     def __getstate__(self) -> dict:
@@ -369,14 +322,8 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return to_json_offsets(self.opts.resolve(self.cluster, self.opts.starting, parts, LATEST))
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        """maxOffsetsPerTrigger as ReadMaxRows, else minOffsetsPerTrigger as ReadMinRows. pyspark
-        has no composite limit, so with both set latestOffset applies minOffsetsPerTrigger from the
-        options alongside the ReadMaxRows it is given."""
-        if self.opts.max_per_trigger is not None:
-            return ReadMaxRows(self.opts.max_per_trigger)
-        if self.opts.min_per_trigger is not None:
-            return ReadMinRows(self.opts.min_per_trigger)
-        return ReadAllAvailable()
+        """maxOffsetsPerTrigger / minOffsetsPerTrigger (AdmissionControl.read_limit)."""
+        return self.admission.read_limit()
 
     def _available(self, start: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int]:
         """Log end offsets of every subscribed partition, new ones included. A partition of
@@ -391,14 +338,13 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Trigger.AvailableNow: never read past what exists now."""
-        self.target = self._available({})
+        self.admission.target = self._available({})
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        """The end offset of the next micro-batch: everything available, or at most
-        ReadMaxRows rows split over partitions in proportion to their backlog (as Spark's Kafka
-        source does); new partitions start from their log start. With minOffsetsPerTrigger the
-        trigger is skipped (`start` is returned: no batch) while TriggerDelay says so; never under
-        ReadAllAvailable (Trigger.Once) or Trigger.AvailableNow, which must reach its target.
+        """The end offset of the next micro-batch as AdmissionControl.end decides (everything
+        available, or at most ReadMaxRows rows split over partitions in proportion to their
+        backlog, as Spark's Kafka source does); new partitions start from their log start. A
+        trigger that minOffsetsPerTrigger skips returns `start`: no batch.
 
         Spark calls commit(end) only when it plans the batch after the one that ended at `end`,
         so an idle query would never commit its last batch. latestOffset(start) is called after
@@ -408,16 +354,9 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._commit_to_group(start)
         begin = from_json_offsets(start)
         latest = self._available(begin)
-        if self.target is not None:
-            latest = {tp: min(o, self.target.get(tp, o)) for tp, o in latest.items()}
         self._start_new_partitions(begin, latest)
-        end = {tp: max(latest[tp], begin[tp]) for tp in latest}
-        if self.delay is not None and self.target is None and not isinstance(limit, ReadAllAvailable) \
-                and self.delay.skip(sum(end[tp] - begin[tp] for tp in end)):
-            return start
-        if isinstance(limit, ReadMaxRows):
-            end = cap_rows(begin, end, limit.max_rows)
-        return to_json_offsets(end)
+        end = self.admission.end(begin, latest, limit)
+        return start if end is None else to_json_offsets(end)
 
     def reportLatestOffset(self) -> dict:
         """Log end offsets, for Spark's progress report (latestOffset / offsets behind)."""
@@ -459,22 +398,6 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.committer is not None:
             self.committer.close()
             self.committer = None
-
-
-def cap_rows(begin: Mapping[TopicPartitionKey, int], end: Mapping[TopicPartitionKey, int],
-             max_rows: int) -> dict[TopicPartitionKey, int]:
-    """End offsets holding at most max_rows records in total, shared in proportion to each
-    partition's backlog (rounded down; the remainder goes to the largest backlogs first, so a
-    limit smaller than the number of partitions still makes progress)."""
-    backlog = {tp: end[tp] - begin[tp] for tp in end}
-    total = sum(backlog.values())
-    if total <= max_rows:
-        return dict(end)
-    share = {tp: backlog[tp] * max_rows // total for tp in backlog}
-    left = max_rows - sum(share.values())
-    for tp in sorted(backlog, key=lambda tp: backlog[tp] - share[tp], reverse=True)[:left]:
-        share[tp] += 1
-    return {tp: begin[tp] + share[tp] for tp in end}
 
 
 class OffsetdTopicSource(DataSource):

@@ -189,7 +189,10 @@ def read_range(options: Mapping[str, str], topic: str, partition: int, start: in
                     low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=TIMEOUT_S)
                     if fail_on_data_loss:
                         raise DataLossError(topic, partition, start, low)
-                    consumer.seek(TopicPartition(topic, partition, low))
+                    if low >= end:  # the whole range is gone
+                        return
+                    # a partition in this error state can't seek: assign it anew at the log start
+                    consumer.assign([TopicPartition(topic, partition, low)])
                 elif err.code() != KafkaError._PARTITION_EOF:
                     raise KafkaException(err)
             if out:

@@ -1,17 +1,26 @@
 """format("offsetd-offsets-log"): the commits and group records a test made, through the
-protocol and from the broker's segment files; decoding of transactional batches."""
+protocol and from the broker's segment files; decoding of transactional batches; filter
+pushdown (filterPushdown=true): a group filter plans only the group's log partition,
+record_type / tombstone / log_partition filters give the rows Spark's own filtering gives."""
 
 from __future__ import annotations
 
+import shutil
 import struct
+from pathlib import Path
 
+import pytest
 from broker_process import wait_for
 from confluent_kafka import Consumer, TopicPartition
 from helpers import commit, create_topic, records, unique
+from pyspark.sql.datasource import EqualTo, In, IsNotNull, Not
 
 from offsetd.records.batch import CONTROL_MASK, TRANSACTIONAL_MASK, build_batch
-from offsetd.records.offsets import OffsetCommitKey, OffsetCommitValue, encode_key, encode_value, partition_for
-from offsetd.spark.offsets_log_source import decode_segment
+from offsetd.records.offsets import (OFFSETS_TOPIC, GroupMetadataKey, GroupMetadataValue, MemberMetadata,
+                                     OffsetCommitKey, OffsetCommitValue, encode_key, encode_value, partition_for)
+from offsetd.spark import FILTER_PUSHDOWN_CONF, register
+from offsetd.spark.offsets_log_source import (COMMIT, GROUP, OffsetsLogReader, PushdownOffsetsLogReader,
+                                              decode_segment)
 
 COMMIT_COLUMNS = ["group", "topic", "partition", "offset", "metadata", "tombstone"]
 
@@ -105,3 +114,159 @@ def test_segment_decoding_keeps_committed_transactions_only():
     assert sorted((r["group"], r["offset"], r["log_offset"]) for r in rows) == [
         ("committed", 10, 2), ("plain", 1, 0), ("plain", 2, 1), ("plain", 3, 6)]
     assert {r["log_partition"] for r in rows} == {3}
+
+
+def _planned_partitions(reader: OffsetsLogReader) -> list[int]:
+    """The log partitions a reader's tasks read, in task order."""
+    return [item.log_partition for task in reader.partitions() for item in task.items]
+
+
+def test_group_filter_plans_only_the_groups_log_partition(spark, broker, tmp_path):
+    topic, mine = unique("pushdown"), unique("mine")
+    other = next(g for g in (unique("other") for _ in range(100)) if partition_for(g) != partition_for(mine))
+    create_topic(broker.bootstrap, topic, 2)
+    commit(broker.bootstrap, mine, {(topic, 0): 1})
+    commit(broker.bootstrap, other, {(topic, 0): 7})
+    commit(broker.bootstrap, mine, {(topic, 1): 2})
+    by_protocol = {"kafka.bootstrap.servers": broker.bootstrap, "minPartitions": "50"}
+
+    pushed = _log(spark, filterPushdown="true", **by_protocol)
+    query = pushed.where(pushed.group == mine)
+    assert [tuple(r) for r in query.orderBy("log_offset").select(*COMMIT_COLUMNS).collect()] == [
+        (mine, topic, 0, 1, "", False), (mine, topic, 1, 2, "", False)]
+    assert query.rdd.getNumPartitions() == 1  # one task: the group's log partition
+    plain = _log(spark, **by_protocol)
+    assert plain.where(plain.group == mine).rdd.getNumPartitions() == 2  # without pushdown: both
+
+    group_filter = EqualTo(("group",), mine)
+    reader = PushdownOffsetsLogReader(by_protocol)
+    assert list(reader.pushFilters([group_filter])) == [group_filter]  # Spark still filters the rows
+    assert _planned_partitions(reader) == [partition_for(mine)]
+    many, both = PushdownOffsetsLogReader(by_protocol), In(("group",), [mine, other])
+    assert list(many.pushFilters([both])) == [both]
+    assert _planned_partitions(many) == sorted([partition_for(mine), partition_for(other)])
+
+    # files: the count comes from offsetd's topics.json, or option offsetsTopicPartitions
+    from_files = PushdownOffsetsLogReader({"path": str(broker.data_dir)})
+    list(from_files.pushFilters([group_filter]))
+    assert _planned_partitions(from_files) == [partition_for(mine)]
+    copy = tmp_path / "copy"  # the two partition directories, without the catalogue
+    for p in (partition_for(mine), partition_for(other)):
+        shutil.copytree(broker.data_dir / f"{OFFSETS_TOPIC}-{p}", copy / f"{OFFSETS_TOPIC}-{p}")
+    unknown = PushdownOffsetsLogReader({"path": str(copy)})
+    list(unknown.pushFilters([group_filter]))
+    assert _planned_partitions(unknown) == sorted([partition_for(mine), partition_for(other)])  # N unknown: all
+    told = PushdownOffsetsLogReader({"path": str(copy), "offsetsTopicPartitions": "50"})
+    list(told.pushFilters([group_filter]))
+    assert _planned_partitions(told) == [partition_for(mine)]
+    files = spark.read.format("offsetd-offsets-log").options(path=str(copy), offsetsTopicPartitions="50",
+                                                             filterPushdown="true").load()
+    assert sorted(r.offset for r in files.where(files.group == mine).collect()) == [1, 2]
+
+
+def _group_value(members: int) -> bytes:
+    """A consumer group's GroupMetadata value with `members` members (Empty without any)."""
+    return encode_value(GroupMetadataValue(
+        "consumer", 3, "range" if members else None, "m0" if members else None, 5000,
+        tuple(MemberMetadata(f"m{i}", None, "c", "/h", 10, 10, b"", b"") for i in range(members))))
+
+
+# (log partition, record_type, group, key, value): every kind of record, tombstones too
+SCRIPT = [
+    (0, "offset_commit", "a", OffsetCommitKey("a", "t", 0), OffsetCommitValue(1, -1, "", 1000, -1)),
+    (0, "offset_commit", "a", OffsetCommitKey("a", "t", 1), OffsetCommitValue(2, -1, "", 1000, -1)),
+    (0, "group_metadata", "a", GroupMetadataKey("a"), 1),
+    (0, "offset_commit", "a", OffsetCommitKey("a", "t", 1), None),
+    (0, "group_metadata", "a", GroupMetadataKey("a"), 0),
+    (1, "offset_commit", "b", OffsetCommitKey("b", "t", 0), OffsetCommitValue(5, -1, "", 2000, -1)),
+    (1, "group_metadata", "b", GroupMetadataKey("b"), None),
+    (1, "offset_commit", "c", OffsetCommitKey("c", "u", 3), OffsetCommitValue(8, -1, "m", 3000, -1)),
+]
+
+
+def _scripted_log(root: Path) -> Path:
+    """SCRIPT as segment files of two log partitions under `root`."""
+    for log_partition in (0, 1):
+        part = root / f"{OFFSETS_TOPIC}-{log_partition}"
+        part.mkdir(parents=True)
+        entries = [(key, value) for p, _, _, key, value in SCRIPT if p == log_partition]
+        part.joinpath("00000000000000000000.log").write_bytes(b"".join(
+            build_batch([(encode_key(key), _group_value(value) if isinstance(value, int)
+                          else None if value is None else encode_value(value), 1000, ())], base_offset=i)
+            for i, (key, value) in enumerate(entries)))
+    return root
+
+
+ROW_COLUMNS = ["log_partition", "log_offset", "record_type", "group", "tombstone", "offset", "generation"]
+
+
+@pytest.mark.parametrize("where, kept", [
+    ("record_type = 'offset_commit'", lambda p, kind, tomb: kind == "offset_commit"),
+    ("record_type = 'group_metadata' and tombstone", lambda p, kind, tomb: kind == "group_metadata" and tomb),
+    ("not tombstone", lambda p, kind, tomb: not tomb),
+    ("tombstone = true", lambda p, kind, tomb: tomb),
+    ("record_type <> 'offset_commit'", lambda p, kind, tomb: kind != "offset_commit"),
+    ("record_type in ('group_metadata', 'other') and log_partition = 0",
+     lambda p, kind, tomb: kind == "group_metadata" and p == 0),
+    ("log_partition in (1, 7) and not tombstone", lambda p, kind, tomb: p == 1 and not tomb),
+    ("record_type = 'no_such_type'", lambda p, kind, tomb: False),
+])
+def test_pushed_row_filters_give_the_rows_spark_filtering_gives(spark, tmp_path, where, kept):
+    path = str(_scripted_log(tmp_path))
+
+    def rows(**options: str) -> list[tuple]:
+        df = _log(spark, path=path, **options)  # a DataFrame per query (PushdownOffsetsLogReader)
+        return sorted(tuple(r) for r in df.where(where).select(*ROW_COLUMNS).collect())
+
+    pushed = rows(filterPushdown="true")
+    assert pushed == rows()
+    expected = sorted((p, kind, group, value is None) for p, kind, group, _, value in SCRIPT
+                      if kept(p, kind, value is None))
+    assert sorted((r[0], r[2], r[3], r[4]) for r in pushed) == expected
+
+
+def test_push_filters_takes_the_filters_it_handles_and_returns_the_rest(tmp_path):
+    reader = PushdownOffsetsLogReader({"path": str(_scripted_log(tmp_path)), "partitions": "0,1"})
+    handled = [EqualTo(("record_type",), "offset_commit"), Not(EqualTo(("tombstone",), True)),
+               In(("log_partition",), [1, 3])]
+    kept = [IsNotNull(("group",)), EqualTo(("group",), "b"), EqualTo(("offset",), 5),
+            Not(EqualTo(("group",), "a")), EqualTo(("log_partition",), "1")]
+    assert list(reader.pushFilters(handled + kept)) == kept
+    selection = reader.selection
+    assert (selection.kinds, selection.tombstones, selection.live) == (frozenset([COMMIT]), False, True)
+    assert reader.only == frozenset([1]) and reader.groups == frozenset(["b"])
+    rows = [r for task in reader.partitions() for batch in reader.read(task) for r in batch.to_pylist()]
+    assert [(r["group"], r["offset"]) for r in rows] == [("b", 5), ("c", 8)]  # c: Spark's group filter drops it
+    tombstones = PushdownOffsetsLogReader({"path": str(tmp_path)})
+    assert list(tombstones.pushFilters([EqualTo(("tombstone",), True), In(("record_type",), ["group_metadata"])])) == []
+    assert (tombstones.selection.kinds, tombstones.selection.tombstones, tombstones.selection.live) == (
+        frozenset([GROUP]), True, False)
+
+
+def test_only_filter_pushdown_true_pushes_and_pyspark_reuses_a_dataframes_pushdown(spark, tmp_path):
+    """Why filterPushdown is opt-in: pyspark 4.3 keeps one planned read per loaded DataFrame, so
+    an action without filters after one with them reuses its pushdown. The default reader pushes
+    nothing and stays right. When the last assert fails, pyspark plans each scan afresh and
+    filterPushdown could default to true."""
+    path = str(_scripted_log(tmp_path))
+    in_partition_1 = len([p for p, *_ in SCRIPT if p == 1])
+    plain = _log(spark, path=path)
+    assert plain.where("log_partition = 1").count() == in_partition_1
+    assert plain.count() == len(SCRIPT)
+    pushed = _log(spark, path=path, filterPushdown="true")
+    assert pushed.where("log_partition = 1").count() == in_partition_1
+    assert pushed.count() == in_partition_1  # pyspark's reuse, not the log
+
+
+def test_register_turns_filter_pushdown_on(spark, tmp_path):
+    """pyspark refuses to plan a reader with pushFilters while the setting is off; register
+    turns it on."""
+    spark.conf.set(FILTER_PUSHDOWN_CONF, "false")
+    try:
+        with pytest.raises(Exception, match="DATA_SOURCE_PUSHDOWN_DISABLED"):
+            _log(spark, path=str(_scripted_log(tmp_path / "off")), filterPushdown="true").collect()
+    finally:
+        register(spark)
+    assert spark.conf.get(FILTER_PUSHDOWN_CONF) == "true"
+    df = _log(spark, path=str(_scripted_log(tmp_path / "on")), filterPushdown="true")
+    assert sorted(r.group for r in df.where("tombstone").collect()) == ["a", "b"]

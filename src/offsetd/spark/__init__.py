@@ -12,10 +12,20 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+# Filter pushdown for Python data sources, off by default in pyspark 4.x.
+FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
 def register(spark: "SparkSession") -> None:
-    """Register both data sources with `spark` (idempotent)."""
+    """Register both data sources with `spark` (idempotent), and turn on filter pushdown
+    (FILTER_PUSHDOWN_CONF) for the session: the offsets-log source's filterPushdown=true reader
+    defines pushFilters, and pyspark refuses to plan such a reader while the setting is off
+    (DATA_SOURCE_PUSHDOWN_DISABLED) rather than ignoring it. Readers without pushFilters (the
+    topic source's, the offsets-log source's default one) are unaffected: Spark applies all
+    their filters itself, as with the setting off."""
     from .offsets_log_source import OffsetsLogSource
     from .topic_source import OffsetdTopicSource
 
+    spark.conf.set(FILTER_PUSHDOWN_CONF, "true")
     spark.dataSource.register(OffsetdTopicSource)
     spark.dataSource.register(OffsetsLogSource)

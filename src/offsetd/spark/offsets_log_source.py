@@ -13,6 +13,21 @@ either way to some log partitions. A schema given with `.schema("group string, o
 Options `recordTypes` (offset_commit, group_metadata) and `includeTombstones` (true/false)
 select rows at the source (`Selection`).
 
+With option `filterPushdown=true` (opt-in: PushdownOffsetsLogReader says why) the reader takes
+filters Spark pushes: `log_partition` = / IN plans only those partitions; `record_type` and
+`tombstone` = / IN / NOT narrow the Selection; all three are then done. `group` = / IN plans only
+the log partitions partition_for maps the groups to - when the partition count is known: the
+cluster's metadata, option `offsetsTopicPartitions`, or offsetd's topics.json beside the files
+(never guessed from the directories present) - and Spark still filters the rows (other groups
+share partitions).
+
+`spark.readStream` (OffsetsLogStreamReader) tails a cluster's log, never files: offsets per log
+partition as Spark's Kafka source writes them, {"__consumer_offsets": {"0": 12}};
+`startingOffsets` earliest (default: the whole history) or latest; maxOffsetsPerTrigger,
+minOffsetsPerTrigger + maxTriggerDelay and Trigger.AvailableNow as in the topic source
+(options.AdmissionControl). A micro-batch is log ranges planned and decoded as a batch read;
+a range whose start retention has removed reads from the log start.
+
 Records are decoded in chunks of about CHUNK_RECORDS into Arrow columns, never row by row:
 * plain batches go through the project's compiled, CRC-checked `records.scan.scan_columns`: key
   numbers, values, and (log offset, timestamp) runs - a coordinator's batch is one run;
@@ -29,27 +44,32 @@ loader skips them.
 
 from __future__ import annotations
 
+import json
 import os
 import re
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from itertools import compress, islice
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader, EqualTo, Filter, In,
+                                    InputPartition, Not)
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from offsetd.records.batch import LOG_OVERHEAD, TRANSACTIONAL_MASK, iter_batches
 from offsetd.records.offsets import (OFFSETS_TOPIC, ControlMarker, GroupMetadataKey, OffsetCommitKey,
                                      decode_group_metadata_value, decode_key, decode_offset_commit_value,
-                                     iter_log_records, parse_subscription_topics)
+                                     iter_log_records, parse_subscription_topics, partition_for)
 from offsetd.records.scan import scan_columns
 
-from .kafka_client import EARLIEST, LATEST, Cluster, read_range
-from .options import option_bool, option_positive_int
+from .kafka_client import (EARLIEST, LATEST, Cluster, TopicPartitionKey, from_json_offsets, read_range,
+                           to_json_offsets)
+from .options import AdmissionControl, TriggerOptions, option_bool, option_positive_int
 from .schemas import GROUP_METADATA, OFFSET_COMMIT, OFFSETS_LOG_ARROW, OFFSETS_LOG_DDL, OFFSETS_LOG_FIELDS
 
 CHUNK_RECORDS = 65536  # records per Arrow batch
@@ -231,12 +251,14 @@ ALL_COLUMNS = tuple(OFFSETS_LOG_ARROW.names)
 class Selection:
     """What a read returns: `columns` (in the source's order; a user-given schema prunes them)
     and which records become rows - source options `recordTypes` (comma list of offset_commit,
-    group_metadata; default both) and `includeTombstones` (default true). A pipeline that
+    group_metadata; default both) and `includeTombstones` (default true), narrowed further by
+    pushed record_type and tombstone filters (`live` false: tombstones only). A pipeline that
     needs only live commits reads just those, without the columns it would filter on."""
 
     columns: tuple[str, ...] = ALL_COLUMNS
     kinds: frozenset[int] = frozenset((COMMIT, GROUP))
     tombstones: bool = True
+    live: bool = True
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], columns: tuple[str, ...]) -> Selection:
@@ -254,7 +276,11 @@ class Selection:
     def rows(self, kinds: np.ndarray, tombstone: np.ndarray) -> np.ndarray:
         """Which records of a chunk become rows (never records of unknown key versions)."""
         keep = np.isin(kinds, list(self.kinds))
-        return keep if self.tombstones else keep & ~tombstone
+        if not self.tombstones:
+            keep &= ~tombstone
+        if not self.live:
+            keep &= tombstone
+        return keep
 
 
 def decode_chunk(chunk: _Chunk, table: KeyTable, log_partition: int,
@@ -265,9 +291,10 @@ def decode_chunk(chunk: _Chunk, table: KeyTable, log_partition: int,
     kinds, groups, topics, partitions = table.columns(np.array(chunk.ids, np.int64))
     values = pa.array(chunk.values, pa.binary())
     tomb = np.asarray(values.is_null()) if values.null_count else np.zeros(n, np.bool_)
+    selected = selection.rows(kinds, tomb)
     is_commit = kinds == COMMIT
     commit_rows = is_commit & ~tomb
-    group_rows = (kinds == GROUP) & ~tomb
+    group_rows = (kinds == GROUP) & ~tomb & selected  # values of GroupMetadata records not selected stay undecoded
 
     offset = np.zeros(n, np.int64)
     epoch = np.zeros(n, np.int32)
@@ -315,8 +342,7 @@ def decode_chunk(chunk: _Chunk, table: KeyTable, log_partition: int,
     }
     batch = pa.RecordBatch.from_arrays([builders[name]() for name in columns],
                                        schema=pa.schema([OFFSETS_LOG_ARROW.field(name) for name in columns]))
-    rows = selection.rows(kinds, tomb)
-    return batch if rows.all() else batch.filter(pa.array(rows))
+    return batch if selected.all() else batch.filter(pa.array(selected))
 
 
 def requested_columns(schema: StructType) -> tuple[str, ...]:
@@ -474,6 +500,35 @@ def _log_partition(f: Path) -> int:
     return int(match.group(1)) if match else -1
 
 
+def catalogued_partition_count(path: str) -> int | None:
+    """The number of `__consumer_offsets` partitions the offsetd catalogue (`topics.json`) of the
+    log.dirs that `path` is or lies in records; None without one (Kafka's log dirs keep no
+    partition count: its metadata log does)."""
+    from offsetd.broker.topics import CATALOGUE  # the broker's modules only for file reads
+
+    root = Path(path)
+    log_dirs = root.parent.parent if root.is_file() else root.parent if _PARTITION_DIR.match(root.name) else root
+    catalogue = log_dirs / CATALOGUE
+    if not catalogue.is_file():
+        return None
+    try:
+        entries = json.loads(catalogue.read_text(encoding="utf-8"))
+        return next((int(e["partitions"]) for e in entries if e.get("name") == OFFSETS_TOPIC), None)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None  # not a catalogue this reader understands: no pruning by group
+
+
+def option_partitions(options: Mapping[str, str]) -> frozenset[int] | None:
+    """Option `partitions`: a comma list of log partitions to read (None: all)."""
+    text = options.get("partitions")
+    if not text:
+        return None
+    names = [name.strip() for name in text.split(",")]
+    if not all(name.isdigit() for name in names):
+        raise ValueError(f"option partitions must be a comma list of partition numbers, got {text!r}")
+    return frozenset(int(name) for name in names)
+
+
 def pack(sizes: list[int], target: int) -> list[range]:
     """Consecutive items in groups of about `target` total size: a group closes before the item
     that would take it past the target, and every group has at least one item. Spark packs
@@ -501,66 +556,278 @@ def task_target(total: int, options: Mapping[str, str], cap: int | None) -> int:
     return max(1, min(target, cap) if cap else target)
 
 
+def plan_tasks(items: Sequence[SegmentFile] | Sequence[LogRange], sizes: list[int], options: Mapping[str, str],
+               cap: int | None) -> list[ReadTask]:
+    """Items (in log order) packed into tasks of about task_target's size each."""
+    target = task_target(sum(sizes), options, cap)
+    return [ReadTask(tuple(items[i] for i in group)) for group in pack(sizes, target)]
+
+
+def range_tasks(ranges: list[LogRange], options: Mapping[str, str]) -> list[ReadTask]:
+    """Log ranges packed into tasks by offsets."""
+    return plan_tasks(ranges, [r.end - r.start for r in ranges], options, None)
+
+
+def read_task(options: Mapping[str, str], selection: Selection, task: InputPartition) -> Iterator[pa.RecordBatch]:
+    """Decode a task's segment files or log ranges, one decoder per log partition (in an
+    executor). Spark plans one InputPartition(None) when there is no ReadTask: it reads nothing."""
+    decoder = None
+    for item in task.items if isinstance(task, ReadTask) else ():
+        if decoder is None or decoder.log_partition != item.log_partition:
+            decoder = _PartitionDecoder(item.log_partition, selection)
+        if isinstance(item, SegmentFile):
+            yield from decoder.segment(Path(item.path).read_bytes())
+        else:
+            yield from _read_range(options, decoder, item)
+
+
+def _read_range(options: Mapping[str, str], decoder: _PartitionDecoder,
+                log_range: LogRange) -> Iterator[pa.RecordBatch]:
+    """One log partition's range through the protocol (the consumer reads read_committed). A
+    range starting below the log start (records removed since planning) reads from the log
+    start instead of failing."""
+    for messages in read_range(options, OFFSETS_TOPIC, log_range.log_partition, log_range.start,
+                               log_range.end, fail_on_data_loss=False, group_id="offsetd-spark-offsets-log"):
+        for m in messages:
+            if m.key() is not None:
+                decoder.chunk.append(decoder.table, m.offset(), m.timestamp()[1], m.key(), m.value())
+        if len(decoder.chunk):
+            yield decoder.take()
+
+
+def filter_values(pushed: Filter) -> tuple[str, frozenset] | None:
+    """(column, the values a row's column may have) of a pushed `column = v`, `column IN (...)`
+    or, on a column of PUSHDOWN_DOMAINS, their negation; None for any other filter. A null
+    among IN's values matches nothing, so it is dropped (and a negated IN holding one is not
+    pushed: it keeps no row)."""
+    negated = isinstance(pushed, Not)
+    inner = pushed.child if negated else pushed
+    if not isinstance(inner, (EqualTo, In)) or len(inner.attribute) != 1 \
+            or inner.attribute[0] not in PUSHDOWN:
+        return None
+    column = inner.attribute[0]
+    values = (inner.value,) if isinstance(inner, EqualTo) else tuple(inner.value)
+    if not negated:
+        return column, frozenset(v for v in values if v is not None)
+    if column not in PUSHDOWN_DOMAINS or None in values:
+        return None
+    return column, PUSHDOWN_DOMAINS[column] - frozenset(values)
+
+
+def _all_of(values: frozenset, kind: type) -> bool:
+    """Every value is of exactly this type (bool is not an int here)."""
+    return all(type(v) is kind for v in values)
+
+
 class OffsetsLogReader(DataSourceReader):
-    """Plans tasks of segment files or log partition ranges; decodes in the executors."""
+    """Plans tasks of segment files or log partition ranges; decodes in the executors. It has
+    no pushFilters (see PushdownOffsetsLogReader): Spark applies every filter itself."""
 
     def __init__(self, options: Mapping[str, str], columns: tuple[str, ...] = ALL_COLUMNS) -> None:
         self.options = options  # case-insensitive, as Spark passes it
         self.selection = Selection.from_options(options, columns)
-        wanted = options.get("partitions")
-        self.only = {int(p) for p in wanted.split(",")} if wanted else None
+        self.only = option_partitions(options)  # option partitions (and pushed log_partition filters)
+        self.groups: frozenset[str] | None = None  # pushed group filters
         if bool(options.get("path")) == bool(options.get("kafka.bootstrap.servers")):
             raise ValueError("give exactly one of the options path (segment files) and kafka.bootstrap.servers")
         self.max_partition_bytes = option_positive_int(options, "maxPartitionBytes") or DEFAULT_MAX_PARTITION_BYTES
         self.open_cost = option_positive_int(options, "openCostInBytes") or DEFAULT_OPEN_COST_BYTES
+        self.partition_count = option_positive_int(options, "offsetsTopicPartitions")
+
+    def _planned(self, log_partitions: Iterable[int], count: int | None) -> frozenset[int]:
+        """Which of `log_partitions` are read: those the option partitions and log_partition
+        filters allow, and, with group filters and the partition count `count` known, only those
+        the groups map to (partition_for; -1, a file outside a partition directory, stays)."""
+        planned = frozenset(log_partitions) if self.only is None else frozenset(log_partitions) & self.only
+        if self.groups is None or count is None:
+            return planned
+        return planned & frozenset([-1, *(partition_for(group, count) for group in self.groups)])
 
     def partitions(self) -> list[InputPartition]:
         """Tasks of segment files (packed by bytes, each file costing openCostInBytes more, up to
         maxPartitionBytes a task), or of log partitions from their current start to end offset
         (packed by offsets)."""
-        items: list[SegmentFile] | list[LogRange]
         if self.options.get("path"):
-            items = [f for f in segment_files(self.options["path"])
-                     if self.only is None or f.log_partition in self.only]
-            if not items:
+            files = segment_files(self.options["path"])
+            if not files:
                 raise FileNotFoundError(f"no {OFFSETS_TOPIC} segment files under {self.options['path']}")
-            sizes = [f.size + self.open_cost for f in items]
-            cap: int | None = self.max_partition_bytes
-        else:
-            cluster = Cluster(self.options)
-            parts = [tp for tp in cluster.partitions_of([OFFSETS_TOPIC]) if self.only is None or tp[1] in self.only]
-            low, high = cluster.list_offsets(parts, EARLIEST), cluster.list_offsets(parts, LATEST)
-            items = [LogRange(p, low[(t, p)], high[(t, p)]) for t, p in sorted(parts) if low[(t, p)] < high[(t, p)]]
-            sizes = [r.end - r.start for r in items]
-            cap = None
-        target = task_target(sum(sizes), self.options, cap)
-        return [ReadTask(tuple(items[i] for i in group)) for group in pack(sizes, target)]
+            count = self.partition_count or catalogued_partition_count(self.options["path"])
+            if count is not None and any(f.log_partition >= count for f in files):
+                count = None  # the files do not fit that count: no pruning by group
+            planned = self._planned((f.log_partition for f in files), count)
+            files = [f for f in files if f.log_partition in planned]
+            return plan_tasks(files, [f.size + self.open_cost for f in files], self.options,
+                              self.max_partition_bytes)
+        cluster = Cluster(self.options)
+        every = cluster.partitions_of([OFFSETS_TOPIC])
+        planned = self._planned((p for _, p in every), len(every) or None)  # none: no commit yet
+        parts = [tp for tp in every if tp[1] in planned]
+        low, high = cluster.list_offsets(parts, EARLIEST), cluster.list_offsets(parts, LATEST)
+        return range_tasks([LogRange(p, low[(t, p)], high[(t, p)]) for t, p in sorted(parts)
+                            if low[(t, p)] < high[(t, p)]], self.options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Decode a task's segment files or log ranges, one decoder per log partition."""
-        assert isinstance(partition, ReadTask)
-        decoder = None
-        for item in partition.items:
-            if decoder is None or decoder.log_partition != item.log_partition:
-                decoder = _PartitionDecoder(item.log_partition, self.selection)
-            if isinstance(item, SegmentFile):
-                yield from decoder.segment(Path(item.path).read_bytes())
-            else:
-                yield from self._read_range(decoder, item)
+        """Decode a task's segment files or log ranges (read_task)."""
+        return read_task(self.options, self.selection, partition)
 
-    def _read_range(self, decoder: _PartitionDecoder, log_range: LogRange) -> Iterator[pa.RecordBatch]:
-        """One log partition's range through the protocol (the consumer reads read_committed)."""
-        for messages in read_range(self.options, OFFSETS_TOPIC, log_range.log_partition, log_range.start,
-                                   log_range.end, fail_on_data_loss=False, group_id="offsetd-spark-offsets-log"):
-            for m in messages:
-                if m.key() is not None:
-                    decoder.chunk.append(decoder.table, m.offset(), m.timestamp()[1], m.key(), m.value())
-            if len(decoder.chunk):
-                yield decoder.take()
+
+class PushdownOffsetsLogReader(OffsetsLogReader):
+    """The reader of option filterPushdown=true: filters Spark pushes (PUSHDOWN) narrow the log
+    partitions planned and the Selection.
+
+    Opt-in, because pyspark 4.3 keeps ONE planned read per loaded DataFrame
+    (PythonDataSourceV2.readInfo on the JVM, replaced by each pushdown): every scan of that
+    DataFrame in a plan (a self-join, a union) uses the pushdown of the last one planned, and a
+    later action whose scan has no filter to push reuses the previous one's. Such a DataFrame
+    would silently lose rows, so pushdown is for a DataFrame loaded for one filtered query.
+    pyspark also refuses to plan a reader defining pushFilters while
+    spark.sql.python.filterPushdown.enabled is off; offsetd.spark.register turns it on."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        """Take what PUSHDOWN handles; yield the filters Spark must still apply: those it does
+        not handle, and group filters, which only prune log partitions (other groups' rows
+        share them)."""
+        for pushed in filters:
+            found = filter_values(pushed)
+            if found is None or not PUSHDOWN[found[0]](self, found[1]):
+                yield pushed
+
+    def _push_log_partitions(self, values: frozenset) -> bool:
+        """log_partition = / IN: plan only those (fully handled)."""
+        if not _all_of(values, int):
+            return False
+        self.only = values if self.only is None else self.only & values
+        return True
+
+    def _push_groups(self, values: frozenset) -> bool:
+        """group = / IN: plan only those groups' log partitions when the partition count is
+        known (see partitions); Spark still filters the rows."""
+        if _all_of(values, str):
+            self.groups = values if self.groups is None else self.groups & values
+        return False
+
+    def _push_record_types(self, values: frozenset) -> bool:
+        """record_type = / IN / NOT: select those kinds of rows (fully handled)."""
+        if not _all_of(values, str):
+            return False
+        kinds = frozenset(KIND_NAMES.index(v) for v in values if v in KIND_NAMES[:UNKNOWN])
+        self.selection = replace(self.selection, kinds=self.selection.kinds & kinds)
+        return True
+
+    def _push_tombstones(self, values: frozenset) -> bool:
+        """tombstone = / NOT: select tombstones or live records (fully handled)."""
+        if not _all_of(values, bool):
+            return False
+        self.selection = replace(self.selection, tombstones=self.selection.tombstones and True in values,
+                                 live=self.selection.live and False in values)
+        return True
+
+
+# Filters PushdownOffsetsLogReader.pushFilters takes: column -> the method that applies its values
+# (returning whether the source fully handles the filter).
+PUSHDOWN: dict[str, Callable[[PushdownOffsetsLogReader, frozenset], bool]] = {
+    "group": PushdownOffsetsLogReader._push_groups,
+    "log_partition": PushdownOffsetsLogReader._push_log_partitions,
+    "record_type": PushdownOffsetsLogReader._push_record_types,
+    "tombstone": PushdownOffsetsLogReader._push_tombstones,
+}
+# Columns whose every value is known (never null), so a negated filter on them is pushed too.
+PUSHDOWN_DOMAINS: dict[str, frozenset] = {
+    "record_type": frozenset(KIND_NAMES[:UNKNOWN]),
+    "tombstone": frozenset((True, False)),
+}
+
+# startingOffsets of a stream -> where each log partition starts (default: the whole history).
+STARTING_OFFSETS = {"earliest": EARLIEST, "latest": LATEST}
+DEFAULT_STARTING_OFFSETS = "earliest"
+# Where a log partition that a stream's offsets do not hold yet starts: read_range skips to its
+# log start.
+NEW_PARTITION_START = 0
+
+
+class OffsetsLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """spark.readStream: tails `__consumer_offsets` through the protocol. Offsets are Spark's
+    Kafka JSON per log partition, {"__consumer_offsets": {"0": next offset}}; each micro-batch
+    is log ranges packed into tasks as the batch reader packs them and decoded the same way
+    (Selection, column pruning), with admission control as the topic source's."""
+
+    def __init__(self, options: Mapping[str, str], columns: tuple[str, ...] = ALL_COLUMNS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if options.get("path") or not options.get("kafka.bootstrap.servers"):
+            raise ValueError("streaming reads of offsetd-offsets-log need the option kafka.bootstrap.servers "
+                             "(path, segment files, is for batch reads only)")
+        self.options = options
+        self.selection = Selection.from_options(options, columns)
+        self.only = option_partitions(options)
+        spec = (options.get("startingOffsets") or DEFAULT_STARTING_OFFSETS).strip().lower()
+        if spec not in STARTING_OFFSETS:
+            raise ValueError(f"option startingOffsets must be one of {', '.join(STARTING_OFFSETS)}, got {spec!r}")
+        self.starting = STARTING_OFFSETS[spec]
+        self.admission = AdmissionControl(TriggerOptions(options), clock)
+        self._cluster: Cluster | None = None
+        self._parts: list[TopicPartitionKey] | None = None
+
+    def __getstate__(self) -> dict:
+        """Spark pickles the reader to ship `read` to executors: leave the client behind."""
+        return {**self.__dict__, "_cluster": None}
+
+    @property
+    def cluster(self) -> Cluster:
+        """The driver's metadata client, created on first use."""
+        if self._cluster is None:
+            self._cluster = Cluster(self.options)
+        return self._cluster
+
+    def _log_ends(self) -> dict[TopicPartitionKey, int]:
+        """The log end offset of every log partition read. The partition list is asked until
+        the topic exists (a cluster creates it at the first commit), then kept: the partition
+        count of `__consumer_offsets` never changes in practice."""
+        if not self._parts:
+            self._parts = [tp for tp in self.cluster.partitions_of([OFFSETS_TOPIC])
+                           if self.only is None or tp[1] in self.only]
+        return self.cluster.list_offsets(self._parts, LATEST)
+
+    def initialOffset(self) -> dict:
+        """Where a query with a fresh checkpoint starts: every log partition's start (earliest,
+        the default) or end (latest)."""
+        ends = self._log_ends()
+        return to_json_offsets(ends if self.starting == LATEST else self.cluster.list_offsets(ends, EARLIEST))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """maxOffsetsPerTrigger / minOffsetsPerTrigger (AdmissionControl.read_limit)."""
+        return self.admission.read_limit()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: never read past what exists now."""
+        self.admission.target = self._log_ends()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """The end offsets of the next micro-batch as AdmissionControl.end decides; `start` when
+        the trigger is skipped (no batch). A log end below `start` (a log truncated) keeps `start`."""
+        latest = self._log_ends()
+        begin = from_json_offsets(start)
+        begin = {tp: begin.get(tp, NEW_PARTITION_START) for tp in latest}
+        end = self.admission.end(begin, latest, limit)
+        return start if end is None else to_json_offsets(end)
+
+    def reportLatestOffset(self) -> dict:
+        """Log end offsets, for Spark's progress report (latestOffset / offsets behind)."""
+        return to_json_offsets(self._log_ends())
+
+    def partitions(self, start: dict, end: dict) -> list[ReadTask]:
+        """The log ranges [start, end) with records, packed into tasks by offsets (range_tasks).
+        A range whose start retention has since removed reads from the log start (_read_range)."""
+        begin, stop = from_json_offsets(start), from_json_offsets(end)
+        ranges = [LogRange(p, begin.get((t, p), NEW_PARTITION_START), o) for (t, p), o in sorted(stop.items())]
+        return range_tasks([r for r in ranges if r.start < r.end], self.options)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Decode a task's log ranges (read_task), in an executor."""
+        return read_task(self.options, self.selection, partition)
 
 
 class OffsetsLogSource(DataSource):
-    """`spark.read.format("offsetd-offsets-log")`: the offsets log as typed rows."""
+    """`spark.read(Stream).format("offsetd-offsets-log")`: the offsets log as typed rows."""
 
     @classmethod
     def name(cls) -> str:
@@ -572,5 +839,12 @@ class OffsetsLogSource(DataSource):
         return OFFSETS_LOG_DDL
 
     def reader(self, schema: StructType) -> OffsetsLogReader:
-        """A reader building the columns of `schema` (the full schema unless the user gave a subset)."""
-        return OffsetsLogReader(self.options, requested_columns(schema))
+        """A reader building the columns of `schema` (the full schema unless the user gave a
+        subset); with option filterPushdown=true, one that takes pushed filters."""
+        pushdown = option_bool(self.options, "filterPushdown", False)
+        return (PushdownOffsetsLogReader if pushdown else OffsetsLogReader)(self.options, requested_columns(schema))
+
+    def streamReader(self, schema: StructType) -> OffsetsLogStreamReader:
+        """spark.readStream: tails the log of a cluster (kafka.bootstrap.servers), building the
+        columns of `schema`."""
+        return OffsetsLogStreamReader(self.options, requested_columns(schema))

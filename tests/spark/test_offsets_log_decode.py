@@ -13,9 +13,9 @@ from offsetd.records.batch import CONTROL_MASK, TIMESTAMP_TYPE_MASK, TRANSACTION
 from offsetd.records.offsets import (GroupMetadataKey, GroupMetadataValue, MemberMetadata, OffsetCommitKey,
                                      OffsetCommitValue, UnknownRecordKey, decode_key, decode_value, encode_key,
                                      encode_value, iter_log_records)
-from offsetd.spark import offsets_log_source
-from offsetd.spark.offsets_log_source import (ALL_COLUMNS, OffsetsLogReader, Selection, decode_segment, pack,
-                                              task_target)
+from offsetd.spark import offsets_log_decode
+from offsetd.spark.offsets_log_decode import ALL_COLUMNS, Selection, decode_segment
+from offsetd.spark.offsets_log_source import OffsetsLogReader, pack, task_target
 from offsetd.spark.schemas import OFFSET_COMMIT
 
 
@@ -72,7 +72,7 @@ def test_column_decoding_equals_the_row_codecs(name):
 def test_chunk_boundaries_do_not_change_the_rows(monkeypatch):
     data = b"".join(CASES["mixed"])
     whole = _decoded(data)
-    monkeypatch.setattr(offsets_log_source, "CHUNK_RECORDS", 7)
+    monkeypatch.setattr(offsets_log_decode, "CHUNK_RECORDS", 7)
     assert len(list(decode_segment(data, 0))) == 3  # whole batches: 16 | 3 + 300 | 3 records
     assert _decoded(data) == whole
 
@@ -163,6 +163,6 @@ def test_reader_packs_segments_in_log_order_and_a_transaction_may_span_a_roll(tm
 def test_key_table_starts_afresh_between_chunks_past_its_limit(monkeypatch):
     data = b"".join(CASES["mixed"])
     whole = _decoded(data)
-    monkeypatch.setattr(offsets_log_source, "CHUNK_RECORDS", 7)
-    monkeypatch.setattr(offsets_log_source, "KEY_TABLE_LIMIT", 2)
+    monkeypatch.setattr(offsets_log_decode, "CHUNK_RECORDS", 7)
+    monkeypatch.setattr(offsets_log_decode, "KEY_TABLE_LIMIT", 2)
     assert _decoded(data) == whole

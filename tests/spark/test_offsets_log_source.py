@@ -19,8 +19,8 @@ from offsetd.records.batch import CONTROL_MASK, TRANSACTIONAL_MASK, build_batch
 from offsetd.records.offsets import (OFFSETS_TOPIC, GroupMetadataKey, GroupMetadataValue, MemberMetadata,
                                      OffsetCommitKey, OffsetCommitValue, encode_key, encode_value, partition_for)
 from offsetd.spark import FILTER_PUSHDOWN_CONF, register
-from offsetd.spark.offsets_log_source import (COMMIT, GROUP, OffsetsLogReader, PushdownOffsetsLogReader,
-                                              decode_segment)
+from offsetd.spark.offsets_log_decode import COMMIT, GROUP, decode_segment
+from offsetd.spark.offsets_log_source import OffsetsLogReader, PushdownOffsetsLogReader
 
 COMMIT_COLUMNS = ["group", "topic", "partition", "offset", "metadata", "tombstone"]
 

@@ -31,8 +31,11 @@ def load_offsets_log(spark: SparkSession, *, path: str | None = None, bootstrap:
     from . import register
 
     register(spark)
-    reader = spark.read.format("offsetd-offsets-log").option("minPartitions",
-                                                             str(spark.sparkContext.defaultParallelism))
+    reader = spark.read.format("offsetd-offsets-log")
+    try:
+        reader = reader.option("minPartitions", str(spark.sparkContext.defaultParallelism))
+    except NotImplementedError:  # Spark Connect has no SparkContext: the source's own default
+        pass
     if columns:
         types = {name: ddl for name, _, ddl in OFFSETS_LOG_FIELDS}
         reader = reader.schema(", ".join(f"`{name}` {types[name]}" for name in columns))
@@ -47,8 +50,8 @@ def parquet_writer(df: DataFrame) -> DataFrameWriter:
     """An overwriting Parquet writer tuned for offsets data (a caller may override any option):
     * format version 2 (`parquet.writer.version`): integer columns are delta-encoded, and
       offsets, log positions and timestamps grow steadily - the output is about 20x smaller
-      than version 1 with snappy, and faster to write. Spark (3.3+), Arrow, DuckDB and Trino
-      read it; set the option to v1 for older readers;
+      than version 1 with snappy, and faster to write. Spark (3.3+) and Arrow read it (the
+      tests do both); set the option to v1 for readers without format 2;
     * dictionaries only for the string columns (group, topic, metadata, ... repeat endlessly);
       offsets and timestamps are nearly unique, and building dictionaries for them only to
       abandon them costs about a third of the write."""

@@ -106,23 +106,23 @@ class Cluster:
 
     def list_offsets(self, partitions: Iterable[TopicPartitionKey], spec: int) -> dict[TopicPartitionKey, int]:
         """Log start (EARLIEST) or log end (LATEST) offsets, one ListOffsets round."""
-        wanted = {TopicPartition(t, p): OffsetSpec.earliest() if spec == EARLIEST else OffsetSpec.latest()
-                  for t, p in partitions}
-        if not wanted:
-            return {}
-        futures = self.admin.list_offsets(wanted, request_timeout=TIMEOUT_S)
-        return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+        offset_spec = OffsetSpec.earliest() if spec == EARLIEST else OffsetSpec.latest()
+        return self._list_offsets({tp: offset_spec for tp in partitions})
 
     def offsets_for_times(self, timestamps: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int | None]:
         """Per partition, the earliest offset whose record timestamp is >= the given epoch
         milliseconds (ListOffsets by timestamp, as KafkaConsumer.offsetsForTimes); None where no
         record qualifies. One ListOffsets round."""
-        wanted = {TopicPartition(t, p): OffsetSpec.for_timestamp(ts) for (t, p), ts in timestamps.items()}
-        if not wanted:
-            return {}
-        futures = self.admin.list_offsets(wanted, request_timeout=TIMEOUT_S)
-        found = {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+        found = self._list_offsets({tp: OffsetSpec.for_timestamp(ts) for tp, ts in timestamps.items()})
         return {tp: offset if offset >= 0 else None for tp, offset in found.items()}
+
+    def _list_offsets(self, specs: Mapping[TopicPartitionKey, OffsetSpec]) -> dict[TopicPartitionKey, int]:
+        """One ListOffsets round: the offset each partition's OffsetSpec names."""
+        if not specs:
+            return {}
+        futures = self.admin.list_offsets({TopicPartition(t, p): s for (t, p), s in specs.items()},
+                                          request_timeout=TIMEOUT_S)
+        return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
 
     def group_offsets(self, group: str, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
         """A group's committed offsets for the given partitions; partitions without one are left out."""

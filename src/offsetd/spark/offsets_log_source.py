@@ -42,9 +42,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader, EqualTo, Filter, In,
+from pyspark.sql.datasource import (DataSource, DataSourceReader, EqualTo, Filter, In,
                                     InputPartition, Not)
-from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from offsetd.records.offsets import OFFSETS_TOPIC, partition_for
@@ -53,8 +52,9 @@ from .kafka_client import (EARLIEST, LATEST, Cluster, TopicPartitionKey, from_js
                            to_json_offsets)
 from .offsets_log_decode import (ALL_COLUMNS, KIND_NAMES, UNKNOWN, Selection, PartitionDecoder,
                                  requested_columns)
-from .options import AdmissionControl, TriggerOptions, option_bool, option_positive_int
+from .options import TriggerOptions, option_bool, option_positive_int
 from .schemas import OFFSETS_LOG_DDL
+from .streaming import OffsetStreamReader
 
 DEFAULT_MAX_PARTITION_BYTES = 1 << 30  # option maxPartitionBytes: segment bytes per task at most
 DEFAULT_OPEN_COST_BYTES = 4 << 20  # option openCostInBytes: a file counts this much more (Spark's default)
@@ -351,7 +351,7 @@ DEFAULT_STARTING_OFFSETS = "earliest"
 NEW_PARTITION_START = 0
 
 
-class OffsetsLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class OffsetsLogStreamReader(OffsetStreamReader):
     """spark.readStream: tails `__consumer_offsets` through the protocol. Offsets are Spark's
     Kafka JSON per log partition, {"__consumer_offsets": {"0": next offset}}; each micro-batch
     is log ranges packed into tasks as the batch reader packs them and decoded the same way
@@ -362,6 +362,7 @@ class OffsetsLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         if options.get("path") or not options.get("kafka.bootstrap.servers"):
             raise ValueError("streaming reads of offsetd-offsets-log need the option kafka.bootstrap.servers "
                              "(path, segment files, is for batch reads only)")
+        super().__init__(options, TriggerOptions(options), clock)
         self.options = options
         self.selection = Selection.from_options(options, columns)
         self.only = option_partitions(options)
@@ -369,22 +370,9 @@ class OffsetsLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         if spec not in STARTING_OFFSETS:
             raise ValueError(f"option startingOffsets must be one of {', '.join(STARTING_OFFSETS)}, got {spec!r}")
         self.starting = STARTING_OFFSETS[spec]
-        self.admission = AdmissionControl(TriggerOptions(options), clock)
-        self._cluster: Cluster | None = None
         self._parts: list[TopicPartitionKey] | None = None
 
-    def __getstate__(self) -> dict:
-        """Spark pickles the reader to ship `read` to executors: leave the client behind."""
-        return {**self.__dict__, "_cluster": None}
-
-    @property
-    def cluster(self) -> Cluster:
-        """The driver's metadata client, created on first use."""
-        if self._cluster is None:
-            self._cluster = Cluster(self.options)
-        return self._cluster
-
-    def _log_ends(self) -> dict[TopicPartitionKey, int]:
+    def log_ends(self, begin: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int]:
         """The log end offset of every log partition read. The partition list is asked until
         the topic exists (a cluster creates it at the first commit), then kept: the partition
         count of `__consumer_offsets` never changes in practice."""
@@ -393,32 +381,16 @@ class OffsetsLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                            if self.only is None or tp[1] in self.only]
         return self.cluster.list_offsets(self._parts, LATEST)
 
+    def complete(self, begin: dict[TopicPartitionKey, int], partitions: Mapping[TopicPartitionKey, int]) -> None:
+        """Log partitions new to `begin` start at NEW_PARTITION_START (read_range skips to the log start)."""
+        for tp in partitions:
+            begin.setdefault(tp, NEW_PARTITION_START)
+
     def initialOffset(self) -> dict:
         """Where a query with a fresh checkpoint starts: every log partition's start (earliest,
         the default) or end (latest)."""
-        ends = self._log_ends()
+        ends = self.log_ends({})
         return to_json_offsets(ends if self.starting == LATEST else self.cluster.list_offsets(ends, EARLIEST))
-
-    def getDefaultReadLimit(self) -> ReadLimit:
-        """maxOffsetsPerTrigger / minOffsetsPerTrigger (AdmissionControl.read_limit)."""
-        return self.admission.read_limit()
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        """Trigger.AvailableNow: never read past what exists now."""
-        self.admission.target = self._log_ends()
-
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        """The end offsets of the next micro-batch as AdmissionControl.end decides; `start` when
-        the trigger is skipped (no batch). A log end below `start` (a log truncated) keeps `start`."""
-        latest = self._log_ends()
-        begin = from_json_offsets(start)
-        begin = {tp: begin.get(tp, NEW_PARTITION_START) for tp in latest}
-        end = self.admission.end(begin, latest, limit)
-        return start if end is None else to_json_offsets(end)
-
-    def reportLatestOffset(self) -> dict:
-        """Log end offsets, for Spark's progress report (latestOffset / offsets behind)."""
-        return to_json_offsets(self._log_ends())
 
     def partitions(self, start: dict, end: dict) -> list[ReadTask]:
         """The log ranges [start, end) with records, packed into tasks by offsets (range_tasks).

@@ -26,18 +26,18 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
 from .kafka_client import (EARLIEST, LATEST, Cluster, DataLossError, GroupCommitter, TopicPartitionKey,
                            from_json_offsets, parse_partition_json, read_range, to_json_offsets)
-from .options import US_PER_MS, AdmissionControl, TriggerOptions, option_bool
-from .options import TriggerDelay, cap_rows  # noqa: F401  (moved to .options; still importable from here)
+from .options import US_PER_MS, TriggerOptions, option_bool
 from .schemas import TOPIC_ARROW, TOPIC_DDL, TOPIC_HEADERS_ARROW, TOPIC_HEADERS_DDL
+from .streaming import OffsetStreamReader
 
 # confluent-kafka timestamp types -> Kafka's TimestampType ids (Spark's timestampType column).
 TIMESTAMP_TYPE_IDS = {0: -1, 1: 0, 2: 1}  # NOT_AVAILABLE, CREATE_TIME, LOG_APPEND_TIME
@@ -294,87 +294,58 @@ class TopicBatchReader(DataSourceReader):
         return read_arrow(self.opts, partition)
 
 
-class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class TopicStreamReader(OffsetStreamReader):
     """spark.readStream: micro-batches bounded by maxOffsetsPerTrigger and delayed by
     minOffsetsPerTrigger / maxTriggerDelay, committed back on commit()."""
 
+    DRIVER_ONLY = ("_cluster", "committer")
+
     def __init__(self, options: Mapping[str, str], clock: Callable[[], float] = time.monotonic) -> None:
         self.opts = TopicOptions(options, streaming=True)
-        self.admission = AdmissionControl(self.opts, clock)
-        self._cluster: Cluster | None = None
+        super().__init__(self.opts.options, self.opts, clock)
         self.committer: GroupCommitter | None = None
         self.committed: dict | None = None  # last offsets committed to commitToGroup
-
-    def __getstate__(self) -> dict:
-        """Spark pickles the reader to ship `read` to executors: leave the clients behind."""
-        return {**self.__dict__, "_cluster": None, "committer": None}
-
-    @property
-    def cluster(self) -> Cluster:
-        """The driver's metadata client, created on first use."""
-        if self._cluster is None:
-            self._cluster = Cluster(self.opts.options)
-        return self._cluster
 
     def initialOffset(self) -> dict:
         """Where a query with a fresh checkpoint starts (default latest, as Spark's Kafka source)."""
         parts = self.opts.partitions(self.cluster)
         return to_json_offsets(self.opts.resolve(self.cluster, self.opts.starting, parts, LATEST))
 
-    def getDefaultReadLimit(self) -> ReadLimit:
-        """maxOffsetsPerTrigger / minOffsetsPerTrigger (AdmissionControl.read_limit)."""
-        return self.admission.read_limit()
-
-    def _available(self, start: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int]:
+    def log_ends(self, begin: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int]:
         """Log end offsets of every subscribed partition, new ones included. A partition of
-        `start` that no longer exists (topic deleted) is data loss: an error when failOnDataLoss,
+        `begin` that no longer exists (topic deleted) is data loss: an error when failOnDataLoss,
         else it is dropped."""
         now = self.opts.partitions(self.cluster)
-        gone = sorted(set(start) - set(now))
+        gone = sorted(set(begin) - set(now))
         if gone and self.opts.fail_on_data_loss:
             raise RuntimeError(f"partitions {gone} no longer exist; some data may have been lost. "
                                "Set failOnDataLoss=false to continue without them.")
         return self.cluster.list_offsets(now, LATEST)
 
-    def prepareForTriggerAvailableNow(self) -> None:
-        """Trigger.AvailableNow: never read past what exists now."""
-        self.admission.target = self._available({})
+    def complete(self, begin: dict[TopicPartitionKey, int], partitions: Mapping[TopicPartitionKey, int]) -> None:
+        """Add the `partitions` missing from `begin` (new ones) to it at their log start offsets."""
+        new = [tp for tp in partitions if tp not in begin]
+        begin.update(self.opts.concrete(self.cluster, dict.fromkeys(new, EARLIEST)))
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        """The end offset of the next micro-batch as AdmissionControl.end decides (everything
-        available, or at most ReadMaxRows rows split over partitions in proportion to their
-        backlog, as Spark's Kafka source does); new partitions start from their log start. A
-        trigger that minOffsetsPerTrigger skips returns `start`: no batch.
+        """OffsetStreamReader.latestOffset (new partitions start from their log start), after
+        committing `start` to commitToGroup.
 
         Spark calls commit(end) only when it plans the batch after the one that ended at `end`,
         so an idle query would never commit its last batch. latestOffset(start) is called after
         the batch ending at `start` is recorded in the commit log (or, for a new query, with the
-        initial offsets), so `start` is committed to commitToGroup here too: the group's lag is
-        exact whenever the query is idle."""
+        initial offsets), so `start` is committed here too: the group's lag is exact whenever the
+        query is idle."""
         self._commit_to_group(start)
-        begin = from_json_offsets(start)
-        latest = self._available(begin)
-        self._start_new_partitions(begin, latest)
-        end = self.admission.end(begin, latest, limit)
-        return start if end is None else to_json_offsets(end)
-
-    def reportLatestOffset(self) -> dict:
-        """Log end offsets, for Spark's progress report (latestOffset / offsets behind)."""
-        return to_json_offsets(self._available({}))
+        return super().latestOffset(start, limit)
 
     def partitions(self, start: dict, end: dict) -> list[TopicRange]:
         """One range per partition that has new records; a partition missing from `start` is
         new and starts from its log start offset."""
         begin = from_json_offsets(start)
         stop = from_json_offsets(end)
-        self._start_new_partitions(begin, stop)
+        self.complete(begin, stop)
         return [TopicRange(t, p, begin[(t, p)], o) for (t, p), o in sorted(stop.items()) if begin[(t, p)] < o]
-
-    def _start_new_partitions(self, begin: dict[TopicPartitionKey, int],
-                              partitions: Iterable[TopicPartitionKey]) -> None:
-        """Add the `partitions` missing from `begin` (new ones) to it at their log start offsets."""
-        new = [tp for tp in partitions if tp not in begin]
-        begin.update(self.opts.concrete(self.cluster, dict.fromkeys(new, EARLIEST)))
 
     def read(self, partition: TopicRange) -> Iterator[pa.RecordBatch]:
         """Runs in an executor's Python worker; stateless."""

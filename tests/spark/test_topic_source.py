@@ -17,8 +17,8 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from helpers import commit, create_topic, group_offsets, log_end_offsets, produce, records, records_at, unique
 
-from offsetd.spark.topic_source import (STARTING_OPTIONS, TopicOptions, TriggerDelay, cap_rows,
-                                        parse_bound)
+from offsetd.spark.streaming import TriggerDelay, cap_rows
+from offsetd.spark.topic_source import STARTING_OPTIONS, TopicOptions, parse_bound
 
 
 def _reader(spark, broker, **options):
@@ -298,18 +298,29 @@ def _skipped_seeing(query: StreamingQuery, topic: str, available: int, batch_id:
             and sum(json.loads(p.sources[0].latestOffset)[topic].values()) == available]
 
 
+def _min_offsets_query(spark: SparkSession, broker: BrokerProcess, tmp_path: Path, partitions: int,
+                       **options: str) -> tuple[str, StreamingQuery, list[int]]:
+    """A stream of a new, empty topic with these admission options, running, past its batch 0
+    (the first trigger of a run is never skipped, as in Spark): (topic, query, batch sizes)."""
+    topic = unique("min-offsets")
+    create_topic(broker.bootstrap, topic, partitions)
+    batches: list[int] = []
+    df = _stream(spark, broker, subscribe=topic, startingOffsets="earliest", **options)
+    query = _start_counting_batches(spark, df, tmp_path / "cp", batches)
+    try:
+        wait_for(lambda: running(query) and batches, timeout=60, interval=0.1, message="batch 0")
+    except BaseException:
+        query.stop()
+        raise
+    return topic, query, batches
+
+
 def test_min_offsets_per_trigger_skips_triggers_until_enough_records(spark: SparkSession, shared_broker: BrokerProcess,
                                                                       tmp_path: Path) -> None:
     """Triggers that find fewer than minOffsetsPerTrigger new offsets run no batch."""
-    topic = unique("min-offsets")
-    create_topic(shared_broker.bootstrap, topic, 2)
-    batches: list[int] = []
-    df = _stream(spark, shared_broker, subscribe=topic, startingOffsets="earliest", minOffsetsPerTrigger="5",
-                 maxTriggerDelay="1h")
-    query = _start_counting_batches(spark, df, tmp_path / "cp", batches)
+    topic, query, batches = _min_offsets_query(spark, shared_broker, tmp_path, 2, minOffsetsPerTrigger="5",
+                                               maxTriggerDelay="1h")
     try:
-        # the first trigger of a run is never skipped (as in Spark): batch 0, of the empty topic
-        wait_for(lambda: running(query) and batches, timeout=60, interval=0.1, message="batch 0")
         records(shared_broker.bootstrap, topic, 3, 2)
         wait_for(lambda: len(_skipped_seeing(query, topic, 3, 1)) >= 3, timeout=60, interval=0.1,
                  message="triggers that see 3 records and run no batch")
@@ -324,14 +335,9 @@ def test_min_offsets_per_trigger_skips_triggers_until_enough_records(spark: Spar
 def test_max_trigger_delay_runs_a_batch_below_min_offsets(spark: SparkSession, shared_broker: BrokerProcess,
                                                            tmp_path: Path) -> None:
     """Once maxTriggerDelay has passed, a batch runs with fewer than minOffsetsPerTrigger offsets."""
-    topic = unique("trigger-delay")
-    create_topic(shared_broker.bootstrap, topic, 1)
-    batches: list[int] = []
-    df = _stream(spark, shared_broker, subscribe=topic, startingOffsets="earliest", minOffsetsPerTrigger="100",
-                 maxTriggerDelay="2s")
-    query = _start_counting_batches(spark, df, tmp_path / "cp", batches)
+    topic, query, batches = _min_offsets_query(spark, shared_broker, tmp_path, 1, minOffsetsPerTrigger="100",
+                                               maxTriggerDelay="2s")
     try:
-        wait_for(lambda: running(query) and batches, timeout=60, interval=0.1, message="batch 0")
         records(shared_broker.bootstrap, topic, 3, 1)
         ran = wait_for(lambda: [p for p in running(query) if p.batchId == 1 and p.numInputRows], timeout=60,
                        interval=0.1, message="a batch below minOffsetsPerTrigger once maxTriggerDelay passed")

@@ -10,7 +10,7 @@ import html
 import io
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import matplotlib
 
@@ -19,6 +19,9 @@ import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MAX_GROUPS = 12  # lines per plot; the busiest groups are shown
 MAX_EXPIRY_GROUPS = 25  # bars in the expiry timeline; the soonest-expiring groups are shown
@@ -47,20 +50,26 @@ def _top_groups(df: DataFrame, weight: str) -> list[str]:
     return [r["group"] for r in rows]
 
 
+def _group_lines(rows: pd.DataFrame, x: str, y: str, ylabel: str, title: str, plot: Callable[..., object]) -> str:
+    """One line per group of `rows` (pandas: group, x, y) drawn with `plot(ax, xs, ys, label=)`,
+    with a legend when there are any."""
+    def draw(ax: plt.Axes) -> None:
+        """One line per group."""
+        for group, per_group in rows.groupby("group"):
+            plot(ax, per_group[x], per_group[y], label=group)
+        ax.set_ylabel(ylabel)
+        if len(rows):
+            ax.legend(fontsize="small")
+    return _png(draw, title)
+
+
 def lag_plot(lag: DataFrame) -> str:
     """Total lag per group over time (sum over partitions of each partition's latest sample)."""
     groups = _top_groups(lag.where(F.col("lag").isNotNull()), "lag")
     per_time = (lag.where(F.col("group").isin(groups) & F.col("lag").isNotNull())
                 .groupBy("group", "time").agg(F.sum("lag").alias("lag")).orderBy("time").toPandas())
-
-    def draw(ax: plt.Axes) -> None:
-        """One step line per group."""
-        for group, rows in per_time.groupby("group"):
-            ax.step(rows["time"], rows["lag"], where="post", label=group)
-        ax.set_ylabel("lag (records)")
-        if groups:
-            ax.legend(fontsize="small")
-    return _png(draw, "Lag over time per group")
+    return _group_lines(per_time, "time", "lag", "lag (records)", "Lag over time per group",
+                        lambda ax, xs, ys, label: ax.step(xs, ys, where="post", label=label))
 
 
 def commit_rate_plot(commits: DataFrame) -> str:
@@ -69,15 +78,8 @@ def commit_rate_plot(commits: DataFrame) -> str:
     per_minute = (commits.where(F.col("group").isin(groups))
                   .groupBy("group", F.date_trunc("minute", "commit_time").alias("minute"))
                   .count().orderBy("minute").toPandas())
-
-    def draw(ax: plt.Axes) -> None:
-        """One line per group."""
-        for group, rows in per_minute.groupby("group"):
-            ax.plot(rows["minute"], rows["count"], marker="o", label=group)
-        ax.set_ylabel("commits per minute")
-        if groups:
-            ax.legend(fontsize="small")
-    return _png(draw, "Commit rate")
+    return _group_lines(per_minute, "minute", "count", "commits per minute", "Commit rate",
+                        lambda ax, xs, ys, label: ax.plot(xs, ys, marker="o", label=label))
 
 
 def expiry_plot(forecast: DataFrame) -> str:

@@ -27,6 +27,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 from offsetd.records.offsets import (
     OffsetCommitKey,
@@ -221,16 +222,31 @@ def load_cached(spec: OffsetsLogSpec, cache_root: Path) -> OffsetsLogData | None
                           manifest["bytes"], _probes(spec))  # fmt: skip
 
 
-def build(spec: OffsetsLogSpec, cache_root: Path, workers: int, timeout_s: float) -> OffsetsLogData:
-    """Generate the data set into ``cache_root/<cache_key>/`` with ``workers`` child
-    processes (replacing any older copy) and return it. The manifest is written last, so an
-    interrupted build is never mistaken for a complete one."""
-    check_codecs()
-    final = cache_root / spec.cache_key
-    tmp = cache_root / f"{spec.cache_key}.tmp-{os.getpid()}"
+def build_cached(final: Path, fill: Callable[[Path], dict]) -> dict:
+    """Build a cached data set at `final`: `fill(tmp)` writes it into a fresh sibling directory
+    and returns its manifest, written last (an interrupted build is never mistaken for a
+    complete one), then the directory replaces any older copy. Returns the manifest."""
+    tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
+        manifest = fill(tmp)
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def build(spec: OffsetsLogSpec, cache_root: Path, workers: int, timeout_s: float) -> OffsetsLogData:
+    """Generate the data set into ``cache_root/<cache_key>/`` with ``workers`` child
+    processes (replacing any older copy) and return it."""
+    check_codecs()
+
+    def fill(tmp: Path) -> dict:
+        """Write the partitions; the manifest."""
         # Largest partitions first, dealt round-robin, so the workers finish together.
         by_partition = sorted(spec.groups_by_partition().items(), key=lambda kv: -len(kv[1]))
         shares = [by_partition[i::workers] for i in range(workers)]
@@ -240,20 +256,13 @@ def build(spec: OffsetsLogSpec, cache_root: Path, workers: int, timeout_s: float
             timeout_s=timeout_s,
         )  # fmt: skip
         records = sum(c[0] for c in counts)
-        size = sum(c[1] for c in counts)
         if records != spec.records:
             raise RuntimeError(f"wrote {records} records, expected {spec.records}")
-        created = time.time()
-        (tmp / MANIFEST).write_text(json.dumps(
-            {"spec": asdict(spec), "created": created, "records": records, "bytes": size},
-            indent=1,
-        ))  # fmt: skip
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return OffsetsLogData(spec, final, created, records, size, _probes(spec))
+        return {"spec": asdict(spec), "created": time.time(), "records": records, "bytes": sum(c[1] for c in counts)}
+
+    final = cache_root / spec.cache_key
+    manifest = build_cached(final, fill)
+    return OffsetsLogData(spec, final, manifest["created"], manifest["records"], manifest["bytes"], _probes(spec))
 
 
 def ensure(

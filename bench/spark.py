@@ -39,8 +39,8 @@ from pathlib import Path
 
 from offsetd.records.offsets import partition_for
 
-from bench.offsets_log import (MANIFEST, OFFSETS_TOPIC, SEGMENT_NAME, OffsetsLogSpec, ensure, offset_commit_key,
-                               offset_commit_value)
+from bench.offsets_log import (MANIFEST, OFFSETS_TOPIC, SEGMENT_NAME, OffsetsLogSpec, build_cached, ensure,
+                               offset_commit_key, offset_commit_value)
 from bench.procs import run_in_children
 
 CACHE_ROOT = Path(__file__).parent / "results" / "cache"
@@ -110,20 +110,19 @@ def ensure_history(spec: HistorySpec) -> tuple[Path, int]:
             return final, manifest["records"]
     except (OSError, ValueError, KeyError):
         pass
-    tmp = CACHE_ROOT / f"{spec.key}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+
+    def fill(tmp: Path) -> dict:
+        """Two child processes write half the log partitions each; the manifest."""
+        parts = list(range(spec.num_partitions))
+        counts = run_in_children(_write, [(spec, str(tmp), parts[i::2], int(time.time() * 1000) - 86_400_000)
+                                          for i in range(2)], timeout_s=1800)
+        assert sum(counts) == spec.records, (sum(counts), spec.records)
+        return {"spec": asdict(spec), "records": spec.records}
+
     started = time.monotonic()
-    parts = list(range(spec.num_partitions))
-    counts = run_in_children(_write, [(spec, str(tmp), parts[i::2], int(time.time() * 1000) - 86_400_000)
-                                      for i in range(2)], timeout_s=1800)
-    records = sum(counts)
-    assert records == spec.records, (records, spec.records)
-    (tmp / MANIFEST).write_text(json.dumps({"spec": asdict(spec), "records": records}))
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    print(f"generated {records:,} records in {time.monotonic() - started:.1f}s -> {final}", flush=True)
-    return final, records
+    build_cached(final, fill)
+    print(f"generated {spec.records:,} records in {time.monotonic() - started:.1f}s -> {final}", flush=True)
+    return final, spec.records
 
 
 def ensure_distinct() -> tuple[Path, int]:

@@ -5,8 +5,11 @@ record_type / tombstone / log_partition filters give the rows Spark's own filter
 
 from __future__ import annotations
 
+import os
 import shutil
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -270,3 +273,28 @@ def test_register_turns_filter_pushdown_on(spark, tmp_path):
     assert spark.conf.get(FILTER_PUSHDOWN_CONF) == "true"
     df = _log(spark, path=str(_scripted_log(tmp_path / "on")), filterPushdown="true")
     assert sorted(r.group for r in df.where("tombstone").collect()) == ["a", "b"]
+
+
+WORKER_CHECK = """
+import sys
+from pyspark.sql import SparkSession
+from offsetd.spark import register
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+register(spark)
+df = spark.read.format("offsetd-offsets-log").option("path", sys.argv[1]).load()
+print("ROWS", df.count(), spark.sparkContext.pythonExec == sys.executable)
+spark.stop()
+"""
+
+
+def test_register_from_an_interpreter_not_on_path_runs_workers_on_it(tmp_path):
+    """A virtualenv that is not activated: PATH's `python3` has no offsetd, PYSPARK_PYTHON is
+    unset. register() makes the local workers run the driver's interpreter, so the read works."""
+    path = str(_scripted_log(tmp_path / "log"))
+    venv_bin = str(Path(sys.executable).parent)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_") and k != "VIRTUAL_ENV"}
+    env["PATH"] = os.pathsep.join(d for d in env.get("PATH", "").split(os.pathsep) if d != venv_bin)
+    done = subprocess.run([sys.executable, "-c", WORKER_CHECK, path], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"ROWS {len(SCRIPT)} True" in done.stdout

@@ -6,6 +6,8 @@ session; the pipelines (`offsetd.spark.pipelines`) and the CLI call it themselve
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -26,6 +28,25 @@ def register(spark: "SparkSession") -> None:
     from .offsets_log_source import OffsetsLogSource
     from .topic_source import OffsetdTopicSource
 
+    _local_workers_run_this_interpreter(spark)
     spark.conf.set(FILTER_PUSHDOWN_CONF, "true")
     spark.dataSource.register(OffsetdTopicSource)
     spark.dataSource.register(OffsetsLogSource)
+
+
+def _local_workers_run_this_interpreter(spark: "SparkSession") -> None:
+    """In local mode, Python workers run the driver's interpreter unless PYSPARK_PYTHON says
+    otherwise. pyspark's default is `python3` from PATH, which in a virtualenv that is not
+    activated is an interpreter without offsetd ("No module named 'offsetd'" in the workers).
+    pyspark reads `SparkContext.pythonExec` each time it wraps a function (a data source, a UDF),
+    so setting it before registering is enough. On a real cluster the workers' interpreter is
+    the operator's to choose (PYSPARK_PYTHON / spark.pyspark.python); Spark Connect has no
+    SparkContext here."""
+    if "PYSPARK_PYTHON" in os.environ:
+        return
+    try:
+        context = spark.sparkContext
+    except Exception:  # Spark Connect: workers are the server's business
+        return
+    if context.master.startswith("local"):
+        context.pythonExec = sys.executable

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 CONFIG ?= config/server.properties
 
-.PHONY: run test bench tools clean
+.PHONY: run test bench chaos fuzz tools clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -44,6 +44,16 @@ test: $(VENV)/.test-deps tools
 
 bench: $(VENV)/.test-deps
 	$(PY) bench/run.py
+
+# The chaos harness at full length (make test runs a bounded form): faults against a real broker,
+# every client operation logged, a history checker after each round.
+chaos: $(VENV)/.test-deps
+	$(PY) -m tests.chaos.run
+
+# Coverage-guided fuzzing of the decoders (make test runs the bounded Hypothesis properties).
+fuzz: $(VENV)/.test-deps
+	$(PIP) install -e '.[fuzz]'
+	$(PY) -m tests.fuzz.run
 
 clean:
 	rm -rf $(VENV) data

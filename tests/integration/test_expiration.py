@@ -90,7 +90,11 @@ class Sample:
     started: float                    # wall clock just before the first request of the round
     ended: float                      # ... and just after the last
     offsets: dict[str, dict[TP, int]]  # watch name -> what OffsetFetch returned
-    listed: dict[str, str]            # listed group id -> state
+    listed: dict[str, str]            # listed group id -> state, listed just after the offsets
+    # ... and listed just before them. One sample is several requests, and a sweep may fall between
+    # them; with the log's atomic sweep (offsets and their group's tombstone in one batch), offsets
+    # present imply the group listed before, and offsets absent imply it unlisted after.
+    listed_before: dict[str, str]
 
 
 @dataclass
@@ -106,17 +110,20 @@ class Timeline:
     def live_members(self) -> list[Member]:
         return [m for ms in self.members.values() for m in ms if not m.closed]
 
+    def list_groups(self) -> dict[str, str]:
+        listing = self.admin.list_consumer_groups(request_timeout=10).result(15)
+        assert not listing.errors, listing.errors
+        return {g.group_id: g.state for g in listing.valid}
+
     def sample(self) -> Sample:
         started = time.time()
+        listed_before = self.list_groups()
         offsets = {}
         for name, watch in self.watches.items():
             request = ConsumerGroupTopicPartitions(watch.group, [TopicPartition(t, p) for t, p in watch.expected])
             result = self.admin.list_consumer_group_offsets([request], request_timeout=10)[watch.group].result(15)
             offsets[name] = {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions}
-        listing = self.admin.list_consumer_groups(request_timeout=10).result(15)
-        assert not listing.errors, listing.errors
-        listed = {g.group_id: g.state for g in listing.valid}
-        sample = Sample(started, time.time(), offsets, listed)
+        sample = Sample(started, time.time(), offsets, self.list_groups(), listed_before)
         self.samples.append(sample)
         return sample
 
@@ -287,7 +294,7 @@ def test_standalone_offsets_vanish_after_retention(timeline: Timeline) -> None:
     gone = tl.check_expired_on_time("b", tl.marks["b"], tl.marks["b-after"])
     group = tl.watches["b"].group
     assert group not in gone.listed and group not in tl.samples[-1].listed
-    assert all(group in s.listed for s in tl.samples if tl.status("b", s) == "present")
+    assert all(group in s.listed_before for s in tl.samples if tl.status("b", s) == "present")
     consumer = Consumer(member_conf(tl.broker.bootstrap, group))
     try:
         assert committed(consumer, [(tl.topics["b"], 0)]) == {(tl.topics["b"], 0): OFFSET_INVALID}
@@ -324,9 +331,14 @@ def test_empty_group_disappears_retention_after_it_emptied(timeline: Timeline) -
     assert group not in gone.listed and group not in tl.samples[-1].listed
     for s in tl.samples:
         if s.started > tl.marks["d-after"] + 1:
-            assert (group in s.listed) == (tl.status("d", s) == "present"), "offsets and group went apart"
-            if group in s.listed:
-                assert s.listed[group] == ConsumerGroupState.EMPTY
+            status = tl.status("d", s)
+            assert status != "partial"
+            if status == "present":
+                assert group in s.listed_before, "offsets outlived their group"
+            else:
+                assert group not in s.listed, "the group outlived its offsets"
+            for listed in (s.listed_before, s.listed):
+                assert listed.get(group, ConsumerGroupState.EMPTY) == ConsumerGroupState.EMPTY
 
 
 def test_per_group_retention_never_survives_restart(timeline: Timeline) -> None:

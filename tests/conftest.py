@@ -10,6 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from broker_process import BrokerProcess  # noqa: E402
+from small_disk import SmallDisk  # noqa: E402
 
 
 @pytest.fixture
@@ -19,6 +20,13 @@ def broker(tmp_path: Path):
     yield proc
     if proc.alive():
         proc.stop()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """An 8 MiB tmpfs at tmp_path/disk, to fill (real ENOSPC) and free; unmounted afterwards."""
+    with SmallDisk(tmp_path / "disk") as disk:
+        yield disk
 
 
 @pytest.fixture

@@ -843,11 +843,8 @@ class _MemoryLog:
     def __init__(self) -> None:
         self.batches: list[bytes] = []
 
-    def append(self, batch: bytes, now: int) -> None:
+    def append(self, batch: bytes, now: int, *, sync: bool = False) -> None:
         self.batches.append(batch)
-
-    def flush(self) -> None:
-        pass
 
 
 def test_sweep_never_expires_an_offset_whose_recommit_is_still_being_written() -> None:

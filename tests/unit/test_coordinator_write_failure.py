@@ -2,8 +2,9 @@
 (`server/coordinator_runtime.ShardRuntime`) and a real partition log on disk. Every operation of
 the failed batch, and every one queued behind it, fails; the shard then replays its log again, so
 memory holds exactly what the log holds (§5.3: "as if it had never been attempted"), for offsets
-and classic groups alike. The failure is real: the segment's descriptor is swapped for a
-read-only one, so the append's pwritev fails with EBADF."""
+and classic groups alike. The failures are real: a full disk is a small tmpfs filled up (ENOSPC:
+refused until space is freed, then served again), a broken device is the segment's descriptor
+swapped for a read-only one (EBADF: the log directory goes offline until a restart)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from pathlib import Path
 from typing import Any, Awaitable
 
 import pytest
+from small_disk import SmallDisk
 from coordinator_helpers import NONE, REBALANCE_MS, SESSION_MS, consumer_protocols, make_config
 
 from offsetd.coordinator.shard import GroupCoordinatorShard, JoinRequest
+from offsetd.coordinator.write_errors import KAFKA_STORAGE_ERROR, NOT_COORDINATOR, CoordinatorWriteError
 from offsetd.server.coordinator_runtime import ShardRuntime, ShardState, new_token
 from offsetd.storage import LogConfig, PartitionLog
 
@@ -74,83 +77,141 @@ class Shell:
         while self.runtime._queue or self.runtime._writing or self.runtime.state is not ShardState.ACTIVE:
             await asyncio.sleep(0)
 
+    async def settled_failed(self) -> None:
+        """Until nothing is queued or being written and the shard has stopped serving."""
+        while self.runtime._queue or self.runtime._writing or self.runtime.state is not ShardState.FAILED:
+            await asyncio.sleep(0)
+
 
 def run(coro: Awaitable[Any]) -> Any:
     return asyncio.run(coro)  # type: ignore[arg-type]
 
 
-def test_a_failed_commit_fails_and_the_shard_keeps_the_durable_offset(tmp_path: Path) -> None:
+def commit_until_refused(shell: Shell, first: int, limit: int = 500) -> int:
+    """Commit first, first+1, ... while the disk is full: small appends still fit the page the
+    log already has, until one needs a new page (or an index entry) and is refused. Returns the
+    last acknowledged offset."""
+    for offset in range(first, first + limit):
+        try:
+            assert run(shell.commit(offset)) == {("t", 0): NONE}
+        except CoordinatorWriteError as exc:
+            assert (exc.append_error, exc.error_code) == (KAFKA_STORAGE_ERROR, NOT_COORDINATOR)  # §0.1
+            return offset - 1
+    raise AssertionError(f"{limit} commits fitted on a full disk")
+
+
+def test_commits_on_a_full_disk_fail_and_none_acknowledged_is_lost(small_disk: SmallDisk, caplog) -> None:
+    """Issue 16's trial: fill the disk, commit until refused, keep committing (all refused),
+    free the space, commit again without a restart, restart: the group reads back the last
+    acknowledged offset, and recovery found nothing out of order."""
+    shell = Shell(small_disk.path)
+    run(shell.start())
+    assert run(shell.commit(1)) == {("t", 0): NONE}  # the log has a page
+    small_disk.fill()
+    acknowledged = commit_until_refused(shell, 2)
+    run(shell.settled())
+    assert shell.fetch() == [("t", [(0, acknowledged, -1, "")])]
+    for offset in range(acknowledged + 1, acknowledged + 20):  # each refused, none half-written
+        with pytest.raises(CoordinatorWriteError):
+            run(shell.commit(offset))
+        run(shell.settled())
+    assert shell.plog.log_end_offset == acknowledged  # one record per commit, from offset 0
+    assert not shell.plog.log_dir.offline  # a full disk is not a broken one
+    small_disk.free()
+    for offset in range(10_000, 10_020):
+        assert run(shell.commit(offset)) == {("t", 0): NONE}
+    assert shell.fetch() == [("t", [(0, 10_019, -1, "")])]
+    shell.runtime.stop()
+    shell.plog.close()
+    caplog.clear()
+    restarted = Shell(small_disk.path)
+    run(restarted.start())
+    assert restarted.fetch() == [("t", [(0, 10_019, -1, "")])]
+    assert restarted.plog.log_end_offset == acknowledged + 20
+    assert not [r for r in caplog.records if "recovery" in r.getMessage()], caplog.text
+
+
+def test_a_failed_device_takes_the_shard_offline_until_restart(tmp_path: Path) -> None:
+    """A write error that is not a full disk (EBADF here) takes the log directory offline: the
+    failed commit gets NOT_COORDINATOR, later ones are refused without a write, and a restart
+    serves the durable offset again."""
     shell = Shell(tmp_path)
 
     async def main() -> None:
         await shell.start()
         assert await shell.commit(1) == {("t", 0): NONE}
         with Broken(shell.plog):
-            with pytest.raises(OSError):
+            with pytest.raises(CoordinatorWriteError) as failed:
                 await shell.commit(2)
-            await shell.settled()
+            assert failed.value.error_code == NOT_COORDINATOR
+            await shell.settled_failed()
+        assert shell.plog.log_dir.offline
+        with pytest.raises(CoordinatorWriteError):
+            await shell.commit(3)
         assert shell.fetch() == [("t", [(0, 1, -1, "")])]
-        assert await shell.commit(3) == {("t", 0): NONE}  # the partition works again
 
     run(main())
-    assert shell.fetch() == [("t", [(0, 3, -1, "")])]
     shell.runtime.stop()
     shell.plog.close()
     restarted = Shell(tmp_path)
     run(restarted.start())
-    assert restarted.fetch() == [("t", [(0, 3, -1, "")])]
+    assert restarted.fetch() == [("t", [(0, 1, -1, "")])]
+    assert run(restarted.commit(4)) == {("t", 0): NONE}
 
 
-def test_a_commit_whose_write_failed_does_not_shield_the_old_offset_from_expiry(tmp_path: Path) -> None:
+def test_a_commit_whose_write_failed_does_not_shield_the_old_offset_from_expiry(small_disk: SmallDisk) -> None:
     """§5.3 + §2: the old offset, committed a retention ago, is still the group's offset after its
     re-commit failed, and the next sweep expires it with its simple group."""
-    shell = Shell(tmp_path)
-
-    async def main() -> None:
-        await shell.start()
-        assert await shell.commit(1, timestamp=9 * RETENTION) == {("t", 0): NONE}
-        shell.now = 10 * RETENTION
-        with Broken(shell.plog):
-            with pytest.raises(OSError):
-                await shell.commit(2)
-            await shell.settled()
-        assert shell.fetch() == [("t", [(0, 1, -1, "")])]
-        await shell.runtime.sweep()
-        await shell.settled()
-
-    run(main())
+    shell = Shell(small_disk.path)
+    run(shell.start())
+    assert run(shell.commit(1, timestamp=9 * RETENTION)) == {("t", 0): NONE}
+    shell.now = 10 * RETENTION
+    small_disk.fill()
+    with pytest.raises(CoordinatorWriteError):
+        for _ in range(500):  # until an append needs a page the full disk does not have
+            run(shell.call("commit_offsets", "o", "", None, -1, [("t", 0, 5, -1, None)], -1, 9, shell.now))
+    run(shell.settled())
+    with pytest.raises(CoordinatorWriteError):  # as large as the refused one, at the same place
+        run(shell.commit(2))
+    run(shell.settled())
+    small_disk.free()
+    assert shell.fetch() == [("t", [(0, 1, -1, "")])]
+    run(shell.runtime.sweep())
+    run(shell.settled())
     assert shell.fetch() == [("t", [(0, -1, -1, "")])], "the old offset never expired"
     assert G not in shell.runtime.shard.groups
 
 
+CG = "cg-" + "x" * 300  # its GroupMetadata record is larger than any filler commit
+
+
 def _join(shell: Shell, member_id: str = "") -> Awaitable[Any]:
     return shell.call("join_group", JoinRequest(
-        group_id="cg", member_id=member_id, group_instance_id=None, client_id="c", client_host="/127.0.0.1",
+        group_id=CG, member_id=member_id, group_instance_id=None, client_id="c", client_host="/127.0.0.1",
         session_timeout_ms=SESSION_MS, rebalance_timeout_ms=REBALANCE_MS, protocol_type="consumer",
         protocols=consumer_protocols(), require_known_member_id=False), shell.now)
 
 
-def test_a_classic_group_change_whose_write_failed_is_rolled_back(tmp_path: Path) -> None:
+def test_a_classic_group_change_whose_write_failed_is_rolled_back(small_disk: SmallDisk) -> None:
     """The member's LeaveGroup empties the group in memory at once and writes its GroupMetadata;
-    when that write fails the group is Stable with its member again, as the log says."""
-    shell = Shell(tmp_path)
-
-    async def main() -> None:
-        await shell.start()
-        joined = await _join(shell)
-        member, generation = joined["member_id"], joined["generation_id"]
-        synced = await shell.call("sync_group", "cg", member, None, generation, "consumer", "range",
-                                  {member: b"assignment"}, shell.now)
-        assert synced["error_code"] == NONE
-        with Broken(shell.plog):
-            with pytest.raises(OSError):
-                await shell.call("leave_group", "cg", [(member, None)], shell.now)
-            await shell.settled()
-        group = shell.runtime.shard.groups["cg"]
-        assert group.state.value == "Stable" and list(group.members) == [member]
-        assert group.generation == generation
-        left = await shell.call("leave_group", "cg", [(member, None)], shell.now)
-        assert left["error_code"] == NONE
-        assert shell.runtime.shard.groups["cg"].state.value == "Empty"
-
-    run(main())
+    when that write fails (a full disk) the group is Stable with its member again, as the log says."""
+    shell = Shell(small_disk.path)
+    run(shell.start())
+    joined = run(_join(shell))
+    member, generation = joined["member_id"], joined["generation_id"]
+    synced = run(shell.call("sync_group", CG, member, None, generation, "consumer", "range",
+                            {member: b"assignment"}, shell.now))
+    assert synced["error_code"] == NONE
+    small_disk.fill()
+    commit_until_refused(shell, 1)  # the log's last page is now too full for any larger record
+    run(shell.settled())
+    with pytest.raises(CoordinatorWriteError):
+        run(shell.call("leave_group", CG, [(member, None)], shell.now))
+    run(shell.settled())
+    group = shell.runtime.shard.groups[CG]
+    assert group.state.value == "Stable" and list(group.members) == [member]
+    assert group.generation == generation
+    small_disk.free()
+    left = run(shell.call("leave_group", CG, [(member, None)], shell.now))
+    assert left["error_code"] == NONE
+    assert shell.runtime.shard.groups[CG].state.value == "Empty"

@@ -39,8 +39,15 @@ class Broker:
         by their owner (the coordinator's write path), never concurrently with it."""
         for topic in self.topics:
             if not topic.internal:
-                for log in topic.partitions:
-                    log.flush()
+                for index, log in enumerate(topic.partitions):
+                    if log.log_dir.offline:
+                        continue
+                    try:
+                        log.flush()
+                    except OSError as exc:
+                        # Acknowledged data whose fsync failed cannot be undone: the directory
+                        # goes offline (storage/log_dir.py), even on a full disk.
+                        log.log_dir.failed(exc, f"flush of {topic.name}-{index}", undone=False)
 
     def close(self) -> None:
         """Flush and close all logs."""

@@ -44,6 +44,8 @@ def read_fetch(broker: Broker, req: Any, version: int) -> FetchRead:
             if plog is None:
                 entry["error_code"] = (Error.UNKNOWN_TOPIC_ID if by_id and topic is None
                                        else Error.UNKNOWN_TOPIC_OR_PARTITION)
+            elif plog.log_dir.offline:
+                entry["error_code"] = Error.KAFKA_STORAGE_ERROR
             else:
                 end = plog.log_end_offset
                 entry.update(high_watermark=end, last_stable_offset=end, log_start_offset=plog.log_start_offset)
@@ -53,6 +55,9 @@ def read_fetch(broker: Broker, req: Any, version: int) -> FetchRead:
                     data = plog.read(p.fetch_offset, limit, min_one_batch=total == 0) if limit > 0 or total == 0 else b""
                 except OffsetOutOfRange:
                     entry["error_code"] = Error.OFFSET_OUT_OF_RANGE
+                except OSError as exc:  # the device failed under a read: its directory goes offline
+                    plog.log_dir.failed(exc, f"read of {name}-{p.partition}", undone=False)
+                    entry["error_code"] = Error.KAFKA_STORAGE_ERROR
                 else:
                     entry["records"] = data
                     total += len(data)
@@ -74,6 +79,8 @@ def handle_list_offsets(broker: Broker, req: Any, version: int, now_ms: int) -> 
             plog = broker.topics.partition(topic_req.name, p.partition_index)
             if plog is None:
                 entry["error_code"] = Error.UNKNOWN_TOPIC_OR_PARTITION
+            elif plog.log_dir.offline:
+                entry["error_code"] = Error.KAFKA_STORAGE_ERROR
             elif p.timestamp == LATEST:
                 entry["offset"] = plog.log_end_offset
             elif p.timestamp == EARLIEST:

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..protocol.errors import Error
 from ..records.batch import InvalidBatch, validate_batches
+from ..storage.log_dir import StorageError
 from ..storage.producer_state import ProduceError
 from .broker import Broker
 
@@ -29,8 +30,10 @@ def _append(broker: Broker, topic: str, index: int, records: bytes | None, now_m
             raise InvalidBatch(Error.CORRUPT_MESSAGE, "Produce request carried no record batch")
         headers = validate_batches(records, partition_log.config.max_message_bytes)
         result = partition_log.append(records, now_ms, validated=headers)
-    except (InvalidBatch, ProduceError) as exc:
-        log.info("produce to %s-%d refused: %s", topic, index, exc)
+    except (InvalidBatch, ProduceError, StorageError) as exc:
+        # StorageError: KAFKA_STORAGE_ERROR (retriable); the log was cut back, nothing was written
+        log.log(logging.DEBUG if isinstance(exc, StorageError) else logging.INFO,
+                "produce to %s-%d refused: %s", topic, index, exc)
         entry.update(error_code=exc.error_code, error_message=str(exc),
                      log_start_offset=partition_log.log_start_offset)
         return entry

@@ -17,6 +17,7 @@ from typing import Iterator
 
 from ..config import BrokerConfig
 from ..storage.durable_file import write_durably
+from ..storage.log_dir import LogDirectory
 from ..storage.partition_log import PartitionLog
 from .topic_config import log_config
 
@@ -69,6 +70,7 @@ class TopicRegistry:
         self.config = config
         self.root = config.log_dir
         self.root.mkdir(parents=True, exist_ok=True)
+        self.log_dir = LogDirectory(self.root)  # health of `log.dirs`, shared by every partition
         self.cluster_id = self._load_meta()
         self._by_name: dict[str, Topic] = {}
         self._by_id: dict[uuid.UUID, Topic] = {}
@@ -79,7 +81,7 @@ class TopicRegistry:
                               internal=entry.get("internal", False))
                 lc = log_config(topic.configs, config)
                 topic.partitions = [
-                    PartitionLog.open(self.root, topic.name, p, lc, now_ms)
+                    PartitionLog.open(self.root, topic.name, p, lc, now_ms, self.log_dir)
                     for p in range(entry["partitions"])
                 ]
                 self._add(topic)
@@ -142,7 +144,7 @@ class TopicRegistry:
             return topic
         lc = log_config(topic.configs, self.config)
         topic.partitions = [
-            PartitionLog.open(self.root, name, p, lc, now_ms)
+            PartitionLog.open(self.root, name, p, lc, now_ms, self.log_dir)
             for p in range(num_partitions)
         ]
         self._add(topic)
@@ -164,7 +166,7 @@ class TopicRegistry:
             return
         lc = log_config(topic.configs, self.config)
         for p in range(current, count):
-            topic.partitions.append(PartitionLog.open(self.root, name, p, lc, now_ms))
+            topic.partitions.append(PartitionLog.open(self.root, name, p, lc, now_ms, self.log_dir))
         self._save()
         log.info("topic %s now has %d partitions", name, count)
 

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from ..coordinator.result import CoordinatorResult
 from ..coordinator.shard import GroupCoordinatorShard
+from ..coordinator.write_errors import CoordinatorWriteError
 from ..records.batch import build_batch, iter_batches
 from ..records.scan import scan_key_values
 from ..records.offsets import encode_key, encode_value
@@ -125,6 +126,16 @@ class ShardRuntime:
                 self.submit(result)
             await asyncio.sleep(0)
 
+    def _fail(self, why: str) -> None:
+        """Stop serving this shard's groups (NOT_COORDINATOR) until the broker restarts."""
+        if self.state is ShardState.FAILED:
+            return
+        self.state = ShardState.FAILED
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = self._timer_deadline = None
+        log.error("__consumer_offsets-%d: its groups are not served any more: %s", self.shard.partition, why)
+
     def stop(self) -> None:
         """Cancel the sweep and the timers (shutdown)."""
         if self._sweeper is not None:
@@ -169,18 +180,23 @@ class ShardRuntime:
                 try:
                     if encoded:
                         now = self.clock()
-                        self.plog.append(build_batch([(k, v, now, []) for k, v, _ in encoded]), now)
-                        if self.fsync:
-                            self.plog.flush()
+                        # Atomic: batch and fsync, or nothing (undone back to the last good end).
+                        self.plog.append(build_batch([(k, v, now, []) for k, v, _ in encoded]), now,
+                                         sync=self.fsync)
                 except Exception as exc:
-                    log.error("__consumer_offsets-%d: write failed: %s; rebuilding its groups and offsets "
-                              "from the log", self.shard.partition, exc)
+                    error = CoordinatorWriteError.from_exception(exc)
                     # Every queued result was decided on state the failed write had changed.
                     failed, self._queue = batch + self._queue, []
                     for result in failed:
                         for token, _ in result.completions:
                             if not token.done():
-                                token.set_exception(exc)
+                                token.set_exception(error)
+                    if self.plog.log_dir.offline:
+                        self._fail(f"its log directory is offline ({exc})")
+                        continue
+                    log.error("__consumer_offsets-%d: write failed: %s; answered %d requests with error %d, "
+                              "rebuilding its groups and offsets from the log", self.shard.partition, exc,
+                              sum(len(r.completions) for r in failed), error.error_code)
                     await self._reload()
                     continue
                 for key, value, replay in encoded:

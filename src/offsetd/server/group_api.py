@@ -10,6 +10,7 @@ from typing import Any, Awaitable, Callable
 from ..broker.broker import Broker
 from ..coordinator.result import CoordinatorResult
 from ..coordinator.shard import JoinRequest
+from ..coordinator.write_errors import CoordinatorWriteError
 from ..protocol.errors import Error
 from ..records.offsets import partition_for
 from .coordinator_runtime import ShardRuntime, ShardState, new_token
@@ -35,9 +36,19 @@ def _ms(value: Any) -> int:
     return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
 
 
-def _reply(token: "asyncio.Future[Any]", shape: Callable[[Any], Body] = lambda body: body) -> Reply:
-    """The shaped response now if the shard already answered, else a future of it."""
-    return shape(token.result()) if token.done() else then(token, shape)
+def _reply(token: "asyncio.Future[Any]", failure: Callable[[int], Body],
+           shape: Callable[[Any], Body] = lambda body: body) -> Reply:
+    """The shaped response now if the shard already answered, else a future of it. If the
+    operation's write failed, the response is failure(code), with the code of §0.1's remapping:
+    the same shape as for a coordinator state error (§0.2)."""
+    if token.done() and token.exception() is None:
+        return shape(token.result())
+    return then(token, shape, lambda exc: _write_failure(exc, failure))
+
+
+def _write_failure(exc: BaseException, failure: Callable[[int], Any]) -> Any:
+    """failure(code) for a failed coordinator write; None (let it pass) for anything else."""
+    return failure(exc.error_code) if isinstance(exc, CoordinatorWriteError) else None
 
 
 class GroupApi:
@@ -94,21 +105,22 @@ class GroupApi:
             require_known_member_id=ctx.version >= 4)
         token = new_token()
         runtime.submit(runtime.shard.join_group(token, join, runtime.clock()))
-        return _reply(token, lambda body: _shape_join(body, ctx.version))
+        return _reply(token, lambda code: _join_failure(code, req.member_id),
+                      lambda body: _shape_join(body, ctx.version))
 
     def sync_group(self, ctx: RequestContext, req: Any) -> Reply:
         runtime = self.runtime_for(req.group_id)
         error = self._state_error(runtime)
         if error:
-            return {"error_code": error, "assignment": b""}
+            return _sync_failure(error)
         if ctx.version >= 5 and (req.protocol_type is None or req.protocol_name is None):
-            return {"error_code": Error.INCONSISTENT_GROUP_PROTOCOL, "assignment": b""}
+            return _sync_failure(Error.INCONSISTENT_GROUP_PROTOCOL)
         token = new_token()
         runtime.submit(runtime.shard.sync_group(
             token, req.group_id, req.member_id, getattr(req, "group_instance_id", None), req.generation_id,
             getattr(req, "protocol_type", None), getattr(req, "protocol_name", None),
             {a.member_id: a.assignment for a in req.assignments}, runtime.clock()))
-        return _reply(token)
+        return _reply(token, _sync_failure)
 
     def heartbeat(self, ctx: RequestContext, req: Any) -> Reply:
         runtime = self.runtime_for(req.group_id)
@@ -120,14 +132,14 @@ class GroupApi:
         runtime.submit(runtime.shard.heartbeat(token, req.group_id, req.member_id,
                                                getattr(req, "group_instance_id", None), req.generation_id,
                                                runtime.clock()))
-        return _reply(token)
+        return _reply(token, lambda code: {"error_code": code})
 
     def leave_group(self, ctx: RequestContext, req: Any) -> Reply:
         runtime = self.runtime_for(req.group_id)
         legacy = ctx.version <= 2
         error = self._state_error(runtime)
         if error:
-            return {"error_code": error, "members": ()}
+            return {"error_code": error, "members": ()}  # v0-2 ignore the members field
         members = [(req.member_id, None)] if legacy else [(m.member_id, m.group_instance_id) for m in req.members]
         token = new_token()
         runtime.submit(runtime.shard.leave_group(token, req.group_id, members, runtime.clock()))
@@ -140,7 +152,7 @@ class GroupApi:
             member_errors = [m["error_code"] for m in body["members"]]
             return {"error_code": member_errors[0] if member_errors else Error.NONE}
 
-        return _reply(token, shape)
+        return _reply(token, lambda code: shape({"error_code": code, "members": ()}), shape)
 
     # ---------------------------------------------------------------------- offsets
 
@@ -165,15 +177,18 @@ class GroupApi:
         if not known:
             return shape({})
         runtime = self.runtime_for(req.group_id)
+        def failure(code: int) -> Body:
+            return shape({(t, p): code for t, p, *_ in known})
+
         error = self._state_error(runtime)
         if error:
-            return shape({(t, p): error for t, p, *_ in known})
+            return failure(error)
         token = new_token()
         runtime.submit(runtime.shard.commit_offsets(
             token, req.group_id, getattr(req, "member_id", ""), getattr(req, "group_instance_id", None),
             getattr(req, "generation_id_or_member_epoch", -1), known, _ms(getattr(req, "retention_time", -1)),
             ctx.version, runtime.clock()))
-        return _reply(token, shape)
+        return _reply(token, failure, shape)
 
     def offset_fetch(self, ctx: RequestContext, req: Any) -> Reply:
         """§1.3, in the three response layouts: v0-1, v2-7 (top-level error), v8+ (per group)."""
@@ -218,7 +233,7 @@ class GroupApi:
         token = new_token()  # require_stable: wait for every pending write of the shard, then read
         runtime.submit(CoordinatorResult(barrier=True).respond(
             token, lambda: (Error.NONE, runtime.shard.fetch_offsets(group_id, topics))))
-        return token
+        return _reply(token, lambda code: (code, []))
 
     # ------------------------------------------------------------------------ admin
 
@@ -271,8 +286,11 @@ class GroupApi:
             tokens.append(token)
 
         async def wait() -> Body:
-            for token in tokens:
-                errors.update(await token)
+            for (partition, group_ids), token in zip(by_runtime.items(), tokens):
+                try:
+                    errors.update(await token)
+                except CoordinatorWriteError as exc:  # that shard's tombstones were not written
+                    errors.update(dict.fromkeys(group_ids, exc.error_code))
             return {"results": [{"group_id": g, "error_code": errors[g]} for g in wanted]}
 
         return wait()
@@ -292,9 +310,12 @@ class GroupApi:
         if not req.group_id:
             return {"error_code": Error.INVALID_GROUP_ID, "topics": ()}
         runtime = self.runtime_for(req.group_id)
+        def failure(code: int) -> Body:
+            return {"error_code": code, "topics": ()}
+
         error = self._state_error(runtime)
         if error:
-            return {"error_code": error, "topics": ()}
+            return failure(error)
         token = new_token()
         runtime.submit(runtime.shard.delete_offsets(token, req.group_id, known))
 
@@ -307,7 +328,7 @@ class GroupApi:
                                            body["topics"].get(t.name, {}).get(p.partition_index, Error.NONE))}
                 for p in t.partitions]} for t in req.topics]}
 
-        return _reply(token, shape)
+        return _reply(token, failure, shape)
 
 
 def _fetch_topics(rows: list[tuple[str, list[tuple[int, int, int, str]]]]) -> list[Body]:
@@ -320,6 +341,10 @@ def _fetch_topics(rows: list[tuple[str, list[tuple[int, int, int, str]]]]) -> li
 def _join_failure(error: int, member_id: str) -> Body:
     return {"error_code": error, "generation_id": -1, "leader": "", "member_id": member_id,
             "protocol_name": None, "members": ()}
+
+
+def _sync_failure(error: int) -> Body:
+    return {"error_code": error, "assignment": b""}
 
 
 def _shape_join(body: Body, version: int) -> Body:

@@ -4,6 +4,7 @@ Synchronous file I/O only (no asyncio); time is always passed in by the caller.
 """
 
 from offsetd.storage.log_config import LogConfig
+from offsetd.storage.log_dir import KAFKA_STORAGE_ERROR, LogDirectory, StorageError
 from offsetd.storage.partition_log import AppendResult, OffsetOutOfRange, PartitionLog
 from offsetd.storage.producer_state import (
     INVALID_PRODUCER_EPOCH,
@@ -13,6 +14,9 @@ from offsetd.storage.producer_state import (
 
 __all__ = [
     "LogConfig",
+    "LogDirectory",
+    "StorageError",
+    "KAFKA_STORAGE_ERROR",
     "PartitionLog",
     "AppendResult",
     "OffsetOutOfRange",

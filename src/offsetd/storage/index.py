@@ -78,6 +78,18 @@ class _IndexFile:
         if fsync:
             self.flush()
 
+    def _drop_from(self, count: int) -> None:
+        raise NotImplementedError
+
+    def truncate_entries(self, count: int) -> None:
+        """Forget the entries from `count` on, in memory and in the file (the undo of a failed
+        append). Memory first: if the file cannot be cut, the index is still a valid prefix in
+        memory, and a file of the wrong length is rebuilt when the segment is next opened."""
+        self._drop_from(count)
+        if self._fd is not None:
+            os.ftruncate(self._fd, count * self.ENTRY_SIZE)
+            self.dirty = True
+
     @property
     def has_fd(self) -> bool:
         """True while the file is open for appends."""
@@ -180,6 +192,10 @@ class OffsetIndex(_IndexFile):
         if write:
             self._write(_OFFSET_ENTRY.pack(rel, position))
 
+    def _drop_from(self, count: int) -> None:
+        del self._rel[count:]
+        del self._pos[count:]
+
     def set_entries(self, entries: list[tuple[int, int]]) -> None:
         """Replace the in-memory entries with (absolute last offset, position) pairs."""
         base = self.base_offset
@@ -258,6 +274,10 @@ class TimeIndex(_IndexFile):
         self._rel.append(rel)
         if write:
             self._write(_TIME_ENTRY.pack(timestamp, rel))
+
+    def _drop_from(self, count: int) -> None:
+        del self._ts[count:]
+        del self._rel[count:]
 
     def set_entries(self, entries: list[tuple[int, int]]) -> None:
         """Replace the in-memory entries with (timestamp, absolute offset) pairs."""

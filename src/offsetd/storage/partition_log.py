@@ -51,6 +51,7 @@ from offsetd.records.batch import (
 from offsetd.storage.durable_file import fsync_dir as _fsync_dir
 from offsetd.storage.durable_file import write_durably as _write_durably
 from offsetd.storage.log_config import LogConfig
+from offsetd.storage.log_dir import LogDirectory
 from offsetd.storage.producer_state import ProducerStateManager
 from offsetd.storage.segment import (
     INDEX_SUFFIX,
@@ -172,8 +173,11 @@ class PartitionLog:
         config: LogConfig,
         segments: list[Segment],
         producers: ProducerStateManager,
+        log_dir: LogDirectory | None = None,
     ) -> None:
         self.dir = dir
+        # The health of the log directory this partition lives in, shared with its neighbours.
+        self.log_dir = log_dir if log_dir is not None else LogDirectory(dir.parent)
         self.topic = topic
         self.partition = partition
         self.config = config
@@ -194,7 +198,8 @@ class PartitionLog:
 
     @classmethod
     def open(
-        cls, directory: Path, topic: str, partition: int, config: LogConfig, now_ms: int
+        cls, directory: Path, topic: str, partition: int, config: LogConfig, now_ms: int,
+        log_dir: LogDirectory | None = None,
     ) -> "PartitionLog":
         """Open (or create) `<directory>/<topic>-<partition>/` and recover it.
 
@@ -264,7 +269,7 @@ class PartitionLog:
                 seg.flush()
             if from_snapshot is not None and snap_offset <= segments[-1].next_offset:
                 producers = from_snapshot
-        plog = cls(pdir, topic, partition, config, segments, producers)
+        plog = cls(pdir, topic, partition, config, segments, producers, log_dir)
         plog._recovery_point = recovery_point
         plog._advance_recovery_point()
         log.debug(
@@ -351,7 +356,14 @@ class PartitionLog:
         rp = self._unsynced_sealed[0].base_offset if self._unsynced_sealed else self._segments[-1].base_offset
         if rp == self._recovery_point:
             return
-        _write_durably(self.dir / RECOVERY_POINT_FILE, f"{rp}\n")
+        try:
+            _write_durably(self.dir / RECOVERY_POINT_FILE, f"{rp}\n")
+        except OSError as exc:
+            # The file keeps an older point, which only makes the next start verify more
+            # segments; it is written again at the next roll, flush or close.
+            log.warning("%s: recovery point not advanced to %d: %s", self.dir, rp, exc)
+            (self.dir / (RECOVERY_POINT_FILE + ".tmp")).unlink(missing_ok=True)
+            return
         self._recovery_point = rp
 
     def close(self) -> None:
@@ -428,6 +440,7 @@ class PartitionLog:
         validated: list[BatchHeader] | None = None,
         *,
         leader_epoch: int | None = None,
+        sync: bool = False,
     ) -> AppendResult:
         """Append one Produce `records` blob (1+ batches), assigning offsets from log_end_offset.
 
@@ -435,8 +448,12 @@ class PartitionLog:
         Base offsets (and partitionLeaderEpoch when `leader_epoch` is not None) are patched in
         the written bytes, not in `records`. Applies idempotent-producer rules (a retried batch
         returns the original offsets with duplicate=True; errors raise ProduceError), rolls the
-        segment first when needed, writes with one writev and fsyncs when
+        segment first when needed, writes with one writev and fsyncs when `sync` is set or
         flush_interval_messages is reached. Raises InvalidBatch for bad input.
+
+        Atomic: batch, indexes, log end offset and producer state advance together or not at
+        all. A failed write or fsync is undone back to the previous log end and raised as
+        StorageError (storage/log_dir.py decides whether the directory stays online).
         """
         self._check_open()
         mv = records if isinstance(records, memoryview) else memoryview(records)
@@ -474,15 +491,34 @@ class PartitionLog:
             raise ValueError(f"validated headers cover {pos} bytes but the blob has {len(mv)}")
         last = offset - 1
 
-        if self._should_roll(pos, last, now_ms):
-            self.roll(now_ms)
-        self._segments[-1].append(parts, pos, batches, now_ms)
+        log_dir = self.log_dir
+        log_dir.check()
+        what = f"append to {self.topic}-{self.partition}"
+        try:
+            if self._should_roll(pos, last, now_ms):
+                self.roll(now_ms)
+        except OSError as exc:  # roll() leaves the old active segment in place when it fails
+            raise log_dir.failed(exc, what) from exc
+        segment = self._segments[-1]
+        mark = segment.mark()
+        try:
+            segment.append(parts, pos, batches, now_ms)
+            if sync or self._unflushed_messages + messages >= self.config.flush_interval_messages:
+                self.flush()  # counts from zero again
+            else:
+                self._unflushed_messages += messages
+        except OSError as exc:
+            try:
+                segment.rollback(mark)
+            except OSError as undo:
+                log.error("%s: undoing a failed append failed: %s", self.dir, undo)
+                raise log_dir.failed(exc, what, undone=False) from exc
+            raise log_dir.failed(exc, what) from exc
+        # Only now, with the batch written (and fsynced when asked), does the log end move.
         self.log_end_offset = offset
         if pending:
             self._producers.commit(pending, now_ms)
-        self._unflushed_messages += messages
-        if self._unflushed_messages >= self.config.flush_interval_messages:
-            self.flush()
+        log_dir.succeeded()
         return AppendResult(first, last, -1, self.log_start_offset)
 
     def _should_roll(self, size: int, last_offset: int, now_ms: int) -> bool:
@@ -511,9 +547,17 @@ class PartitionLog:
         # kernel has usually written them back already, so this is cheap).
         for seg in self._unsynced_sealed:
             seg.flush()
-        old.seal()
+        # If sealing or creating the new segment fails (a full disk), the old one stays active
+        # as it was.
+        mark = old.mark()
+        try:
+            old.seal()
+            new = Segment.create(self.dir, self.log_end_offset, self.config)
+        except OSError:
+            old.sealed = False
+            old.rollback(mark)
+            raise
         self._unsynced_sealed = [old]
-        new = Segment.create(self.dir, self.log_end_offset, self.config)
         self._segments.append(new)
         self._bases.append(new.base_offset)
         _fsync_dir(self.dir)

@@ -24,7 +24,7 @@ import logging
 import os
 import struct
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 from crc32c import crc32c
 
@@ -39,7 +39,7 @@ from offsetd.records.batch import (
 from offsetd.storage.index import OffsetIndex, TimeIndex
 from offsetd.storage.log_config import LogConfig
 
-__all__ = ["Segment", "segment_file_name", "LOG_SUFFIX", "INDEX_SUFFIX", "TIMEINDEX_SUFFIX"]
+__all__ = ["Segment", "SegmentMark", "segment_file_name", "LOG_SUFFIX", "INDEX_SUFFIX", "TIMEINDEX_SUFFIX"]
 
 log = logging.getLogger("offsetd.storage")
 
@@ -76,6 +76,19 @@ def _fdatasync(fd: int) -> None:
     sync(fd)
 
 
+class SegmentMark(NamedTuple):
+    """What `Segment.rollback` restores: the in-memory summary and the index lengths."""
+
+    size: int
+    next_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    rolling_base_ms: int | None
+    bytes_since_index: int
+    index_entries: int
+    time_entries: int
+
+
 class Segment:
     """A .log file with its offset and time indexes and in-memory summary."""
 
@@ -107,10 +120,14 @@ class Segment:
     def create(cls, directory: Path, base_offset: int, config: LogConfig) -> "Segment":
         """Create a new empty active segment (any stale files of that name are emptied)."""
         seg = cls(directory, base_offset, config)
-        seg._open_fd()
-        os.ftruncate(seg.fd, 0)
-        seg.offset_index.rewrite(fsync=False)
-        seg.time_index.rewrite(fsync=False)
+        try:
+            seg._open_fd()
+            os.ftruncate(seg.fd, 0)
+            seg.offset_index.rewrite(fsync=False)
+            seg.time_index.rewrite(fsync=False)
+        except OSError:
+            seg.delete()  # no half-made segment (or open descriptor) is left behind
+            raise
         return seg
 
     @classmethod
@@ -313,6 +330,38 @@ class Segment:
         self.bytes_since_index += h.batch_length + LOG_OVERHEAD
         self.next_offset = last + 1
 
+    def mark(self) -> SegmentMark:
+        """The segment's state now, to `rollback` to if what follows fails."""
+        return SegmentMark(self.size, self.next_offset, self.max_timestamp, self.offset_of_max_timestamp,
+                           self.rolling_base_ms, self.bytes_since_index, len(self.offset_index),
+                           len(self.time_index))
+
+    def rollback(self, mark: SegmentMark) -> None:
+        """Undo everything appended since `mark`: memory first (so the segment is consistent
+        even if the files cannot be cut), then the .log and both indexes are cut back to their
+        length at the mark. An OSError here means the files may still hold the undone bytes
+        beyond the segment's size: they are overwritten by the next append and cut by recovery,
+        but the caller should stop trusting the directory (storage/log_dir.py)."""
+        (self.size, self.next_offset, self.max_timestamp, self.offset_of_max_timestamp, self.rolling_base_ms,
+         self.bytes_since_index, index_entries, time_entries) = mark
+        self.dirty = True  # the file's length changed since the last fsync
+        errors: list[OSError] = []
+        for undo in (lambda: self.offset_index.truncate_entries(index_entries),
+                     lambda: self.time_index.truncate_entries(time_entries),
+                     self._cut_log):
+            try:
+                undo()
+            except OSError as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def _cut_log(self) -> None:
+        """Cut the .log back to its valid size (dropping any preallocated zeros beyond it)."""
+        if self.fd >= 0:
+            os.ftruncate(self.fd, self.size)
+        self.allocated = self.size
+
     def append(
         self,
         parts: Sequence[bytes | memoryview],
@@ -323,28 +372,21 @@ class Segment:
         """Write `parts` (total bytes) with one writev and index the batches.
 
         `batches` holds (position within the written bytes, header, assigned base offset).
-        On a failed or short write the file is cut back so the log stays consistent.
+        Not atomic by itself: if this raises (ENOSPC, EIO), the log or an index may hold part of
+        it, and the caller undoes it with `rollback` to a `mark` taken before.
         """
         start = self.size
-        try:
-            if len(parts) <= _IOV_MAX:
-                written = os.pwritev(self.fd, parts, start)
-            else:
-                written = 0
-            if written < total:
-                # Short write (or too many iovecs): write the rest the slow way.
-                rest = memoryview(b"".join(parts))[written:]
-                while rest:
-                    n = os.pwrite(self.fd, rest, start + written)
-                    written += n
-                    rest = rest[n:]
-        except BaseException:
-            try:
-                os.ftruncate(self.fd, start)
-                self.allocated = start
-            except OSError:
-                pass
-            raise
+        if len(parts) <= _IOV_MAX:
+            written = os.pwritev(self.fd, parts, start)
+        else:
+            written = 0
+        if written < total:
+            # Short write (or too many iovecs): write the rest the slow way.
+            rest = memoryview(b"".join(parts))[written:]
+            while rest:
+                n = os.pwrite(self.fd, rest, start + written)
+                written += n
+                rest = rest[n:]
         if start == 0:
             self.rolling_base_ms = now_ms
         self.size = start + total
@@ -384,8 +426,13 @@ class Segment:
             return
         target = min(self.size + ahead, max(self.config.segment_bytes, self.size))
         pos = self.allocated
-        while pos < target:
-            pos += os.pwrite(self.fd, _ZEROS[: min(len(_ZEROS), target - pos)], pos)
+        try:
+            while pos < target:
+                pos += os.pwrite(self.fd, _ZEROS[: min(len(_ZEROS), target - pos)], pos)
+        except OSError as exc:
+            # Only an optimisation: on a full disk appends extend the file as they go (and the
+            # fdatasync persists the size too), rather than failing a commit that fits.
+            log.debug("preallocating %s stopped at byte %d: %s", self.log_path, pos, exc)
         self.allocated = pos
 
     @property

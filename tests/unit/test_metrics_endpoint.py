@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.parse
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -16,6 +17,7 @@ from offsetd.metrics import snapshot as snapshot_module
 from offsetd.metrics.http import MetricsHttpServer
 from offsetd.records.offsets import partition_for
 from offsetd.server.coordinator_runtime import ShardState
+from offsetd.storage.log_dir import LogDirectory
 
 PARTITIONS = 3
 NOW = 1_000_000
@@ -29,8 +31,9 @@ def cluster(groups: list[str]) -> tuple[list[Harness], list[SimpleNamespace]]:
         h = hs[partition_for(group, PARTITIONS)]
         errors, _, _ = h.commit(group, [(OTHER_TOPIC, 0, 5, -1, None), (OTHER_TOPIC, 1, 6, -1, None)])
         assert set(errors.values()) == {0}
-    runtimes = [SimpleNamespace(shard=h.shard, state=ShardState.ACTIVE, load_time_ms=1.0, records_loaded=0)
-                for h in hs]
+    log_dir = SimpleNamespace(log_dir=LogDirectory(Path("/data")))
+    runtimes = [SimpleNamespace(shard=h.shard, state=ShardState.ACTIVE, load_time_ms=1.0, records_loaded=0,
+                                plog=log_dir) for h in hs]
     return hs, runtimes
 
 

@@ -4,7 +4,9 @@ shell's replay emulated by coordinator_helpers.Harness."""
 
 from __future__ import annotations
 
+import errno
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -21,15 +23,20 @@ from offsetd.metrics.snapshot import (
 )
 from offsetd.records.offsets import partition_for
 from offsetd.server.coordinator_runtime import ShardState
+from offsetd.storage.log_dir import LogDirectory
 
 RETENTION_MS = 7 * 24 * 3600 * 1000  # offsets.retention.minutes default (10080)
 DAY_MS = 24 * 3600 * 1000
 
 
+LOG_DIR = LogDirectory(Path("/data"))
+
+
 def runtime(shard: GroupCoordinatorShard, state: ShardState = ShardState.ACTIVE, load_time_ms: float = 0.0,
-            records_loaded: int = 0) -> SimpleNamespace:
+            records_loaded: int = 0, log_dir: LogDirectory = LOG_DIR) -> SimpleNamespace:
     """The parts of a ShardRuntime the metrics read."""
-    return SimpleNamespace(shard=shard, state=state, load_time_ms=load_time_ms, records_loaded=records_loaded)
+    return SimpleNamespace(shard=shard, state=state, load_time_ms=load_time_ms, records_loaded=records_loaded,
+                           plog=SimpleNamespace(log_dir=log_dir))
 
 
 def registry_for(runtimes) -> CollectorRegistry:
@@ -267,3 +274,24 @@ def test_paused_reads_give_the_same_answer_and_skip_groups_removed_meanwhile(mon
     run(groups_json(whole, out_whole))
     run(groups_json(whole, out_paused, Slicer(0.0)))
     assert out_whole != [] and b"".join(out_whole) == b"".join(out_paused)
+
+
+def test_log_directory_metrics_follow_failures_and_going_offline() -> None:
+    """Kafka's OfflineLogDirectoryCount / LogDirectoryOffline, and the failed writes count: a full
+    disk counts failures and stays online; an I/O error takes the directory offline."""
+    log_dir = LogDirectory(Path("/var/offsetd"))
+    runtimes = [runtime(GroupCoordinatorShard(0, make_config()), log_dir=log_dir)]
+    registry = registry_for(runtimes)
+    labels = {"log_directory": "/var/offsetd"}
+
+    def values() -> tuple:
+        return (registry.get_sample_value("offsetd_log_manager_offline_log_directory_count"),
+                registry.get_sample_value("offsetd_log_directory_offline", labels),
+                registry.get_sample_value("offsetd_log_directory_failed_writes_total", labels))
+
+    assert values() == (0, 0, 0)
+    log_dir.failed(OSError(errno.ENOSPC, "No space left on device"), "append to t-0")
+    assert values() == (0, 0, 1)
+    log_dir.failed(OSError(errno.EIO, "Input/output error"), "append to t-0")
+    assert values() == (1, 1, 2)
+

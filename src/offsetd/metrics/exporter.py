@@ -18,6 +18,9 @@ snake case. Everything is read from the shards at scrape time; nothing updates i
 | offsetd_group_coordinator_partition_state{partition,state} | gauge 1/0 | loading / active / failed |
 | offsetd_group_earliest_offset_expiry_timestamp_ms{group} | gauge | (expiry preview; groups whose offsets never expire are omitted) |
 | offsetd_metrics_snapshot_seconds | gauge | time the last read of the shards took |
+| offsetd_log_manager_offline_log_directory_count | gauge | OfflineLogDirectoryCount |
+| offsetd_log_directory_offline{log_directory} | gauge 1/0 | LogDirectoryOffline |
+| offsetd_log_directory_failed_writes_total{log_directory} | counter | (appends and flushes that failed, a full disk included) |
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ PARTITION_RECORDS_LOADED = PREFIX + "partition_records_loaded"
 PARTITION_STATE = PREFIX + "partition_state"
 EARLIEST_EXPIRY = "offsetd_group_earliest_offset_expiry_timestamp_ms"
 SNAPSHOT_SECONDS = "offsetd_metrics_snapshot_seconds"
+OFFLINE_LOG_DIRS = "offsetd_log_manager_offline_log_directory_count"
+LOG_DIR_OFFLINE = "offsetd_log_directory_offline"
+LOG_DIR_FAILED_WRITES = "offsetd_log_directory_failed_writes"  # exposed with the suffix _total
 
 GROUP_CHUNK = 250  # per-group samples formatted per generate_latest call (few live objects at a time)
 
@@ -84,6 +90,24 @@ def coordinator_families(snapshot: Snapshot) -> Iterator[Metric]:
     yield state
     yield GaugeMetricFamily(SNAPSHOT_SECONDS, "Time reading the coordinator for this scrape took.",
                             value=snapshot.seconds)
+    yield from log_dir_families(snapshot)
+
+
+def log_dir_families(snapshot: Snapshot) -> Iterator[Metric]:
+    """Kafka's LogManager gauges for `log.dirs`, and the failed writes that led there."""
+    dirs = snapshot.log_dirs
+    yield GaugeMetricFamily(OFFLINE_LOG_DIRS, "Log directories taken offline by an I/O error (Kafka "
+                            "OfflineLogDirectoryCount); a restart brings them back.",
+                            value=sum(offline for offline, _ in dirs.values()))
+    offline = GaugeMetricFamily(LOG_DIR_OFFLINE, "1 while the log directory is offline (Kafka LogDirectoryOffline).",
+                                labels=["log_directory"])
+    failed = CounterMetricFamily(LOG_DIR_FAILED_WRITES, "Appends and flushes to the log directory that failed "
+                                 "(and were undone), a full disk included.", labels=["log_directory"])
+    for path, (is_offline, failures) in sorted(dirs.items()):
+        offline.add_metric([path], 1 if is_offline else 0)
+        failed.add_metric([path], failures)
+    yield offline
+    yield failed
 
 
 def expiry_family(rows: Iterable[GroupRow]) -> GaugeMetricFamily:

@@ -35,6 +35,7 @@ class Runtime(Protocol):
     shard: GroupCoordinatorShard
     load_time_ms: float
     records_loaded: int
+    plog: Any  # its __consumer_offsets partition log; `.log_dir` is its directory's health
 
     @property
     def state(self) -> Any: ...  # an enum whose .value is one of SHARD_STATES
@@ -96,6 +97,7 @@ class ShardRow:
 class Snapshot:
     shards: list[ShardRow] = field(default_factory=list)
     seconds: float = 0.0  # how long taking it took (wall time, including pauses)
+    log_dirs: dict[str, tuple[bool, int]] = field(default_factory=dict)  # path -> (offline, failed writes)
 
     def groups(self) -> Iterator[GroupRow]:
         """Every group of every active shard, in group id order (a lazy merge of sorted shards)."""
@@ -122,6 +124,9 @@ def take_snapshot(runtimes: Sequence[Runtime], out: Snapshot, slicer: Slicer | N
     for the next read and groups removed meanwhile are skipped."""
     slicer = slicer or Slicer()
     started = time.perf_counter()
+    for runtime in runtimes:
+        log_dir = runtime.plog.log_dir
+        out.log_dirs[str(log_dir.path)] = (log_dir.offline, log_dir.failed_writes)
     for runtime in runtimes:
         shard = runtime.shard
         counters = shard.counters

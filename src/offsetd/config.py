@@ -6,8 +6,10 @@ bad value stops start-up with one line naming the key, as `kafka-server-start.sh
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -113,6 +115,45 @@ def _parse_metrics_listener(raw: str) -> Listener | None:
 INT32_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
 
+
+def _parse_timeout_ms(raw: str) -> int:
+    """A time limit in ms, or -1 for none (Kafka disables idle expiry for a negative value)."""
+    value = _parse_int(-1)(raw)
+    if value == 0:
+        raise ValueError("0 is not a usable time limit (use -1 for none)")
+    return value
+
+
+def _host_addresses(host: str) -> list[str]:
+    """The addresses of an IP literal or host name, as peer addresses are written."""
+    try:
+        return [str(ipaddress.ip_address(host))]
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ValueError(f"cannot resolve host {host!r}: {exc}") from None
+    return sorted({str(info[4][0]) for info in infos})
+
+
+def _parse_ip_overrides(raw: str) -> dict[str, int]:
+    """`max.connections.per.ip.overrides`: Kafka's `host:count,host:count`; host names are
+    resolved here, once, so the check at accept is a dict lookup by peer address."""
+    overrides: dict[str, int] = {}
+    for item in (part.strip() for part in raw.split(",")):
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")  # the last colon: IPv6 literals have colons
+        host = host.strip().strip("[]")
+        if not sep or not host:
+            raise ValueError(f"{item!r} is not of the form host:count")
+        limit = _parse_int(0, INT32_MAX)(count)
+        for address in _host_addresses(host):
+            overrides[address] = limit
+    return overrides
+
+
 # key: (parser, default as Kafka would write it in server.properties, one-line doc)
 SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
     "listeners": (_parse_listeners, "PLAINTEXT://127.0.0.1:9092", "Where the broker listens."),
@@ -140,6 +181,14 @@ SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
     "log.cleaner.min.compaction.lag.ms": (_parse_int(0), "0", "Records younger than this are not cleaned."),
     "message.max.bytes": (_parse_int(0, INT32_MAX), "1048588", "Largest record batch accepted."),
     "socket.request.max.bytes": (_parse_int(1, INT32_MAX), "104857600", "Largest request frame."),
+    "socket.request.receive.timeout.ms": (_parse_timeout_ms, "30000",
+                                          "Close a connection whose started request frame is not complete "
+                                          "within this (offsetd's own; -1: no limit)."),
+    "connections.max.idle.ms": (_parse_timeout_ms, "600000", "Close connections idle this long (-1: never)."),
+    "max.connections": (_parse_int(0, INT32_MAX), str(INT32_MAX), "Most client connections at once."),
+    "max.connections.per.ip": (_parse_int(0, INT32_MAX), str(INT32_MAX), "Most connections from one address."),
+    "max.connections.per.ip.overrides": (_parse_ip_overrides, "",
+                                         "Per-address limits, host:count,host:count."),
     "group.initial.rebalance.delay.ms": (_parse_int(0), "3000", "Delay of a new group's first rebalance."),
     "offsets.topic.num.partitions": (_parse_int(1, 10000), "50", "Partitions of __consumer_offsets."),
     "offsets.topic.replication.factor": (_parse_int(1, 1), "1", "Only 1 (single node)."),

@@ -22,6 +22,11 @@ def test_defaults_match_kafka_names_and_embedded_default():
 @pytest.mark.parametrize("key,value", [
     ("node.id", "abc"), ("log.segment.bytes", "10"), ("auto.create.topics.enable", "yes"),
     ("listeners", "127.0.0.1:9092"), ("listeners", "SSL://127.0.0.1:9093"), ("message.max.bytes", "-5"),
+    ("connections.max.idle.ms", "-2"), ("connections.max.idle.ms", "0"),
+    ("socket.request.receive.timeout.ms", "x"),
+    ("max.connections", "-1"), ("max.connections.per.ip", "2147483648"),
+    ("max.connections.per.ip.overrides", "127.0.0.1"), ("max.connections.per.ip.overrides", "127.0.0.1:-1"),
+    ("max.connections.per.ip.overrides", ":5"),
 ])
 def test_invalid_value_names_the_key(key, value):
     with pytest.raises(ConfigError) as info:
@@ -44,3 +49,15 @@ def test_overrides_apply_on_top_of_file(tmp_path):
     assert config.get("num.partitions") == 5 and config.get("node.id") == 1
     with pytest.raises(ConfigError, match="expected key=value"):
         BrokerConfig.load(path, ["num.partitions"])
+
+
+def test_connection_settings_kafka_defaults_and_overrides():
+    config = BrokerConfig()
+    assert config.get("connections.max.idle.ms") == 600000
+    assert config.get("max.connections") == config.get("max.connections.per.ip") == 2147483647
+    assert config.get("max.connections.per.ip.overrides") == {}
+    assert config.get("socket.request.receive.timeout.ms") == 30000
+    config = BrokerConfig({"connections.max.idle.ms": "-1",
+                           "max.connections.per.ip.overrides": " 127.0.0.2:4 , [::1]:0,10.0.0.1:7"})
+    assert config.get("connections.max.idle.ms") == -1  # Kafka: a negative value turns idle expiry off
+    assert config.get("max.connections.per.ip.overrides") == {"127.0.0.2": 4, "::1": 0, "10.0.0.1": 7}

@@ -273,8 +273,12 @@ class Segment:
         elif reason is not None:
             dropped = seg.truncated_bytes = file_size - pos
             batches = seg._count_batches(pos, file_size)
-            log.warning(
-                "recovery of %s: %s at byte %d; truncating %d bytes (%d batch%s) to keep %d bytes",
+            # A torn or corrupt tail is what a crash leaves; offsets out of order never are (appends
+            # are atomic, a failed one is cut back): that is a bug, said at ERROR level.
+            out_of_order = reason.endswith("out of order")
+            log.log(
+                logging.ERROR if out_of_order else logging.WARNING,
+                "recovery of %s: %s at byte %d; truncating %d bytes (%d batch%s) to keep %d bytes%s",
                 seg.log_path,
                 reason,
                 pos,
@@ -282,6 +286,7 @@ class Segment:
                 batches,
                 "" if batches == 1 else "es",
                 pos,
+                " (offsets out of order are a bug: please report it)" if out_of_order else "",
             )
             os.ftruncate(fd, pos)
             os.fsync(fd)

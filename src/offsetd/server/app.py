@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
@@ -66,6 +67,10 @@ GROUP_HANDLERS: dict[int, Callable[[GroupApi, RequestContext, Any], Any]] = {
     ApiKey.DELETE_GROUPS: GroupApi.delete_groups,
     ApiKey.OFFSET_DELETE: GroupApi.offset_delete,
 }
+
+
+# KIP-511: what ApiVersions v3+ accepts as client_software_name / client_software_version.
+_SOFTWARE_ID = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?")
 
 
 def coordinator_config(config: BrokerConfig) -> GroupCoordinatorConfig:
@@ -290,11 +295,22 @@ class KafkaServer:
 
     def _api_versions(self, view: memoryview, version: int, correlation_id: int) -> bytes:
         """ApiVersions; an unsupported version is answered in v0 layout with UNSUPPORTED_VERSION
-        and our ranges, so the client can retry with a version we speak (Kafka's rule)."""
+        and our ranges, so the client can retry with a version we speak (Kafka's rule). A
+        supported version must parse like any request (bytes after the body are ignored, as
+        Kafka's parser does); v3+ client software names outside KIP-511's pattern get
+        INVALID_REQUEST, as Kafka answers them."""
         body = {"error_code": Error.NONE, "api_keys": api_keys_body(), "throttle_time": 0}
         if not is_supported(ApiKey.API_VERSIONS, version):
             body["error_code"] = Error.UNSUPPORTED_VERSION
             return encode_response(ApiKey.API_VERSIONS, 0, correlation_id, body)
+        cls = request_class(ApiKey.API_VERSIONS, version)
+        try:
+            request = decode_body(cls, view, parse_header(view, cls.__flexible__).body_offset)
+        except DecodeError as exc:
+            raise CloseConnection(f"malformed API_VERSIONS v{version} request: {exc}") from None
+        if version >= 3 and not (_SOFTWARE_ID.fullmatch(request.client_software_name)
+                                 and _SOFTWARE_ID.fullmatch(request.client_software_version)):
+            body = {"error_code": Error.INVALID_REQUEST, "api_keys": [], "throttle_time": 0}
         return encode_response(ApiKey.API_VERSIONS, version, correlation_id, body)
 
     # ----------------------------------------------------------------------------- fetch

@@ -139,7 +139,7 @@ class GroupApi:
         legacy = ctx.version <= 2
         error = self._state_error(runtime)
         if error:
-            return {"error_code": error, "members": ()}  # v0-2 ignore the members field
+            return {"error_code": error, "members": ()}
         members = [(req.member_id, None)] if legacy else [(m.member_id, m.group_instance_id) for m in req.members]
         token = new_token()
         runtime.submit(runtime.shard.leave_group(token, req.group_id, members, runtime.clock()))
@@ -177,6 +177,7 @@ class GroupApi:
         if not known:
             return shape({})
         runtime = self.runtime_for(req.group_id)
+
         def failure(code: int) -> Body:
             return shape({(t, p): code for t, p, *_ in known})
 
@@ -286,7 +287,7 @@ class GroupApi:
             tokens.append(token)
 
         async def wait() -> Body:
-            for (partition, group_ids), token in zip(by_runtime.items(), tokens):
+            for group_ids, token in zip(by_runtime.values(), tokens):
                 try:
                     errors.update(await token)
                 except CoordinatorWriteError as exc:  # that shard's tombstones were not written
@@ -310,6 +311,7 @@ class GroupApi:
         if not req.group_id:
             return {"error_code": Error.INVALID_GROUP_ID, "topics": ()}
         runtime = self.runtime_for(req.group_id)
+
         def failure(code: int) -> Body:
             return {"error_code": code, "topics": ()}
 

@@ -31,7 +31,7 @@ from ..coordinator.shard import GroupCoordinatorShard
 from ..metrics.http import MetricsHttpServer
 from ..records.offsets import OFFSETS_TOPIC
 from ..storage.cleaner import LogCleaner
-from .connection import CloseConnection, Connection, Pending
+from .connection import CloseConnection, Connection, ConnectionGuard, Pending
 from .coordinator_runtime import ShardRuntime, ShardState
 from .futures import then
 from .group_api import GroupApi, RequestContext
@@ -115,6 +115,7 @@ class KafkaServer:
         for group_id, _ in self.broker.group_configs.items():
             self._apply_group_config(group_id)
         self.connections: set[Connection] = set()
+        self.guard = ConnectionGuard(config, self.connections)
         self._fetch_waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
         self._server: asyncio.base_events.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -174,6 +175,9 @@ class KafkaServer:
         flush_ms = self.config.get("log.flush.interval.ms")
         if flush_ms:
             self._tasks.append(asyncio.create_task(self._every(flush_ms, self.broker.flush_all)))
+        sweep_ms = self.guard.sweep_interval_ms
+        if sweep_ms is not None:  # connections.max.idle.ms, socket.request.receive.timeout.ms
+            self._tasks.append(asyncio.create_task(self._every(sweep_ms, self.guard.sweep)))
 
     async def stop(self) -> None:
         """Stop accepting, drop connections, flush and close every log."""

@@ -6,6 +6,9 @@ request normally holds back the rest of the connection, as Kafka mutes a channel
 in flight, so every request sees the effects of the ones before it. The exception is a run of
 OffsetCommits: they are queued to the coordinator back to back (so librdkafka's pipelined async
 commits share one fsync), and the first request of any other kind waits for them all.
+
+`ConnectionGuard` enforces the connection limits at accept and, by one periodic sweep, closes
+connections idle too long and ones that started a request frame and did not finish it in time.
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Coroutine
 
 if TYPE_CHECKING:
+    from ..config import BrokerConfig
     from .app import KafkaServer
 
 log = logging.getLogger("offsetd.server")
@@ -45,6 +50,13 @@ class Connection(asyncio.Protocol):
         self._write_paused = False
         self._read_paused = False
         self._closed = False
+        self.host: str | None = None  # the peer address, once admitted (counted by the guard)
+        # Expiry, checked by ConnectionGuard.sweep: traffic only sets _active (no clock read, no
+        # allocation per request); the sweep turns it into _last_active. The clock is read only
+        # when a frame is left incomplete.
+        self._active = False
+        self._last_active = 0.0
+        self._frame_started: float | None = None  # when the incomplete frame in _buf began
 
     # ------------------------------------------------------------------ asyncio callbacks
 
@@ -52,6 +64,13 @@ class Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        host = str(peer[0]) if peer else "?"
+        refused = self.server.guard.admit(host)
+        if refused is not None:
+            self.close(f"connection refused: {refused}")
+            return
+        self.host = host
+        self._last_active = time.monotonic()
         self.server.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -59,15 +78,20 @@ class Connection(asyncio.Protocol):
         self._queue.clear()
         self._inflight.clear()
         self.server.connections.discard(self)
+        if self.host is not None:
+            self.server.guard.release(self.host)
+            self.host = None
 
     def pause_writing(self) -> None:
         self._write_paused = True
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self._active = True  # the client is reading what we send
         self._process()
 
     def data_received(self, data: bytes) -> None:
+        self._active = True
         buf = self._buf
         buf += data
         limit = self.server.max_request_bytes
@@ -86,6 +110,11 @@ class Connection(asyncio.Protocol):
                 pos += 4 + size
         if pos:
             del buf[:pos]
+        if buf:  # part of a frame: time it from its first byte (slowloris bound)
+            if pos or self._frame_started is None:
+                self._frame_started = time.monotonic()
+        elif self._frame_started is not None:
+            self._frame_started = None
         if self.server.trace:
             log.debug("%s received %d bytes: %d frames queued, %d in flight, write paused %s", self.peer,
                       len(data), len(self._queue), len(self._inflight), self._write_paused)
@@ -126,6 +155,8 @@ class Connection(asyncio.Protocol):
             task.add_done_callback(self._answered)
         if self._read_paused and len(queue) <= MAX_QUEUED // 2 and self.transport:
             self._read_paused = False
+            if self._buf:  # we stopped reading, not the client: its frame's time starts again
+                self._frame_started = time.monotonic()
             self.transport.resume_reading()
 
     def _answered(self, _task: "asyncio.Future[Any]") -> None:
@@ -142,21 +173,93 @@ class Connection(asyncio.Protocol):
                 return
             response = task.result()
             if response:
+                self._active = True
                 if self.server.trace:
                     log.debug("%s response corr=%d (%d bytes, deferred)", self.peer,
                               int.from_bytes(response[4:8], "big"), len(response))
                 self.transport.write(response)  # type: ignore[union-attr]
         self._process()
 
-    def close(self, reason: str) -> None:
+    def expire(self, now: float, guard: "ConnectionGuard") -> None:
+        """Close this connection if its started request frame is overdue or it has been idle for
+        connections.max.idle.ms; a request in flight (a long poll, a pending join) is activity."""
+        if self._closed:
+            return
+        started = self._frame_started
+        if (guard.receive_s is not None and started is not None and not self._read_paused
+                and now - started >= guard.receive_s):
+            self.close(f"request frame not received in full within socket.request.receive.timeout.ms="
+                       f"{guard.receive_ms} ({len(self._buf)} bytes so far)")
+        elif self._active or self._inflight:
+            self._active = False
+            self._last_active = now
+        elif guard.idle_s is not None and now - self._last_active >= guard.idle_s:
+            self.close(f"idle for connections.max.idle.ms={guard.idle_ms}", logging.INFO)
+
+    def close(self, reason: str, level: int = logging.WARNING) -> None:
         """Close this connection, saying why in the log; the broker keeps serving everyone else."""
         if self._closed:
             return
-        log.warning("closing connection from %s: %s", self.peer, reason)
+        log.log(level, "closing connection from %s: %s", self.peer, reason)
         self._closed = True
         self._queue.clear()
         if self.transport is not None:
             self.transport.close()
+
+
+class ConnectionGuard:
+    """Kafka's connection limits (max.connections, max.connections.per.ip and its overrides),
+    checked when a connection is accepted, and the expiry of idle connections and stalled
+    request frames, checked by one sweep over all connections every `sweep_interval_ms`."""
+
+    def __init__(self, config: "BrokerConfig", connections: "set[Connection]") -> None:
+        self.max_connections: int = config.get("max.connections")
+        self.max_per_ip: int = config.get("max.connections.per.ip")
+        self.per_ip_overrides: dict[str, int] = config.get("max.connections.per.ip.overrides")
+        self.idle_ms: int = config.get("connections.max.idle.ms")
+        self.receive_ms: int = config.get("socket.request.receive.timeout.ms")
+        self.idle_s = self.idle_ms / 1000 if self.idle_ms > 0 else None
+        self.receive_s = self.receive_ms / 1000 if self.receive_ms > 0 else None
+        self.count = 0  # admitted connections still open
+        self._per_ip: dict[str, int] = {}
+        self._connections = connections
+
+    @property
+    def sweep_interval_ms(self) -> int | None:
+        """A tenth of the shortest time limit, between 10 ms and 1 s; None when there is none.
+        A connection is closed at most two intervals after its limit."""
+        limits = [ms for ms in (self.idle_ms, self.receive_ms) if ms > 0]
+        return min(max(min(limits) // 10, 10), 1000) if limits else None
+
+    def admit(self, host: str) -> str | None:
+        """Count a new connection from `host`, or say why it must be closed at once. Kafka's
+        acceptor stops accepting at max.connections; we accept and close instead."""
+        count = self._per_ip.get(host, 0)
+        limit = self.per_ip_overrides.get(host)
+        if limit is not None and count >= limit:
+            return f"{host} already has max.connections.per.ip.overrides={host}:{limit} connections"
+        if limit is None and count >= self.max_per_ip:
+            return f"{host} already has max.connections.per.ip={self.max_per_ip} connections"
+        if self.count >= self.max_connections:
+            return f"the broker already has max.connections={self.max_connections} connections"
+        self._per_ip[host] = count + 1
+        self.count += 1
+        return None
+
+    def release(self, host: str) -> None:
+        """Uncount a closed connection that `admit` counted."""
+        self.count -= 1
+        left = self._per_ip[host] - 1
+        if left:
+            self._per_ip[host] = left
+        else:
+            del self._per_ip[host]
+
+    def sweep(self) -> None:
+        """Close the connections that are idle too long or stalled mid-frame (periodic task)."""
+        now = time.monotonic()
+        for conn in tuple(self._connections):
+            conn.expire(now, self)
 
 
 Pending = Coroutine[Any, Any, bytes | None] | asyncio.Future[bytes]

@@ -1,0 +1,182 @@
+"""Fuzzing the magic-v2 batch parsers (records/batch.py) and the offsets-log record walkers
+(records/scan.py, records/offsets.py iter_log_records): valid batches parse back to what was
+built; damaged ones are refused with the documented error (InvalidBatch with a Kafka error code,
+RecordDecodeError), and a flipped bit under the CRC is always refused."""
+
+from __future__ import annotations
+
+import struct
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fuzz_strategies import bit_flips, mutations, record_tuples
+from fuzz_targets import (
+    check_batches,
+    check_offsets_log_scan,
+    check_one_batch_records,
+    fix_crc,
+    no_hang,
+)
+from offsetd.records import offsets as oc
+from offsetd.records.batch import (
+    BATCH_HEADER_SIZE,
+    CORRUPT_MESSAGE,
+    CRC_START,
+    InvalidBatch,
+    build_batch,
+    decode_records,
+    record_timestamps,
+    validate_batches,
+)
+from offsetd.records.scan import scan_key_values
+
+FAST = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+records_lists = st.lists(record_tuples, min_size=1, max_size=5)
+
+
+@st.composite
+def blobs(draw: st.DrawFn) -> tuple[list[list[tuple]], bytes]:
+    """(records per batch, concatenated valid batches with consecutive offsets)."""
+    batches = draw(st.lists(records_lists, min_size=1, max_size=3))
+    out = []
+    nxt = draw(st.integers(0, 2**40))
+    for recs in batches:
+        out.append(build_batch(recs, base_offset=nxt))
+        nxt += len(recs)
+    return batches, b"".join(out)
+
+
+@FAST
+@given(blobs())
+def test_built_batches_validate_and_decode_to_their_records(sample: tuple[list[list[tuple]], bytes]) -> None:
+    """build_batch output passes validate_batches, and decode_records / record_timestamps /
+    iter_log_records give back every key, value, header, timestamp and offset."""
+    batches, blob = sample
+    headers = validate_batches(blob, 1 << 20)
+    assert [h.records_count for h in headers] == [len(b) for b in batches]
+    assert check_batches(blob) == "valid"
+    pos = 0
+    flat = []
+    for h, recs in zip(headers, batches):
+        one = blob[pos : pos + h.size]
+        decoded = decode_records(one)
+        assert [(r.key, r.value, r.timestamp, r.headers) for r in decoded] == [
+            (k, v, ts, list(hs)) for k, v, ts, hs in recs]
+        assert [r.offset for r in decoded] == list(range(h.base_offset, h.base_offset + len(recs)))
+        assert record_timestamps(one) == [(r.offset, r.timestamp) for r in decoded]
+        flat += [(r.offset, r.timestamp, r.key, r.value) for r in decoded]
+        pos += h.size
+    walked = list(oc.iter_log_records(blob, verify=True))
+    assert [(o, ts, k, v) for o, ts, k, v, _pid in walked] == flat
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(blobs(), st.data())
+def test_a_bit_flip_under_the_crc_is_always_refused(sample: tuple[list[list[tuple]], bytes], data: st.DataObject) -> None:
+    """Up to three flipped bits inside one batch's CRC field or CRC-covered bytes (attributes to
+    the end): validate_batches raises InvalidBatch(CORRUPT_MESSAGE), the verifying walkers stop or
+    raise their own error, and scan_key_values refuses it."""
+    _batches, blob = sample
+    first_size = struct.unpack_from(">i", blob, 8)[0] + 12
+    region = blob[17:first_size]  # CRC field + everything it covers, first batch
+    flipped_region = data.draw(bit_flips(region))
+    damaged = blob[:17] + flipped_region + blob[first_size:]
+    with no_hang():
+        try:
+            validate_batches(damaged, 1 << 20)
+        except InvalidBatch as exc:
+            assert exc.error_code == CORRUPT_MESSAGE
+            assert "CRC" in exc.message
+        else:
+            raise AssertionError("a bit flip under the CRC was accepted")
+        try:
+            scan_key_values(damaged, lambda k, v: None)
+        except InvalidBatch as exc:
+            assert exc.error_code == CORRUPT_MESSAGE
+        else:
+            raise AssertionError("scan_key_values accepted a corrupt batch")
+        try:
+            list(oc.iter_log_records(damaged, verify=True))
+        except oc.RecordDecodeError:
+            pass
+        else:
+            raise AssertionError("iter_log_records(verify=True) accepted a corrupt batch")
+
+
+@FAST
+@given(blobs(), st.data())
+def test_mutated_batches_give_headers_or_invalid_batch(sample: tuple[list[list[tuple]], bytes], data: st.DataObject) -> None:
+    """Truncations, flips, overwrites and garbage of valid batches: the batch parsers and the
+    offsets-log walkers raise only their documented errors; a strict prefix never validates."""
+    _batches, blob = sample
+    mutated = data.draw(mutations(blob))
+    with no_hang():
+        outcome = check_batches(mutated)
+        check_one_batch_records(mutated)
+        check_offsets_log_scan(mutated)
+    boundaries = {0}
+    pos = 0
+    while pos < len(blob):
+        pos += struct.unpack_from(">i", blob, pos + 8)[0] + 12
+        boundaries.add(pos)
+    if len(mutated) < len(blob) and blob.startswith(mutated) and len(mutated) not in boundaries - {0}:
+        assert outcome == "rejected", f"{len(mutated)}-byte prefix of a {len(blob)}-byte blob validated"
+
+
+@FAST
+@given(st.lists(record_tuples, min_size=1, max_size=4), st.data())
+def test_corrupt_records_behind_a_valid_crc_are_invalid_batch(records: list[tuple], data: st.DataObject) -> None:
+    """Damage to the record area with the CRC recomputed (what a buggy producer sends): record
+    decoding gives records or InvalidBatch(CORRUPT_MESSAGE), never IndexError/UnicodeDecodeError."""
+    batch = build_batch(records)
+    body = data.draw(mutations(batch[BATCH_HEADER_SIZE:])) if len(batch) > BATCH_HEADER_SIZE else b""
+    damaged = bytearray(batch[:BATCH_HEADER_SIZE] + body)
+    struct.pack_into(">i", damaged, 8, len(damaged) - 12)
+    damaged = fix_crc(damaged)
+    with no_hang():
+        check_batches(bytes(damaged))
+        check_one_batch_records(bytes(damaged))
+        check_offsets_log_scan(bytes(damaged))
+
+
+@FAST
+@given(st.binary(max_size=160))
+def test_random_bytes_give_documented_errors_only(data: bytes) -> None:
+    """Random bytes (and random bytes behind a plausible batch header with a valid CRC): every
+    batch parser raises only its documented error."""
+    with no_hang():
+        check_batches(data)
+        check_one_batch_records(data)
+        check_offsets_log_scan(data)
+        if len(data) >= BATCH_HEADER_SIZE:
+            framed = bytearray(data)
+            struct.pack_into(">qiib", framed, 0, 0, len(framed) - 12, -1, 2)
+            framed = fix_crc(framed)
+            check_batches(framed)
+            check_one_batch_records(framed)
+            check_offsets_log_scan(framed)
+
+
+def test_every_strict_prefix_of_a_batch_is_refused_and_every_crc_bit_flip_detected() -> None:
+    """Exhaustive on one batch with keys, nulls and headers: each strict prefix is refused by
+    validate_batches, and each single-bit flip from the CRC field on is CORRUPT_MESSAGE."""
+    batch = build_batch([(b"k", b"v" * 20, 5, [("h", b"x")]), (None, None, 9, []), (b"", b"", 7, [("", None)])])
+    with no_hang():
+        for n in range(len(batch)):
+            try:
+                validate_batches(batch[:n], 1 << 20)
+            except InvalidBatch as exc:
+                assert exc.error_code in (CORRUPT_MESSAGE, 87)  # 87: INVALID_RECORD (empty blob)
+            else:
+                raise AssertionError(f"{n}-byte prefix validated")
+        for bit in range(17 * 8, len(batch) * 8):
+            damaged = bytearray(batch)
+            damaged[bit // 8] ^= 1 << (bit % 8)
+            try:
+                validate_batches(bytes(damaged), 1 << 20)
+            except InvalidBatch as exc:
+                assert exc.error_code == CORRUPT_MESSAGE, bit
+            else:
+                raise AssertionError(f"flip of bit {bit} accepted")
+    assert CRC_START == 21

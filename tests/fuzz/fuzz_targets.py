@@ -262,7 +262,7 @@ def check_one_batch_records(data: bytes) -> str:
         outcomes.append("ok")
     if records is not None:
         h = parse_batch_header(data)
-        assert len(records) == h.records_count
+        assert len(records) == h.records_count  # a negative count is refused, never read as 0
         if stamps is not None:
             assert stamps == [(r.offset, r.timestamp) for r in records]
     return "/".join(outcomes)

@@ -180,3 +180,31 @@ def test_every_strict_prefix_of_a_batch_is_refused_and_every_crc_bit_flip_detect
             else:
                 raise AssertionError(f"flip of bit {bit} accepted")
     assert CRC_START == 21
+
+
+def test_a_negative_records_count_is_refused_not_read_as_an_empty_batch() -> None:
+    """Found by `make fuzz`: a header-only batch (valid CRC) whose recordsCount is negative
+    decoded as an empty batch. decode_records / record_timestamps raise InvalidBatch
+    (CORRUPT_MESSAGE) and iter_log_records RecordDecodeError; recordsCount 0 stays an empty batch."""
+    for count in (-1, -(2**31), 0):
+        header = bytearray(build_batch([(None, b"v", 0, [])])[:BATCH_HEADER_SIZE])
+        struct.pack_into(">i", header, 8, BATCH_HEADER_SIZE - 12)
+        struct.pack_into(">i", header, 57, count)
+        batch = fix_crc(header)
+        if count == 0:
+            assert decode_records(batch) == [] and record_timestamps(batch) == []
+            assert list(oc.iter_log_records(batch, verify=True)) == []
+            continue
+        for fn in (decode_records, record_timestamps):
+            try:
+                fn(batch)
+            except InvalidBatch as exc:
+                assert exc.error_code == CORRUPT_MESSAGE
+            else:
+                raise AssertionError(f"{fn.__name__} read recordsCount {count} as an empty batch")
+        try:
+            list(oc.iter_log_records(batch, verify=True))
+        except oc.RecordDecodeError as exc:
+            assert "recordsCount" in str(exc)
+        else:
+            raise AssertionError(f"iter_log_records read recordsCount {count} as an empty batch")

@@ -392,6 +392,8 @@ def record_timestamps(batch: bytes | bytearray | memoryview) -> list[tuple[int, 
     h = parse_header(batch, 0)
     if h.compression != COMPRESSION_NONE:
         raise ValueError(f"record_timestamps: compressed batch (codec {h.compression}) not supported")
+    if h.records_count < 0:
+        raise InvalidBatch(CORRUPT_MESSAGE, f"batch has recordsCount {h.records_count}")
     end = h.size
     buf = batch if isinstance(batch, (bytes, bytearray)) else bytes(batch[:end])
     if len(buf) < end:
@@ -440,6 +442,8 @@ def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
     h = parse_header(batch, 0)
     if h.compression != COMPRESSION_NONE:
         raise ValueError(f"decode_records: compressed batch (codec {h.compression}) not supported")
+    if h.records_count < 0:  # would read as an empty batch
+        raise InvalidBatch(CORRUPT_MESSAGE, f"batch has recordsCount {h.records_count}")
     end = h.size
     if len(batch) < end:
         raise InvalidBatch(CORRUPT_MESSAGE, f"batch declares {end} bytes but only {len(batch)} given")

@@ -701,6 +701,8 @@ def _batches(
             return  # torn tail: incomplete batch, or zero fill
         if magic != 2:
             raise RecordDecodeError(f"batch at byte {pos} (offset {base_offset}) has magic {magic}, not 2")
+        if count < 0:  # would read as an empty batch
+            raise RecordDecodeError(f"batch at byte {pos} (offset {base_offset}) has recordsCount {count}")
         if verify and crc32c(mv[pos + CRC_START : pos + size]) != crc:
             raise RecordDecodeError(f"batch at byte {pos} (offset {base_offset}) failed its CRC-32C check")
         codec = attributes & _COMPRESSION_MASK

@@ -7,5 +7,6 @@ Entry point: ``bench/run.py`` (``make bench``). The modules:
 * ``clients``   - the client loops that run inside those children (confluent-kafka).
 * ``workloads`` - the workload list: functions ``(bootstrap, broker_name) -> {key: Metric}``.
 * ``offsets_log`` - a synthetic ``__consumer_offsets`` written to disk (for ``offsets-load``).
+* ``abuse``     - issue 16's reliability workloads: garbage storm, idle connections, full disk.
 * ``report``    - best-of-N aggregation, the comparison table and the JSON results file.
 """

@@ -79,6 +79,8 @@ class Row:
 
 def format_value(value: float, unit: str) -> str:
     """Render a figure with precision suited to its unit."""
+    if unit == "count":
+        return f"{value:,.0f}"
     if unit == "MB/s":
         return f"{value:,.1f}"
     if unit.endswith("/s"):  # msg/s, commits/s, ...

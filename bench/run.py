@@ -9,10 +9,13 @@ best of N per broker and the ratio offsetd/Tansu; every raw run is written as JS
     .venv/bin/python bench/run.py --only tansu --messages 20000
     .venv/bin/python bench/run.py --repeat 3
     .venv/bin/python bench/run.py --workloads commit-throughput commit-latency
+    .venv/bin/python bench/run.py --workloads abuse     # issue 16's reliability figures
     .venv/bin/python bench/run.py --list-workloads
 
 ``--workloads`` selects workloads by name (the ones they require are added); a workload that
-does not apply to a broker (``offsets-load`` on Tansu) shows "n/a".
+does not apply to a broker (``offsets-load`` on Tansu) shows "n/a". ``abuse`` names the group
+``abuse-garbage-storm-2k abuse-garbage-storm abuse-idle-rss abuse-disk-full``
+(bench/abuse.py).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from bench.report import (  # noqa: E402
     write_json,
 )
 from bench.workloads import BenchConfig, Workload, WorkloadFailed, default_workloads  # noqa: E402
+from bench.abuse import GROUP, abuse_workloads  # noqa: E402  (after bench.workloads)
 
 #: Table columns; the ratio is the first over the second.
 BROKERS = ["offsetd", "tansu"]
@@ -74,7 +78,7 @@ def run_suite(launcher: BrokerLauncher, workloads: list[Workload], repetition: i
     run = BrokerRun(broker=launcher.name, repetition=repetition)
     tag = f"[{launcher.name} #{repetition + 1}]"
     if not any(wl.applies_to(launcher.name) for wl in workloads):
-        run.outcomes = [WorkloadOutcome(w.name, "n/a", error=f"{', '.join(w.brokers)} only")
+        run.outcomes = [WorkloadOutcome(w.name, "n/a", error=w.not_applicable_reason())
                         for w in workloads]  # fmt: skip
         print(f"{tag} nothing to run (selected workloads are n/a here)", flush=True)
         return run
@@ -92,7 +96,7 @@ def run_suite(launcher: BrokerLauncher, workloads: list[Workload], repetition: i
         for wl in workloads:
             missing = [r for r in wl.requires if r not in ok]
             if not wl.applies_to(launcher.name):
-                out = WorkloadOutcome(wl.name, "n/a", error=f"{', '.join(wl.brokers)} only")
+                out = WorkloadOutcome(wl.name, "n/a", error=wl.not_applicable_reason())
             elif (status := launcher.exit_status()) is not None:
                 out = WorkloadOutcome(wl.name, "failed", error=f"broker exited ({status})")
             elif missing:
@@ -165,12 +169,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.messages < 1 or args.repeat < 1:
         p.error("--messages and --repeat must be positive")
     if args.workloads:
-        args.workloads = [n for item in args.workloads for n in item.split(",") if n]
-        known = [w.name for w in default_workloads(defaults)]
+        names = [n for item in args.workloads for n in item.split(",") if n]
+        groups = workload_groups(defaults)
+        args.workloads = [m for n in names for m in groups.get(n, [n])]
+        known = [w.name for w in default_workloads(defaults)] + list(groups)
         unknown = [n for n in args.workloads if n not in known]
         if unknown:
             p.error(f"unknown workload(s) {', '.join(unknown)}; known: {', '.join(known)}")
     return args
+
+
+def workload_groups(cfg: BenchConfig) -> dict[str, list[str]]:
+    """Names ``--workloads`` expands to several workloads (``abuse``: bench/abuse.py's)."""
+    return {GROUP: [w.name for w in abuse_workloads(cfg)]}
 
 
 def select_workloads(workloads: list[Workload], names: list[str] | None) -> list[Workload]:
@@ -232,6 +243,8 @@ def _main(args: argparse.Namespace) -> int:
             notes = [f"requires {', '.join(wl.requires)}"] if wl.requires else []
             notes += [f"{', '.join(wl.brokers)} only"] if wl.brokers else []
             print(f"{wl.name}{'  (' + '; '.join(notes) + ')' if notes else ''}")
+        for group, members in workload_groups(cfg).items():
+            print(f"{group}  (group: {' '.join(members)})")
         return 0
     workloads = select_workloads(default_workloads(cfg), args.workloads)
     selected = [args.only] if args.only else BROKERS

@@ -24,6 +24,9 @@ The suite (``bench/run.py --workloads NAME ...`` selects some; requirements come
   record (one record in a fresh topic).
 * ``offsets-load`` (offsetd only): start-up load of a ``__consumer_offsets`` holding
   ``groups x topics x partitions`` commit records, written to disk before the broker starts.
+* ``abuse-garbage-storm-2k``, ``abuse-garbage-storm``, ``abuse-idle-rss``,
+  ``abuse-disk-full`` (offsetd only): issue 16's reliability figures, see ``bench/abuse.py``;
+  ``--workloads abuse`` selects them all.
 """
 
 from __future__ import annotations
@@ -78,9 +81,14 @@ class Workload:
     run: WorkloadFn
     requires: tuple[str, ...] = ()
     brokers: tuple[str, ...] = ()
+    #: Why it is "n/a" for the other brokers (default: "<brokers> only").
+    not_applicable: str = ""
 
     def applies_to(self, broker_name: str) -> bool:
         return not self.brokers or broker_name in self.brokers
+
+    def not_applicable_reason(self) -> str:
+        return self.not_applicable or f"{', '.join(self.brokers)} only"
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,24 @@ class BenchConfig:
     #: Building the data set (once; cached under cache_dir).
     load_build_timeout_s: float = 1800.0
     offsetd_config: str = str(DEFAULT_OFFSETD_CONFIG)
+
+    # abuse-* (bench/abuse.py): garbage storm, idle connections, full disk
+    storm_quiet_s: float = 10.0
+    storm_s: float = 20.0
+    garbage_workers: int = 2
+    garbage_max_per_worker: int = 200_000
+    garbage_connect_timeout_s: float = 0.1
+    #: The second storm's pace, all processes together: the user trial's 40,000 in 20 s.
+    garbage_paced_rate_per_s: float = 2000.0
+    idle_connections: int = 1200
+    idle_warmup_connections: int = 20
+    idle_settle_s: float = 1.0
+    disk_size: str = "32m"
+    disk_cycles: int = 3
+    disk_refusals: int = 3
+    disk_max_commits: int = 20_000
+    disk_cycle_timeout_s: float = 60.0
+
     cache_dir: str = str(Path(__file__).resolve().parent / "results" / "cache")
 
     def expected_per_partition(self) -> list[int]:
@@ -641,6 +667,8 @@ def _throughput(label: str, messages: int, size: int, elapsed_s: float) -> dict[
 
 def default_workloads(cfg: BenchConfig) -> list[Workload]:
     """The suite, in run order."""
+    from bench import abuse  # it builds on this module
+
     return [
         Workload("create_topic", partial(create_topic, cfg)),
         Workload("produce", partial(produce_throughput, cfg), requires=("create_topic",)),
@@ -650,4 +678,5 @@ def default_workloads(cfg: BenchConfig) -> list[Workload]:
         Workload("commit-latency", partial(commit_latency, cfg), requires=("create_topic",)),
         Workload("subscribe-to-first-record", partial(subscribe_to_first_record, cfg)),
         Workload("offsets-load", partial(offsets_load, cfg), brokers=("offsetd",)),
+        *abuse.abuse_workloads(cfg),
     ]

@@ -50,8 +50,7 @@ def blobs(draw: st.DrawFn) -> tuple[list[list[tuple]], bytes]:
 @FAST
 @given(blobs())
 def test_built_batches_validate_and_decode_to_their_records(sample: tuple[list[list[tuple]], bytes]) -> None:
-    """build_batch output passes validate_batches, and decode_records / record_timestamps /
-    iter_log_records give back every key, value, header, timestamp and offset."""
+    """Built batches validate; every decoder gives back their keys, values, headers, timestamps, offsets."""
     batches, blob = sample
     headers = validate_batches(blob, 1 << 20)
     assert [h.records_count for h in headers] == [len(b) for b in batches]
@@ -74,9 +73,7 @@ def test_built_batches_validate_and_decode_to_their_records(sample: tuple[list[l
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(blobs(), st.data())
 def test_a_bit_flip_under_the_crc_is_always_refused(sample: tuple[list[list[tuple]], bytes], data: st.DataObject) -> None:
-    """Up to three flipped bits inside one batch's CRC field or CRC-covered bytes (attributes to
-    the end): validate_batches raises InvalidBatch(CORRUPT_MESSAGE), the verifying walkers stop or
-    raise their own error, and scan_key_values refuses it."""
+    """Up to 3 flipped bits under a batch's CRC (or in it) are refused by every verifying parser."""
     _batches, blob = sample
     first_size = struct.unpack_from(">i", blob, 8)[0] + 12
     region = blob[17:first_size]  # CRC field + everything it covers, first batch
@@ -107,8 +104,7 @@ def test_a_bit_flip_under_the_crc_is_always_refused(sample: tuple[list[list[tupl
 @FAST
 @given(blobs(), st.data())
 def test_mutated_batches_give_headers_or_invalid_batch(sample: tuple[list[list[tuple]], bytes], data: st.DataObject) -> None:
-    """Truncations, flips, overwrites and garbage of valid batches: the batch parsers and the
-    offsets-log walkers raise only their documented errors; a strict prefix never validates."""
+    """Mutated batches: only documented errors from every parser; a strict prefix never validates."""
     _batches, blob = sample
     mutated = data.draw(mutations(blob))
     with no_hang():
@@ -127,8 +123,7 @@ def test_mutated_batches_give_headers_or_invalid_batch(sample: tuple[list[list[t
 @FAST
 @given(st.lists(record_tuples, min_size=1, max_size=4), st.data())
 def test_corrupt_records_behind_a_valid_crc_are_invalid_batch(records: list[tuple], data: st.DataObject) -> None:
-    """Damage to the record area with the CRC recomputed (what a buggy producer sends): record
-    decoding gives records or InvalidBatch(CORRUPT_MESSAGE), never IndexError/UnicodeDecodeError."""
+    """Damaged records behind a recomputed CRC: records or InvalidBatch(CORRUPT_MESSAGE), nothing else."""
     batch = build_batch(records)
     body = data.draw(mutations(batch[BATCH_HEADER_SIZE:])) if len(batch) > BATCH_HEADER_SIZE else b""
     damaged = bytearray(batch[:BATCH_HEADER_SIZE] + body)
@@ -143,8 +138,7 @@ def test_corrupt_records_behind_a_valid_crc_are_invalid_batch(records: list[tupl
 @FAST
 @given(st.binary(max_size=160))
 def test_random_bytes_give_documented_errors_only(data: bytes) -> None:
-    """Random bytes (and random bytes behind a plausible batch header with a valid CRC): every
-    batch parser raises only its documented error."""
+    """Random bytes, raw or framed as a CRC-valid batch: each parser raises only its documented error."""
     with no_hang():
         check_batches(data)
         check_one_batch_records(data)
@@ -159,8 +153,7 @@ def test_random_bytes_give_documented_errors_only(data: bytes) -> None:
 
 
 def test_every_strict_prefix_of_a_batch_is_refused_and_every_crc_bit_flip_detected() -> None:
-    """Exhaustive on one batch with keys, nulls and headers: each strict prefix is refused by
-    validate_batches, and each single-bit flip from the CRC field on is CORRUPT_MESSAGE."""
+    """No strict prefix of a batch validates; every single-bit flip from the CRC on is CORRUPT_MESSAGE."""
     batch = build_batch([(b"k", b"v" * 20, 5, [("h", b"x")]), (None, None, 9, []), (b"", b"", 7, [("", None)])])
     with no_hang():
         for n in range(len(batch)):
@@ -183,9 +176,7 @@ def test_every_strict_prefix_of_a_batch_is_refused_and_every_crc_bit_flip_detect
 
 
 def test_a_negative_records_count_is_refused_not_read_as_an_empty_batch() -> None:
-    """Found by `make fuzz`: a header-only batch (valid CRC) whose recordsCount is negative
-    decoded as an empty batch. decode_records / record_timestamps raise InvalidBatch
-    (CORRUPT_MESSAGE) and iter_log_records RecordDecodeError; recordsCount 0 stays an empty batch."""
+    """A negative recordsCount is refused (found by `make fuzz`); recordsCount 0 stays an empty batch."""
     for count in (-1, -(2**31), 0):
         header = bytearray(build_batch([(None, b"v", 0, [])])[:BATCH_HEADER_SIZE])
         struct.pack_into(">i", header, 8, BATCH_HEADER_SIZE - 12)

@@ -43,8 +43,7 @@ def test_keys_round_trip(key: oc.OffsetCommitKey | oc.GroupMetadataKey) -> None:
 @FAST
 @given(offset_commit_values, st.sampled_from([None, 0, 1, 2, 3, 4]))
 def test_offset_commit_values_round_trip_at_every_version(value: oc.OffsetCommitValue, version: int | None) -> None:
-    """Every OffsetCommit value version decodes to the value minus the fields it lacks; the
-    default writer picks v1 exactly when an expire timestamp is set."""
+    """OffsetCommit values round-trip at v0-v4 minus missing fields; the default is v1 iff expiring."""
     data = oc.encode_value(value, version)
     written = int.from_bytes(data[:2], "big", signed=True)
     if version is None:
@@ -91,8 +90,7 @@ def test_truncated_or_extended_encodings_are_refused(sample: tuple[str, bytes], 
 @FAST
 @given(encoded(), st.data())
 def test_mutated_encodings_decode_or_raise_record_decode_error(sample: tuple[str, bytes], data: st.DataObject) -> None:
-    """Bit flips, overwrites, truncations and garbage of valid encodings: a value or
-    RecordDecodeError from every decoder (each tried on every mutation)."""
+    """Mutations of valid keys/values give a value or RecordDecodeError from every decoder."""
     _which, raw = sample
     with no_hang():
         check_offsets_codecs(data.draw(mutations(raw)))
@@ -102,8 +100,7 @@ def test_mutated_encodings_decode_or_raise_record_decode_error(sample: tuple[str
 @FAST
 @given(st.binary(max_size=80))
 def test_random_bytes_decode_or_raise_record_decode_error(raw: bytes) -> None:
-    """Random bytes: a value or RecordDecodeError from every decoder; the subscription parser
-    returns topics or None."""
+    """Random bytes: a value or RecordDecodeError from every decoder; subscriptions parse or give None."""
     with no_hang():
         assert check_offsets_codecs(raw).count("/") == 2
 
@@ -111,8 +108,7 @@ def test_random_bytes_decode_or_raise_record_decode_error(raw: bytes) -> None:
 @FAST
 @given(st.sampled_from([0, 1, 2, 3, 4]), st.binary(max_size=80))
 def test_random_bodies_behind_a_known_version_decode_or_raise(version: int, body: bytes) -> None:
-    """Random bytes behind each known key/value version number reach the version-specific
-    decoders: a value or RecordDecodeError only."""
+    """Random bytes behind each known version number: a value or RecordDecodeError only."""
     with no_hang():
         check_offsets_codecs(version.to_bytes(2, "big") + body)
 
@@ -121,8 +117,7 @@ def test_random_bodies_behind_a_known_version_decode_or_raise(version: int, body
 @given(st.lists(st.text(max_size=8), max_size=4), st.none() | st.binary(max_size=8), st.data())
 def test_subscription_parser_reads_its_topics_and_never_raises(topics: list[str], user_data: bytes | None,
                                                                data: st.DataObject) -> None:
-    """parse_subscription_topics returns the encoded topics, and None or a list (never an
-    exception) for mutations of it."""
+    """parse_subscription_topics reads back encoded topics and never raises on mutations of them."""
     raw = oc.encode_consumer_subscription(topics, user_data)
     assert oc.parse_subscription_topics(raw) == topics
     mutated = oc.parse_subscription_topics(data.draw(mutations(raw)))
@@ -130,8 +125,7 @@ def test_subscription_parser_reads_its_topics_and_never_raises(topics: list[str]
 
 
 def test_every_prefix_of_each_value_version_is_refused() -> None:
-    """Exhaustive: each strict prefix of an OffsetCommit value (v0-v4) and a two-member
-    GroupMetadata value (v0-v4) is RecordDecodeError."""
+    """Every strict prefix of an OffsetCommit and a GroupMetadata value (v0-v4) is RecordDecodeError."""
     commit = oc.OffsetCommitValue(42, 3, "meta", 1_700_000_000_000, 1_700_000_100_000)
     member = oc.MemberMetadata("m", "i", "c", "/h", 300, 100, b"\x00\x01", b"\x02")
     group = oc.GroupMetadataValue("consumer", 5, "range", "m", 1_700_000_000_000, (member, member))

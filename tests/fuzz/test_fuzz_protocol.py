@@ -42,9 +42,7 @@ def valid_requests(draw: st.DrawFn) -> tuple[int, int, bytes, object]:
 
 
 def test_every_served_schema_round_trips_and_rejects_every_prefix() -> None:
-    """For every served (api_key, version), a defaults-only and an all-fields request decode to
-    themselves, every strict prefix of the frame is rejected with DecodeError (a truncated request
-    is never taken as valid), and every single-bit flip gives a request or DecodeError."""
+    """Every served schema: samples round-trip, no strict prefix decodes, bit flips raise only DecodeError."""
     assert len(SAMPLES) == 2 * len(PAIRS) and len(PAIRS) > 100
     with no_hang():
         for key, version, frame, request in SAMPLES:
@@ -62,8 +60,7 @@ def test_every_served_schema_round_trips_and_rejects_every_prefix() -> None:
 
 
 def test_unknown_tagged_fields_are_skipped_and_their_truncations_rejected() -> None:
-    """KIP-482: an unknown tagged field in a flexible request body is skipped (the tolerant
-    reader's path), and every strict prefix of such a frame is still rejected."""
+    """Unknown tagged fields are skipped (KIP-482) and no strict prefix of such a frame decodes."""
     flexible = 0
     with no_hang():
         for key, version, frame, request in SAMPLES[::2]:  # the defaults-only requests
@@ -98,8 +95,7 @@ def test_generated_requests_round_trip_and_truncations_are_rejected(
 def test_mutated_requests_decode_or_raise_decode_error(
     sample: tuple[int, int, bytes, object], data: st.DataObject
 ) -> None:
-    """Bit flips, overwrites, truncations and appended garbage of valid requests give a request
-    or DecodeError only (checked both with the frame's own ids and pinned to the original schema)."""
+    """Mutated valid requests give a request or DecodeError, with their own ids or the original schema."""
     key, version, frame, _request = sample
     mutated = data.draw(mutations(frame))
     with no_hang():
@@ -137,8 +133,7 @@ def test_random_frames_decode_or_raise_decode_error(frame: bytes) -> None:
 @FAST
 @given(st.binary(max_size=40), st.booleans())
 def test_header_parsers_return_consistent_fields_or_decode_error(frame: bytes, flexible: bool) -> None:
-    """peek_ids needs 8 bytes; parse_header returns the same ids and a body offset inside the
-    frame, or DecodeError; nothing else."""
+    """peek_ids / parse_header: consistent ids and a body offset inside the frame, or DecodeError."""
     view = memoryview(frame)
     try:
         ids = peek_ids(view)

@@ -49,9 +49,7 @@ def test_truncated_segment_keeps_the_whole_batches_before_the_cut(sizes: list[in
 @RECOVERY
 @given(batch_sizes, st.data())
 def test_bit_flips_cut_the_log_at_the_first_damaged_batch(sizes: list[int], data: st.DataObject) -> None:
-    """Up to three flipped bits anywhere in the segment: recovery keeps the batches before the
-    first one whose verified bytes changed (a flipped partitionLeaderEpoch is invisible, a
-    flipped baseOffset only matters when offsets stop ascending, as in Kafka)."""
+    """Up to 3 flipped bits anywhere: recovery keeps exactly the batches before the first damaged one."""
     batches = make_segment_batches(sizes)
     blob = bytearray(b"".join(batches))
     for bit in data.draw(st.lists(st.integers(0, len(blob) * 8 - 1), min_size=1, max_size=3, unique=True)):
@@ -84,8 +82,7 @@ def test_garbage_or_zeros_after_the_last_batch_are_cut_off(sizes: list[int], gar
 @RECOVERY
 @given(batch_sizes, st.data())
 def test_mixed_damage_never_raises_and_is_idempotent(sizes: list[int], data: st.DataObject) -> None:
-    """Truncation, then overwritten bytes, then appended garbage, in one segment: open never
-    raises, keeps the intact prefix, and a second open keeps the same bytes and offsets."""
+    """Truncation + overwrite + garbage: open never raises, keeps the intact prefix, reopens unchanged."""
     batches = make_segment_batches(sizes)
     blob = bytearray(b"".join(batches))
     blob = blob[: data.draw(st.integers(0, len(blob)))]
@@ -98,9 +95,7 @@ def test_mixed_damage_never_raises_and_is_idempotent(sizes: list[int], data: st.
 
 
 def test_a_lowered_or_raised_base_offset_is_judged_by_offset_order() -> None:
-    """baseOffset is outside the CRC: lowering batch 1's below batch 0's end cuts the log at
-    batch 1; raising batch 0's keeps batch 0 (with its new offsets) and cuts at batch 1, whose
-    offsets no longer ascend."""
+    """A changed baseOffset (outside the CRC) cuts the log where offsets stop ascending, as in Kafka."""
     batches = make_segment_batches([2, 3, 1])
     blob = bytearray(b"".join(batches))
     lowered = bytearray(blob)

@@ -168,6 +168,7 @@ class ChaosBroker:
         self.proc = BrokerProcess(data_dir, overrides)
         self.proc.log_path = log_path  # outside a tmpfs log.dirs: a full disk must not eat the log
         self.paused = False
+        self.start_seconds: list[float] = []  # how long each start took, until "listening"
 
     @property
     def bootstrap(self) -> str:
@@ -188,6 +189,7 @@ class ChaosBroker:
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
                 box["error"] = exc
 
+        began = time.monotonic()
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
         thread.join(timeout + 5)
@@ -199,6 +201,7 @@ class ChaosBroker:
         if "error" in box:
             raise box["error"]
         self.paused = False
+        self.start_seconds.append(time.monotonic() - began)
 
     def alive(self) -> bool:
         return self.proc.alive()
@@ -294,6 +297,11 @@ class Tmpfs:
             os.close(fd)
         return written
 
+    def breathe(self, nbytes: int) -> None:
+        """Give `nbytes` back (cut the filler's end); the next fill() takes them again."""
+        size = self.filler.stat().st_size
+        os.truncate(self.filler, max(0, size - nbytes))
+
     def free(self) -> None:
         self.filler.unlink(missing_ok=True)
 
@@ -331,6 +339,7 @@ class ChaosConfig:
     commit_metadata_bytes: int = 256         # commit metadata padding: commits use up preallocated space
     tmpfs_size: str = "64m"
     diskfull_hold: tuple[float, float] = (1.0, 3.0)
+    diskfull_breathe: bool = True            # while full, free a few pages now and then and take them back
     seed: int = 1
     overrides: dict[str, str] = field(default_factory=dict)
 
@@ -828,7 +837,8 @@ class Harness:
                 if rc != 0:
                     report.incidents.append(f"clean stop exited with rc={rc}")
             broker.start()
-            self.history.fault(FaultEvent(round_no, f"end-{ending}", t, self.history.now()))
+            self.history.fault(FaultEvent(round_no, f"end-{ending}", t, self.history.now(),
+                                          f"started in {broker.start_seconds[-1]:.2f}s"))
             report.checks.append(self._check(f"r{round_no} after {ending} restart"))
         report.seconds = time.monotonic() - began
         self.rounds.append(report)
@@ -870,11 +880,13 @@ class Harness:
         t = self.history.now()
         detail = ""
         if kind == "kill":
+            began = time.monotonic()
             broker.kill9()
+            killed = time.monotonic() - began
             down = self.rng.uniform(0.2, 1.0)
             time.sleep(down)  # the broker stays down for a moment
             broker.start()
-            detail = f"down {down:.2f}s"
+            detail = f"killed in {killed:.2f}s, down {down:.2f}s, started in {broker.start_seconds[-1]:.2f}s"
         elif kind == "stop":
             pause = self.rng.uniform(1.0, 2.0)
             broker.pause()
@@ -896,13 +908,29 @@ class Harness:
         elif kind == "diskfull":
             assert self.tmpfs is not None
             hold = self.rng.uniform(*self.config.diskfull_hold)
+            used, total = self.tmpfs.usage()
+            if used > 0.8 * total:
+                report.incidents.append(f"the tmpfs holds {used >> 20} of {total >> 20} MiB of broker data before "
+                                        "the diskfull fault: give it more room (--tmpfs-size)")
             filled = self.tmpfs.fill()
+            breaths = 0
             try:
-                time.sleep(hold)  # clients run into the full disk
+                # The disk hovers at full: now and then a few pages come free (as when something
+                # else deletes a file) and the filler takes back what the broker did not, so
+                # some writes of a batch find room and the next ones (its index entries) do not.
+                end = time.monotonic() + hold
+                while time.monotonic() < end:
+                    time.sleep(self.rng.uniform(0.02, 0.1))  # pacing the fault
+                    if self.config.diskfull_breathe:
+                        self.tmpfs.breathe(4096 * self.rng.randint(1, 8))
+                        time.sleep(self.rng.uniform(0.005, 0.03))
+                        self.tmpfs.fill()
+                        breaths += 1
             finally:
                 self.tmpfs.free()
             used, total = self.tmpfs.usage()
-            detail = f"filler {filled >> 10} KiB, held {hold:.2f}s; after: {used >> 20}/{total >> 20} MiB used"
+            detail = (f"filler {filled >> 10} KiB, held {hold:.2f}s, {breaths} pages freed and refilled; "
+                      f"after: {used >> 20}/{total >> 20} MiB used")
         else:
             raise ValueError(kind)
         self.history.fault(FaultEvent(round_no, kind, t, self.history.now(), detail))
@@ -948,6 +976,7 @@ class Summary:
     evidence: dict[str, list[str]]
     seed: int
     fault_kinds: tuple[str, ...]
+    start_seconds: list[float]
 
     @classmethod
     def of(cls, harness: Harness) -> "Summary":
@@ -968,7 +997,8 @@ class Summary:
                    incidents=[f"round {r.round}: {i}" for r in harness.rounds for i in r.incidents],
                    notes=list(harness.history.notes[:20]),
                    evidence=_first_cases(checks),
-                   seed=harness.config.seed, fault_kinds=harness.config.faults)
+                   seed=harness.config.seed, fault_kinds=harness.config.faults,
+                   start_seconds=list(harness.broker.start_seconds) if harness.broker else [])
 
     @property
     def violations(self) -> int:
@@ -1010,6 +1040,7 @@ class Summary:
             ("never-sent records / commits read back", f"{self.phantoms} / {self.phantom_commits}"),
             ("order violations", str(self.reordered)),
             ("failed yet visible (records / commits; allowed)", f"{self.failed_visible} / {self.failed_commit_visible}"),
+            ("broker start to listening (median / max)", _median_max(self.start_seconds)),
         ]
         width = max(len(k) for k, _ in rows)
         lines = [f"| {'metric':<{width}} | value |", f"|{'-' * (width + 2)}|-------|"]
@@ -1028,6 +1059,13 @@ class Summary:
             parts.append(f"evidence, {category}:\n" + "\n".join(f"  - {e}" for e in cases))
         parts.append(f"seed {self.seed}; verdict: {'PASS' if self.violations == 0 else 'FAIL'}")
         return "\n\n".join(parts)
+
+
+def _median_max(values: list[float]) -> str:
+    if not values:
+        return "-"
+    ordered = sorted(values)
+    return f"{ordered[len(ordered) // 2]:.2f} s / {ordered[-1]:.2f} s"
 
 
 def _first_cases(checks: list[CheckResult], per_category: int = 6) -> dict[str, list[str]]:

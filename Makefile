@@ -48,7 +48,7 @@ bench: $(VENV)/.test-deps
 # The chaos harness at full length (make test runs a bounded form): faults against a real broker,
 # every client operation logged, a history checker after each round.
 chaos: $(VENV)/.test-deps
-	$(PY) -m tests.chaos.run
+	$(PY) -m tests.chaos.run $(CHAOS_ARGS)
 
 # Coverage-guided fuzzing of the decoders (make test runs the bounded Hypothesis properties).
 fuzz: $(VENV)/.test-deps

@@ -28,7 +28,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--producers", type=int, default=3)
     parser.add_argument("--committers", type=int, default=4)
     parser.add_argument("--seed", type=int, default=None, help="default: from the clock (printed)")
-    parser.add_argument("--tmpfs-size", default="64m")
+    parser.add_argument("--tmpfs-size", default=None,
+                        help="size of the tmpfs for log.dirs with diskfull (default: 64m, or 3m a round beyond 20)")
     parser.add_argument("--diskfull-hold", default="1,3", help="min,max seconds the disk stays full")
     parser.add_argument("--out", type=Path, default=None,
                         help="run directory for ops.jsonl, broker.log, report.json (default: a new temp dir)")
@@ -42,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     config = ChaosConfig(run_dir=run_dir, rounds=args.rounds, round_seconds=args.round_seconds,
                          faults=tuple(f for f in args.faults.split(",") if f),
                          faults_per_round=args.faults_per_round, producers=args.producers,
-                         committers=args.committers, seed=seed, tmpfs_size=args.tmpfs_size,
+                         committers=args.committers, seed=seed,
+                         tmpfs_size=args.tmpfs_size or f"{max(64, 3 * args.rounds)}m",
                          diskfull_hold=tuple(float(x) for x in args.diskfull_hold.split(",")))  # type: ignore[arg-type]
     print(f"chaos: {config.rounds} rounds of {config.round_seconds:.0f}s, faults {','.join(config.faults)}, "
           f"seed {seed}, run dir {run_dir}", flush=True)

@@ -15,10 +15,19 @@ Outcomes: `ok` (acknowledged: produced at an offset / commit accepted), `failed`
 client reports as final; the operation may still have taken effect) and `unknown` (a timeout, a
 connection lost in flight, or no answer by the end of the round).
 
-Faults: `kill` (SIGKILL, restart after a short down time), `stop` (SIGSTOP for 1-2 s, SIGCONT),
-`stall` (a burst of 20-150 ms SIGSTOP pauses: an emulated slow fsync, since real fsync latency
-needs root-only kernel features or an LD_PRELOAD shim), `diskfull` (log.dirs on a tmpfs the
-harness mounts; a filler file takes every free byte for a moment and is then deleted).
+Faults, injected at random moments of a round: `kill` (SIGKILL, restart after a short down
+time), `stop` (SIGSTOP for 1-2 s, SIGCONT), `stall` (a burst of 20-150 ms SIGSTOP pauses: an
+emulated slow fsync, since real fsync latency needs root-only kernel features or an LD_PRELOAD
+shim), `diskfull` (log.dirs on a tmpfs the harness mounts; a filler file takes every free byte
+for 1-3 s, giving a few pages back now and then and taking back what the broker left, and is then
+deleted). Each round ends with a check of the live broker, then a restart (kill -9 or SIGTERM in
+turn; always kill -9 after a full disk) and the same check again.
+
+The checks run over the whole history so far: every acknowledged record is read back exactly once
+at its acknowledged offset with its payload; nothing is read back that was never sent; each
+producer instance's records keep their sequence order within a partition; each group/partition's
+committed offset is at least its last acknowledged commit and is exactly what one attempt sent
+(offset and metadata).
 """
 
 from __future__ import annotations
@@ -143,6 +152,11 @@ class History:
                     self._file.write(op.line() + "\n")
                     count += 1
         return count
+
+    def snapshot(self) -> list[Op]:
+        """The operations so far (a copy)."""
+        with self._lock:
+            return list(self.ops)
 
     def fault(self, event: FaultEvent) -> None:
         with self._lock:
@@ -500,14 +514,14 @@ class CommitWorker(Worker):
             return
         answered = set()
         for tp in result or []:
-            op = ops.get(tp.partition)
-            if op is None:
+            target = ops.get(tp.partition)
+            if target is None:
                 continue
             answered.add(tp.partition)
             if tp.error is None:
-                self.history.complete(op, "ok")
+                self.history.complete(target, "ok")
             else:
-                self.history.complete(op, _classify(tp.error), error=tp.error.name())
+                self.history.complete(target, _classify(tp.error), error=tp.error.name())
         for p in set(partitions) - answered:
             self.history.complete(ops[p], "unknown", error="no per-partition result")
 
@@ -615,8 +629,7 @@ def check(history: History, config: ChaosConfig, bootstrap: str, label: str) -> 
     """Compare every decided operation so far with what the broker reads back now."""
     began = time.monotonic()
     result = CheckResult(label)
-    with history._lock:
-        ops = list(history.ops)
+    ops = history.snapshot()
     _check_records(result, [op for op in ops if op.kind == "produce"], config, bootstrap)
     _check_commits(result, [op for op in ops if op.kind == "commit"], config, bootstrap)
     result.seconds = time.monotonic() - began
@@ -657,11 +670,11 @@ def _check_records(result: CheckResult, ops: list[Op], config: ChaosConfig, boot
         for op in ops:
             if op.partition != partition or op.outcome != "ok":
                 continue
-            raw = at.get(op.offset if op.offset is not None else -1)
-            if raw is None or raw.decode(errors="replace") != op.value:
+            found = at.get(op.offset if op.offset is not None else -1)
+            if found is None or found.decode(errors="replace") != op.value:
                 result.lost += 1
                 result.note("lost", f"lost acknowledged record: {op.line()}; read back at offset "
-                            f"{op.offset}: {raw!r}; payload seen {seen.get(op.value, 0)} time(s)")
+                            f"{op.offset}: {found!r}; payload seen {seen.get(op.value, 0)} time(s)")
 
 
 def _check_commits(result: CheckResult, ops: list[Op], config: ChaosConfig, bootstrap: str) -> None:

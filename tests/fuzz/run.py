@@ -187,7 +187,9 @@ def run_atheris(targets: list[str], seconds: int, corpus: Path | None, artifacts
     artifacts.mkdir(parents=True, exist_ok=True)
     argv = [sys.argv[0], f"-max_total_time={seconds}", "-timeout=30", "-rss_limit_mb=4096",
             "-print_final_stats=1", f"-artifact_prefix={artifacts}/", *extra, str(corpus_dir)]
-    print(f"fuzz: atheris {getattr(atheris, '__version__', '')} on {', '.join(targets)} for {seconds} s; "
+    from importlib.metadata import version
+
+    print(f"fuzz: atheris {version('atheris')} on {', '.join(targets)} for {seconds} s; "
           f"corpus {corpus_dir}, failures saved under {artifacts}/", flush=True)
     atheris.Setup(argv, one_input)
     try:

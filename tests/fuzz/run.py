@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import shutil
 import sys
 import tempfile
 import time
+from importlib.metadata import version
 from pathlib import Path
 from typing import Callable
 
@@ -59,7 +59,7 @@ def _import_targets(instrument: bool):  # type: ignore[no-untyped-def]
 # ------------------------------------------------------------------------------- one input
 
 
-def make_runner(ft, scratch: Path) -> dict[str, Callable[[bytes], None]]:  # type: ignore[no-untyped-def]
+def make_runner(ft) -> dict[str, Callable[[bytes], None]]:  # type: ignore[no-untyped-def]
     """target name -> function of one input that raises on a property violation."""
 
     def request(data: bytes) -> None:
@@ -89,8 +89,6 @@ def make_runner(ft, scratch: Path) -> dict[str, Callable[[bytes], None]]:  # typ
     def offsets(data: bytes) -> None:
         ft.check_offsets_codecs(data)
 
-    counter = [0]
-
     def recovery(data: bytes) -> None:
         # bytes: batch count, record counts, then damage ops: (op, position, value) triples
         if len(data) < 2:
@@ -111,8 +109,7 @@ def make_runner(ft, scratch: Path) -> dict[str, Callable[[bytes], None]]:  # typ
             else:  # append garbage (the rest of the ops)
                 blob += ops[i + 3 :]
                 break
-        counter[0] += 1
-        root = scratch / f"r{counter[0]}"
+        root = Path(ft.scratch_dir())
         try:
             ft.check_recovery(root, batches, bytes(blob))
         finally:
@@ -157,13 +154,12 @@ def _offsets_batches(ft, oc) -> list[bytes]:  # type: ignore[no-untyped-def]
 # ------------------------------------------------------------------------------- runners
 
 
-def run_atheris(targets: list[str], seconds: int, corpus: Path | None, artifacts: Path, extra: list[str]) -> int:
-    """libFuzzer over the chosen targets; returns its exit status (0: time ran out, no failure)."""
+def run_atheris(targets: list[str], seconds: int, corpus: Path, artifacts: Path, extra: list[str]) -> int:
+    """libFuzzer over the chosen targets; it exits the process (0: time ran out with no failure)."""
     import atheris
 
     ft = _import_targets(instrument=True)
-    scratch = Path(tempfile.mkdtemp(prefix="offsetd-fuzz-", dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None))
-    runners = make_runner(ft, scratch)
+    runners = make_runner(ft)
     chosen = [runners[t] for t in targets]
 
     if len(chosen) == 1:
@@ -177,25 +173,19 @@ def run_atheris(targets: list[str], seconds: int, corpus: Path | None, artifacts
             if data:
                 chosen[data[0] % len(chosen)](data[1:])
 
-    corpus_dir = corpus or Path(tempfile.mkdtemp(prefix="offsetd-fuzz-corpus-"))
-    corpus_dir.mkdir(parents=True, exist_ok=True)
+    corpus.mkdir(parents=True, exist_ok=True)
     all_seeds = seeds(ft)
     for ti, name in enumerate(targets):
         for si, seed in enumerate(all_seeds[name]):
             prefix = b"" if len(targets) == 1 else bytes([ti])
-            (corpus_dir / f"seed-{name}-{si}").write_bytes(prefix + seed)
+            (corpus / f"seed-{name}-{si}").write_bytes(prefix + seed)
     artifacts.mkdir(parents=True, exist_ok=True)
     argv = [sys.argv[0], f"-max_total_time={seconds}", "-timeout=30", "-rss_limit_mb=4096",
-            "-print_final_stats=1", f"-artifact_prefix={artifacts}/", *extra, str(corpus_dir)]
-    from importlib.metadata import version
-
+            "-print_final_stats=1", f"-artifact_prefix={artifacts}/", *extra, str(corpus)]
     print(f"fuzz: atheris {version('atheris')} on {', '.join(targets)} for {seconds} s; "
-          f"corpus {corpus_dir}, failures saved under {artifacts}/", flush=True)
+          f"corpus {corpus}, failures saved under {artifacts}/", flush=True)
     atheris.Setup(argv, one_input)
-    try:
-        atheris.Fuzz()  # exits the process itself when it stops
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    atheris.Fuzz()  # libFuzzer exits the process itself when it stops
     return 0
 
 
@@ -208,28 +198,23 @@ def run_hypothesis(targets: list[str], seconds: int) -> int:
     ft = _import_targets(instrument=False)
     from fuzz_strategies import mutations
 
-    scratch = Path(tempfile.mkdtemp(prefix="offsetd-fuzz-"))
-    runners = make_runner(ft, scratch)
+    runners = make_runner(ft)
     all_seeds = seeds(ft)
     deadline = time.monotonic() + seconds
     rounds = 0
     print(f"fuzz: Hypothesis on {', '.join(targets)} for {seconds} s", flush=True)
-    try:
-        while time.monotonic() < deadline:
-            for name in targets:
-                seed_list = all_seeds[name]
+    while time.monotonic() < deadline:
+        for name in targets:
+            seed_list = all_seeds[name]
 
-                @settings(max_examples=2000, deadline=None, database=None,
-                          suppress_health_check=list(HealthCheck))
-                @given(st.one_of(st.binary(max_size=256), st.sampled_from(seed_list).flatmap(mutations)))
-                def prop(data: bytes) -> None:
-                    if time.monotonic() < deadline:
-                        runners[name](data)
+            @settings(max_examples=2000, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+            @given(st.one_of(st.binary(max_size=256), st.sampled_from(seed_list).flatmap(mutations)))
+            def prop(data: bytes) -> None:
+                if time.monotonic() < deadline:
+                    runners[name](data)
 
-                prop()
-            rounds += 1
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+            prop()
+        rounds += 1
     print(f"fuzz: {rounds} round(s) of Hypothesis examples, no failure", flush=True)
     return 0
 
@@ -239,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", choices=["all", *TARGETS], default="all")
     parser.add_argument("--time", type=int, default=300, help="seconds to run (default 300)")
-    parser.add_argument("--corpus", type=Path, default=None, help="corpus directory to keep (default: a temp dir)")
+    parser.add_argument("--corpus", type=Path, default=None,
+                        help="corpus directory, grown run after run (default: offsetd-fuzz-corpus-TARGET in the temp dir)")
     parser.add_argument("--artifacts", type=Path, default=Path(tempfile.gettempdir()) / "offsetd-fuzz-artifacts",
                         help="where libFuzzer saves a failing input")
     parser.add_argument("--hypothesis", action="store_true", help="use the Hypothesis runner even with atheris")
@@ -257,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as exc:
             print(f"fuzz: atheris is not available ({exc}); falling back to Hypothesis", flush=True)
         else:
-            return run_atheris(targets, args.time, args.corpus, args.artifacts.resolve(), extra)
+            corpus = args.corpus or Path(tempfile.gettempdir()) / f"offsetd-fuzz-corpus-{args.target}"
+            return run_atheris(targets, args.time, corpus.resolve(), args.artifacts.resolve(), extra)
     return run_hypothesis(targets, args.time)
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kio.serial import entity_writer as kio_writer
-from kio.serial._introspect import EntityField, EntityTupleField, classify_field, get_field_tag, is_optional
+from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
 from offsetd.protocol.api_versions import SUPPORTED, is_supported
 from offsetd.protocol.codec import DecodeError, decode_body, request_class

@@ -20,6 +20,8 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Coroutine
 
+from .log_limiter import LogLimiter
+
 if TYPE_CHECKING:
     from ..config import BrokerConfig
     from .app import KafkaServer
@@ -30,6 +32,10 @@ _SIZE = struct.Struct(">i")
 MAX_QUEUED = 128  # frames read ahead before we stop reading the socket
 MAX_PIPELINED = 1024  # commits awaiting durability on one connection
 OFFSET_COMMIT = 8  # the only request kind that may overtake-wait (see the module docstring)
+
+
+# Closes are logged one by one up to this many a second (a garbage storm closes thousands).
+_closes = LogLimiter(log, per_second=20, what="connections closed")
 
 
 class CloseConnection(Exception):
@@ -200,7 +206,7 @@ class Connection(asyncio.Protocol):
         """Close this connection, saying why in the log; the broker keeps serving everyone else."""
         if self._closed:
             return
-        log.log(level, "closing connection from %s: %s", self.peer, reason)
+        _closes.log(level, "closing connection from %s: %s", self.peer, reason)
         self._closed = True
         self._queue.clear()
         if self.transport is not None:

@@ -49,7 +49,6 @@ from offsetd.records.batch import (
     validate_batches,
 )
 from offsetd.records.scan import scan_columns, scan_key_values
-from offsetd.records.varint import VarintError
 
 PAIRS: list[tuple[int, int]] = [(k, v) for k, (lo, hi) in sorted(SUPPORTED.items()) for v in range(lo, hi + 1)]
 """Every (api_key, version) the broker serves."""
@@ -268,34 +267,16 @@ def check_one_batch_records(data: bytes) -> str:
     return "/".join(outcomes)
 
 
-SCAN_KNOWN_LEAKS: tuple[type[Exception], ...] = (VarintError, ValueError)
-"""KNOWN BUGS, reported, not fixed here (records/scan.py is mypyc-compiled and outside this change):
-scan_key_values / scan_columns turn only IndexError into InvalidBatch, so inside a CRC-valid batch
-* a record whose header section is cut short escapes as VarintError (a ValueError), e.g. record
-  area 00 00 00 00 01 01 02 (key and value null, header count 1, then the batch ends);
-* (compiled build only) a key/value length varint >= 2**63 escapes as mypyc's
-  ValueError("int too large to convert to i64") where the interpreted source raises IndexError
-  (-> InvalidBatch), e.g. record area 02 00 00 00 80 80 80 80 80 80 80 80 80 02.
-Empty this tuple once scan.py catches ValueError (or bounds its varints) as well."""
-
-SCAN_COUNTS_NEGATIVE_RECORDS = True
-"""KNOWN BUG, reported: scan_key_values adds a batch's recordsCount to its "records seen" result
-without refusing a negative one, so a header-only batch (valid CRC) with recordsCount -1 reads as
-an empty batch and makes the result negative. Set False once scan.py refuses negative counts."""
-
-
 def check_offsets_log_scan(data: bytes) -> str:
     """Property: the offsets-log walkers raise only their documented errors: scan_key_values and
     scan_columns InvalidBatch, iter_log_records RecordDecodeError (verify on and off)."""
     outcome = []
     try:
         seen, consumed = scan_key_values(data, lambda k, v: None)
-        assert 0 <= consumed <= len(data) and (seen >= 0 or SCAN_COUNTS_NEGATIVE_RECORDS)
+        assert 0 <= consumed <= len(data) and seen >= 0
         outcome.append("scan")
     except InvalidBatch as exc:
         assert exc.error_code == CORRUPT_MESSAGE
-    except SCAN_KNOWN_LEAKS:
-        outcome.append("scan-leak")
     try:
         ids: list[int] = []
         values: list[bytes | None] = []
@@ -305,8 +286,6 @@ def check_offsets_log_scan(data: bytes) -> str:
         outcome.append("columns")
     except InvalidBatch as exc:
         assert exc.error_code == CORRUPT_MESSAGE
-    except SCAN_KNOWN_LEAKS:
-        outcome.append("columns-leak")
     for verify in (False, True):
         try:
             gen = oc.iter_log_records(data, verify=verify)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,7 +30,7 @@ from offsetd.records.batch import (
     record_timestamps,
     validate_batches,
 )
-from offsetd.records.scan import scan_key_values
+from offsetd.records.scan import scan_columns, scan_key_values
 
 FAST = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 records_lists = st.lists(record_tuples, min_size=1, max_size=5)
@@ -199,3 +200,23 @@ def test_a_negative_records_count_is_refused_not_read_as_an_empty_batch() -> Non
             assert "recordsCount" in str(exc)
         else:
             raise AssertionError(f"iter_log_records read recordsCount {count} as an empty batch")
+
+
+@pytest.mark.parametrize("records_area, count", [
+    (bytes.fromhex("00000000010102"), 1),  # a record's header section cut short by the batch's end
+    (bytes.fromhex("0200000080808080808080808002"), 1),  # a key length of 2**63 or more
+    (b"", -1),  # a negative recordsCount
+])
+def test_the_offsets_log_scanners_refuse_malformed_records_as_invalid_batch(records_area: bytes, count: int) -> None:
+    """Found by `make fuzz`: records/scan.py (compiled) let VarintError / ValueError escape and read a
+    negative count as an empty batch; both scanners now raise InvalidBatch(CORRUPT_MESSAGE)."""
+    header = bytearray(build_batch([(None, b"v", 0, [])])[:BATCH_HEADER_SIZE])
+    struct.pack_into(">i", header, 8, BATCH_HEADER_SIZE - 12 + len(records_area))
+    struct.pack_into(">i", header, 57, count)
+    batch = fix_crc(bytes(header) + records_area)
+    with pytest.raises(InvalidBatch) as scanned:
+        scan_key_values(batch, lambda key, value: None)
+    assert scanned.value.error_code == CORRUPT_MESSAGE
+    with pytest.raises(InvalidBatch) as columns:
+        scan_columns(batch, 0, 1 << 30, {}, [], [], [])
+    assert columns.value.error_code == CORRUPT_MESSAGE

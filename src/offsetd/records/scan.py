@@ -51,14 +51,17 @@ def scan_key_values(buf: bytes, on_record: OnRecord) -> tuple[int, int]:
             continue
         if attributes & _COMPRESSION_MASK:
             raise InvalidBatch(CORRUPT_MESSAGE, f"compressed batch at byte {pos}: not expected in this log")
+        if count < 0:
+            raise InvalidBatch(CORRUPT_MESSAGE, f"batch at byte {pos} has a negative record count {count}")
         p = pos + BATCH_HEADER_SIZE
         try:
             for _ in range(count):
                 _, _, key_at, key_size, value_at, value_size, p = _record(buf, p)
                 on_record(buf[key_at : key_at + key_size] if key_size >= 0 else None,
                           buf[value_at : value_at + value_size] if value_size >= 0 else None)
-        except IndexError:
-            raise InvalidBatch(CORRUPT_MESSAGE, f"records of the batch at byte {pos} run past its end") from None
+        except (IndexError, ValueError) as exc:  # ValueError: a varint too long, or beyond int64
+            raise InvalidBatch(CORRUPT_MESSAGE, f"records of the batch at byte {pos} are malformed "
+                               f"({type(exc).__name__}: they run past its end or hold an impossible length)") from None
         _check_filled(pos, p, end)
         seen += count
         pos = end
@@ -101,6 +104,8 @@ def scan_columns(buf: bytes, pos: int, max_records: int, key_ids: dict[bytes, in
             raise InvalidBatch(CORRUPT_MESSAGE, f"batch at byte {pos} has magic {magic}, not 2")
         if attributes & (CONTROL_MASK | TRANSACTIONAL_MASK | _COMPRESSION_MASK):
             break
+        if count < 0:
+            raise InvalidBatch(CORRUPT_MESSAGE, f"batch at byte {pos} has a negative record count {count}")
         log_append_time = attributes & TIMESTAMP_TYPE_MASK != 0
         p = pos + BATCH_HEADER_SIZE
         try:
@@ -124,8 +129,9 @@ def scan_columns(buf: bytes, pos: int, max_records: int, key_ids: dict[bytes, in
                         runs.extend((run_offset, run_count, run_stamp))
                     run_offset, run_count, run_stamp = offset, 1, stamp
                 added += 1
-        except IndexError:
-            raise InvalidBatch(CORRUPT_MESSAGE, f"records of the batch at byte {pos} run past its end") from None
+        except (IndexError, ValueError) as exc:  # ValueError: a varint too long, or beyond int64
+            raise InvalidBatch(CORRUPT_MESSAGE, f"records of the batch at byte {pos} are malformed "
+                               f"({type(exc).__name__}: they run past its end or hold an impossible length)") from None
         _check_filled(pos, p, end)
         pos = end
     if run_count:

@@ -32,7 +32,6 @@ committed offset is at least its last acknowledged commit and is exactly what on
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import random
@@ -54,6 +53,7 @@ if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 
 from broker_process import BrokerProcess  # noqa: E402
+from small_disk import SmallDisk  # noqa: E402
 
 FAULT_KINDS = ("kill", "stop", "stall", "diskfull")
 
@@ -265,64 +265,6 @@ class ChaosBroker:
                 self.reap()
             except ValueError:
                 pass
-
-
-class Tmpfs:
-    """A tmpfs the harness mounts for log.dirs, and a filler file that takes all its free space."""
-
-    def __init__(self, path: Path, size: str) -> None:
-        self.path = path
-        self.size = size
-        self.filler = path / "filler"
-        self.mounted = False
-
-    def mount(self) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
-        result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.size}", "tmpfs", str(self.path)],
-                                capture_output=True, text=True)
-        if result.returncode != 0:
-            raise RuntimeError(
-                f"the diskfull fault needs a tmpfs for log.dirs and `mount -t tmpfs -o size={self.size} tmpfs "
-                f"{self.path}` failed (rc={result.returncode}, euid={os.geteuid()}): "
-                f"{(result.stderr or result.stdout).strip()}")
-        self.mounted = True
-
-    def unmount(self) -> None:
-        if not self.mounted:
-            return
-        if subprocess.run(["umount", str(self.path)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(self.path)], capture_output=True)
-        self.mounted = False
-
-    def fill(self) -> int:
-        """Write the filler until ENOSPC (1 MiB, then 4 KiB writes); returns its size."""
-        written = 0
-        fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            for chunk in (b"\0" * (1 << 20), b"\0" * 4096):
-                while True:
-                    try:
-                        written += os.write(fd, chunk)
-                    except OSError as exc:
-                        if exc.errno != errno.ENOSPC:
-                            raise
-                        break
-        finally:
-            os.close(fd)
-        return written
-
-    def breathe(self, nbytes: int) -> None:
-        """Give `nbytes` back (cut the filler's end); the next fill() takes them again."""
-        size = self.filler.stat().st_size
-        os.truncate(self.filler, max(0, size - nbytes))
-
-    def free(self) -> None:
-        self.filler.unlink(missing_ok=True)
-
-    def usage(self) -> tuple[int, int]:
-        """(used, total) bytes."""
-        st = os.statvfs(self.path)
-        return (st.f_blocks - st.f_bfree) * st.f_frsize, st.f_blocks * st.f_frsize
 
 
 # ----------------------------------------------------------------------------------------------
@@ -737,7 +679,7 @@ class Harness:
         self.rng = random.Random(config.seed)
         config.run_dir.mkdir(parents=True, exist_ok=True)
         self.history = History(config.run_dir / "ops.jsonl")
-        self.tmpfs: Tmpfs | None = None
+        self.tmpfs: SmallDisk | None = None
         self.broker: ChaosBroker | None = None
         self.rounds: list[RoundReport] = []
         self.clients = ClientState()
@@ -759,7 +701,7 @@ class Harness:
     def _setup(self) -> None:
         cfg = self.config
         if "diskfull" in cfg.faults:
-            self.tmpfs = Tmpfs(cfg.run_dir / "mnt", cfg.tmpfs_size)
+            self.tmpfs = SmallDisk(cfg.run_dir / "mnt", cfg.tmpfs_size)
             self.tmpfs.mount()
             data_dir = self.tmpfs.path / "data"
         else:

@@ -269,8 +269,6 @@ def storm_committer(
     """Commit ``partitions`` offsets synchronously in a loop (commit ``n`` stores
     ``n * partitions + p``): ``warmup_s`` untimed, then wait on ``barrier`` (the garbage
     processes are ready too) and commit for ``run_s``, timing every commit."""
-    from confluent_kafka import KafkaException, TopicPartition
-
     result = StormCommitResult()
     consumer = clients._commit_consumer(bootstrap, group_id)
     commit = consumer.commit
@@ -295,21 +293,9 @@ def storm_committer(
                 continue
             started = mono()
             n += 1
-            offsets = [TopicPartition(topic, p, n * partitions + p) for p in range(partitions)]
-            try:
-                tps = commit(offsets=offsets, asynchronous=False)
-            except KafkaException as exc:
-                tps, problem = [], str(exc)
-            else:
-                bad = [f"{tp.partition}: {tp.error}" for tp in tps if tp.error is not None]
-                problem = f"partition errors {', '.join(bad)}" if bad else None
-            after = clock()
-            if problem is not None:
-                result.errors += 1
-                if result.first_error is None:
-                    result.first_error = problem
+            if clients.commit_round(commit, topic, partitions, n, result) is None:
                 continue
-            result.last_sent = [o.offset for o in offsets]
+            after = clock()
             if timed:
                 result.starts.append(started)
                 result.latencies_s.append(after - before)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported for real inside the children (see the functions below)
     from multiprocessing.synchronize import Barrier
@@ -370,6 +370,28 @@ class CommitLatencyResult:
     read_back_error: str | None = None
 
 
+def commit_round(commit: Any, topic: str, partitions: int, n: int, result: Any) -> list | None:
+    """Commit number ``n`` (``n * partitions + p`` for each partition) synchronously; its offsets,
+    or None when it failed (counted in ``result``: its errors, first_error and last_sent)."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    offsets = [TopicPartition(topic, p, n * partitions + p) for p in range(partitions)]
+    try:
+        tps = commit(offsets=offsets, asynchronous=False)
+    except KafkaException as exc:
+        problem: str | None = str(exc)
+    else:
+        bad = [f"{tp.partition}: {tp.error}" for tp in tps if tp.error is not None]
+        problem = f"partition errors {', '.join(bad)}" if bad else None
+    if problem is not None:
+        result.errors += 1
+        if result.first_error is None:
+            result.first_error = problem
+        return None
+    result.last_sent = [o.offset for o in offsets]
+    return offsets
+
+
 def commit_latency(
     bootstrap: str,
     topic: str,
@@ -381,8 +403,6 @@ def commit_latency(
     """Commit ``partitions`` offsets synchronously in a loop: ``warmup_s`` untimed, then
     ``duration_s`` with every ``commit(asynchronous=False)`` timed. Commit ``n`` stores
     ``n * partitions + p``; the offsets are read back at the end."""
-    from confluent_kafka import KafkaException, TopicPartition
-
     result = CommitLatencyResult()
     consumer = _commit_consumer(bootstrap, group_id)
     commit = consumer.commit
@@ -396,22 +416,9 @@ def commit_latency(
             if before >= end:
                 break
             n += 1
-            offsets = [TopicPartition(topic, p, n * partitions + p) for p in range(partitions)]
-            try:
-                tps = commit(offsets=offsets, asynchronous=False)
-            except KafkaException as exc:
-                tps, problem = [], str(exc)
-            else:
-                bad = [f"{tp.partition}: {tp.error}" for tp in tps if tp.error is not None]
-                problem = f"partition errors {', '.join(bad)}" if bad else None
+            offsets = commit_round(commit, topic, partitions, n, result)
             after = clock()
-            if problem is not None:
-                result.errors += 1
-                if result.first_error is None:
-                    result.first_error = problem
-                continue
-            result.last_sent = [o.offset for o in offsets]
-            if before >= warm_end:
+            if offsets is not None and before >= warm_end:
                 result.latencies_s.append(after - before)
         try:
             result.read_back = _read_back(consumer, topic, partitions, 10.0)

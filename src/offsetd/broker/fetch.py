@@ -1,4 +1,4 @@
-"""Fetch and ListOffsets: stored batch bytes are returned as they are; nothing is decoded."""
+"""Fetch: stored batch bytes are returned as they are; nothing is decoded."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from ..protocol.errors import Error
 from ..storage.partition_log import OffsetOutOfRange, PartitionLog
 from .broker import Broker
 
-LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 READ_COMMITTED = 1
 
 
@@ -66,33 +65,3 @@ def read_fetch(broker: Broker, req: Any, version: int) -> FetchRead:
         key = "topic_id" if by_id else "topic"
         responses.append({key: topic_req.topic_id if by_id else topic_req.topic, "partitions": partitions})
     return FetchRead({"error_code": Error.NONE, "session_id": 0, "responses": responses}, total, read_keys)
-
-
-def handle_list_offsets(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any]:
-    """Offsets by timestamp: -1 latest, -2 earliest, -3 max timestamp, else the time index."""
-    topics = []
-    for topic_req in req.topics:
-        partitions = []
-        for p in topic_req.partitions:
-            entry: dict[str, Any] = {"partition_index": p.partition_index, "error_code": Error.NONE,
-                                     "timestamp": -1, "offset": -1, "leader_epoch": -1}
-            plog = broker.topics.partition(topic_req.name, p.partition_index)
-            if plog is None:
-                entry["error_code"] = Error.UNKNOWN_TOPIC_OR_PARTITION
-            elif plog.log_dir.offline:
-                entry["error_code"] = Error.KAFKA_STORAGE_ERROR
-            elif p.timestamp == LATEST:
-                entry["offset"] = plog.log_end_offset
-            elif p.timestamp == EARLIEST:
-                entry["offset"] = plog.log_start_offset
-            elif p.timestamp == MAX_TIMESTAMP:
-                entry["offset"], entry["timestamp"] = plog.max_timestamp()
-            elif p.timestamp < 0:
-                entry["error_code"] = Error.INVALID_REQUEST
-            else:
-                found = plog.offset_for_timestamp(p.timestamp)
-                if found is not None:
-                    entry["offset"], entry["timestamp"] = found
-            partitions.append(entry)
-        topics.append({"name": topic_req.name, "partitions": partitions})
-    return {"topics": topics}

@@ -18,7 +18,8 @@ from ..broker.admin import (
 )
 from ..broker.broker import Broker
 from ..broker.group_configs import retention_ms as group_retention_ms
-from ..broker.fetch import handle_list_offsets, read_fetch
+from ..broker.fetch import read_fetch
+from ..broker.list_offsets import handle_list_offsets
 from ..broker.metadata import handle_metadata
 from ..broker.produce import handle_init_producer_id, handle_produce
 from ..config import BrokerConfig

@@ -204,8 +204,8 @@ def test_compressed_batches_round_trip(tmp_path: Path, clock: FakeClock) -> None
         offsets.extend(r.offset for r in kb)
         pos += kb.size_in_bytes
     assert offsets == list(range(400))
-    # compressed: offset_for_timestamp answers with the batch's base offset
-    assert log.offset_for_timestamp(T0 + 2050) == (100, T0 + 2099)  # snappy batch, offsets 100..199
+    # compressed: offset_for_timestamp decompresses the batch and answers the exact record
+    assert log.offset_for_timestamp(T0 + 2050) == (150, T0 + 2050)  # snappy batch, offsets 100..199
 
 
 # ------------------------------------------------------------------ timestamps

@@ -45,9 +45,9 @@ from offsetd.records.batch import (
     INVALID_RECORD,
     BatchHeader,
     InvalidBatch,
-    record_timestamps,
     validate_batches,
 )
+from offsetd.records.compression import batch_record_timestamps
 from offsetd.storage.durable_file import fsync_dir as _fsync_dir
 from offsetd.storage.durable_file import write_durably as _write_durably
 from offsetd.storage.log_config import LogConfig
@@ -627,9 +627,11 @@ class PartitionLog:
     def offset_for_timestamp(self, ts: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the earliest record with timestamp >= ts (ListOffsets).
 
-        Uses the time index to skip ahead. Uncompressed batches are decoded to find the exact
-        record; for compressed ones the batch's base offset and max timestamp are returned.
-        None when no record qualifies.
+        The time index gives the batch to start from; batches whose maxTimestamp is below ts are
+        skipped by their headers, and the first one that may hold a match is decoded (and
+        decompressed, whatever its codec) to find the exact record. Only when that batch has no
+        qualifying record (e.g. all of them below the log start offset) are the next ones read.
+        None when no record qualifies. Raises InvalidBatch when a batch cannot be decoded.
         """
         self._check_open()
         start_offset = self.log_start_offset
@@ -641,19 +643,18 @@ class PartitionLog:
             for pos, h in seg.iter_headers(start, 16 * 1024):
                 if h.max_timestamp < ts or h.last_offset < start_offset:
                     continue
-                if h.compression == 0:
-                    for rec_offset, rec_ts in record_timestamps(seg.pread(h.size, pos)):
-                        if rec_ts >= ts and rec_offset >= start_offset:
-                            return rec_offset, rec_ts
-                    continue
-                return max(h.base_offset, start_offset), h.max_timestamp
+                for rec_offset, rec_ts in batch_record_timestamps(seg.pread(h.size, pos)):
+                    if rec_ts >= ts and rec_offset >= start_offset:
+                        return rec_offset, rec_ts
         return None
 
     def max_timestamp(self) -> tuple[int, int]:
-        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3).
+        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3, KIP-734).
 
-        The earliest such record wins ties; (-1, -1) when the log has no timestamped record.
-        For a compressed batch the batch's base offset is returned.
+        Ties go to the earliest such record, as Kafka: the first segment reaching the largest
+        timestamp, its first batch whose maxTimestamp equals it, and in that batch (decompressed
+        if need be) the first record carrying it. (-1, -1) when the log has no timestamped
+        record. Raises InvalidBatch when the batch cannot be decoded.
         """
         self._check_open()
         best: Segment | None = None
@@ -662,15 +663,17 @@ class PartitionLog:
                 best = seg
         if best is None:
             return -1, -1
-        pos = best.find_batch(best.offset_of_max_timestamp)
-        if pos is None:
-            return -1, -1
-        h = best.header_at(pos)
-        if h.compression == 0:
-            for rec_offset, rec_ts in record_timestamps(best.pread(h.size, pos)):
-                if rec_ts == best.max_timestamp:
+        target = best.max_timestamp
+        start = best.find_batch(best.offset_of_max_timestamp)
+        if start is None:
+            start = 0
+        for pos, h in best.iter_headers(start, 16 * 1024):
+            if h.max_timestamp != target:
+                continue
+            for rec_offset, rec_ts in batch_record_timestamps(best.pread(h.size, pos)):
+                if rec_ts == target and rec_offset >= self.log_start_offset:
                     return rec_offset, rec_ts
-        return h.base_offset, best.max_timestamp
+        return -1, -1
 
     # ----------------------------------------------------------------- retention
 

@@ -45,7 +45,7 @@ def handle_create_topics(broker: Broker, req: Any, version: int, now_ms: int) ->
         else:
             try:
                 topic = broker.topics.create(item.name, partitions, configs, now_ms,
-                                             validate_only=req.validate_only)
+                                             validate_only=getattr(req, "validate_only", False))
             except TopicError as exc:
                 result.update(error_code=exc.error_code, error_message=exc.message)
             else:

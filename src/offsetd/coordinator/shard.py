@@ -615,8 +615,8 @@ class GroupCoordinatorShard:
     def commit_offsets(self, token: Hashable, group_id: str | None, member_id: str, instance_id: str | None,
                        generation: int, offsets: list[tuple[str, int, int, int, str | None]],
                        retention_time_ms: int, version: int, now: int) -> CoordinatorResult:
-        """OffsetCommit (§1.1). `offsets` is (topic, partition, offset, leader_epoch, metadata) for
-        partitions the API layer found to exist; the response maps (topic, partition) to an error."""
+        """OffsetCommit (§1.1). `offsets` is (topic, partition, offset, leader_epoch, metadata[,
+        commit_timestamp]) for partitions the API layer found to exist; the response maps (topic, partition) to an error."""
         result = CoordinatorResult(replay=True)
         if group_id is None:
             return result.respond(token, {(t, p): INVALID_GROUP_ID for t, p, *_ in offsets})
@@ -629,13 +629,15 @@ class GroupCoordinatorShard:
         expire = now + retention_time_ms if retention_time_ms != -1 else -1
         errors: dict[TopicPartition, int] = {}
         limit = self.config.metadata_max_bytes
-        for topic, partition, offset, epoch, metadata in offsets:
+        for topic, partition, offset, epoch, metadata, *stamp in offsets:
             if metadata_length(metadata) > limit:
                 errors[(topic, partition)] = OFFSET_METADATA_TOO_LARGE
                 continue
             errors[(topic, partition)] = NONE
+            # an OffsetCommit v1 commit timestamp (a 6th element) replaces now unless it is -1 (§1.1 step 11)
+            committed_at = stamp[0] if stamp and stamp[0] != -1 else now
             result.records.append((OffsetCommitKey(group_id, topic, partition), OffsetCommitValue(
-                offset=offset, leader_epoch=epoch, metadata=metadata or "", commit_timestamp=now,
+                offset=offset, leader_epoch=epoch, metadata=metadata or "", commit_timestamp=committed_at,
                 expire_timestamp=expire)))
         for key, _ in result.records:
             self.table.written(encode_key(key))

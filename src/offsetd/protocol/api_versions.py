@@ -9,6 +9,8 @@ from enum import IntEnum
 
 from kio.schema.index import api_key_map, schema_name_map
 
+from .legacy_schemas import legacy_versions
+
 
 class ApiKey(IntEnum):
     """Kafka API keys served (names as in Kafka's message definitions)."""
@@ -38,8 +40,11 @@ class ApiKey(IntEnum):
 
 
 # Highest versions we implement the semantics of. Produce v13 / Fetch v17+ / Metadata v13 change
-# identifiers or error layout we do not serve yet, OffsetCommit/OffsetFetch v10 key topics by id;
-# lower bounds come from kio (KIP-896 baseline).
+# identifiers or error layout we do not serve yet, OffsetCommit/OffsetFetch v10 key topics by id.
+# Lower bounds: the lowest version Kafka 3.9 accepted (its message JSON schemas' validVersions),
+# for every API below except Produce (3) and Fetch (4), whose message formats v0/v1 are not served
+# yet. kio generates Kafka 4's versions (KIP-896 removed the oldest); the versions it lacks come
+# from legacy_schemas. SERVED_MIN caps what the union of the two would offer.
 SERVED_MAX: dict[ApiKey, int] = {
     ApiKey.PRODUCE: 11,
     ApiKey.FETCH: 16,
@@ -66,15 +71,21 @@ SERVED_MAX: dict[ApiKey, int] = {
 }
 
 
+# Lowest versions served where kio/legacy_schemas know older ones we do not implement.
+SERVED_MIN: dict[ApiKey, int] = {ApiKey.PRODUCE: 3, ApiKey.FETCH: 4}
+
+
 def _kio_versions(api_key: int) -> set[int]:
     name = api_key_map[api_key]
-    return {v for v, kinds in schema_name_map[name].items() if len(kinds) >= 2}
+    kio = {v for v, kinds in schema_name_map[name].items() if len(kinds) >= 2}
+    return kio | legacy_versions(api_key)
 
 
 def _build() -> dict[int, tuple[int, int]]:
     table = {}
     for key, served_max in SERVED_MAX.items():
-        versions = sorted(v for v in _kio_versions(key) if v <= served_max)
+        served_min = SERVED_MIN.get(key, 0)
+        versions = sorted(v for v in _kio_versions(key) if served_min <= v <= served_max)
         table[int(key)] = (versions[0], versions[-1])
     return table
 

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
+from .legacy_schemas import schema_class as legacy_schema_class
 from kio.serial._introspect import (
     EntityField,
     EntityTupleField,
@@ -609,14 +610,15 @@ def _array_guard(cls: type) -> Callable[[memoryview, int], int] | None:
 
 @lru_cache(maxsize=None)
 def request_class(api_key: int, version: int) -> type:
-    """kio's request dataclass for (api_key, version); raises kio's UnknownEntity/UnknownAPIKey."""
-    return load_request_schema(api_key, version)
+    """kio's request dataclass for (api_key, version), or the legacy table's for versions kio lacks
+    (legacy_schemas); raises kio's UnknownEntity/UnknownAPIKey for neither."""
+    return legacy_schema_class(api_key, version, "request") or load_request_schema(api_key, version)
 
 
 @lru_cache(maxsize=None)
 def response_class(api_key: int, version: int) -> type:
-    """kio's response dataclass for (api_key, version)."""
-    return load_response_schema(api_key, version)
+    """kio's response dataclass for (api_key, version), or the legacy table's."""
+    return legacy_schema_class(api_key, version, "response") or load_response_schema(api_key, version)
 
 
 @lru_cache(maxsize=None)

@@ -160,10 +160,14 @@ class GroupApi:
         """§1.1: unknown topics/partitions answered 3 before any group check; no top-level error."""
         known: list[tuple[str, int, int, int, str | None]] = []
         errors: dict[tuple[str, int], int] = {}
+        stamped = ctx.version == 1  # v1 only: a per-partition commit timestamp (-1 = now)
         for topic in req.topics:
             for p in topic.partitions:
                 if self.broker.topics.partition(topic.name, p.partition_index) is None:
                     errors[(topic.name, p.partition_index)] = Error.UNKNOWN_TOPIC_OR_PARTITION
+                elif stamped:
+                    known.append((topic.name, p.partition_index, p.committed_offset, -1, p.committed_metadata,
+                                  p.commit_timestamp))  # type: ignore[arg-type]
                 else:
                     known.append((topic.name, p.partition_index, p.committed_offset,
                                   getattr(p, "committed_leader_epoch", -1), p.committed_metadata))

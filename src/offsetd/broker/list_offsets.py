@@ -1,11 +1,13 @@
 """ListOffsets: the log start, the log end, the record with the largest timestamp, or the first
-record at or after a timestamp (from the time index)."""
+record at or after a timestamp (from the time index, then the one batch it lands on, decompressed
+whatever its codec, so answers are record-exact as Kafka's)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..protocol.errors import Error
+from ..records.batch import InvalidBatch
 from .broker import Broker
 from .list_offsets_v0 import handle_list_offsets_v0
 
@@ -31,12 +33,17 @@ def handle_list_offsets(broker: Broker, req: Any, version: int, now_ms: int) -> 
                 entry["offset"] = plog.log_end_offset
             elif p.timestamp == EARLIEST:
                 entry["offset"] = plog.log_start_offset
-            elif p.timestamp == MAX_TIMESTAMP:
-                entry["offset"], entry["timestamp"] = plog.max_timestamp()
-            elif p.timestamp < 0:
+            elif p.timestamp < 0 and p.timestamp != MAX_TIMESTAMP:  # -4 and below: not served
                 entry["error_code"] = Error.INVALID_REQUEST
             else:
-                found = plog.offset_for_timestamp(p.timestamp)
+                try:
+                    if p.timestamp == MAX_TIMESTAMP:
+                        found = plog.max_timestamp()
+                    else:
+                        found = plog.offset_for_timestamp(p.timestamp)
+                except InvalidBatch as exc:  # a stored batch that cannot be decoded (Kafka: CORRUPT_MESSAGE)
+                    entry["error_code"] = exc.error_code
+                    found = None
                 if found is not None:
                     entry["offset"], entry["timestamp"] = found
             partitions.append(entry)

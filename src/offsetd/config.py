@@ -189,6 +189,8 @@ SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
     "max.connections.per.ip": (_parse_int(0, INT32_MAX), str(INT32_MAX), "Most connections from one address."),
     "max.connections.per.ip.overrides": (_parse_ip_overrides, "",
                                          "Per-address limits, host:count,host:count."),
+    "max.incremental.fetch.session.cache.slots": (_parse_int(0, INT32_MAX), "1000",
+                                                  "Most incremental fetch sessions (KIP-227) at once."),
     "group.initial.rebalance.delay.ms": (_parse_int(0), "3000", "Delay of a new group's first rebalance."),
     "offsets.topic.num.partitions": (_parse_int(1, 10000), "50", "Partitions of __consumer_offsets."),
     "offsets.topic.replication.factor": (_parse_int(1, 1), "1", "Only 1 (single node)."),

@@ -1,35 +1,90 @@
-"""Fetch: stored batch bytes are returned as they are; nothing is decoded."""
+"""Fetch: stored batch bytes are returned as they are; nothing is decoded.
+
+Sessionless fetches (session id 0, epoch -1; every request before v7) read the request's
+partitions and nothing else. Fetch sessions (KIP-227, fetch_sessions.py) go through
+`open_fetch` (once per request), `read_fetch` (once per pass of a long poll) and `finish_fetch`
+(once, when the response is sent: only then does the session remember what it was told).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from ..protocol.errors import Error
 from ..storage.partition_log import OffsetOutOfRange, PartitionLog
 from .broker import Broker
+from .fetch_sessions import (
+    CachedPartition,
+    FetchContext,
+    FetchRequestPartition,
+    FetchSessionCache,
+    PartitionKey,
+    new_context,
+    session_sent,
+)
 
 READ_COMMITTED = 1
 
 
 @dataclass(slots=True)
 class FetchRead:
-    """One pass over a Fetch request: the response body, the bytes it holds, the partitions read."""
+    """One pass over a Fetch request: the response body, the bytes it holds, the partitions read
+    (to wait on); for a session, its context and the partition entries the body holds."""
 
     body: dict[str, Any]
     total_bytes: int
     partitions: list[tuple[str, int]]
+    context: FetchContext | None = None
+    responded: list[tuple[PartitionKey, dict[str, Any]]] = field(default_factory=list)
 
 
-def read_fetch(broker: Broker, req: Any, version: int) -> FetchRead:
+def open_fetch(cache: FetchSessionCache, req: Any, version: int, clock: Callable[[], int]) -> FetchContext | None:
+    """The request's fetch session context; None (no further work, not even the clock) for a
+    sessionless fetch."""
+    session_id = getattr(req, "session_id", 0)
+    epoch = getattr(req, "session_epoch", -1)
+    if session_id == 0 and epoch == -1:
+        return None
+    by_id = version >= 13
+    fetch_data = (((t.topic_id if by_id else t.topic, p.partition),
+                   FetchRequestPartition(p.fetch_offset, p.partition_max_bytes, getattr(p, "log_start_offset", -1)))
+                  for t in req.topics for p in t.partitions)
+    forgotten = ((f.topic_id if by_id else f.topic, index)
+                 for f in getattr(req, "forgotten_topics_data", ()) for index in f.partitions)
+    return new_context(cache, session_id, epoch, by_id, fetch_data, forgotten, clock())
+
+
+def _read_into(entry: dict[str, Any], plog: PartitionLog, name: str, index: int, fetch_offset: int,
+               limit: int, first: bool) -> int:
+    """Fill one readable partition's entry (watermarks, records or error); the bytes read."""
+    end = plog.log_end_offset
+    entry.update(high_watermark=end, last_stable_offset=end, log_start_offset=plog.log_start_offset)
+    try:
+        data = plog.read(fetch_offset, limit, min_one_batch=first) if limit > 0 or first else b""
+    except OffsetOutOfRange:
+        entry["error_code"] = Error.OFFSET_OUT_OF_RANGE
+        return 0
+    except OSError as exc:  # the device failed under a read: its directory goes offline
+        plog.log_dir.failed(exc, f"read of {name}-{index}", undone=False)
+        entry["error_code"] = Error.KAFKA_STORAGE_ERROR
+        return 0
+    entry["records"] = data
+    return len(data)
+
+
+def read_fetch(broker: Broker, req: Any, version: int, context: FetchContext | None = None) -> FetchRead:
     """Read every requested partition within the request's byte limits (first batch always whole)."""
+    if context is not None:
+        if context.kind == "incremental":
+            return _read_session(broker, req, version, context)
+        if context.kind == "error":
+            return FetchRead({"error_code": context.error_code, "session_id": 0, "responses": ()}, 0, [], context)
     budget = req.max_bytes
     total = 0
     read_keys: list[tuple[str, int]] = []
     committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
     by_id = version >= 13
-    if getattr(req, "session_id", 0) != 0:
-        return FetchRead({"error_code": Error.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": ()}, 0, [])
     responses = []
     for topic_req in req.topics:
         topic = broker.topics.by_id(topic_req.topic_id) if by_id else broker.topics.get(topic_req.topic)
@@ -46,22 +101,77 @@ def read_fetch(broker: Broker, req: Any, version: int) -> FetchRead:
             elif plog.log_dir.offline:
                 entry["error_code"] = Error.KAFKA_STORAGE_ERROR
             else:
-                end = plog.log_end_offset
-                entry.update(high_watermark=end, last_stable_offset=end, log_start_offset=plog.log_start_offset)
                 read_keys.append((name, p.partition))  # type: ignore[arg-type]
-                limit = min(p.partition_max_bytes, budget)
-                try:
-                    data = plog.read(p.fetch_offset, limit, min_one_batch=total == 0) if limit > 0 or total == 0 else b""
-                except OffsetOutOfRange:
-                    entry["error_code"] = Error.OFFSET_OUT_OF_RANGE
-                except OSError as exc:  # the device failed under a read: its directory goes offline
-                    plog.log_dir.failed(exc, f"read of {name}-{p.partition}", undone=False)
-                    entry["error_code"] = Error.KAFKA_STORAGE_ERROR
-                else:
-                    entry["records"] = data
-                    total += len(data)
-                    budget -= len(data)
+                size = _read_into(entry, plog, name, p.partition, p.fetch_offset,  # type: ignore[arg-type]
+                                  min(p.partition_max_bytes, budget), total == 0)
+                total += size
+                budget -= size
             partitions.append(entry)
         key = "topic_id" if by_id else "topic"
         responses.append({key: topic_req.topic_id if by_id else topic_req.topic, "partitions": partitions})
-    return FetchRead({"error_code": Error.NONE, "session_id": 0, "responses": responses}, total, read_keys)
+    return FetchRead({"error_code": Error.NONE, "session_id": 0, "responses": responses}, total, read_keys, context)
+
+
+def _read_session(broker: Broker, req: Any, version: int, context: FetchContext) -> FetchRead:
+    """An incremental fetch: read every partition of the session (in its order), answer with
+    those that have records, an error or changed watermarks since the last response."""
+    session = context.session
+    assert session is not None
+    budget = req.max_bytes
+    total = 0
+    read_keys: list[tuple[str, int]] = []
+    committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
+    by_id = session.uses_topic_ids
+    key_name = "topic_id" if by_id else "topic"
+    responses: list[dict[str, Any]] = []
+    responded: list[tuple[PartitionKey, dict[str, Any]]] = []
+    current: Any = None  # the topic key of responses[-1]
+    topics = broker.topics
+    for key, cached in session.partitions.items():
+        topic_key, index = key
+        topic = topics.by_id(topic_key) if by_id else topics.get(topic_key)  # type: ignore[arg-type]
+        entry: dict[str, Any] = {"partition_index": index, "error_code": Error.NONE,
+                                 "high_watermark": -1, "records": b"",
+                                 "aborted_transactions": () if committed else None}
+        plog = topics.partition(topic.name, index) if topic is not None else None
+        if plog is None:
+            entry["error_code"] = (Error.UNKNOWN_TOPIC_ID if by_id and topic is None
+                                   else Error.UNKNOWN_TOPIC_OR_PARTITION)
+        elif plog.log_dir.offline:
+            entry["error_code"] = Error.KAFKA_STORAGE_ERROR
+        else:
+            read_keys.append((topic.name, index))  # type: ignore[union-attr]
+            size = _read_into(entry, plog, topic.name, index, cached.fetch_offset,  # type: ignore[union-attr]
+                              min(cached.max_bytes, budget), total == 0)
+            total += size
+            budget -= size
+        if not cached.must_respond(entry):
+            continue
+        responded.append((key, entry))
+        if current != topic_key or not responses:
+            responses.append({key_name: topic_key, "partitions": []})
+            current = topic_key
+        responses[-1]["partitions"].append(entry)
+    return FetchRead({"error_code": Error.NONE, "session_id": session.id, "responses": responses}, total,
+                     read_keys, context, responded)
+
+
+def finish_fetch(cache: FetchSessionCache, req: Any, result: FetchRead, now: int) -> dict[str, Any]:
+    """The body to send; a full fetch asking for a session gets one here (if a slot is free), an
+    incremental one's session remembers what this response told the client."""
+    context = result.context
+    if context is None:
+        return result.body
+    if context.kind == "incremental":
+        session_sent(context.session, result.responded)  # type: ignore[arg-type]
+    elif context.kind == "full":
+        by_id = context.uses_topic_ids
+        partitions: dict[PartitionKey, CachedPartition] = {}
+        for topic_req, topic_resp in zip(req.topics, result.body["responses"]):
+            topic_key = topic_req.topic_id if by_id else topic_req.topic
+            for p, entry in zip(topic_req.partitions, topic_resp["partitions"]):
+                cached = CachedPartition(p.fetch_offset, p.partition_max_bytes, getattr(p, "log_start_offset", -1))
+                cached.sent(entry)
+                partitions[(topic_key, p.partition)] = cached
+        result.body["session_id"] = cache.maybe_create(now, partitions, by_id)
+    return result.body

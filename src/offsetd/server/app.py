@@ -18,7 +18,8 @@ from ..broker.admin import (
 )
 from ..broker.broker import Broker
 from ..broker.group_configs import retention_ms as group_retention_ms
-from ..broker.fetch import read_fetch
+from ..broker.fetch import finish_fetch, open_fetch, read_fetch
+from ..broker.fetch_sessions import FetchSessionCache
 from ..broker.list_offsets import handle_list_offsets
 from ..broker.metadata import handle_metadata
 from ..broker.produce import handle_init_producer_id, handle_produce
@@ -121,6 +122,7 @@ class KafkaServer:
         self.connections: set[Connection] = set()
         self.guard = ConnectionGuard(config, self.connections)
         self._fetch_waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
+        self.fetch_sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"))
         self._server: asyncio.base_events.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.port = 0
@@ -332,17 +334,26 @@ class KafkaServer:
     # ----------------------------------------------------------------------------- fetch
 
     def _fetch(self, request: Any, version: int, correlation_id: int) -> bytes | Pending:
-        result = read_fetch(self.broker, request, version)
+        context = open_fetch(self.fetch_sessions, request, version, self.clock)
+        result = read_fetch(self.broker, request, version, context)
         max_wait_ms = int(request.max_wait.total_seconds() * 1000)
         if result.total_bytes >= request.min_bytes or max_wait_ms <= 0 or not result.partitions:
-            return encode_response(ApiKey.FETCH, version, correlation_id, result.body)
-        return self._fetch_long_poll(request, version, correlation_id, result.partitions, max_wait_ms)
+            return encode_response(ApiKey.FETCH, version, correlation_id, self._fetch_body(request, result))
+        return self._fetch_long_poll(request, version, correlation_id, result, max_wait_ms)
+
+    def _fetch_body(self, request: Any, result: Any) -> dict[str, Any]:
+        """The body of a Fetch response about to be sent (a fetch session learns what it says)."""
+        if result.context is None:
+            return result.body
+        return finish_fetch(self.fetch_sessions, request, result, self.clock())
 
     async def _fetch_long_poll(self, request: Any, version: int, correlation_id: int,
-                               keys: list[tuple[str, int]], max_wait_ms: int) -> bytes:
+                               result: Any, max_wait_ms: int) -> bytes:
         """Wait until min_bytes are available or max_wait passes, waking on appends."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_ms / 1000
+        keys = result.partitions
+        context = result.context
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -361,11 +372,11 @@ class KafkaServer:
                         waiters.discard(waiter)
                         if not waiters:
                             del self._fetch_waiters[key]
-            result = read_fetch(self.broker, request, version)
+            result = read_fetch(self.broker, request, version, context)
             if result.total_bytes >= request.min_bytes:
-                return encode_response(ApiKey.FETCH, version, correlation_id, result.body)
-        result = read_fetch(self.broker, request, version)
-        return encode_response(ApiKey.FETCH, version, correlation_id, result.body)
+                return encode_response(ApiKey.FETCH, version, correlation_id, self._fetch_body(request, result))
+        result = read_fetch(self.broker, request, version, context)
+        return encode_response(ApiKey.FETCH, version, correlation_id, self._fetch_body(request, result))
 
     def _apply_group_config(self, group_id: str) -> None:
         """Give the group's shard its own retention (or the broker default again)."""

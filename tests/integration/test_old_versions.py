@@ -1,0 +1,190 @@
+"""Clients from before Kafka 4, configured to send the request versions Kafka 3.9 still accepted.
+
+kafka-python with api_version=(0, 9) / (0, 10, 1), librdkafka (confluent-kafka) and kcat with
+api.version.request=false and broker.version.fallback=0.9.0 / 0.10.0. Produce v0-2 and Fetch v0-3
+(message formats v0/v1) are not served yet, so data is written by a modern client and the old
+clients drive only the group, commit, offset, metadata and admin APIs. The broker runs with DEBUG
+request logging, and each test asserts on the (API, version) pairs the client really sent, so a
+client that silently upgraded would fail the test.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition as CTP
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.structs import OffsetAndMetadata
+
+from broker_process import BrokerProcess, wait_for
+from clients import create_topic, produce
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+_REQUEST_LINE = re.compile(r" ([A-Z_]+) v(\d+) corr=")
+
+
+@pytest.fixture
+def old_broker(broker_factory, monkeypatch) -> BrokerProcess:
+    """A broker logging every request's API and version."""
+    monkeypatch.setenv("OFFSETD_TEST_LOG_LEVEL", "DEBUG")
+    return broker_factory({"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"})
+
+
+def sent(broker: BrokerProcess) -> set[tuple[str, int]]:
+    """The (API, version) pairs the broker received."""
+    return {(m.group(1), int(m.group(2))) for m in _REQUEST_LINE.finditer(broker.log())}
+
+
+def refused(broker: BrokerProcess) -> list[str]:
+    return [line for line in broker.log().splitlines() if "unsupported request" in line or "malformed" in line
+            or "handler failed" in line]
+
+
+def _seed(broker: BrokerProcess, topic: str, counts: tuple[int, int]) -> None:
+    """Two partitions holding counts[0] and counts[1] records, written by a modern client."""
+    create_topic(broker.bootstrap, topic, partitions=2)
+    produce(broker.bootstrap, topic, [{"value": b"x", "partition": p} for p in (0, 1) for _ in range(counts[p])])
+
+
+# ------------------------------------------------------------------------------ kafka-python
+
+
+@pytest.mark.parametrize("api_version,expected", [
+    ((0, 9), {("FIND_COORDINATOR", 0), ("JOIN_GROUP", 0), ("SYNC_GROUP", 0), ("HEARTBEAT", 0),
+              ("OFFSET_COMMIT", 2), ("OFFSET_FETCH", 1), ("LIST_OFFSETS", 0), ("METADATA", 0),
+              ("LEAVE_GROUP", 0), ("LIST_GROUPS", 0), ("DESCRIBE_GROUPS", 0)}),
+    ((0, 10, 1), {("FIND_COORDINATOR", 0), ("JOIN_GROUP", 1), ("SYNC_GROUP", 0), ("HEARTBEAT", 0),
+                  ("OFFSET_COMMIT", 2), ("OFFSET_FETCH", 1), ("LIST_OFFSETS", 1), ("METADATA", 2),
+                  ("LEAVE_GROUP", 0), ("LIST_GROUPS", 0), ("DESCRIBE_GROUPS", 0)}),
+])
+def test_kafka_python_old_group_member(old_broker, api_version, expected):
+    """Join, sync, heartbeat, commit, fetch committed offsets, list offsets, leave; then the admin
+    client lists and describes the group, all at the old versions."""
+    topic = "kp-old"
+    _seed(old_broker, topic, (5, 7))
+    consumer = KafkaConsumer(topic, bootstrap_servers=old_broker.bootstrap, group_id="old-kp",
+                             api_version=api_version, enable_auto_commit=False, auto_offset_reset="earliest",
+                             session_timeout_ms=6000, heartbeat_interval_ms=100)
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    try:
+        # Join and sync without fetching (Fetch v0-3 is not served yet): the coordinator's own poll.
+        wait_for(lambda: consumer._coordinator.poll(timeout_ms=500) and consumer.assignment() == {tp0, tp1},
+                 timeout=15, message="assignment of both partitions")
+        wait_for(lambda: ("HEARTBEAT", min(v for a, v in expected if a == "HEARTBEAT")) in sent(old_broker),
+                 timeout=10, message="a heartbeat")
+        consumer.commit({tp0: OffsetAndMetadata(3, "meta-0", -1), tp1: OffsetAndMetadata(6, "", -1)})
+        assert consumer.committed(tp0) == 3 and consumer.committed(tp1) == 6
+        consumer.seek_to_end(tp0)
+        assert consumer.position(tp0) == 5  # ListOffsets (v0 at 0.9: the offsets array)
+        consumer.seek_to_beginning(tp1)
+        assert consumer.position(tp1) == 0
+    finally:
+        consumer.close()
+    admin = KafkaAdminClient(bootstrap_servers=old_broker.bootstrap, api_version=api_version)
+    try:
+        assert {"group_id": "old-kp", "protocol_type": "consumer"} in admin.list_groups()
+        described = admin.describe_groups(["old-kp"])["old-kp"]
+        assert described["error"] is None and described["group_state"] == "Empty"  # it left
+    finally:
+        admin.close()
+    # A modern client reads what the old one committed.
+    modern = Consumer({"bootstrap.servers": old_broker.bootstrap, "group.id": "old-kp"})
+    try:
+        got = {tp.partition: tp.offset for tp in modern.committed([CTP(topic, 0), CTP(topic, 1)], timeout=10)}
+    finally:
+        modern.close()
+    assert got == {0: 3, 1: 6}
+    used = sent(old_broker)
+    assert expected <= used, f"missing {expected - used}; sent {sorted(used)}"
+    assert not refused(old_broker), refused(old_broker)
+
+
+# ----------------------------------------------------------------------- librdkafka / kcat
+
+
+def _old_conf(fallback: str) -> dict[str, str]:
+    return {"api.version.request": "false", "broker.version.fallback": fallback}
+
+
+@pytest.mark.parametrize("fallback,commit_version", [("0.9.0", 2), ("0.8.2", 1)])
+def test_librdkafka_old_commit_fetch_list_offsets(old_broker, fallback, commit_version):
+    """A standalone consumer at the fallback versions: metadata, commit, committed offsets and
+    watermarks (ListOffsets v0). Group membership is covered below."""
+    topic = "rd-old"
+    _seed(old_broker, topic, (4, 9))
+    consumer = Consumer({"bootstrap.servers": old_broker.bootstrap, "group.id": "old-rd",
+                         "enable.auto.commit": False, **_old_conf(fallback)})
+    try:
+        assert set(consumer.list_topics(topic, timeout=10).topics[topic].partitions) == {0, 1}
+        consumer.commit(offsets=[CTP(topic, 0, 2), CTP(topic, 1, 8)], asynchronous=False)
+        committed = consumer.committed([CTP(topic, 0), CTP(topic, 1)], timeout=10)
+        assert [(tp.partition, tp.offset, tp.error) for tp in committed] == [(0, 2, None), (1, 8, None)]
+        assert consumer.get_watermark_offsets(CTP(topic, 1), timeout=10) == (0, 9)
+    finally:
+        consumer.close()
+    used = sent(old_broker)
+    assert {("METADATA", 0), ("LIST_OFFSETS", 0), ("OFFSET_FETCH", 1)} <= used, sorted(used)
+    assert ("OFFSET_COMMIT", commit_version) in used, sorted(used)
+    assert not refused(old_broker), refused(old_broker)
+
+
+def test_librdkafka_old_group_member(old_broker):
+    """Subscribe at the fallback versions: FindCoordinator, JoinGroup, SyncGroup, Heartbeat and
+    LeaveGroup v0. The assigned partitions are paused at once and start at their log end, so the
+    consumer has little to fetch; a Fetch v1 it may send before the pause (Fetch v0-3 is not
+    served yet) closes that connection, and the group still works."""
+    topic = "rd-grp"
+    _seed(old_broker, topic, (3, 3))
+    setup = Consumer({"bootstrap.servers": old_broker.bootstrap, "group.id": "old-rd-grp"})
+    setup.commit(offsets=[CTP(topic, 0, 3), CTP(topic, 1, 3)], asynchronous=False)  # at the end: nothing to fetch
+    setup.close()
+    assigned: list[int] = []
+
+    def on_assign(consumer, partitions):
+        consumer.pause(partitions)
+        assigned.extend(p.partition for p in partitions)
+
+    consumer = Consumer({"bootstrap.servers": old_broker.bootstrap, "group.id": "old-rd-grp",
+                         "enable.auto.commit": False, "session.timeout.ms": 6000,
+                         "heartbeat.interval.ms": 100, **_old_conf("0.9.0")})
+    try:
+        consumer.subscribe([topic], on_assign=on_assign)
+        wait_for(lambda: consumer.poll(0.1) is None and sorted(assigned) == [0, 1], timeout=20,
+                 message="assignment")
+        wait_for(lambda: ("HEARTBEAT", 0) in sent(old_broker), timeout=10, message="a heartbeat")
+        consumer.commit(offsets=[CTP(topic, 0, 1)], asynchronous=False)  # a member's commit (generation set)
+    finally:
+        consumer.close()
+    check = Consumer({"bootstrap.servers": old_broker.bootstrap, "group.id": "old-rd-grp"})
+    try:
+        assert [tp.offset for tp in check.committed([CTP(topic, 0), CTP(topic, 1)], timeout=10)] == [1, 3]
+    finally:
+        check.close()
+    used = sent(old_broker)
+    assert {("FIND_COORDINATOR", 0), ("JOIN_GROUP", 0), ("SYNC_GROUP", 0), ("HEARTBEAT", 0),
+            ("LEAVE_GROUP", 0)} <= used, sorted(used)
+    # librdkafka may send one Fetch before the pause takes hold; Fetch v0-3 is the only refusal allowed.
+    others = [line for line in refused(old_broker) if "(FETCH) version=" not in line]
+    assert not others, others
+
+
+def test_kcat_old_metadata_and_offsets(old_broker):
+    """kcat -L (Metadata v0) and -Q (ListOffsets v0) with broker.version.fallback=0.9.0."""
+    kcat = shutil.which("kcat")
+    assert kcat, "kcat must be installed (Debian package kcat)"
+    _seed(old_broker, "kc-old", (6, 2))
+    opts = ["-X", "api.version.request=false", "-X", "broker.version.fallback=0.9.0"]
+    listing = subprocess.run([kcat, "-b", old_broker.bootstrap, *opts, "-L", "-t", "kc-old"],
+                             capture_output=True, text=True, timeout=20)
+    assert listing.returncode == 0, listing.stderr
+    assert "topic \"kc-old\" with 2 partitions" in listing.stdout
+    query = subprocess.run([kcat, "-b", old_broker.bootstrap, *opts, "-Q", "-t", "kc-old:0:-1", "-t", "kc-old:1:-2"],
+                           capture_output=True, text=True, timeout=20)
+    assert query.returncode == 0, query.stderr
+    assert "kc-old [0] offset 6" in query.stdout and "kc-old [1] offset 0" in query.stdout, query.stdout
+    assert {("METADATA", 0), ("LIST_OFFSETS", 0)} <= sent(old_broker)
+    assert not refused(old_broker), refused(old_broker)

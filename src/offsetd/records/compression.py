@@ -125,18 +125,23 @@ def _walk_timestamps(
     """(offset, timestamp) of `count` records laid out in buf from pos, keys and values skipped."""
     end = len(buf)
     out: list[tuple[int, int]] = []
+    append = out.append
     try:
         for _ in range(count):
-            # record: length varint, attributes int8, timestampDelta varlong, offsetDelta varint
-            length, p = decode_varint(buf, pos)
+            # record: length varint, attributes int8, timestampDelta varlong, offsetDelta varint;
+            # one-byte varints (the common case for all three) are decoded inline
+            b = buf[pos]
+            length, p = ((b >> 1) ^ -(b & 1), pos + 1) if b < 0x80 else decode_varint(buf, pos)
             rec_end = p + length
             if length <= 0 or rec_end > end:
                 raise InvalidBatch(CORRUPT_MESSAGE, f"record length {length} overruns the batch")
-            ts_delta, p = decode_varint(buf, p + 1)
-            off_delta, p = decode_varint(buf, p)
-            out.append((base_offset + off_delta, base_ts + ts_delta if fixed_ts is None else fixed_ts))
+            b = buf[p + 1]
+            ts_delta, p = ((b >> 1) ^ -(b & 1), p + 2) if b < 0x80 else decode_varint(buf, p + 1)
+            b = buf[p]
+            off_delta = (b >> 1) ^ -(b & 1) if b < 0x80 else decode_varint(buf, p)[0]
+            append((base_offset + off_delta, base_ts + ts_delta if fixed_ts is None else fixed_ts))
             pos = rec_end
-    except VarintError as exc:
+    except (VarintError, IndexError) as exc:
         raise InvalidBatch(CORRUPT_MESSAGE, f"malformed record in batch: {exc}") from exc
     return out
 

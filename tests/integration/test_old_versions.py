@@ -188,3 +188,42 @@ def test_kcat_old_metadata_and_offsets(old_broker):
     assert "kc-old [0] offset 6" in query.stdout and "kc-old [1] offset 0" in query.stdout, query.stdout
     assert {("METADATA", 0), ("LIST_OFFSETS", 0)} <= sent(old_broker)
     assert not refused(old_broker), refused(old_broker)
+
+
+def test_kafka_python_old_admin_and_idempotent_producer(old_broker):
+    """CreateTopics v0 / DeleteTopics v0 (api_version 0.10.1), DescribeConfigs v0 and InitProducerId
+    v0 (0.11: its idempotent producer, which then produces with Produce v3)."""
+    from kafka import KafkaProducer
+    from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+    from kafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+
+    admin = KafkaAdminClient(bootstrap_servers=old_broker.bootstrap, api_version=(0, 10, 1))
+    try:
+        created = admin.create_topics([NewTopic("adm-old", 3, 1, topic_configs={"retention.ms": "123456"})])
+        assert created["topics"] == [{"name": "adm-old", "error_code": 0}]
+        with pytest.raises(TopicAlreadyExistsError):
+            admin.create_topics([NewTopic("adm-old", 3, 1)])
+        with pytest.raises(UnknownTopicOrPartitionError):
+            admin.delete_topics(["adm-gone"])
+    finally:
+        admin.close()
+    admin = KafkaAdminClient(bootstrap_servers=old_broker.bootstrap, api_version=(0, 11))
+    try:
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "adm-old")])
+        assert described["topic"]["adm-old"]["retention.ms"]["value"] == "123456", described
+    finally:
+        admin.close()
+    producer = KafkaProducer(bootstrap_servers=old_broker.bootstrap, api_version=(0, 11), enable_idempotence=True)
+    try:
+        assert producer.send("adm-old", b"v", partition=2).get(timeout=10).offset == 0
+    finally:
+        producer.close()
+    admin = KafkaAdminClient(bootstrap_servers=old_broker.bootstrap, api_version=(0, 10, 1))
+    try:
+        assert admin.delete_topics(["adm-old"])["topics"] == [{"name": "adm-old", "error_code": 0}]
+    finally:
+        admin.close()
+    used = sent(old_broker)
+    assert {("CREATE_TOPICS", 0), ("DELETE_TOPICS", 0), ("DESCRIBE_CONFIGS", 0), ("INIT_PRODUCER_ID", 0)} <= used, \
+        sorted(used)
+    assert not refused(old_broker), refused(old_broker)

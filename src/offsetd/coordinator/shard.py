@@ -616,7 +616,8 @@ class GroupCoordinatorShard:
                        generation: int, offsets: list[tuple[str, int, int, int, str | None]],
                        retention_time_ms: int, version: int, now: int) -> CoordinatorResult:
         """OffsetCommit (§1.1). `offsets` is (topic, partition, offset, leader_epoch, metadata[,
-        commit_timestamp]) for partitions the API layer found to exist; the response maps (topic, partition) to an error."""
+        commit_timestamp]) for partitions the API layer found to exist; the response maps
+        (topic, partition) to an error."""
         result = CoordinatorResult(replay=True)
         if group_id is None:
             return result.respond(token, {(t, p): INVALID_GROUP_ID for t, p, *_ in offsets})

@@ -45,9 +45,9 @@ from offsetd.records.batch import (
     decode_records,
     iter_batches,
     parse_header as parse_batch_header,
-    record_timestamps,
     validate_batches,
 )
+from offsetd.records.compression import batch_record_timestamps
 from offsetd.records.scan import scan_columns, scan_key_values
 
 PAIRS: list[tuple[int, int]] = [(k, v) for k, (lo, hi) in sorted(SUPPORTED.items()) for v in range(lo, hi + 1)]
@@ -238,11 +238,11 @@ def check_batches(data: bytes) -> str:
 
 
 def check_one_batch_records(data: bytes) -> str:
-    """Property: decode_records / record_timestamps give records or InvalidBatch(CORRUPT_MESSAGE)
+    """Property: decode_records / batch_record_timestamps give records or InvalidBatch(CORRUPT_MESSAGE)
     (ValueError only for a compressed batch, as documented); when both succeed they agree."""
     outcomes = []
     records = stamps = None
-    for fn in (decode_records, record_timestamps):
+    for fn in (decode_records, batch_record_timestamps):
         try:
             result = fn(data)
         except InvalidBatch as exc:

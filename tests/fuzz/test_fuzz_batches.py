@@ -27,9 +27,9 @@ from offsetd.records.batch import (
     InvalidBatch,
     build_batch,
     decode_records,
-    record_timestamps,
     validate_batches,
 )
+from offsetd.records.compression import batch_record_timestamps
 from offsetd.records.scan import scan_columns, scan_key_values
 
 FAST = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -64,7 +64,7 @@ def test_built_batches_validate_and_decode_to_their_records(sample: tuple[list[l
         assert [(r.key, r.value, r.timestamp, r.headers) for r in decoded] == [
             (k, v, ts, list(hs)) for k, v, ts, hs in recs]
         assert [r.offset for r in decoded] == list(range(h.base_offset, h.base_offset + len(recs)))
-        assert record_timestamps(one) == [(r.offset, r.timestamp) for r in decoded]
+        assert batch_record_timestamps(one) == [(r.offset, r.timestamp) for r in decoded]
         flat += [(r.offset, r.timestamp, r.key, r.value) for r in decoded]
         pos += h.size
     walked = list(oc.iter_log_records(blob, verify=True))
@@ -184,10 +184,10 @@ def test_a_negative_records_count_is_refused_not_read_as_an_empty_batch() -> Non
         struct.pack_into(">i", header, 57, count)
         batch = fix_crc(header)
         if count == 0:
-            assert decode_records(batch) == [] and record_timestamps(batch) == []
+            assert decode_records(batch) == [] and batch_record_timestamps(batch) == []
             assert list(oc.iter_log_records(batch, verify=True)) == []
             continue
-        for fn in (decode_records, record_timestamps):
+        for fn in (decode_records, batch_record_timestamps):
             try:
                 fn(batch)
             except InvalidBatch as exc:

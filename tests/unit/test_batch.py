@@ -25,10 +25,10 @@ from offsetd.records.batch import (
     iter_batches,
     parse_header,
     patch_base_offset,
-    record_timestamps,
     patch_leader_epoch,
     validate_batches,
 )
+from offsetd.records.compression import batch_record_timestamps
 from offsetd.records.varint import VarintError, decode_varint, encode_varint, size_of_varint
 
 RECORDS = [
@@ -161,10 +161,8 @@ def test_record_timestamps_matches_decode_records() -> None:
     raw = bytearray(build_batch(recs))
     patch_base_offset(raw, 0, 10_000)
     full = [(r.offset, r.timestamp) for r in decode_records(bytes(raw))]
-    assert record_timestamps(bytes(raw)) == full
+    assert batch_record_timestamps(bytes(raw)) == full
     assert full[0] == (10_000, recs[0][2]) and len(full) == 200
-    with pytest.raises(ValueError):
-        record_timestamps(kp_batch([(None, b"z" * 500, 1, [])] * 3, compression=1))
 
 
 def test_decode_log_append_time_uses_max_timestamp() -> None:

@@ -67,7 +67,6 @@ __all__ = [
     "iter_batches",
     "build_batch",
     "decode_records",
-    "record_timestamps",
 ]
 
 BATCH_HEADER_SIZE = 61
@@ -381,55 +380,6 @@ def build_batch(
     batch_length = BATCH_HEADER_SIZE - LOG_OVERHEAD + len(body)
     prefix = struct.pack(">qiibI", base_offset, batch_length, partition_leader_epoch, 2, crc)
     return prefix + crc_part
-
-
-def record_timestamps(batch: bytes | bytearray | memoryview) -> list[tuple[int, int]]:
-    """(offset, timestamp) of each record of one uncompressed batch, skipping keys and values.
-
-    Cheaper than decode_records for time lookups (ListOffsets by timestamp / max timestamp).
-    Raises ValueError for compressed batches and InvalidBatch(CORRUPT_MESSAGE) when malformed.
-    """
-    h = parse_header(batch, 0)
-    if h.compression != COMPRESSION_NONE:
-        raise ValueError(f"record_timestamps: compressed batch (codec {h.compression}) not supported")
-    if h.records_count < 0:
-        raise InvalidBatch(CORRUPT_MESSAGE, f"batch has recordsCount {h.records_count}")
-    end = h.size
-    buf = batch if isinstance(batch, (bytes, bytearray)) else bytes(batch[:end])
-    if len(buf) < end:
-        raise InvalidBatch(CORRUPT_MESSAGE, f"batch declares {end} bytes but only {len(buf)} given")
-    base_offset = h.base_offset
-    base_ts = h.base_timestamp
-    fixed_ts = h.max_timestamp if h.timestamp_type == 1 else None
-    out: list[tuple[int, int]] = []
-    pos = BATCH_HEADER_SIZE
-    try:
-        for _ in range(h.records_count):
-            # record: length varint, attributes int8, timestampDelta varlong, offsetDelta varint
-            b = buf[pos]
-            if b < 0x80:
-                length, p = (b >> 1) ^ -(b & 1), pos + 1
-            else:
-                length, p = decode_varint(buf, pos)
-            rec_end = p + length
-            p += 1  # attributes
-            b = buf[p]
-            if b < 0x80:
-                ts_delta, p = (b >> 1) ^ -(b & 1), p + 1
-            else:
-                ts_delta, p = decode_varint(buf, p)
-            b = buf[p]
-            if b < 0x80:
-                off_delta = (b >> 1) ^ -(b & 1)
-            else:
-                off_delta, p = decode_varint(buf, p)
-            if length <= 0 or rec_end > end:
-                raise InvalidBatch(CORRUPT_MESSAGE, f"record length {length} overruns the batch")
-            out.append((base_offset + off_delta, base_ts + ts_delta if fixed_ts is None else fixed_ts))
-            pos = rec_end
-    except (VarintError, IndexError) as exc:
-        raise InvalidBatch(CORRUPT_MESSAGE, f"malformed record in batch: {exc}") from exc
-    return out
 
 
 def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:

@@ -55,22 +55,32 @@ def open_fetch(cache: FetchSessionCache, req: Any, version: int, clock: Callable
     return new_context(cache, session_id, epoch, by_id, fetch_data, forgotten, clock())
 
 
-def _read_into(entry: dict[str, Any], plog: PartitionLog, name: str, index: int, fetch_offset: int,
-               limit: int, first: bool) -> int:
-    """Fill one readable partition's entry (watermarks, records or error); the bytes read."""
+def _read_partition(broker: Broker, topic: Any, index: int, by_id: bool, committed: bool, fetch_offset: int,
+                    limit: int, first: bool) -> tuple[dict[str, Any], int, tuple[str, int] | None]:
+    """One partition's response entry (watermarks and records, or its error), the bytes it holds,
+    and its (topic, partition) to wait on when it was readable. `topic` is None when unknown."""
+    entry: dict[str, Any] = {"partition_index": index, "error_code": Error.NONE, "high_watermark": -1,
+                             "records": b"", "aborted_transactions": () if committed else None}
+    plog: PartitionLog | None = broker.topics.partition(topic.name, index) if topic is not None else None
+    if plog is None:
+        entry["error_code"] = Error.UNKNOWN_TOPIC_ID if by_id and topic is None else Error.UNKNOWN_TOPIC_OR_PARTITION
+        return entry, 0, None
+    if plog.log_dir.offline:
+        entry["error_code"] = Error.KAFKA_STORAGE_ERROR
+        return entry, 0, None
     end = plog.log_end_offset
     entry.update(high_watermark=end, last_stable_offset=end, log_start_offset=plog.log_start_offset)
     try:
         data = plog.read(fetch_offset, limit, min_one_batch=first) if limit > 0 or first else b""
     except OffsetOutOfRange:
         entry["error_code"] = Error.OFFSET_OUT_OF_RANGE
-        return 0
+        data = b""
     except OSError as exc:  # the device failed under a read: its directory goes offline
-        plog.log_dir.failed(exc, f"read of {name}-{index}", undone=False)
+        plog.log_dir.failed(exc, f"read of {topic.name}-{index}", undone=False)
         entry["error_code"] = Error.KAFKA_STORAGE_ERROR
-        return 0
+        data = b""
     entry["records"] = data
-    return len(data)
+    return entry, len(data), (topic.name, index)
 
 
 def read_fetch(broker: Broker, req: Any, version: int, context: FetchContext | None = None) -> FetchRead:
@@ -88,34 +98,14 @@ def read_fetch(broker: Broker, req: Any, version: int, context: FetchContext | N
     responses = []
     for topic_req in req.topics:
         topic = broker.topics.by_id(topic_req.topic_id) if by_id else broker.topics.get(topic_req.topic)
-        name = topic.name if topic is not None else None
         partitions = []
         for p in topic_req.partitions:
-            entry: dict[str, Any] = {"partition_index": p.partition, "error_code": Error.NONE,
-                                     "high_watermark": -1, "records": b"",
-                                     "aborted_transactions": () if committed else None}
-            plog: PartitionLog | None = broker.topics.partition(name, p.partition) if name else None
-            if plog is None:
-                entry["error_code"] = (Error.UNKNOWN_TOPIC_ID if by_id and topic is None
-                                       else Error.UNKNOWN_TOPIC_OR_PARTITION)
-            elif plog.log_dir.offline:
-                entry["error_code"] = Error.KAFKA_STORAGE_ERROR
-            else:  # _read_into, inlined: this loop is the hot path of every sessionless consumer
-                end = plog.log_end_offset
-                entry.update(high_watermark=end, last_stable_offset=end, log_start_offset=plog.log_start_offset)
-                read_keys.append((name, p.partition))  # type: ignore[arg-type]
-                limit = min(p.partition_max_bytes, budget)
-                try:
-                    data = plog.read(p.fetch_offset, limit, min_one_batch=total == 0) if limit > 0 or total == 0 else b""
-                except OffsetOutOfRange:
-                    entry["error_code"] = Error.OFFSET_OUT_OF_RANGE
-                except OSError as exc:  # the device failed under a read: its directory goes offline
-                    plog.log_dir.failed(exc, f"read of {name}-{p.partition}", undone=False)
-                    entry["error_code"] = Error.KAFKA_STORAGE_ERROR
-                else:
-                    entry["records"] = data
-                    total += len(data)
-                    budget -= len(data)
+            entry, size, readable = _read_partition(broker, topic, p.partition, by_id, committed, p.fetch_offset,
+                                                    min(p.partition_max_bytes, budget), total == 0)
+            if readable is not None:
+                read_keys.append(readable)
+            total += size
+            budget -= size
             partitions.append(entry)
         key = "topic_id" if by_id else "topic"
         responses.append({key: topic_req.topic_id if by_id else topic_req.topic, "partitions": partitions})
@@ -140,21 +130,12 @@ def _read_session(broker: Broker, req: Any, version: int, context: FetchContext)
     for key, cached in session.partitions.items():
         topic_key, index = key
         topic = topics.by_id(topic_key) if by_id else topics.get(topic_key)  # type: ignore[arg-type]
-        entry: dict[str, Any] = {"partition_index": index, "error_code": Error.NONE,
-                                 "high_watermark": -1, "records": b"",
-                                 "aborted_transactions": () if committed else None}
-        plog = topics.partition(topic.name, index) if topic is not None else None
-        if plog is None:
-            entry["error_code"] = (Error.UNKNOWN_TOPIC_ID if by_id and topic is None
-                                   else Error.UNKNOWN_TOPIC_OR_PARTITION)
-        elif plog.log_dir.offline:
-            entry["error_code"] = Error.KAFKA_STORAGE_ERROR
-        else:
-            read_keys.append((topic.name, index))  # type: ignore[union-attr]
-            size = _read_into(entry, plog, topic.name, index, cached.fetch_offset,  # type: ignore[union-attr]
-                              min(cached.max_bytes, budget), total == 0)
-            total += size
-            budget -= size
+        entry, size, readable = _read_partition(broker, topic, index, by_id, committed, cached.fetch_offset,
+                                                min(cached.max_bytes, budget), total == 0)
+        if readable is not None:
+            read_keys.append(readable)
+        total += size
+        budget -= size
         if not cached.must_respond(entry):
             continue
         responded.append((key, entry))

@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench import clients
-from bench.brokers import REPO_ROOT, BrokerLauncher, BrokerStartError, OffsetdBroker, TansuBroker
+from bench.brokers import REPO_ROOT, BrokerStartError, OffsetdBroker, make_launcher
 from bench.procs import ChildError, run_in_child, run_in_children, start_barrier
 from bench.workloads import (
     BenchConfig,
@@ -107,15 +107,6 @@ def _loopback_port(bootstrap: str) -> int:
     if host != _LOOPBACK:
         raise ValueError(f"abuse traffic goes to {_LOOPBACK} only, not {host!r}")
     return int(port)
-
-
-def _launcher(cfg: BenchConfig, broker_name: str) -> BrokerLauncher:
-    """A fresh launcher for ``broker_name``, configured as the suite's own."""
-    if broker_name == "offsetd":
-        return OffsetdBroker(config=Path(cfg.offsetd_config))
-    if broker_name == "tansu":
-        return TansuBroker()
-    raise ValueError(broker_name)
 
 
 def _rss_kib(pid: int) -> int:
@@ -442,7 +433,7 @@ def idle_rss_workload(cfg: BenchConfig, bootstrap: str, broker_name: str) -> dic
     limit = raise_fd_limit(count + 1024)
     if limit < count + 64:
         raise WorkloadFailed(f"RLIMIT_NOFILE is {limit}, {count} connections need more")
-    launcher = _launcher(cfg, broker_name)
+    launcher = make_launcher(broker_name, Path(cfg.offsetd_config))
     socks: list[socket.socket] = []
     try:
         try:

@@ -309,3 +309,11 @@ class OffsetdBroker(BrokerLauncher):
         except importlib.metadata.PackageNotFoundError:
             return "offsetd (version unknown)"
 
+
+def make_launcher(name: str, offsetd_config: Path = DEFAULT_OFFSETD_CONFIG) -> BrokerLauncher:
+    """A fresh launcher for broker ``name``."""
+    if name == "offsetd":
+        return OffsetdBroker(config=offsetd_config)
+    if name == "tansu":
+        return TansuBroker()
+    raise ValueError(name)

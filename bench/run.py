@@ -44,8 +44,7 @@ from bench.brokers import (  # noqa: E402
     DEFAULT_OFFSETD_CONFIG,
     BrokerLauncher,
     BrokerStartError,
-    OffsetdBroker,
-    TansuBroker,
+    make_launcher,
 )
 from bench.report import (  # noqa: E402
     BrokerRun,
@@ -62,15 +61,6 @@ from bench.abuse import GROUP, abuse_workloads  # noqa: E402  (after bench.workl
 #: Table columns; the ratio is the first over the second.
 BROKERS = ["offsetd", "tansu"]
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-
-
-def make_launcher(name: str, args: argparse.Namespace) -> BrokerLauncher:
-    """A fresh launcher for broker ``name``."""
-    if name == "offsetd":
-        return OffsetdBroker(config=args.offsetd_config)
-    if name == "tansu":
-        return TansuBroker()
-    raise ValueError(name)
 
 
 def run_suite(launcher: BrokerLauncher, workloads: list[Workload], repetition: int) -> BrokerRun:
@@ -249,7 +239,7 @@ def _main(args: argparse.Namespace) -> int:
     workloads = select_workloads(default_workloads(cfg), args.workloads)
     selected = [args.only] if args.only else BROKERS
     try:
-        launchers = {name: make_launcher(name, args) for name in selected}
+        launchers = {name: make_launcher(name, args.offsetd_config) for name in selected}
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -264,7 +254,7 @@ def _main(args: argparse.Namespace) -> int:
     for rep in range(args.repeat):
         order = selected if rep % 2 == 0 else list(reversed(selected))
         for name in order:
-            runs.append(run_suite(make_launcher(name, args), workloads, rep))
+            runs.append(run_suite(make_launcher(name, args.offsetd_config), workloads, rep))
 
     rows = aggregate(runs, BROKERS, [w.name for w in workloads])
     print()

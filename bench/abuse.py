@@ -68,6 +68,7 @@ from bench.workloads import (
     WorkloadFailed,
     _commit_problems,
     _percentile,
+    _rss_mb,
 )
 
 if TYPE_CHECKING:
@@ -107,15 +108,6 @@ def _loopback_port(bootstrap: str) -> int:
     if host != _LOOPBACK:
         raise ValueError(f"abuse traffic goes to {_LOOPBACK} only, not {host!r}")
     return int(port)
-
-
-def _rss_kib(pid: int) -> int:
-    """VmRSS of process ``pid`` in KiB (what ``/proc`` calls kB)."""
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
 def raise_fd_limit(needed: int) -> int:
@@ -446,33 +438,33 @@ def idle_rss_workload(cfg: BenchConfig, bootstrap: str, broker_name: str) -> dic
         for i in range(cfg.idle_warmup_connections):  # first-use costs, not per connection
             _kafka_connection(port, i).close()
         time.sleep(cfg.idle_settle_s)
-        before = _rss_kib(pid)
+        before = _rss_mb(pid)
         try:
             for i in range(count):
                 socks.append(_kafka_connection(port, i))
         except OSError as exc:
             raise WorkloadFailed(f"connection {len(socks) + 1} of {count}: {exc}") from exc
         time.sleep(cfg.idle_settle_s)
-        after = _rss_kib(pid)
+        after = _rss_mb(pid)
         closed = _closed_by_peer(socks)
         if closed:
             raise WorkloadFailed(f"the broker closed {closed} of the {count} idle connections")
         if (status := launcher.exit_status()) is not None:
             raise WorkloadFailed(f"{broker_name} exited ({status}) holding idle connections")
+        if before is None or after is None:
+            raise WorkloadFailed(f"no VmRSS for {broker_name} (pid {pid}) in /proc")
     finally:
         for sock in socks:
             sock.close()
         launcher.stop()
-    per_conn = (after - before) / count
-    print(f"  [{broker_name}] {count} idle connections: VmRSS {before:,} -> {after:,} KiB "
+    per_conn = (after - before) * 1e6 / 1024 / count  # KiB, what /proc calls kB
+    print(f"  [{broker_name}] {count} idle connections: VmRSS {before:.1f} -> {after:.1f} MB "
           f"({per_conn:.2f} KiB each)", flush=True)  # fmt: skip
     return {
         "idle_rss_per_conn_kb": Metric(f"idle conns: RSS per connection ({count}; target <= 4)",
                                        "kB", per_conn, False),
-        "idle_rss_before_mb": Metric("idle conns: RSS before", "MB", before * 1024 / 1e6,
-                                     False),
-        "idle_rss_after_mb": Metric(f"idle conns: RSS with {count} open", "MB",
-                                    after * 1024 / 1e6, False),
+        "idle_rss_before_mb": Metric("idle conns: RSS before", "MB", before, False),
+        "idle_rss_after_mb": Metric(f"idle conns: RSS with {count} open", "MB", after, False),
     }  # fmt: skip
 
 

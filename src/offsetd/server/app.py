@@ -293,7 +293,7 @@ class KafkaServer:
         try:
             group_handler = GROUP_HANDLERS.get(api_key)
             if group_handler is not None:
-                ctx = RequestContext(header.client_id or "", f"/{conn.peer.rsplit(':', 1)[0]}", version)
+                ctx = RequestContext(header.client_id or "", conn.client_host, version)
                 body = group_handler(self.group_api, ctx, request)
             else:
                 body = HANDLERS[api_key](self.broker, request, version, self.clock())

@@ -57,6 +57,7 @@ class Connection(asyncio.Protocol):
         self._read_paused = False
         self._closed = False
         self.host: str | None = None  # the peer address, once admitted (counted by the guard)
+        self.client_host = "/?"  # the peer address as JoinGroup records it (Kafka's "/1.2.3.4")
         # Expiry, checked by ConnectionGuard.sweep: traffic only sets _active (no clock read, no
         # allocation per request); the sweep turns it into _last_active. The clock is read only
         # when a frame is left incomplete.
@@ -76,6 +77,7 @@ class Connection(asyncio.Protocol):
             self.close(f"connection refused: {refused}")
             return
         self.host = host
+        self.client_host = f"/{host}"
         self._last_active = time.monotonic()
         self.server.connections.add(self)
 

@@ -284,10 +284,7 @@ def storm_committer(
                 result.latencies_s.append(after - before)
             else:
                 result.warmup_commits += 1
-        try:
-            result.read_back = clients._read_back(consumer, topic, partitions, 10.0)
-        except Exception as exc:
-            result.read_back_error = f"{type(exc).__name__}: {exc}"
+        clients.record_read_back(result, consumer, topic, partitions)
     finally:
         consumer.close()
     return result
@@ -616,10 +613,7 @@ def disk_full_committer(
                                              if c.error is None and c.start >= freed) - freed
         stop.set()
         committer.join(timeout=max(0.0, deadline - time.monotonic()))
-        try:
-            result.read_back = clients._read_back(consumer, topic, partitions, 10.0)
-        except Exception as exc:
-            result.read_back_error = f"{type(exc).__name__}: {exc}"
+        clients.record_read_back(result, consumer, topic, partitions)
     finally:
         stop.set()
         disk.free()

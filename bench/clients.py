@@ -249,18 +249,24 @@ def _commit_consumer(
     return Consumer(conf)
 
 
-def _read_back(consumer: Consumer, topic: str, partitions: int, timeout_s: float) -> list[int]:
-    """``committed()`` for every partition; -1001 (OFFSET_INVALID) where nothing is stored.
-    Raises ``KafkaException`` on a request error and ``RuntimeError`` on a partition error."""
+def record_read_back(result: Any, consumer: Consumer, topic: str, partitions: int) -> None:
+    """``committed()`` for every partition into ``result.read_back`` (-1001, OFFSET_INVALID,
+    where nothing is stored), or, on a request or partition error, what went wrong into
+    ``result.read_back_error`` (reported, judged by the workload)."""
     from confluent_kafka import TopicPartition
 
     wanted = [TopicPartition(topic, p) for p in range(partitions)]
-    tps = consumer.committed(wanted, timeout=timeout_s)
+    try:
+        tps = consumer.committed(wanted, timeout=10.0)
+    except Exception as exc:
+        result.read_back_error = f"{type(exc).__name__}: {exc}"
+        return
     bad = [f"{tp.partition}: {tp.error}" for tp in tps if tp.error is not None]
     if bad:
-        raise RuntimeError(f"committed() partition errors: {', '.join(bad)}")
+        result.read_back_error = f"partition errors {', '.join(bad)}"
+        return
     by_partition = {tp.partition: tp.offset for tp in tps}
-    return [by_partition.get(p, -1001) for p in range(partitions)]
+    result.read_back = [by_partition.get(p, -1001) for p in range(partitions)]
 
 
 def commit_throughput(
@@ -349,10 +355,7 @@ def commit_throughput(
             max_in_flight=peak,
             last_sent=[sent * partitions + p for p in range(partitions)],
         )
-        try:
-            result.read_back = _read_back(consumer, topic, partitions, 10.0)
-        except Exception as exc:  # reported, judged by the workload
-            result.read_back_error = f"{type(exc).__name__}: {exc}"
+        record_read_back(result, consumer, topic, partitions)
     finally:
         consumer.close()
     return result
@@ -420,10 +423,7 @@ def commit_latency(
             after = clock()
             if offsets is not None and before >= warm_end:
                 result.latencies_s.append(after - before)
-        try:
-            result.read_back = _read_back(consumer, topic, partitions, 10.0)
-        except Exception as exc:
-            result.read_back_error = f"{type(exc).__name__}: {exc}"
+        record_read_back(result, consumer, topic, partitions)
     finally:
         consumer.close()
     return result

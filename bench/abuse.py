@@ -224,19 +224,12 @@ def garbage_storm(
 
 
 @dataclass
-class StormCommitResult:
-    """Synchronous commits of the storm's client: start (``time.monotonic()``) and round
-    trip of each, from the barrier on."""
+class StormCommitResult(clients.CommitLatencyResult):
+    """The timed commits of the storm's client (from the barrier on): ``CommitLatencyResult``
+    plus each one's start, ``time.monotonic()`` (one clock for every process), in step with
+    ``latencies_s``."""
 
-    base: float = 0.0  # time.monotonic() right after the barrier
     starts: list[float] = field(default_factory=list)
-    latencies_s: list[float] = field(default_factory=list)
-    warmup_commits: int = 0
-    errors: int = 0
-    first_error: str | None = None
-    last_sent: list[int] = field(default_factory=list)
-    read_back: list[int] = field(default_factory=list)
-    read_back_error: str | None = None
 
 
 def storm_committer(
@@ -255,35 +248,23 @@ def storm_committer(
     result = StormCommitResult()
     consumer = clients._commit_consumer(bootstrap, group_id)
     commit = consumer.commit
-    clock = time.perf_counter
-    mono = time.monotonic
+    clock = time.monotonic  # what the garbage processes' started/finished read too
     try:
-        n = 0
-        timed = False
+        n = warmed = 0
         end = clock() + warmup_s
-        while True:
-            before = clock()
-            if before >= end:
-                if timed:
-                    break
-                if not result.warmup_commits:
-                    raise RuntimeError(f"no successful warm-up commit: {result.first_error}")
-                barrier.wait(timeout_s)
-                result.base = mono()
-                end = clock() + run_s
-                timed = True
-                result.errors, result.first_error = 0, None
-                continue
-            started = mono()
+        while clock() < end:
             n += 1
-            if clients.commit_round(commit, topic, partitions, n, result) is None:
-                continue
-            after = clock()
-            if timed:
+            warmed += clients.commit_round(commit, topic, partitions, n, result) is not None
+        if not warmed:
+            raise RuntimeError(f"no successful warm-up commit: {result.first_error}")
+        result.errors, result.first_error = 0, None  # only the timed commits are judged
+        barrier.wait(timeout_s)
+        end = clock() + run_s
+        while (started := clock()) < end:
+            n += 1
+            if clients.commit_round(commit, topic, partitions, n, result) is not None:
                 result.starts.append(started)
-                result.latencies_s.append(after - before)
-            else:
-                result.warmup_commits += 1
+                result.latencies_s.append(clock() - started)
         clients.record_read_back(result, consumer, topic, partitions)
     finally:
         consumer.close()

@@ -226,3 +226,4 @@ def test_sessionless_fetch_does_not_touch_the_cache_or_the_clock(tmp_path):
 
     assert open_fetch(cache, _request({0: 0}, 0, FINAL_EPOCH), 12, clock) is None
     assert open_fetch(cache, SimpleNamespace(topics=()), 4, clock) is None  # v4-6: no session fields
+    assert len(cache) == 0 and cache.total_partitions == 0 and cache.evictions == 0

@@ -41,6 +41,7 @@ Every loop is bounded in time and count, and traffic goes to 127.0.0.1 only.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib.util
 import os
@@ -53,6 +54,7 @@ import struct
 import tempfile
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -132,8 +134,7 @@ class GarbageResult:
     started: float = 0.0
     finished: float = 0.0
     connections: int = 0  # connect() succeeded (then garbage was sent and it was closed)
-    connect_failures: dict[str, int] = field(default_factory=dict)
-    send_failures: int = 0
+    connect_failures: Counter[str] = field(default_factory=Counter)
 
 
 def _garbage_payloads(seed: int, count: int = 512) -> list[bytes]:
@@ -204,19 +205,17 @@ def garbage_storm(
             try:
                 sock.connect(address)
             except TimeoutError:
-                result.connect_failures["timeout"] = result.connect_failures.get("timeout", 0) + 1
+                result.connect_failures["timeout"] += 1
                 continue
             except OSError as exc:
                 name = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
-                result.connect_failures[name] = result.connect_failures.get(name, 0) + 1
+                result.connect_failures[name] += 1
                 time.sleep(0.001)  # e.g. no ephemeral port free: don't spin
                 continue
             result.connections += 1
             if payload:
-                try:
+                with contextlib.suppress(OSError):  # the broker may have closed it already
                     sock.send(payload)
-                except OSError:
-                    result.send_failures += 1
         finally:
             sock.close()
     result.finished = clock()
@@ -301,16 +300,13 @@ def garbage_storm_workload(cfg: BenchConfig, rate_per_s: float, bootstrap: str,
     except ChildError as exc:
         raise WorkloadFailed(str(exc), exc.detail) from exc
     commits = results[0]
-    garbage = results[1:]
+    garbage: list[GarbageResult] = results[1:]  # type: ignore[assignment]
     assert isinstance(commits, StormCommitResult)
     assert all(isinstance(g, GarbageResult) for g in garbage)
-    made = sum(g.connections for g in garbage)  # type: ignore[union-attr]
-    storm_start = min(g.started for g in garbage)  # type: ignore[union-attr]
-    storm_end = max(g.finished for g in garbage)  # type: ignore[union-attr]
-    failures: dict[str, int] = {}
-    for g in garbage:
-        for name, count in g.connect_failures.items():  # type: ignore[union-attr]
-            failures[name] = failures.get(name, 0) + count
+    made = sum(g.connections for g in garbage)
+    storm_start = min(g.started for g in garbage)
+    storm_end = max(g.finished for g in garbage)
+    failures = dict(sum((g.connect_failures for g in garbage), Counter()))
 
     problems = _commit_problems(commits.errors, commits.first_error, commits.last_sent,
                                 commits.read_back, commits.read_back_error)  # fmt: skip

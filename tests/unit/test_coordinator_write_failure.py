@@ -72,15 +72,24 @@ class Shell:
     def fetch(self) -> list:
         return self.runtime.shard.fetch_offsets(G, [("t", [0])])
 
+    async def _idle_in(self, state: ShardState, timeout: float = 10.0) -> None:
+        """Yield to the runtime until nothing is queued or being written and it is in `state`;
+        fail after `timeout` seconds."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.runtime._queue or self.runtime._writing or self.runtime.state is not state:
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"timed out after {timeout}s waiting for the shard to settle in {state}: "
+                                     f"state {self.runtime.state}, {len(self.runtime._queue)} queued, "
+                                     f"writing {bool(self.runtime._writing)}")
+            await asyncio.sleep(0)
+
     async def settled(self) -> None:
         """Until nothing is queued or being written and the shard serves again."""
-        while self.runtime._queue or self.runtime._writing or self.runtime.state is not ShardState.ACTIVE:
-            await asyncio.sleep(0)
+        await self._idle_in(ShardState.ACTIVE)
 
     async def settled_failed(self) -> None:
         """Until nothing is queued or being written and the shard has stopped serving."""
-        while self.runtime._queue or self.runtime._writing or self.runtime.state is not ShardState.FAILED:
-            await asyncio.sleep(0)
+        await self._idle_in(ShardState.FAILED)
 
 
 def run(coro: Awaitable[Any]) -> Any:

@@ -69,6 +69,7 @@ from bench.workloads import (
     Workload,
     WorkloadFailed,
     _commit_problems,
+    _create_topic,
     _percentile,
     _rss_mb,
 )
@@ -615,29 +616,28 @@ def disk_full_workload(cfg: BenchConfig, bootstrap: str, broker_name: str) -> di
     """See the module docstring (``abuse-disk-full``). Starts its own offsetd on a tmpfs."""
     if os.geteuid() != 0:
         raise WorkloadFailed("needs root to mount a tmpfs (mount -t tmpfs)")
+    small_disk = _small_disk_class()
     scratch = Path(tempfile.mkdtemp(prefix="bench-disk-full-"))
-    mounted = None
+    disk = small_disk(scratch / "disk", size=cfg.disk_size)
     launcher: _OffsetdOnDir | None = None
     try:
         try:
-            mounted = _small_disk_class()(scratch / "disk", size=cfg.disk_size).__enter__()
+            disk.mount()
         except RuntimeError as exc:
             raise WorkloadFailed(str(exc)) from exc
-        launcher = _OffsetdOnDir(Path(cfg.offsetd_config), mounted.path)
+        launcher = _OffsetdOnDir(Path(cfg.offsetd_config), disk.path)
         try:
             launcher.start()
         except BrokerStartError as exc:
             raise WorkloadFailed(f"offsetd on a {cfg.disk_size} tmpfs did not start: {exc}"
                                  ) from exc  # fmt: skip
-        from bench.workloads import _create_topic
-
         _create_topic(launcher.bootstrap, cfg.topic, cfg.partitions, cfg.setup_timeout_s)
         group = f"{cfg.group_id}-disk-{uuid.uuid4().hex[:8]}"
         timeout = cfg.setup_timeout_s + cfg.disk_cycles * cfg.disk_cycle_timeout_s
         try:
             res = run_in_child(
                 disk_full_committer,
-                (launcher.bootstrap, cfg.topic, cfg.partitions, group, str(mounted.path),
+                (launcher.bootstrap, cfg.topic, cfg.partitions, group, str(disk.path),
                  cfg.disk_cycles, cfg.disk_refusals, cfg.disk_max_commits, timeout),
                 timeout_s=timeout + cfg.child_slack_s,
             )  # fmt: skip
@@ -648,8 +648,7 @@ def disk_full_workload(cfg: BenchConfig, bootstrap: str, broker_name: str) -> di
     finally:
         if launcher is not None:
             launcher.stop()
-        if mounted is not None:
-            mounted.__exit__(None, None, None)
+        disk.unmount()
         shutil.rmtree(scratch, ignore_errors=True)
     problems = [res.problem] if res.problem else []
     problems += _commit_problems(0, None, res.last_acked, res.read_back, res.read_back_error)

@@ -166,21 +166,16 @@ def test_offset_commit_v1_commit_timestamp_is_stored_and_minus_one_means_now():
 # ------------------------------------------------------------------------ ListOffsets v0 array
 
 
-def _log(tmp_path: Path, bases: list[tuple[int, int, int]], log_start: int, log_end: int, active_size: int):
-    """A stand-in partition log: segments (base offset, mtime ms, size) with real files for mtimes."""
-    import os
-    segments = []
-    for base, mtime, size in bases:
-        path = tmp_path / f"{base:020d}.log"
-        path.write_bytes(b"")
-        os.utime(path, (mtime / 1000, mtime / 1000))
-        segments.append(SimpleNamespace(base_offset=base, log_path=path, size=size))
+def _log(bases: list[tuple[int, int, int]], log_start: int, log_end: int, active_size: int):
+    """A stand-in partition log: segments (base offset, last modified ms, size)."""
+    segments = [SimpleNamespace(base_offset=base, size=size, last_modified_ms=lambda mtime=mtime: mtime)
+                for base, mtime, size in bases]
     segments[-1].size = active_size
     return SimpleNamespace(segments=segments, log_start_offset=log_start, log_end_offset=log_end)
 
 
-def test_list_offsets_v0_offsets_array(tmp_path):
-    plog = _log(tmp_path, [(0, 1_000_000, 10), (100, 2_000_000, 10), (200, 3_000_000, 0)],
+def test_list_offsets_v0_offsets_array():
+    plog = _log([(0, 1_000_000, 10), (100, 2_000_000, 10), (200, 3_000_000, 0)],
                 log_start=40, log_end=250, active_size=10)
     now = 9_000_000
     assert offsets_before(plog, -1, 1, now) == [250]  # latest: the log end
@@ -191,6 +186,6 @@ def test_list_offsets_v0_offsets_array(tmp_path):
     assert offsets_before(plog, -1, 0, now) == []
 
 
-def test_list_offsets_v0_empty_active_segment_has_no_log_end_row(tmp_path):
-    plog = _log(tmp_path, [(0, 1_000_000, 0)], log_start=0, log_end=0, active_size=0)
+def test_list_offsets_v0_empty_active_segment_has_no_log_end_row():
+    plog = _log([(0, 1_000_000, 0)], log_start=0, log_end=0, active_size=0)
     assert offsets_before(plog, -1, 5, 9_000_000) == [0]

@@ -12,7 +12,6 @@ the log end offset on this single broker.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from ..protocol.errors import Error
@@ -26,11 +25,7 @@ def offsets_before(plog: Any, timestamp: int, max_num_offsets: int, now_ms: int)
     rows: list[tuple[int, int]] = []
     segments = plog.segments
     for seg in segments:
-        try:
-            modified = int(os.stat(seg.log_path).st_mtime * 1000)
-        except OSError:
-            modified = now_ms
-        rows.append((max(seg.base_offset, plog.log_start_offset), modified))
+        rows.append((max(seg.base_offset, plog.log_start_offset), seg.last_modified_ms()))
     if segments and segments[-1].size > 0:
         rows.append((plog.log_end_offset, now_ms))
     if timestamp == LATEST:
@@ -42,7 +37,7 @@ def offsets_before(plog: Any, timestamp: int, max_num_offsets: int, now_ms: int)
         while start >= 0 and rows[start][1] > timestamp:
             start -= 1
     count = max(0, min(max_num_offsets, start + 1))
-    return sorted((rows[start - j][0] for j in range(count)), reverse=True)
+    return [rows[start - j][0] for j in range(count)]  # rows ascend, so this descends
 
 
 def handle_list_offsets_v0(broker: Broker, req: Any, now_ms: int) -> dict[str, Any]:

@@ -19,7 +19,7 @@ The codecs themselves are cramjam's; this module only adds Xerial's block framin
 from __future__ import annotations
 
 import struct
-from typing import Callable
+from typing import Any, Callable
 
 import cramjam
 
@@ -77,26 +77,11 @@ def _snappy(data: bytes) -> bytes:
     return b"".join(out)
 
 
-def _gzip(data: bytes) -> bytes:
-    """Decompress a gzip stream."""
-    return bytes(cramjam.gzip.decompress(data))
-
-
-def _lz4(data: bytes) -> bytes:
-    """Decompress an LZ4 frame."""
-    return bytes(cramjam.lz4.decompress(data))
-
-
-def _zstd(data: bytes) -> bytes:
-    """Decompress a zstd frame."""
-    return bytes(cramjam.zstd.decompress(data))
-
-
-_DECOMPRESSORS: dict[int, Callable[[bytes], bytes]] = {
-    COMPRESSION_GZIP: _gzip,
+_DECOMPRESSORS: dict[int, Callable[[bytes], Any]] = {  # each returns a cramjam Buffer (or bytes)
+    COMPRESSION_GZIP: cramjam.gzip.decompress,
     COMPRESSION_SNAPPY: _snappy,
-    COMPRESSION_LZ4: _lz4,
-    COMPRESSION_ZSTD: _zstd,
+    COMPRESSION_LZ4: cramjam.lz4.decompress,
+    COMPRESSION_ZSTD: cramjam.zstd.decompress,
 }
 
 
@@ -111,7 +96,7 @@ def decompress(codec: int, data: bytes) -> bytes:
     if fn is None:
         raise InvalidBatch(CORRUPT_MESSAGE, f"unknown compression codec {codec}")
     try:
-        return fn(data)
+        return bytes(fn(data))
     except InvalidBatch:
         raise
     except Exception as exc:  # cramjam.DecompressionError and its argument errors

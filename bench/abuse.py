@@ -575,20 +575,22 @@ def disk_full_committer(
             disk.free()
             freed = time.monotonic()
 
-            def acked_after_free() -> bool:
-                return any(c.error is None and c.end > freed for c in log[mark - 1:])
+            def first_ack(fresh: bool) -> float | None:
+                """Seconds from the deletion to the end of the first acknowledged commit that
+                ended after it (``fresh``: that started after it); None: none yet. Commits
+                logged before ``mark`` ended before the deletion."""
+                ends = [c.end for c in log[mark:]
+                        if c.error is None and (c.start if fresh else c.end) >= freed]
+                return min(ends) - freed if ends else None
 
-            if not wait_for(acked_after_free, "no commit acknowledged after the space was freed"):
+            if not wait_for(lambda: first_ack(False) is not None,
+                            "no commit acknowledged after the space was freed"):
                 return result
-            if not wait_for(lambda: any(c.error is None and c.start >= freed
-                                        for c in log[mark:]),
+            if not wait_for(lambda: first_ack(True) is not None,
                             "no commit started after the space was freed was acknowledged"):
-                return result  # fmt: skip
-            after = log[mark - 1:]
-            cycle.freed_to_ack_s = min(c.end for c in after
-                                       if c.error is None and c.end > freed) - freed
-            cycle.freed_to_fresh_ack_s = min(c.end for c in after
-                                             if c.error is None and c.start >= freed) - freed
+                return result
+            cycle.freed_to_ack_s = first_ack(False)
+            cycle.freed_to_fresh_ack_s = first_ack(True)
         stop.set()
         committer.join(timeout=max(0.0, deadline - time.monotonic()))
         clients.record_read_back(result, consumer, topic, partitions)

@@ -33,8 +33,9 @@ network throws at it, measured side by side like the rest of the suite.
   first acknowledged commit is measured. The client never pauses (a thread commits while
   another fills and frees), so the deletion lands during a refused commit's internal retries,
   as it would for an application; ``cfg.disk_cycles`` fill/free cycles, deleting 0 to 0.5 s
-  after the last refusal seen; the figure is the worst. Checked: after the last cycle ``committed()`` reads back the last acknowledged
-  commit. Tansu: n/a, see :data:`TANSU_DISK_NA`.
+  after the last refusal seen; the figure is the worst. Checked: after the last cycle
+  ``committed()`` reads back the last acknowledged commit. Tansu: n/a, see
+  :data:`TANSU_DISK_NA`.
 
 Every loop is bounded in time and count, and traffic goes to 127.0.0.1 only.
 """

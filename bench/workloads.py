@@ -133,7 +133,7 @@ class BenchConfig:
     garbage_workers: int = 2
     garbage_max_per_worker: int = 200_000
     garbage_connect_timeout_s: float = 0.1
-    #: The second storm's pace, all processes together: the user trial's 40,000 in 20 s.
+    #: The paced storm's (it runs first), all processes together: the user trial's 40,000 in 20 s.
     garbage_paced_rate_per_s: float = 2000.0
     idle_connections: int = 1200
     idle_warmup_connections: int = 20

@@ -493,12 +493,11 @@ class PartitionLog:
 
         log_dir = self.log_dir
         log_dir.check()
-        what = f"append to {self.topic}-{self.partition}"
         try:
             if self._should_roll(pos, last, now_ms):
                 self.roll(now_ms)
         except OSError as exc:  # roll() leaves the old active segment in place when it fails
-            raise log_dir.failed(exc, what) from exc
+            raise log_dir.failed(exc, self._append_what) from exc
         segment = self._segments[-1]
         mark = segment.mark()
         try:
@@ -512,14 +511,19 @@ class PartitionLog:
                 segment.rollback(mark)
             except OSError as undo:
                 log.error("%s: undoing a failed append failed: %s", self.dir, undo)
-                raise log_dir.failed(exc, what, undone=False) from exc
-            raise log_dir.failed(exc, what) from exc
+                raise log_dir.failed(exc, self._append_what, undone=False) from exc
+            raise log_dir.failed(exc, self._append_what) from exc
         # Only now, with the batch written (and fsynced when asked), does the log end move.
         self.log_end_offset = offset
         if pending:
             self._producers.commit(pending, now_ms)
         log_dir.succeeded()
         return AppendResult(first, last, -1, self.log_start_offset)
+
+    @property
+    def _append_what(self) -> str:
+        """How a failed append is named in errors and log lines (built only when one fails)."""
+        return f"append to {self.topic}-{self.partition}"
 
     def _should_roll(self, size: int, last_offset: int, now_ms: int) -> bool:
         """Kafka's roll rules: segment full, segment_ms elapsed since its first batch, or

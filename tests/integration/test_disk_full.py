@@ -110,7 +110,10 @@ def test_produce_on_a_full_disk_gets_kafka_storage_error_and_loses_nothing_ackno
         refused = [o for o in outcomes.values() if isinstance(o, KafkaError)]
         assert refused, "the full disk never refused a produce"
         assert all(e.code() == KafkaError.KAFKA_STORAGE_ERROR for e in refused), refused
+        first_of_three = sent
         send(3)  # still full: refused as well, and nothing half-written
+        still = [outcomes.get(n) for n in range(first_of_three, sent)]
+        assert all(isinstance(o, KafkaError) and o.code() == KafkaError.KAFKA_STORAGE_ERROR for o in still), still
 
         # A producer with librdkafka's default retries treats it as retriable: it keeps trying
         # while the disk is full and delivers once space is freed.

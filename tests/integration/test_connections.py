@@ -105,14 +105,18 @@ class ActiveClients:
         self._stop.set()
         self._thread.join(15)
         assert self.producer.flush(10) == 0
-        stats_seen = time.monotonic()
-        while time.monotonic() - stats_seen < 5:  # one more statistics round after the last request
-            before = self.stats.get("consumer", {}).get("ts")
+        last = {who: self.stats.get(who, {}).get("ts") for who in ("producer", "consumer")}
+
+        def new_round() -> bool:
             self.consumer.poll(0.1)
             self.producer.poll(0)
-            if before is not None and self.stats["consumer"]["ts"] != before:
-                break
-        self.consumer.close()
+            return all(self.stats.get(who, {}).get("ts") not in (None, ts) for who, ts in last.items())
+
+        try:
+            wait_for(new_round, timeout=5, interval=0,
+                     message="a statistics round of both clients after their last request")
+        finally:
+            self.consumer.close()
 
     def connection_counts(self) -> dict[str, tuple[int, int]]:
         """(connects, disconnects) per client and broker handle: 'producer 1' (node 1),

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness import ChaosConfig, Harness, Summary
+from confluent_kafka import Consumer, TopicPartition
+from harness import ChaosConfig, Harness, History, Summary, check, commit_metadata
+from integration.clients import create_topic, produce
 
 
 def _run(config: ChaosConfig) -> Summary:
@@ -46,3 +48,49 @@ def test_full_disk_loses_nothing_acknowledged(tmp_path: Path) -> None:
     summary = _run(config)
     print(summary.text())
     _assert_clean(summary, {"diskfull": 2, "end-kill9": 2})
+
+
+def test_the_checker_finds_each_kind_of_violation(broker, tmp_path: Path) -> None:
+    """The runs above pass only when check() finds nothing, so check() must be able to find
+    something: a history that disagrees with what the broker holds gives exactly the cases planted."""
+    cfg = ChaosConfig(run_dir=tmp_path, partitions=1)
+    create_topic(broker.bootstrap, cfg.topic)
+    create_topic(broker.bootstrap, cfg.commit_topic)
+    history = History(tmp_path / "ops.jsonl")
+    try:
+        # offsets 0..4: seq 2 before seq 1 (reordered), seq 2 twice (duplicate), a record never sent
+        payloads = ["p0.1:0", "p0.1:2", "p0.1:1", "p0.1:2", "stranger:0"]
+        delivered = produce(broker.bootstrap, cfg.topic, [{"value": p.encode(), "partition": 0} for p in payloads])
+        assert [m.offset() for m in delivered] == [0, 1, 2, 3, 4]
+        for value, offset in (("p0.1:0", 0), ("p0.1:1", 2), ("p0.1:2", 1), ("p0.1:3", 5)):  # p0.1:3: lost
+            history.complete(history.invoke(0, "produce", "p0.1", None, 0, value), "ok", offset=offset)
+
+        def attempt(group: str, value: int, stored_metadata: str | None = None) -> None:
+            """An acknowledged commit of `value`; the broker gets it (with its own metadata, or
+            `stored_metadata` instead) only when stored_metadata is not None."""
+            op = history.invoke(0, "commit", "c0", group, 0, str(value))
+            history.complete(op, "ok")
+            if stored_metadata is not None:
+                consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                                     "enable.auto.commit": False})
+                try:
+                    metadata = stored_metadata or commit_metadata(op, cfg)
+                    consumer.commit(offsets=[TopicPartition(cfg.commit_topic, 0, value, metadata=metadata)],
+                                    asynchronous=False)
+                finally:
+                    consumer.close()
+
+        attempt("g-true", 4, "")  # what was acknowledged is what the broker holds
+        attempt("g-lower", 5, "")
+        attempt("g-lower", 6)  # acknowledged, never stored: the broker holds 5 (lost commit)
+        attempt("g-none", 3)  # acknowledged, nothing stored (lost commit)
+        attempt("g-stranger", 9, "sent by nobody")  # (offset, metadata) of no attempt (phantom commit)
+
+        result = check(history, cfg, broker.bootstrap, "planted")
+    finally:
+        history.close()
+    found = (result.lost, result.duplicates, result.phantoms, result.reordered, result.lost_commits,
+             result.phantom_commits)
+    assert found == (1, 1, 1, 1, 2, 1), result
+    assert result.violations == 7 and (result.records_read, result.commits_read) == (5, 4), result
+    assert set(result.evidence) == {"lost", "duplicate", "phantom", "reordered", "lost commit", "phantom commit"}

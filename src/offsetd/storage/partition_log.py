@@ -63,6 +63,7 @@ from offsetd.storage.segment import (
 __all__ = [
     "PartitionLog",
     "AppendResult",
+    "PreparedAppend",
     "OffsetOutOfRange",
     "PRODUCER_STATE_FILE",
     "RECOVERY_POINT_FILE",
@@ -94,6 +95,24 @@ class AppendResult:
     log_append_time_ms: int = -1
     log_start_offset: int = 0
     duplicate: bool = False
+
+
+@dataclass(slots=True)
+class PreparedAppend:
+    """An append decided but not yet written (PartitionLog.prepare_append): offsets
+    [first, next_offset), the iovecs to write and the producer state to commit after."""
+
+    first: int
+    next_offset: int
+    size: int
+    parts: list[bytes | memoryview]
+    batches: list[tuple[int, BatchHeader, int]]
+    messages: int
+    pending: object
+
+    def data(self) -> bytes:
+        """The bytes as they will be stored (base offsets and leader epoch patched)."""
+        return b"".join(self.parts)
 
 
 class OffsetOutOfRange(Exception):
@@ -455,6 +474,22 @@ class PartitionLog:
         all. A failed write or fsync is undone back to the previous log end and raised as
         StorageError (storage/log_dir.py decides whether the directory stays online).
         """
+        prepared = self.prepare_append(records, validated, leader_epoch=leader_epoch)
+        if isinstance(prepared, AppendResult):
+            return prepared
+        return self.apply_append(prepared, now_ms, sync=sync)
+
+    def prepare_append(
+        self,
+        records: bytes | bytearray | memoryview,
+        validated: list[BatchHeader] | None = None,
+        *,
+        leader_epoch: int | None = None,
+    ) -> "PreparedAppend | AppendResult":
+        """The first half of append(): validation, producer rules and offset assignment, with
+        no I/O. A duplicate gives its original AppendResult. The PostgreSQL engine stores
+        `PreparedAppend.data()` before apply_append() writes it here; nothing may be appended in
+        between (apply_append checks)."""
         self._check_open()
         mv = records if isinstance(records, memoryview) else memoryview(records)
         if mv.ndim != 1 or mv.itemsize != 1:
@@ -489,23 +524,30 @@ class PartitionLog:
             messages += h.records_count
         if pos != len(mv):
             raise ValueError(f"validated headers cover {pos} bytes but the blob has {len(mv)}")
-        last = offset - 1
+        return PreparedAppend(first, offset, pos, parts, batches, messages, pending)
 
+    def apply_append(self, prepared: "PreparedAppend", now_ms: int, *, sync: bool = False) -> AppendResult:
+        """The second half of append(): roll if due, write, index, fsync when asked, and only then
+        move the log end offset and commit the producer state. Atomic, as append()."""
+        if prepared.first != self.log_end_offset:
+            raise ValueError(f"{self.dir}: an append prepared at offset {prepared.first} applied at "
+                             f"{self.log_end_offset}")
+        pos, offset = prepared.size, prepared.next_offset
         log_dir = self.log_dir
         log_dir.check()
         try:
-            if self._should_roll(pos, last, now_ms):
+            if self._should_roll(pos, offset - 1, now_ms):
                 self.roll(now_ms)
         except OSError as exc:  # roll() leaves the old active segment in place when it fails
             raise log_dir.failed(exc, self._append_what) from exc
         segment = self._segments[-1]
         mark = segment.mark()
         try:
-            segment.append(parts, pos, batches, now_ms)
-            if sync or self._unflushed_messages + messages >= self.config.flush_interval_messages:
+            segment.append(prepared.parts, pos, prepared.batches, now_ms)
+            if sync or self._unflushed_messages + prepared.messages >= self.config.flush_interval_messages:
                 self.flush()  # counts from zero again
             else:
-                self._unflushed_messages += messages
+                self._unflushed_messages += prepared.messages
         except OSError as exc:
             try:
                 segment.rollback(mark)
@@ -515,10 +557,10 @@ class PartitionLog:
             raise log_dir.failed(exc, self._append_what) from exc
         # Only now, with the batch written (and fsynced when asked), does the log end move.
         self.log_end_offset = offset
-        if pending:
-            self._producers.commit(pending, now_ms)
+        if prepared.pending:
+            self._producers.commit(prepared.pending, now_ms)
         log_dir.succeeded()
-        return AppendResult(first, last, -1, self.log_start_offset)
+        return AppendResult(prepared.first, offset - 1, -1, self.log_start_offset)
 
     @property
     def _append_what(self) -> str:

@@ -1,0 +1,153 @@
+"""A real `offsetd serve` subprocess, for tests and `python -m offsetd.dev.cluster`: started with
+config overrides, ready once it prints its listening line (waited on with a deadline, not a
+blocking read), restartable on the same port and data, stoppable by SIGTERM, SIGKILL or SIGSTOP."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+_LISTENING = re.compile(r"listening on [^:]+:(\d+)")
+
+
+class BrokerProcess:
+    """One broker subprocess; `bootstrap` is its address. Its stderr (the log) goes to `log_path`
+    (beside the data dir), its stdout lines to `stdout_lines`."""
+
+    log_level = "INFO"  # --log-level of the started broker
+
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, *, config: Path | None = None,
+                 start_new_session: bool = False) -> None:
+        self.data_dir = data_dir
+        self.overrides = dict(overrides or {})
+        self.config = config
+        # a new session keeps a terminal's Ctrl-C away from the broker (the dev cluster stops it itself)
+        self.start_new_session = start_new_session
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir.parent / f"{data_dir.name}.log"
+        self.stdout_lines: list[str] = []
+        self._pending = b""  # stdout bytes read but not yet a whole line
+        self._eof = False
+        self._log: IO[str] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        """host:port of its listener (known once started)."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        """The process id of the running broker."""
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout: float = 20.0) -> "BrokerProcess":
+        """Start it and wait until it listens; the port of the first start is kept for restarts.
+        AssertionError (with the log's tail) if it exits first or does not listen in time."""
+        settings = {
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "log.dirs": str(self.data_dir),
+            **self.overrides,
+        }
+        cmd = [sys.executable, "-m", "offsetd.cli", "serve", *([str(self.config)] if self.config else []),
+               "--log-level", self.log_level]
+        for key, value in settings.items():
+            cmd += ["--override", f"{key}={value}"]
+        self._log = open(self.log_path, "a")
+        self._pending, self._eof = b"", False
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, bufsize=0,
+                                     start_new_session=self.start_new_session)
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self._read_line(deadline)
+            if line is None:
+                if self.proc.poll() is not None or self._eof:
+                    self._log.close()
+                    raise AssertionError(f"broker exited early (rc={self.proc.wait()}): {self.log()[-2000:]}")
+                raise AssertionError(f"broker did not report listening within {timeout}s: {self.log()[-2000:]}")
+            self.stdout_lines.append(line)
+            match = _LISTENING.search(line)
+            if match:
+                self.port = int(match.group(1))
+                return self
+
+    def _read_line(self, deadline: float) -> str | None:
+        """The next stdout line, or None at EOF or when `deadline` (monotonic) passes."""
+        assert self.proc is not None and self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                self._eof = True
+                return None
+            self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
+        return line.decode(errors="replace") + "\n"
+
+    def log(self) -> str:
+        """Everything the broker logged so far (all its starts)."""
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def alive(self) -> bool:
+        """Whether the process runs (a SIGSTOPped one too)."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM and wait: a clean shutdown (a SIGSTOPped broker is continued to receive it)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        self._signal(signal.SIGCONT)
+        rc = self.proc.wait(timeout)
+        self._finish()
+        return rc
+
+    def kill9(self) -> None:
+        """SIGKILL: a crash with no chance to flush."""
+        assert self.proc is not None
+        self._signal(signal.SIGKILL)
+        self.proc.wait(10)
+        self._finish()
+
+    def sigstop(self) -> None:
+        """SIGSTOP: frozen (a long GC pause, a stuck VM) until sigcont()."""
+        self._signal(signal.SIGSTOP)
+
+    def sigcont(self) -> None:
+        """SIGCONT: resume after sigstop()."""
+        self._signal(signal.SIGCONT)
+
+    def restart(self) -> "BrokerProcess":
+        """Stop it (SIGTERM) if it runs, then start it again on the same port and data."""
+        if self.alive():
+            self.stop()
+        return self.start()
+
+    def _signal(self, signum: int) -> None:
+        """Send `signum` unless the process is already gone."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def _finish(self) -> None:
+        """After exit: keep the rest of stdout and close the log file."""
+        if self.proc is not None and self.proc.stdout is not None and not self.proc.stdout.closed:
+            rest = self._pending + self.proc.stdout.read()
+            self.stdout_lines.extend(line + "\n" for line in rest.decode(errors="replace").splitlines())
+            self._pending = b""
+            self.proc.stdout.close()
+        if self._log is not None:
+            self._log.close()

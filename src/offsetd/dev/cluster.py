@@ -1,0 +1,130 @@
+"""`python -m offsetd.dev.cluster [--brokers 3] [--dir DIR] [--base-port 9092]` (`make cluster`): a
+local PostgreSQL and N `offsetd serve` brokers in cluster mode on 127.0.0.1, for trying cluster mode
+on one machine. Prints the bootstrap list and the PostgreSQL URL, then runs until Ctrl-C or SIGTERM,
+which stop the brokers gracefully and then PostgreSQL."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from .broker import BrokerProcess
+from .postgres import LocalPostgres, PostgresError, PostgresNotFound
+
+DATABASE = "offsetd"
+_DEFAULT_CONFIG = Path("config/server.properties")
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line of the dev cluster."""
+    parser = argparse.ArgumentParser(prog="python -m offsetd.dev.cluster", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--brokers", type=int, default=3, help="how many brokers (node.id 1..N; default 3)")
+    parser.add_argument("--dir", type=Path, help="keep PostgreSQL's data, broker logs and log.dirs here "
+                        "(reused by the next run); default: a temporary directory removed at exit")
+    parser.add_argument("--base-port", type=int, default=9092, help="broker N listens on base-port + N - 1")
+    parser.add_argument("--config", type=Path, default=_DEFAULT_CONFIG if _DEFAULT_CONFIG.exists() else None,
+                        help="broker config file (default: config/server.properties when present)")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="an extra broker setting for every broker, e.g. broker.session.timeout.ms=3000")
+    return parser
+
+
+def broker_overrides(dsn: str, node_id: int, port: int, extra: list[str]) -> dict[str, str]:
+    """The cluster-mode settings of broker `node_id`, then the user's --override values."""
+    overrides = {
+        "storage.engine": dsn,
+        "node.id": str(node_id),
+        "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+    }
+    for item in extra:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--override {item!r}: expected KEY=VALUE")
+        overrides[key.strip()] = value.strip()
+    return overrides
+
+
+def _stop_brokers(brokers: list[BrokerProcess]) -> None:
+    """SIGTERM every running broker at once (one thread each) and wait; SIGKILL after 30 s."""
+    def stop(broker: BrokerProcess) -> None:
+        try:
+            broker.stop(timeout=30)
+        except subprocess.TimeoutExpired:
+            print(f"offsetd.dev.cluster: broker {broker.bootstrap} did not stop in 30 s; killed", file=sys.stderr)
+            broker.kill9()
+
+    threads = [threading.Thread(target=stop, args=(b,)) for b in brokers if b.alive()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Start PostgreSQL and the brokers, print where they are, wait for a stop signal."""
+    args = _parser().parse_args(argv)
+    if args.brokers < 1:
+        raise SystemExit("--brokers must be at least 1")
+    temporary = args.dir is None
+    directory = Path(tempfile.mkdtemp(prefix="offsetd-cluster-") if temporary else args.dir).resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    if temporary:
+        os.chmod(directory, 0o755)  # PostgreSQL runs as an unprivileged user when we are root
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    brokers: list[BrokerProcess] = []
+    try:
+        pg = LocalPostgres(directory / "postgres")
+        pg.start()
+    except (PostgresNotFound, PostgresError) as exc:
+        print(f"offsetd.dev.cluster: {exc}", file=sys.stderr)
+        return 1
+    try:
+        if not pg.execute(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'").strip():
+            pg.create_database(DATABASE)
+        dsn = pg.dsn(DATABASE)
+        for node_id in range(1, args.brokers + 1):
+            broker = BrokerProcess(directory / f"broker-{node_id}",
+                                   broker_overrides(dsn, node_id, args.base_port + node_id - 1, args.override),
+                                   config=args.config.resolve() if args.config else None, start_new_session=True)
+            broker.port = args.base_port + node_id - 1
+            brokers.append(broker)
+            try:
+                broker.start(timeout=60)
+            except AssertionError as exc:
+                print(f"offsetd.dev.cluster: broker {node_id} did not start: {exc}", file=sys.stderr)
+                return 1
+        print(f"offsetd cluster: {len(brokers)} brokers on PostgreSQL, files in {directory}\n"
+              f"  bootstrap servers: {','.join(b.bootstrap for b in brokers)}\n"
+              f"  storage.engine:    {dsn}\n"
+              f"  logs:              {directory}/broker-N.log, {pg.log_path}\n"
+              "Ctrl-C (or SIGTERM) stops the brokers, then PostgreSQL.", flush=True)
+        reported: set[int] = set()
+        while not stop.wait(1.0):
+            for node_id, broker in enumerate(brokers, 1):
+                if not broker.alive() and node_id not in reported:
+                    reported.add(node_id)  # say so once; the others keep running (a failover to watch)
+                    print(f"offsetd.dev.cluster: broker {node_id} exited (rc={broker.proc.poll()}); "  # type: ignore[union-attr]
+                          f"see {broker.log_path}", file=sys.stderr, flush=True)
+        print("offsetd.dev.cluster: stopping brokers", flush=True)
+        return 0
+    finally:
+        _stop_brokers(brokers)
+        if temporary:
+            pg.close()
+            shutil.rmtree(directory, ignore_errors=True)
+        else:
+            pg.stop("fast")
+        print("offsetd.dev.cluster: stopped", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

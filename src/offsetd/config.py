@@ -55,6 +55,14 @@ def _parse_str(raw: str) -> str:
     return raw.strip()
 
 
+def _parse_engine(raw: str) -> str:
+    """`local` (segments in log.dirs, one node) or a PostgreSQL URL (cluster mode)."""
+    value = raw.strip()
+    if value == "local" or value.startswith(("postgresql://", "postgres://")):
+        return value
+    raise ValueError("expected local or a postgresql://user@host:port/database URL")
+
+
 def _parse_choice(*choices: str) -> Callable[[str], str]:
     def parse(raw: str) -> str:
         value = raw.strip()
@@ -160,6 +168,14 @@ SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
     "advertised.listeners": (_parse_listeners, "", "Addresses given to clients (default: listeners)."),
     "node.id": (_parse_int(0, INT32_MAX), "1", "This broker's id."),
     "log.dirs": (_parse_str, "./data", "Directory holding the partition logs."),
+    "storage.engine": (_parse_engine, "local",
+                       "local (one node), or postgresql://… (cluster mode: logs, catalogue and ownership in "
+                       "PostgreSQL; log.dirs caches the partitions this broker leads)."),
+    "broker.session.timeout.ms": (_parse_int(100, INT32_MAX), "9000",
+                                  "Cluster mode: a broker's lease; a broker not renewing it within this long "
+                                  "loses its partitions (KRaft's name and default)."),
+    "broker.heartbeat.interval.ms": (_parse_int(10, INT32_MAX), "2000",
+                                     "Cluster mode: how often a broker renews its lease and looks at ownership."),
     "num.partitions": (_parse_int(1, 100000), "1", "Partitions of an auto-created topic."),
     "default.replication.factor": (_parse_int(1, 1), "1", "Only 1 (single node)."),
     "auto.create.topics.enable": (_parse_bool, "true", "Create unknown topics on Metadata/Produce."),
@@ -256,6 +272,10 @@ class BrokerConfig:
                 self._values[key] = parser(text)
             except ValueError as exc:
                 raise ConfigError(f"Invalid value {text!r} for configuration {key}: {exc}") from None
+        if self._values["broker.heartbeat.interval.ms"] >= self._values["broker.session.timeout.ms"]:
+            raise ConfigError("broker.heartbeat.interval.ms must be less than broker.session.timeout.ms "
+                              f"({self._values['broker.heartbeat.interval.ms']} >= "
+                              f"{self._values['broker.session.timeout.ms']})")
         self._raw = raw
 
     def get(self, key: str) -> Any:

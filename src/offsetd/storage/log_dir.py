@@ -20,7 +20,7 @@ import errno
 import logging
 from pathlib import Path
 
-__all__ = ["KAFKA_STORAGE_ERROR", "LogDirectory", "StorageError"]
+__all__ = ["KAFKA_STORAGE_ERROR", "LogDirectory", "NotLeader", "StorageError"]
 
 log = logging.getLogger("offsetd.storage")
 
@@ -33,6 +33,12 @@ class StorageError(Exception):
     """A write to a partition log failed and was undone, or its directory is offline."""
 
     error_code = KAFKA_STORAGE_ERROR
+
+
+class NotLeader(Exception):
+    """This broker does not lead the partition (cluster mode): NOT_LEADER_OR_FOLLOWER."""
+
+    error_code = 6
 
 
 class LogDirectory:

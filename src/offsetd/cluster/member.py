@@ -1,0 +1,212 @@
+"""A broker's membership in the cluster: the shell that runs cluster/ownership.py against
+PostgreSQL (storage/postgres_store.py).
+
+Every heartbeat interval, and at once when a peer NOTIFYs a change, it renews the lease, reads
+the live brokers and every partition's owner, asks `ownership.plan` what to do, and does it:
+claims (each claim bumps the partition's epoch; the owner callback then loads it), releases
+(drained first, so nothing is in flight, then given up without waiting for a lease to expire),
+and losses. It also keeps the view Metadata and FindCoordinator answer from: who is alive, who
+leads what, at which epoch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Protocol
+
+from ..storage.postgres_store import BrokerRow, Claim, PostgresStore, TopicRow
+from .ownership import Lease, PartitionRow, plan
+
+log = logging.getLogger("offsetd.cluster")
+
+Key = tuple[uuid.UUID, int]
+
+
+class OwnerCallbacks(Protocol):
+    """What the server does when ownership changes (server/cluster_runtime.py)."""
+
+    def topics_changed(self, topics: list[TopicRow]) -> None: ...
+    async def gained(self, key: Key, claim: Claim) -> bool: ...
+    async def releasing(self, key: Key) -> None: ...
+    def lost(self, key: Key) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Leader:
+    """Who leads a partition, as Metadata reports it."""
+
+    node_id: int
+    epoch: int
+
+
+def monotonic_ms() -> float:
+    return time.monotonic() * 1000
+
+
+class ClusterMember:
+    """This broker's lease, its partitions and its view of the cluster."""
+
+    def __init__(self, store: PostgresStore, node_id: int, host: str, port: int, *, ttl_ms: int,
+                 heartbeat_ms: int, callbacks: OwnerCallbacks,
+                 clock: Callable[[], float] = monotonic_ms) -> None:
+        self.store = store
+        self.node_id = node_id
+        self.host, self.port = host, port
+        self.ttl_ms = ttl_ms
+        self.heartbeat_ms = heartbeat_ms
+        self.callbacks = callbacks
+        self.clock = clock
+        self.incarnation = uuid.uuid4()
+        self.lease = Lease(ttl_ms, margin_ms=min(heartbeat_ms, ttl_ms // 3))
+        self.owned: dict[Key, int] = {}  # partition -> epoch this process leads at
+        self.brokers: list[BrokerRow] = []  # live brokers, from the last look
+        self.leaders: dict[Key, Leader] = {}
+        self._wake = asyncio.Event()
+        self._topics_dirty = True
+        self._task: asyncio.Task[None] | None = None
+        self._listener: Any = None
+        self._stopping = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Register (taking this node id over from an earlier process) and make the first look."""
+        sent = self.clock()
+        await self.store.register(self.node_id, self.incarnation, self.host, self.port, self.ttl_ms)
+        self.lease.renewed(sent)
+        self._listener = await self.store.listen(self._notified)
+        await self.tick()
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        """Graceful: release every partition (peers claim them at once), then leave."""
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+        for key in list(self.owned):
+            await self._release(key)
+        try:
+            await self.store.notify("ownership")
+            await self.store.unregister(self.node_id, self.incarnation)
+        except Exception as exc:  # PostgreSQL gone: the lease simply expires
+            log.warning("leaving the cluster: %s", exc)
+        self.lease.expire()
+        if self._listener is not None:
+            await self._listener.close()
+
+    def serving(self) -> bool:
+        """True while the lease is valid by this broker's own clock (cheap: hot paths call it)."""
+        return self.lease.valid(self.clock())
+
+    def _notified(self, payload: str) -> None:
+        if payload == "topics":
+            self._topics_dirty = True
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.heartbeat_ms / 1000)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("cluster heartbeat failed: %s", exc)
+            self._give_up_if_expired()
+
+    def _give_up_if_expired(self) -> None:
+        if self.owned and not self.serving():
+            log.error("lease expired (no renewal within %d ms): giving up %d partitions", self.ttl_ms,
+                      len(self.owned))
+            for key in list(self.owned):
+                self._lose(key)
+
+    # ----------------------------------------------------------------------- tick
+
+    async def tick(self) -> None:
+        """Renew, look, act (one round of the module docstring)."""
+        sent = self.clock()
+        if await self.store.renew(self.node_id, self.incarnation, self.ttl_ms):
+            self.lease.renewed(sent)
+        else:
+            log.error("node.id %d was taken over by another process; this broker stops leading", self.node_id)
+            self.lease.expire()
+            await self.store.register(self.node_id, self.incarnation, self.host, self.port, self.ttl_ms)
+            self.lease.renewed(sent)
+        if self._topics_dirty:
+            self._topics_dirty = False
+            self.callbacks.topics_changed(await self.store.topics())
+        brokers, partitions = await self.store.snapshot()
+        self.brokers = brokers
+        rows = [PartitionRow((topic_id, index), owner, epoch) for topic_id, index, owner, epoch in partitions]
+        self.leaders = {row.key: Leader(row.owner, row.epoch) for row in rows if row.owner is not None}
+        live = [b.node_id for b in brokers]
+        decided = plan(self.node_id, live, rows, self.owned, self.serving())
+        for key in decided.lost:
+            self._lose(key)
+        for key in decided.release:
+            await self._release(key)
+        claimed = False
+        for key in decided.claim:
+            claimed |= await self._claim(key)
+        if decided.release or claimed:
+            await self.store.notify("ownership")
+
+    async def _claim(self, key: Key) -> bool:
+        claim = await self.store.claim(key[0], key[1], self.node_id, self.incarnation)
+        if claim is None:
+            return False  # someone else was faster, or our lease lapsed meanwhile
+        self.owned[key] = claim.epoch
+        self.leaders[key] = Leader(self.node_id, claim.epoch)
+        try:
+            ok = await self.callbacks.gained(key, claim)
+        except Exception:
+            log.exception("loading partition %s/%d after claiming it failed", *key)
+            ok = False
+        if not ok:  # hand it back rather than sit on a partition we cannot serve
+            await self._release(key)
+        return True
+
+    async def _release(self, key: Key) -> None:
+        epoch = self.owned.get(key)
+        if epoch is None:
+            return
+        await self.callbacks.releasing(key)
+        self._lose(key)
+        try:
+            await self.store.release(key[0], key[1], self.node_id, epoch)
+        except Exception as exc:  # the lease will expire instead
+            log.warning("releasing partition %s/%d: %s", key[0], key[1], exc)
+        self.leaders.pop(key, None)
+
+    def _lose(self, key: Key) -> None:
+        if self.owned.pop(key, None) is not None:
+            self.callbacks.lost(key)
+
+    def fenced(self, key: Key) -> None:
+        """An append found another owner: forget the partition and look again soon."""
+        self._lose(key)
+        self._wake.set()
+
+    # ------------------------------------------------------------------------ view
+
+    def leader(self, key: Key) -> Leader | None:
+        """The partition's leader if it is a live broker (never one whose lease expired)."""
+        leader = self.leaders.get(key)
+        if leader is None:
+            return None
+        if leader.node_id == self.node_id:
+            return leader if key in self.owned and self.serving() else None
+        return leader if any(b.node_id == leader.node_id for b in self.brokers) else None
+
+    def endpoint(self, node_id: int) -> BrokerRow | None:
+        return next((b for b in self.brokers if b.node_id == node_id), None)
+

@@ -1,0 +1,172 @@
+"""The PostgreSQL engine's partition log: PostgreSQL holds the log, a local segment log caches it.
+
+An append is stored in PostgreSQL first (one fenced statement, storage/postgres_store.py; its
+COMMIT with synchronous_commit=on is the durability point), then written to a local PartitionLog
+in this broker's `log.dirs` without fsync. Reads, time lookups, the time index and compaction
+planning use that local copy, exactly as the embedded engine does, so Fetch and the coordinator's
+load cost what they cost on one node. The copy is always a prefix of the PostgreSQL log: nothing is
+written to it that PostgreSQL did not commit first, and batches stored at an offset never change.
+
+Only the partition's owner appends or reads; other brokers answer NOT_LEADER_OR_FOLLOWER (its
+`leader` is False). When a broker claims a partition it brings its copy up to PostgreSQL's end
+(`take_leadership`): a copy whose last append does not match PostgreSQL's (the topic was
+re-created, or a cleaner rewrote it) is emptied and read again from the log start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any, Callable
+
+from offsetd.records.batch import InvalidBatch, validate_batches
+from offsetd.storage.log_dir import NotLeader, StorageError
+from offsetd.storage.partition_log import AppendResult, PartitionLog, PreparedAppend
+from offsetd.storage.postgres_store import Claim, Fenced, PostgresStore
+
+log = logging.getLogger("offsetd.storage")
+
+SYNC_ROWS = 500  # appends read per statement while catching up
+
+
+class PostgresPartitionLog:
+    """A partition stored in PostgreSQL, led by at most one broker; the PartitionLog interface
+    (reads and everything else are the local copy's, see the module docstring)."""
+
+    def __init__(self, cache: PartitionLog, store: PostgresStore, topic_id: uuid.UUID, node_id: int,
+                 serving: Callable[[], bool]) -> None:
+        self._cache = cache
+        self.store = store
+        self.topic_id = topic_id
+        self.node_id = node_id
+        self._serving = serving  # the broker's lease is valid (its local deadline not passed)
+        self.epoch: int | None = None  # the leader epoch while this broker owns the partition
+        self._lock = asyncio.Lock()  # appends go to PostgreSQL one at a time, in offset order
+        # Called when PostgreSQL says another broker owns the partition now.
+        self.on_fenced: Callable[["PostgresPartitionLog"], None] = lambda plog: None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cache, name)
+
+    @property
+    def cache(self) -> PartitionLog:
+        return self._cache
+
+    @property
+    def leader(self) -> bool:
+        """True while this broker owns the partition and its lease is valid."""
+        return self.epoch is not None and self._serving()
+
+    @property
+    def leader_epoch(self) -> int:
+        return -1 if self.epoch is None else self.epoch
+
+    def _check_leader(self) -> int:
+        epoch = self.epoch
+        if epoch is None or not self._serving():
+            raise NotLeader(f"broker {self.node_id} does not lead {self._cache.topic}-{self._cache.partition}")
+        return epoch
+
+    # ---------------------------------------------------------------- ownership
+
+    async def take_leadership(self, claim: Claim, now_ms: int) -> None:
+        """Bring the local copy to PostgreSQL's end, then lead at the claim's epoch."""
+        cache = self._cache
+        end = cache.log_end_offset
+        consistent = claim.start_offset <= end <= claim.next_offset
+        if consistent and end > claim.start_offset:
+            stored = await self.store.ending_at(self.topic_id, cache.partition, end - 1)
+            consistent = stored is not None and bytes(cache.read(stored[0], len(stored[1]))) == bytes(stored[1])
+        if not consistent:
+            log.info("%s-%d: local copy [%d, %d) does not match PostgreSQL [%d, %d); reading it again",
+                     cache.topic, cache.partition, cache.log_start_offset, end, claim.start_offset,
+                     claim.next_offset)
+            cache.truncate_fully_and_start_at(claim.start_offset)
+        offset = cache.log_end_offset
+        while offset < claim.next_offset:
+            rows = await self.store.read(self.topic_id, cache.partition, offset, SYNC_ROWS)
+            if not rows:
+                break
+            for base, last, data in rows:
+                if last < offset:
+                    continue
+                if base != offset:
+                    raise StorageError(f"{cache.topic}-{cache.partition}: PostgreSQL has offsets {base}-{last} "
+                                       f"where {offset} was expected")
+                cache.apply_append(_prepared(cache, data), now_ms)
+                offset = last + 1
+        if offset != claim.next_offset:
+            raise StorageError(f"{cache.topic}-{cache.partition}: caught up to {offset}, PostgreSQL ends at "
+                               f"{claim.next_offset}")
+        self.epoch = claim.epoch
+
+    def lose_leadership(self) -> None:
+        self.epoch = None
+
+    # ------------------------------------------------------------------- writes
+
+    def append(self, records: bytes | bytearray | memoryview, now_ms: int, validated: Any = None, *,
+               leader_epoch: int | None = None, sync: bool = False) -> "asyncio.Future[AppendResult] | Any":
+        """Store in PostgreSQL, then in the local copy; an awaitable of the AppendResult (the
+        embedded engine returns the result itself)."""
+        self._check_leader()
+        return self._append(bytes(records), now_ms, validated)
+
+    async def _append(self, records: bytes, now_ms: int, validated: Any) -> AppendResult:
+        async with self._lock:
+            epoch = self._check_leader()
+            cache = self._cache
+            prepared = cache.prepare_append(records, validated, leader_epoch=epoch)
+            if isinstance(prepared, AppendResult):
+                return prepared  # an idempotent producer's retry of a stored batch
+            try:
+                await self.store.append(self.topic_id, cache.partition, self.node_id, epoch, prepared.first,
+                                        prepared.next_offset - 1, prepared.data())
+            except Fenced as exc:
+                log.warning("%s-%d: %s; giving the partition up", cache.topic, cache.partition, exc)
+                self.epoch = None
+                self.on_fenced(self)
+                raise NotLeader(str(exc)) from None
+            except OSError as exc:  # PostgreSQL unreachable: nothing acknowledged, the client retries
+                raise StorageError(f"append to {cache.topic}-{cache.partition}: PostgreSQL: {exc}") from exc
+            try:
+                return cache.apply_append(prepared, now_ms)
+            except StorageError as exc:
+                # Stored in PostgreSQL (acknowledged) but not here: this copy is behind, so the
+                # partition is given up and whoever claims it next reads it from PostgreSQL.
+                log.error("%s-%d: local copy failed after PostgreSQL stored the append: %s; giving the "
+                          "partition up", cache.topic, cache.partition, exc)
+                self.epoch = None
+                self.on_fenced(self)
+                return AppendResult(prepared.first, prepared.next_offset - 1, -1, cache.log_start_offset)
+
+    async def advance_start(self) -> None:
+        """After local retention: drop what is below the copy's log start from PostgreSQL too."""
+        epoch = self.epoch
+        if epoch is not None:
+            await self.store.advance_start(self.topic_id, self._cache.partition, self.node_id, epoch,
+                                           self._cache.log_start_offset)
+
+    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True) -> Any:
+        self._check_leader()
+        return self._cache.read(offset, max_bytes, min_one_batch=min_one_batch)
+
+    def read_file(self, offset: int, max_bytes: int, **options: Any) -> Any:
+        self._check_leader()
+        return self._cache.read_file(offset, max_bytes, **options)
+
+
+def _prepared(cache: PartitionLog, data: bytes) -> PreparedAppend:
+    """An append read back from PostgreSQL, to write into the copy as it is (offsets and leader
+    epoch were patched before it was stored)."""
+    headers = validate_batches(data, max(cache.config.max_message_bytes, len(data)))
+    if not headers:
+        raise InvalidBatch(2, "empty append in PostgreSQL")
+    first = headers[0].base_offset
+    prepared = cache.prepare_append(data, headers, replica=True)
+    assert isinstance(prepared, PreparedAppend)  # replicas are never judged duplicates
+    if prepared.first != first:
+        raise StorageError(f"{cache.topic}-{cache.partition}: PostgreSQL append at {first}, copy ends at "
+                           f"{prepared.first}")
+    return prepared

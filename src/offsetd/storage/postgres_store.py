@@ -1,0 +1,301 @@
+"""The PostgreSQL engine's tables and statements: every SQL string of cluster mode lives here.
+
+Tables (created by the first broker, under an advisory lock so three brokers starting at once do
+not race on CREATE):
+
+* `offsetd_meta(key, value)`: `cluster.id`.
+* `offsetd_broker(node_id, incarnation, host, port, expires_at)`: one lease per broker, judged by
+  PostgreSQL's clock (`now()`), so broker clocks never matter. `incarnation` is a random id per
+  process: a restarted broker takes its row over, and the old process (if it still runs) finds
+  its renewals failing.
+* `offsetd_topic(name, topic_id, partitions, configs, internal)`: the topic catalogue.
+* `offsetd_partition(topic_id, partition, owner, epoch, next_offset, start_offset)`: ownership.
+  `epoch` is bumped by every claim and is the leader epoch clients see.
+* `offsetd_batch(topic_id, partition, base_offset, last_offset, epoch, bytes)`: one row per
+  append: the magic-v2 batches exactly as the log holds them (base offsets and leader epoch
+  patched), opaque, so `__consumer_offsets` stays byte-exact. `bytes` is STORAGE EXTERNAL: batches
+  are compressed by their producers, or tiny, and pglz would only cost CPU.
+
+Fencing: an append is one autocommit statement that moves `next_offset` only where owner, epoch
+and `next_offset` are what the appender believes; when they are not, it inserts nothing (0 rows)
+and the appender has lost the partition. No transaction is held across requests: a frozen broker
+idle in a transaction would keep its row locks and block the next claim.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("offsetd.storage")
+
+SCHEMA_LOCK = 0x6F66667365746400  # pg_advisory_xact_lock key for creating the schema ("offsetd\0")
+NOTIFY_CHANNEL = "offsetd_cluster"  # payload: "ownership" or "topics"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS offsetd_meta (key text PRIMARY KEY, value text NOT NULL);
+CREATE TABLE IF NOT EXISTS offsetd_broker (
+    node_id int PRIMARY KEY, incarnation uuid NOT NULL, host text NOT NULL, port int NOT NULL,
+    expires_at timestamptz NOT NULL);
+CREATE TABLE IF NOT EXISTS offsetd_topic (
+    name text PRIMARY KEY, topic_id uuid NOT NULL UNIQUE, partitions int NOT NULL,
+    configs jsonb NOT NULL, internal boolean NOT NULL);
+CREATE TABLE IF NOT EXISTS offsetd_partition (
+    topic_id uuid NOT NULL REFERENCES offsetd_topic (topic_id) ON DELETE CASCADE,
+    partition int NOT NULL, owner int, epoch int NOT NULL DEFAULT 0,
+    next_offset bigint NOT NULL DEFAULT 0, start_offset bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (topic_id, partition));
+CREATE TABLE IF NOT EXISTS offsetd_batch (
+    topic_id uuid NOT NULL, partition int NOT NULL, base_offset bigint NOT NULL,
+    last_offset bigint NOT NULL, epoch int NOT NULL, bytes bytea NOT NULL,
+    PRIMARY KEY (topic_id, partition, base_offset));
+ALTER TABLE offsetd_batch ALTER COLUMN bytes SET STORAGE EXTERNAL;
+CREATE SEQUENCE IF NOT EXISTS offsetd_producer_id INCREMENT BY 1000 MINVALUE 0 START 0;
+"""
+
+_REGISTER = """
+INSERT INTO offsetd_broker (node_id, incarnation, host, port, expires_at)
+VALUES ($1, $2, $3, $4, now() + $5 * interval '1 millisecond')
+ON CONFLICT (node_id) DO UPDATE SET incarnation = excluded.incarnation, host = excluded.host,
+    port = excluded.port, expires_at = excluded.expires_at"""
+
+_RENEW = """
+UPDATE offsetd_broker SET expires_at = now() + $3 * interval '1 millisecond'
+WHERE node_id = $1 AND incarnation = $2"""
+
+_UNREGISTER = "DELETE FROM offsetd_broker WHERE node_id = $1 AND incarnation = $2"
+
+_LIVE_BROKERS = "SELECT node_id, host, port FROM offsetd_broker WHERE expires_at > now() ORDER BY node_id"
+
+_PARTITIONS = "SELECT topic_id, partition, owner, epoch FROM offsetd_partition"
+
+_TOPICS = "SELECT name, topic_id, partitions, configs, internal FROM offsetd_topic"
+
+# A claim succeeds for a partition without a live owner (or held by an earlier incarnation of this
+# node), and only while the claimer's own lease is valid.
+_CLAIM = """
+UPDATE offsetd_partition p SET owner = $3, epoch = p.epoch + 1
+WHERE p.topic_id = $1 AND p.partition = $2
+  AND (p.owner IS NULL OR p.owner = $3 OR NOT EXISTS (
+        SELECT 1 FROM offsetd_broker b WHERE b.node_id = p.owner AND b.expires_at > now()))
+  AND EXISTS (SELECT 1 FROM offsetd_broker b
+              WHERE b.node_id = $3 AND b.incarnation = $4 AND b.expires_at > now())
+RETURNING epoch, next_offset, start_offset"""
+
+_RELEASE = """
+UPDATE offsetd_partition SET owner = NULL
+WHERE topic_id = $1 AND partition = $2 AND owner = $3 AND epoch = $4"""
+
+_APPEND = """
+WITH p AS (
+    UPDATE offsetd_partition SET next_offset = $6 + 1
+    WHERE topic_id = $1 AND partition = $2 AND owner = $3 AND epoch = $4 AND next_offset = $5
+    RETURNING 1)
+INSERT INTO offsetd_batch (topic_id, partition, base_offset, last_offset, epoch, bytes)
+SELECT $1, $2, $5, $6, $4, $7 FROM p"""
+
+_READ = """
+SELECT base_offset, last_offset, bytes FROM offsetd_batch
+WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 ORDER BY base_offset LIMIT $4"""
+
+_AT_LAST_OFFSET = """
+SELECT base_offset, bytes FROM offsetd_batch WHERE topic_id = $1 AND partition = $2 AND last_offset = $3"""
+
+# Retention: the owner moves the log start and drops whole appends below it, fenced like appends.
+_ADVANCE_START = """
+WITH p AS (
+    UPDATE offsetd_partition SET start_offset = $5
+    WHERE topic_id = $1 AND partition = $2 AND owner = $3 AND epoch = $4 AND start_offset < $5
+    RETURNING 1)
+DELETE FROM offsetd_batch b USING p
+WHERE b.topic_id = $1 AND b.partition = $2 AND b.last_offset < $5"""
+
+
+class Fenced(Exception):
+    """The partition's owner or epoch in PostgreSQL is not the caller's any more."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A successful claim: the new epoch and where the partition's log stands."""
+
+    epoch: int
+    next_offset: int
+    start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRow:
+    """A topic as the shared catalogue has it."""
+
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: dict[str, str]
+    internal: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRow:
+    """A live broker and where clients reach it."""
+
+    node_id: int
+    host: str
+    port: int
+
+
+def _rows_changed(status: str) -> int:
+    """asyncpg's command tag ('INSERT 0 1', 'UPDATE 3', 'DELETE 0') -> rows affected."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
+class PostgresStore:
+    """The statements of cluster mode over one asyncpg pool (the only module with SQL in it)."""
+
+    def __init__(self, dsn: str, *, pool_size: int = 8) -> None:
+        self.dsn = dsn
+        self.pool_size = pool_size
+        self.pool: Any = None
+
+    async def open(self) -> str:
+        """Connect, create the schema if missing, and return the cluster id."""
+        import asyncpg  # the engine's driver, loaded only in cluster mode
+
+        async def init(conn: Any) -> None:
+            # synchronous_commit=on: a COMMIT returns only once the WAL is flushed (an ack is
+            # durable); the timeouts are safety nets against anything holding a lock.
+            await conn.execute("SET synchronous_commit = on; SET idle_in_transaction_session_timeout = 5000; "
+                               "SET lock_timeout = 5000")
+
+        self.pool = await asyncpg.create_pool(self.dsn, min_size=2, max_size=self.pool_size, init=init,
+                                              command_timeout=30)
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", SCHEMA_LOCK)
+                await conn.execute(SCHEMA)
+                await conn.execute("INSERT INTO offsetd_meta VALUES ('cluster.id', $1) ON CONFLICT DO NOTHING",
+                                   uuid.uuid4().hex[:22])
+            return str(await conn.fetchval("SELECT value FROM offsetd_meta WHERE key = 'cluster.id'"))
+
+    async def close(self) -> None:
+        if self.pool is not None:
+            await self.pool.close()
+            self.pool = None
+
+    # ---------------------------------------------------------------------- brokers
+
+    async def register(self, node_id: int, incarnation: uuid.UUID, host: str, port: int, ttl_ms: int) -> None:
+        await self.pool.execute(_REGISTER, node_id, incarnation, host, port, ttl_ms)
+
+    async def renew(self, node_id: int, incarnation: uuid.UUID, ttl_ms: int) -> bool:
+        """Extend the lease; False when another process took this node id over."""
+        return _rows_changed(await self.pool.execute(_RENEW, node_id, incarnation, ttl_ms)) == 1
+
+    async def unregister(self, node_id: int, incarnation: uuid.UUID) -> None:
+        await self.pool.execute(_UNREGISTER, node_id, incarnation)
+
+    async def snapshot(self) -> tuple[list[BrokerRow], list[tuple[uuid.UUID, int, int | None, int]]]:
+        """Live brokers and every partition's (topic id, partition, owner, epoch), read together."""
+        async with self.pool.acquire() as conn:
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                brokers = [BrokerRow(r[0], r[1], r[2]) for r in await conn.fetch(_LIVE_BROKERS)]
+                partitions = [tuple(r) for r in await conn.fetch(_PARTITIONS)]
+        return brokers, partitions  # type: ignore[return-value]
+
+    async def notify(self, what: str) -> None:
+        await self.pool.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, what)
+
+    # ------------------------------------------------------------------- ownership
+
+    async def claim(self, topic_id: uuid.UUID, partition: int, node_id: int, incarnation: uuid.UUID) -> Claim | None:
+        row = await self.pool.fetchrow(_CLAIM, topic_id, partition, node_id, incarnation)
+        return None if row is None else Claim(row[0], row[1], row[2])
+
+    async def release(self, topic_id: uuid.UUID, partition: int, node_id: int, epoch: int) -> bool:
+        return _rows_changed(await self.pool.execute(_RELEASE, topic_id, partition, node_id, epoch)) == 1
+
+    # ------------------------------------------------------------------------- log
+
+    async def append(self, topic_id: uuid.UUID, partition: int, node_id: int, epoch: int, base_offset: int,
+                     last_offset: int, data: bytes) -> None:
+        """Store one append; Fenced when this broker no longer owns the partition at `epoch` (or
+        the partition's end is not `base_offset`): then nothing was written."""
+        status = await self.pool.execute(_APPEND, topic_id, partition, node_id, epoch, base_offset, last_offset, data)
+        if _rows_changed(status) != 1:
+            raise Fenced(f"partition {topic_id}/{partition}: not owned by broker {node_id} at epoch {epoch} "
+                         f"with its log ending at {base_offset}")
+
+    async def read(self, topic_id: uuid.UUID, partition: int, offset: int, limit: int = 500) -> list[tuple[int, int, bytes]]:
+        """Appends holding offsets >= `offset`, oldest first: (base offset, last offset, bytes)."""
+        rows = await self.pool.fetch(_READ, topic_id, partition, offset, limit)
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    async def ending_at(self, topic_id: uuid.UUID, partition: int, last_offset: int) -> tuple[int, bytes] | None:
+        """The append whose last offset is `last_offset`: (base offset, bytes), or None."""
+        row = await self.pool.fetchrow(_AT_LAST_OFFSET, topic_id, partition, last_offset)
+        return None if row is None else (row[0], row[1])
+
+    async def advance_start(self, topic_id: uuid.UUID, partition: int, node_id: int, epoch: int, start: int) -> None:
+        """Retention: drop appends wholly below `start` (only the owner at `epoch` may)."""
+        await self.pool.execute(_ADVANCE_START, topic_id, partition, node_id, epoch, start)
+
+    # ------------------------------------------------------------------- catalogue
+
+    async def topics(self) -> list[TopicRow]:
+        rows = await self.pool.fetch(_TOPICS)
+        return [TopicRow(r[0], r[1], r[2], json.loads(r[3]), r[4]) for r in rows]
+
+    async def create_topic(self, topic: TopicRow) -> bool:
+        """Add a topic and its partitions (unowned); False when the name is taken."""
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                status = await conn.execute(
+                    "INSERT INTO offsetd_topic VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                    topic.name, topic.topic_id, topic.partitions, json.dumps(topic.configs), topic.internal)
+                if _rows_changed(status) != 1:
+                    return False
+                await conn.executemany("INSERT INTO offsetd_partition (topic_id, partition) VALUES ($1, $2)",
+                                       [(topic.topic_id, p) for p in range(topic.partitions)])
+                await conn.execute("SELECT pg_notify($1, 'topics')", NOTIFY_CHANNEL)
+        return True
+
+    async def add_partitions(self, topic_id: uuid.UUID, current: int, count: int) -> bool:
+        """Grow a topic from `current` to `count` partitions; False if someone else changed it."""
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                status = await conn.execute("UPDATE offsetd_topic SET partitions = $3 WHERE topic_id = $1 "
+                                            "AND partitions = $2", topic_id, current, count)
+                if _rows_changed(status) != 1:
+                    return False
+                await conn.executemany("INSERT INTO offsetd_partition (topic_id, partition) VALUES ($1, $2)",
+                                       [(topic_id, p) for p in range(current, count)])
+                await conn.execute("SELECT pg_notify($1, 'topics')", NOTIFY_CHANNEL)
+        return True
+
+    async def delete_topic(self, topic_id: uuid.UUID) -> bool:
+        """Remove a topic, its partitions and its data; False if it was already gone."""
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                status = await conn.execute("DELETE FROM offsetd_topic WHERE topic_id = $1", topic_id)
+                await conn.execute("DELETE FROM offsetd_batch WHERE topic_id = $1", topic_id)
+                await conn.execute("SELECT pg_notify($1, 'topics')", NOTIFY_CHANNEL)
+        return _rows_changed(status) == 1
+
+    # ---------------------------------------------------------------- producer ids
+
+    async def producer_id_block(self) -> int:
+        """The first of 1000 producer ids no other broker will ever hand out."""
+        return int(await self.pool.fetchval("SELECT nextval('offsetd_producer_id')"))
+
+    # ------------------------------------------------------------------ listening
+
+    async def listen(self, callback: Any) -> Any:
+        """A dedicated connection delivering NOTIFY payloads to callback(payload)."""
+        import asyncpg
+
+        conn = await asyncpg.connect(self.dsn)
+        await conn.add_listener(NOTIFY_CHANNEL, lambda _c, _pid, _ch, payload: callback(payload))
+        return conn

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..protocol.errors import Error
 from ..records.batch import InvalidBatch, validate_batches
+from ..records.legacy_messages import up_convert
 from ..storage.log_dir import StorageError
 from ..storage.producer_state import ProduceError
 from .broker import Broker
@@ -14,8 +15,10 @@ from .broker import Broker
 log = logging.getLogger("offsetd.broker")
 
 
-def _append(broker: Broker, topic: str, index: int, records: bytes | None, now_ms: int) -> dict[str, Any]:
-    """Append one partition's records; the result is that partition's response entry."""
+def _append(broker: Broker, topic: str, index: int, records: bytes | None, now_ms: int,
+            legacy: bool = False) -> dict[str, Any]:
+    """Append one partition's records (`legacy`: a v0/v1 message set of Produce v0-2, up-converted
+    to a v2 batch first); the result is that partition's response entry."""
     entry: dict[str, Any] = {"index": index, "error_code": Error.NONE, "base_offset": -1}
     partition_log = broker.topics.partition(topic, index)
     if partition_log is None:
@@ -28,6 +31,8 @@ def _append(broker: Broker, topic: str, index: int, records: bytes | None, now_m
     try:
         if not records:
             raise InvalidBatch(Error.CORRUPT_MESSAGE, "Produce request carried no record batch")
+        if legacy:
+            records = up_convert(records)
         headers = validate_batches(records, partition_log.config.max_message_bytes)
         result = partition_log.append(records, now_ms, validated=headers)
     except (InvalidBatch, ProduceError, StorageError) as exc:
@@ -45,7 +50,7 @@ def _append(broker: Broker, topic: str, index: int, records: bytes | None, now_m
 def handle_produce(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any] | None:
     """Append every partition's batches; acks=0 gets no response at all (Kafka's rule)."""
     responses = []
-    if req.transactional_id is not None:
+    if getattr(req, "transactional_id", None) is not None:  # v3+
         error = {"error_code": Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                  "error_message": "Transactions are not supported by this broker"}
         responses = [{"name": t.name, "partition_responses": [{"index": p.index, "base_offset": -1, **error}
@@ -54,7 +59,7 @@ def handle_produce(broker: Broker, req: Any, version: int, now_ms: int) -> dict[
     else:
         for topic in req.topic_data:
             responses.append({"name": topic.name, "partition_responses": [
-                _append(broker, topic.name, p.index, p.records, now_ms) for p in topic.partition_data]})
+                _append(broker, topic.name, p.index, p.records, now_ms, version < 3) for p in topic.partition_data]})
     if req.acks == 0:
         return None
     return {"responses": responses}

@@ -42,9 +42,10 @@ class ApiKey(IntEnum):
 # Highest versions we implement the semantics of. Produce v13 / Fetch v17+ / Metadata v13 change
 # identifiers or error layout we do not serve yet, OffsetCommit/OffsetFetch v10 key topics by id.
 # Lower bounds: the lowest version Kafka 3.9 accepted (its message JSON schemas' validVersions),
-# for every API below except Produce (3) and Fetch (4), whose message formats v0/v1 are not served
-# yet. kio generates Kafka 4's versions (KIP-896 removed the oldest); the versions it lacks come
-# from legacy_schemas. SERVED_MIN caps what the union of the two would offer.
+# for every API below, Produce v0-2 and Fetch v0-3 (message formats v0/v1, converted to and from
+# the stored v2 batches) included. kio generates Kafka 4's versions (KIP-896 removed the oldest);
+# the versions it lacks come from legacy_schemas. SERVED_MIN caps what the union of the two would
+# offer.
 SERVED_MAX: dict[ApiKey, int] = {
     ApiKey.PRODUCE: 11,
     ApiKey.FETCH: 16,
@@ -72,7 +73,7 @@ SERVED_MAX: dict[ApiKey, int] = {
 
 
 # Lowest versions served where kio/legacy_schemas know older ones we do not implement.
-SERVED_MIN: dict[ApiKey, int] = {ApiKey.PRODUCE: 3, ApiKey.FETCH: 4}
+SERVED_MIN: dict[ApiKey, int] = {}
 
 
 def _kio_versions(api_key: int) -> set[int]:

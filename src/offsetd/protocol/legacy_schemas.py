@@ -17,7 +17,8 @@ from typing import Any
 
 # A field is (name, type). A type is a primitive ("int32", "string", ...), optionally with "?"
 # for nullable, "[t]" for an array of primitives, or (StructName, [fields]) for an array of structs.
-Field = tuple[str, Any]
+# An optional third element is the field's first version (structs written once for several versions).
+Field = tuple[Any, ...]
 Struct = tuple[str, list[Field]]
 
 _OFFSET_COMMIT_RESPONSE: Struct = ("OffsetCommitResponse", [
@@ -36,8 +37,66 @@ _CREATE_TOPICS_REQUEST_TOPICS: Field = ("topics", ("CreatableTopic", [
     ("configs", ("CreatableTopicConfig", [("name", "string"), ("value", "string?")])),
 ]))
 
+# Produce v0-2 and Fetch v0-3 (message formats v0/v1), written once with each field's first
+# version as a third element (Kafka's "versions": "N+"); `_at` cuts the struct for one version.
+_PRODUCE_REQUEST: Struct = ("ProduceRequest", [
+    ("acks", "int16"),
+    ("timeout", "timedelta_i32"),
+    ("topic_data", ("TopicProduceData", [
+        ("name", "string"),
+        ("partition_data", ("PartitionProduceData", [("index", "int32"), ("records", "records?")])),
+    ])),
+])
+_PRODUCE_RESPONSE: Struct = ("ProduceResponse", [
+    ("responses", ("TopicProduceResponse", [
+        ("name", "string"),
+        ("partition_responses", ("PartitionProduceResponse", [
+            ("index", "int32"), ("error_code", "error_code"), ("base_offset", "int64"),
+            ("log_append_time", "datetime_i64?", 2)])),  # -1 (None) unless LogAppendTime
+    ])),
+    ("throttle_time", "timedelta_i32", 1),
+])
+_FETCH_REQUEST: Struct = ("FetchRequest", [
+    ("replica_id", "int32"),
+    ("max_wait", "timedelta_i32"),
+    ("min_bytes", "int32"),
+    ("max_bytes", "int32", 3),
+    ("topics", ("FetchTopic", [
+        ("topic", "string"),
+        ("partitions", ("FetchPartition", [
+            ("partition", "int32"), ("fetch_offset", "int64"), ("partition_max_bytes", "int32")])),
+    ])),
+])
+_FETCH_RESPONSE: Struct = ("FetchResponse", [
+    ("throttle_time", "timedelta_i32", 1),
+    ("responses", ("FetchableTopicResponse", [
+        ("topic", "string"),
+        ("partitions", ("PartitionData", [
+            ("partition_index", "int32"), ("error_code", "error_code"), ("high_watermark", "int64"),
+            ("records", "records?")])),
+    ])),
+])
+
+
+def _at(struct: Struct, version: int) -> Struct:
+    """`struct` with the fields that exist at `version` (a field's optional third element is the
+    first version that has it), nested structs included."""
+    name, fields = struct
+    kept: list[Field] = []
+    for field in fields:
+        if len(field) > 2 and version < field[2]:
+            continue
+        kind = field[1]
+        kept.append((field[0], _at(kind, version) if isinstance(kind, tuple) else kind))
+    return name, kept
+
+
 # (api_key, version, "request" | "response") -> the top-level struct.
 LEGACY: dict[tuple[int, int, str], Struct] = {
+    **{(0, v, kind): _at(struct, v) for v in range(3)
+       for kind, struct in (("request", _PRODUCE_REQUEST), ("response", _PRODUCE_RESPONSE))},
+    **{(1, v, kind): _at(struct, v) for v in range(4)
+       for kind, struct in (("request", _FETCH_REQUEST), ("response", _FETCH_RESPONSE))},
     # ListOffsets v0: max_num_offsets in, an array of offsets out (old_style_offsets).
     (2, 0, "request"): ("ListOffsetsRequest", [
         ("replica_id", "int32"),
@@ -125,7 +184,7 @@ LEGACY: dict[tuple[int, int, str], Struct] = {
 
 _PYTHON_TYPES: dict[str, type] = {
     "int8": int, "int16": int, "int32": int, "int64": int, "bool": bool, "string": str,
-    "error_code": int, "timedelta_i32": int,
+    "error_code": int, "timedelta_i32": int, "records": bytes, "datetime_i64": int,
 }
 
 

@@ -19,6 +19,7 @@ from ..broker.admin import (
 from ..broker.broker import Broker
 from ..broker.group_configs import retention_ms as group_retention_ms
 from ..broker.fetch import finish_fetch, open_fetch, read_fetch
+from ..broker.fetch_down_convert import fetch_old_version
 from ..broker.fetch_sessions import FetchSessionCache
 from ..broker.list_offsets import handle_list_offsets
 from ..broker.metadata import handle_metadata
@@ -289,6 +290,8 @@ class KafkaServer:
             log.debug("%s %s v%d corr=%d client=%s", conn.peer, ApiKey(api_key).name, version, correlation_id,
                       header.client_id)
         if api_key == ApiKey.FETCH:
+            if version < 4:  # message formats v0/v1: the answer down-converted (fetch_down_convert)
+                return fetch_old_version(self._fetch, request, version, correlation_id)
             return self._fetch(request, version, correlation_id)
         try:
             group_handler = GROUP_HANDLERS.get(api_key)

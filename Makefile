@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 CONFIG ?= config/server.properties
 
-.PHONY: run test bench chaos fuzz tools clean
+.PHONY: run cluster test bench chaos fuzz tools postgresql clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -25,12 +25,18 @@ $(VENV)/.test-deps: pyproject.toml setup.py $(COMPILED) | $(PY)
 run: $(VENV)/.run-deps
 	$(VENV)/bin/offsetd serve $(CONFIG)
 
+# Cluster mode on one machine: a PostgreSQL in a temporary directory and three brokers on
+# 127.0.0.1:9092-9094 (CLUSTER_ARGS: --brokers N, --dir DIR, --base-port P, --override k=v).
+cluster: $(VENV)/.run-deps postgresql
+	$(PY) -m offsetd.dev.cluster --config $(CONFIG) $(CLUSTER_ARGS)
+
 # System tools the suite drives, from Debian's packages, installed when missing (as root or via
-# sudo): kcat, a Java 17+ runtime for Spark, and Chromium to render the Spark report.
+# sudo): kcat, a Java 17+ runtime for Spark, Chromium to render the Spark report, and PostgreSQL
+# (cluster mode's engine; the tests start their own throwaway servers with its binaries).
 APT_INSTALL = SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq
 
-tools:
+tools: postgresql
 	@command -v kcat >/dev/null 2>&1 || { echo "installing kcat (Debian package)"; \
 	  $(APT_INSTALL) kcat >/dev/null; }
 	@java -version 2>&1 | grep -Eq 'version "(1[7-9]|[2-9][0-9])' || { \
@@ -38,6 +44,10 @@ tools:
 	  $(APT_INSTALL) default-jre-headless >/dev/null; }
 	@command -v chromium >/dev/null 2>&1 || { echo "installing chromium (Debian package)"; \
 	  $(APT_INSTALL) chromium >/dev/null; }
+
+postgresql:
+	@{ ls /usr/lib/postgresql/*/bin/initdb || command -v initdb; } >/dev/null 2>&1 || { \
+	  echo "installing PostgreSQL (Debian package postgresql)"; $(APT_INSTALL) postgresql >/dev/null; }
 
 test: $(VENV)/.test-deps tools
 	$(PY) -m pytest -q

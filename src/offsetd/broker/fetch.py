@@ -4,6 +4,10 @@ Sessionless fetches (session id 0, epoch -1; every request before v7) read the r
 partitions and nothing else. Fetch sessions (KIP-227, fetch_sessions.py) go through
 `open_fetch` (once per request), `read_fetch` (once per pass of a long poll) and `finish_fetch`
 (once, when the response is sent: only then does the session remember what it was told).
+
+Zero-copy: for v4+ a partition's records of at least ZERO_COPY_MIN_BYTES are FileRecords (file
+ranges held open), which the encoder frames by length and the connection sends with sendfile.
+Older versions get bytes (their records may be down-converted, which needs them).
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ from .fetch_sessions import (
 )
 
 READ_COMMITTED = 1
+ZERO_COPY_MIN_VERSION = 4  # v0-3 answer in message formats v0/v1: their records are rewritten
+# Below this a partition's records are pread into the response: a dup'd descriptor, a sendfile
+# and the bookkeeping cost more than copying a few KiB (README "Performance").
+ZERO_COPY_MIN_BYTES = 16 * 1024
 
 
 @dataclass(slots=True)
@@ -56,9 +64,10 @@ def open_fetch(cache: FetchSessionCache, req: Any, version: int, clock: Callable
 
 
 def _read_partition(broker: Broker, topic: Any, index: int, by_id: bool, committed: bool, fetch_offset: int,
-                    limit: int, first: bool) -> tuple[dict[str, Any], int, tuple[str, int] | None]:
+                    limit: int, first: bool, zero_copy: bool) -> tuple[dict[str, Any], int, tuple[str, int] | None]:
     """One partition's response entry (watermarks and records, or its error), the bytes it holds,
-    and its (topic, partition) to wait on when it was readable. `topic` is None when unknown."""
+    and its (topic, partition) to wait on when it was readable. `topic` is None when unknown.
+    With `zero_copy` the records may be FileRecords (see the module docstring)."""
     entry: dict[str, Any] = {"partition_index": index, "error_code": Error.NONE, "high_watermark": -1,
                              "records": b"", "aborted_transactions": () if committed else None}
     plog: PartitionLog | None = broker.topics.partition(topic.name, index) if topic is not None else None
@@ -68,10 +77,18 @@ def _read_partition(broker: Broker, topic: Any, index: int, by_id: bool, committ
     if plog.log_dir.offline:
         entry["error_code"] = Error.KAFKA_STORAGE_ERROR
         return entry, 0, None
+    if not plog.leader:  # cluster mode: another broker leads it (or nobody, for a moment)
+        entry["error_code"] = Error.NOT_LEADER_OR_FOLLOWER
+        return entry, 0, None
     end = plog.log_end_offset
     entry.update(high_watermark=end, last_stable_offset=end, log_start_offset=plog.log_start_offset)
     try:
-        data = plog.read(fetch_offset, limit, min_one_batch=first) if limit > 0 or first else b""
+        if not (limit > 0 or first):
+            data = b""
+        elif zero_copy:
+            data = plog.read_file(fetch_offset, limit, min_one_batch=first, min_file_bytes=ZERO_COPY_MIN_BYTES)
+        else:
+            data = plog.read(fetch_offset, limit, min_one_batch=first)
     except OffsetOutOfRange:
         entry["error_code"] = Error.OFFSET_OUT_OF_RANGE
         data = b""
@@ -95,13 +112,14 @@ def read_fetch(broker: Broker, req: Any, version: int, context: FetchContext | N
     read_keys: list[tuple[str, int]] = []
     committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
     by_id = version >= 13
+    zero_copy = version >= ZERO_COPY_MIN_VERSION
     responses = []
     for topic_req in req.topics:
         topic = broker.topics.by_id(topic_req.topic_id) if by_id else broker.topics.get(topic_req.topic)
         partitions = []
         for p in topic_req.partitions:
             entry, size, readable = _read_partition(broker, topic, p.partition, by_id, committed, p.fetch_offset,
-                                                    min(p.partition_max_bytes, budget), total == 0)
+                                                    min(p.partition_max_bytes, budget), total == 0, zero_copy)
             if readable is not None:
                 read_keys.append(readable)
             total += size
@@ -131,7 +149,8 @@ def _read_session(broker: Broker, req: Any, version: int, context: FetchContext)
         topic_key, index = key
         topic = topics.by_id(topic_key) if by_id else topics.get(topic_key)  # type: ignore[arg-type]
         entry, size, readable = _read_partition(broker, topic, index, by_id, committed, cached.fetch_offset,
-                                                min(cached.max_bytes, budget), total == 0)
+                                                min(cached.max_bytes, budget), total == 0,
+                                                version >= ZERO_COPY_MIN_VERSION)
         if readable is not None:
             read_keys.append(readable)
         total += size

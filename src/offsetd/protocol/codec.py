@@ -137,6 +137,51 @@ def _bytes_writer(flexible: bool, nullable: bool, is_string: bool) -> Writer:
     return write
 
 
+class _FrameBuffer(bytearray):
+    """The response being encoded, plus the deferred chunks of it: (position, chunk) of each
+    records value that is not bytes (storage's FileRecords: its bytes go out by sendfile)."""
+
+    __slots__ = ("deferred",)
+
+
+class SplitFrame:
+    """An encoded response whose record bytes are sent from elsewhere: `parts` alternate the
+    encoded bytes and the deferred chunks (sized objects, e.g. storage.FileRecords) in wire
+    order; `size` is the whole frame's length, size prefix included."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, parts: list[Any], size: int) -> None:
+        self.parts = parts
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def close(self) -> None:
+        """Release what the deferred chunks hold (a response that will not be sent)."""
+        for part in self.parts:
+            if not isinstance(part, bytes):
+                part.close()
+
+
+def _records_writer(plain: Writer, flexible: bool) -> Writer:
+    """A records field: bytes as `plain` writes them; any other sized value (FileRecords) gets
+    its length prefix here and is recorded as a deferred chunk of the frame (_FrameBuffer)."""
+
+    def write(buf: bytearray, value: Any) -> None:
+        if value is None or isinstance(value, (bytes, bytearray, memoryview)):
+            plain(buf, value)
+            return
+        if flexible:
+            write_uvarint(buf, len(value) + 1)
+        else:
+            buf += _I32.pack(len(value))
+        buf.deferred.append((len(buf), value))  # type: ignore[attr-defined]
+
+    return write
+
+
 _FIXED_WRITERS: dict[str, Writer] = {
     "int8": _fixed(_I8),
     "int16": _fixed(_I16),
@@ -264,7 +309,9 @@ def _field_writer(f: dataclasses.Field, flexible: bool, tagged: bool) -> Writer:
                     buf.append(1)
                     struct_writer(buf, v)
 
-    elif kafka_type in ("string", "bytes", "records"):
+    elif kafka_type == "records":
+        inner = _records_writer(_bytes_writer(flexible, nullable and not cls.is_array, False), flexible)
+    elif kafka_type in ("string", "bytes"):
         inner = _bytes_writer(flexible, nullable and not cls.is_array, kafka_type == "string")
     else:
         inner = _FIXED_WRITERS[kafka_type]
@@ -649,13 +696,35 @@ def decode_body(cls: type, frame: memoryview, pos: int) -> Any:
         raise DecodeError(f"cannot decode {cls.__name__}: {exc}") from None
 
 
-def encode_response(api_key: int, version: int, correlation_id: int, body: dict) -> bytes:
-    """Frame a response: size prefix, response header (v1 for flexible bodies except ApiVersions), body."""
+def encode_response(api_key: int, version: int, correlation_id: int, body: dict) -> bytes | SplitFrame:
+    """Frame a response: size prefix, response header (v1 for flexible bodies except ApiVersions), body.
+
+    A SplitFrame when a records value is not bytes (a zero-copy Fetch: see SplitFrame)."""
     cls = response_class(api_key, version)
-    buf = bytearray(b"\0\0\0\0")
+    buf = _FrameBuffer(b"\0\0\0\0")
+    buf.deferred = deferred = []
     buf += _I32.pack(correlation_id)
     if cls.__flexible__ and api_key != 18:  # ApiVersions always answers with header v0
         buf.append(0)
     entity_writer(cls)(buf, body)
+    if deferred:
+        return _split(buf, deferred)
     struct.pack_into(">i", buf, 0, len(buf) - 4)
     return bytes(buf)
+
+
+def _split(buf: bytearray, deferred: list[tuple[int, Any]]) -> SplitFrame:
+    """The frame of a response with deferred chunks: its size counts them; parts in wire order."""
+    size = len(buf) + sum(len(chunk) for _, chunk in deferred)
+    struct.pack_into(">i", buf, 0, size - 4)
+    parts: list[Any] = []
+    start = 0
+    with memoryview(buf) as view:
+        for pos, chunk in deferred:
+            if pos > start:
+                parts.append(view[start:pos].tobytes())
+            parts.append(chunk)
+            start = pos
+        if start < len(buf):
+            parts.append(view[start:].tobytes())
+    return SplitFrame(parts, size)

@@ -7,6 +7,13 @@ in flight, so every request sees the effects of the ones before it. The exceptio
 OffsetCommits: they are queued to the coordinator back to back (so librdkafka's pipelined async
 commits share one fsync), and the first request of any other kind waits for them all.
 
+Zero-copy Fetch: a response whose records are file ranges (a SplitFrame of FileRecords) is sent
+with sendfile(2) from the segment files, its encoded parts by the transport between them. What
+the socket takes at once goes out synchronously; the rest is sent by a task that holds the head
+of the in-flight line, so every later response waits for it (and the connection reads no further
+requests meanwhile, as a muted Kafka channel). TLS would need the bytes: a transport without a
+plain socket gets the ranges read (pread) and written as one frame.
+
 `ConnectionGuard` enforces the connection limits at accept and, by one periodic sweep, closes
 connections idle too long and ones that started a request frame and did not finish it in time.
 """
@@ -15,11 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import struct
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Coroutine
 
+from ..protocol.codec import SplitFrame
 from .log_limiter import LogLimiter
 
 if TYPE_CHECKING:
@@ -32,6 +41,9 @@ _SIZE = struct.Struct(">i")
 MAX_QUEUED = 128  # frames read ahead before we stop reading the socket
 MAX_PIPELINED = 1024  # commits awaiting durability on one connection
 OFFSET_COMMIT = 8  # the only request kind that may overtake-wait (see the module docstring)
+
+# A response's parts ready to send: encoded bytes, or (fd, position, length) of a file range.
+Pieces = deque[Any]
 
 
 # Closes are logged one by one up to this many a second (a garbage storm closes thousands).
@@ -64,6 +76,8 @@ class Connection(asyncio.Protocol):
         self._active = False
         self._last_active = 0.0
         self._frame_started: float | None = None  # when the incomplete frame in _buf began
+        self._sock_fd = -1  # the socket for sendfile; -1: none (TLS, or not a socket)
+        self._sending: asyncio.Task[None] | None = None  # the rest of a zero-copy response
 
     # ------------------------------------------------------------------ asyncio callbacks
 
@@ -78,11 +92,16 @@ class Connection(asyncio.Protocol):
             return
         self.host = host
         self.client_host = f"/{host}"
+        sock = transport.get_extra_info("socket")
+        if sock is not None and transport.get_extra_info("sslcontext") is None:
+            self._sock_fd = sock.fileno()
         self._last_active = time.monotonic()
         self.server.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if self._sending is not None:
+            self._sending.cancel()
         self._queue.clear()
         self._inflight.clear()
         self.server.connections.discard(self)
@@ -157,6 +176,14 @@ class Connection(asyncio.Protocol):
                 else:
                     self.transport.write(result)  # type: ignore[union-attr]
                 continue
+            if result.__class__ is SplitFrame:
+                if self._inflight:  # as bytes above: it waits for its turn
+                    ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                    ready.set_result(result)
+                    self._inflight.append(ready)
+                else:
+                    self._write_split(result)  # type: ignore[arg-type]
+                continue
             self._pipelining = commit
             task = asyncio.ensure_future(result)
             self._inflight.append(task)
@@ -183,10 +210,92 @@ class Connection(asyncio.Protocol):
             if response:
                 self._active = True
                 if self.server.trace:
+                    head = response.parts[0] if response.__class__ is SplitFrame else response
                     log.debug("%s response corr=%d (%d bytes, deferred)", self.peer,
-                              int.from_bytes(response[4:8], "big"), len(response))
-                self.transport.write(response)  # type: ignore[union-attr]
+                              int.from_bytes(head[4:8], "big"), len(response))
+                if response.__class__ is SplitFrame:
+                    self._write_split(response)  # a send left in flight heads the line now
+                else:
+                    self.transport.write(response)  # type: ignore[union-attr]
         self._process()
+
+    # ------------------------------------------------------------------ zero-copy sends
+
+    def _write_split(self, frame: SplitFrame) -> None:
+        """Send a response with file ranges: what the socket takes now, synchronously; the rest
+        by a task put at the head of the in-flight line (every later response waits for it)."""
+        self._active = True
+        pieces: Pieces = deque()
+        try:
+            if self._sock_fd < 0:  # no sendfile here: read the ranges, one write
+                self.transport.write(b"".join(p if p.__class__ is bytes else p.read()  # type: ignore[union-attr]
+                                              for p in frame.parts))
+                frame.close()
+                return
+            for part in frame.parts:
+                if part.__class__ is bytes:
+                    pieces.append(part)
+                else:
+                    pieces.extend(part.ranges)
+            if self._send_now(pieces):
+                frame.close()
+                return
+        except OSError as exc:
+            frame.close()
+            self.close(f"zero-copy fetch response failed: {exc}")
+            return
+        self._sending = task = asyncio.ensure_future(self._send_rest(frame, pieces))
+        self._inflight.appendleft(task)
+        task.add_done_callback(self._answered)
+
+    def _send_now(self, pieces: Pieces) -> bool:
+        """Send pieces from the left while the socket takes them without waiting; True when all
+        went. Encoded bytes go through the transport (buffered if need be); a file range only
+        when the transport's buffer is empty, so the stream keeps its order."""
+        transport = self.transport
+        sock_fd = self._sock_fd
+        while pieces:
+            piece = pieces[0]
+            if piece.__class__ is bytes:
+                transport.write(piece)  # type: ignore[union-attr]
+                pieces.popleft()
+                continue
+            if transport.get_write_buffer_size():  # type: ignore[union-attr]
+                return False
+            fd, pos, length = piece
+            try:
+                sent = os.sendfile(sock_fd, fd, pos, length)
+            except BlockingIOError:
+                return False
+            if sent == 0:
+                raise OSError(f"segment file shrank under a fetch (EOF at {pos}, {length} bytes due)")
+            if sent < length:
+                pieces[0] = (fd, pos + sent, length - sent)
+                return False  # the socket is full: wait for it (loop.sendfile)
+            pieces.popleft()
+        return True
+
+    async def _send_rest(self, frame: SplitFrame, pieces: Pieces) -> None:
+        """Finish a zero-copy response the socket could not take at once. loop.sendfile waits
+        for the transport's buffer to drain and for the socket to take the range; it pauses
+        reading while it runs (and then resumes it: our own pause is restored after)."""
+        loop = asyncio.get_running_loop()
+        try:
+            while not self._send_now(pieces):
+                fd, pos, length = pieces[0]
+                sent = await loop.sendfile(self.transport, _FileNo(fd), pos, length,  # type: ignore[arg-type]
+                                           fallback=False)
+                if self._read_paused and self.transport is not None:
+                    self.transport.pause_reading()
+                if sent < length:
+                    raise OSError(f"segment file shrank under a fetch ({sent} of {length} bytes at {pos})")
+                pieces.popleft()
+        except (OSError, RuntimeError) as exc:  # the peer went away, or the file was cut
+            if not self._closed:
+                self.close(f"zero-copy fetch response failed: {exc}")
+        finally:
+            self._sending = None
+            frame.close()
 
     def expire(self, now: float, guard: "ConnectionGuard") -> None:
         """Close this connection if its started request frame is overdue or it has been idle for
@@ -211,6 +320,8 @@ class Connection(asyncio.Protocol):
         _closes.log(level, "closing connection from %s: %s", self.peer, reason)
         self._closed = True
         self._queue.clear()
+        if self._sending is not None:
+            self._sending.cancel()
         if self.transport is not None:
             self.transport.close()
 
@@ -270,4 +381,16 @@ class ConnectionGuard:
             conn.expire(now, self)
 
 
-Pending = Coroutine[Any, Any, bytes | None] | asyncio.Future[bytes]
+class _FileNo:
+    """The file object loop.sendfile wants, for a bare descriptor."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def fileno(self) -> int:
+        return self.fd
+
+
+Pending = Coroutine[Any, Any, bytes | SplitFrame | None] | asyncio.Future[bytes]

@@ -49,6 +49,7 @@ from offsetd.records.batch import (
 )
 from offsetd.records.compression import batch_record_timestamps
 from offsetd.storage.durable_file import fsync_dir as _fsync_dir
+from offsetd.storage.file_records import FileRecords
 from offsetd.storage.durable_file import write_durably as _write_durably
 from offsetd.storage.log_config import LogConfig
 from offsetd.storage.log_dir import LogDirectory
@@ -179,6 +180,14 @@ def _parse_base(name: str, suffix: str) -> int | None:
     if len(stem) != 20 or not stem.isdigit():
         return None
     return int(stem)
+
+
+def _pread_all(ranges: list[tuple[Segment, int, int]]) -> bytes:
+    """The bytes of `PartitionLog._read_ranges`' ranges (one pread per segment)."""
+    if len(ranges) == 1:
+        seg, pos, length = ranges[0]
+        return seg.pread(length, pos)
+    return b"".join(seg.pread(length, pos) for seg, pos, length in ranges)
 
 
 class PartitionLog:
@@ -638,12 +647,35 @@ class PartitionLog:
         min_one_batch (so consumers make progress), else b"". Continues into following segments
         while budget remains. offset == log_end_offset gives b"". Raises OffsetOutOfRange.
         """
+        return _pread_all(self._read_ranges(offset, max_bytes, min_one_batch))
+
+    def read_file(self, offset: int, max_bytes: int, *, min_one_batch: bool = True,
+                  min_file_bytes: int = 0) -> bytes | FileRecords:
+        """What `read` returns, as file ranges held open by descriptors of their own (a Fetch
+        sends them with sendfile); plain bytes when there are fewer than `min_file_bytes` (a
+        pread is cheaper than a descriptor and a syscall per range) or no descriptor is left."""
+        ranges = self._read_ranges(offset, max_bytes, min_one_batch)
+        if not ranges or sum(r[2] for r in ranges) < min_file_bytes:
+            return _pread_all(ranges)
+        held: list[tuple[int, int, int]] = []
+        try:
+            for seg, pos, length in ranges:
+                held.append((os.dup(seg.fd), pos, length))
+        except OSError:  # EMFILE: serve the bytes rather than fail the partition
+            for fd, _, _ in held:
+                os.close(fd)
+            return _pread_all(ranges)
+        return FileRecords(held)
+
+    def _read_ranges(self, offset: int, max_bytes: int, min_one_batch: bool) -> list[tuple[Segment, int, int]]:
+        """(segment, position, length) of the whole batches `read` returns, in log order; no
+        record byte is read, only batch headers to find the boundaries."""
         self._check_open()
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
+        ranges: list[tuple[Segment, int, int]] = []
         if offset == self.log_end_offset:
-            return b""
-        out: list[bytes] = []
+            return ranges
         remaining = max_bytes
         searching = True
         for seg in self._segments[self._segment_index(offset) :]:
@@ -659,16 +691,14 @@ class PartitionLog:
             limit = pos + max(remaining, 0)
             end = seg.size if limit >= seg.size else seg.last_boundary(pos, limit)
             if end == pos:
-                if not out and min_one_batch:
-                    out.append(seg.pread(seg.header_at(pos).size, pos))
+                if not ranges and min_one_batch:
+                    ranges.append((seg, pos, min(seg.header_at(pos).size, seg.size - pos)))
                 break
-            out.append(seg.pread(end - pos, pos))
+            ranges.append((seg, pos, end - pos))
             remaining -= end - pos
             if end < seg.size or remaining <= 0:
                 break
-        if len(out) == 1:
-            return out[0]
-        return b"".join(out)
+        return ranges
 
     def offset_for_timestamp(self, ts: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the earliest record with timestamp >= ts (ListOffsets).

@@ -19,6 +19,7 @@ from typing import Literal, Mapping
 SUPERUSER = "postgres"  # initdb -U: the same role name whichever OS user runs the server
 _UNPRIVILEGED_USERS = ("postgres", "nobody")  # PostgreSQL refuses to run as root
 _DB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+DEBIAN_ROOT = Path("/usr/lib/postgresql")  # Debian's /usr/lib/postgresql/<version>/bin
 _SOCKET_PATH_MAX = 107  # sun_path of a unix socket, with room for the NUL
 _INSTALL_HINT = ("install Debian's `postgresql` package (`make tools` does), or set OFFSETD_PG_BINDIR to "
                  "the directory holding initdb, pg_ctl and psql")
@@ -44,9 +45,8 @@ def find_bindir() -> Path:
         out = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True)
         if out.returncode == 0 and out.stdout.strip():
             candidates.append(Path(out.stdout.strip()))
-    debian = Path("/usr/lib/postgresql")
-    if debian.is_dir():
-        versions = [p for p in debian.iterdir() if p.name.replace(".", "").isdigit()]
+    if DEBIAN_ROOT.is_dir():
+        versions = [p for p in DEBIAN_ROOT.iterdir() if p.name.replace(".", "").isdigit()]
         candidates += [p / "bin" for p in sorted(versions, key=lambda p: float(p.name), reverse=True)]
     on_path = shutil.which("initdb")
     if on_path:

@@ -1,0 +1,70 @@
+"""PostgreSQL for tests (offsetd.dev.postgres.LocalPostgres): one server for the whole session,
+started only when a test first asks for it, a fresh database per test (`pg_dsn`), and private
+servers for tests that crash theirs (`private_postgres`). Fixtures registered in conftest.py."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+import pytest
+
+from offsetd.dev.postgres import LocalPostgres
+
+_numbers = itertools.count(1)
+
+
+def database_name(label: str) -> str:
+    """A unique database name from a test's name: t<n>_<label letters>, within PostgreSQL's 63."""
+    cleaned = re.sub(r"[^a-z0-9_]+", "_", label.lower()).strip("_")
+    return f"t{next(_numbers)}_{cleaned}"[:63]
+
+
+@contextmanager
+def fresh_database(server: LocalPostgres, label: str) -> Iterator[str]:
+    """A new empty database on `server` for the block; its dsn. Dropped afterwards, disconnecting
+    whoever still uses it (a broker that outlived its test)."""
+    if not server.running:
+        server.start()  # a test stopped the shared server and failed before starting it again
+    name = database_name(label)
+    dsn = server.create_database(name)
+    try:
+        yield dsn
+    finally:
+        server.drop_database(name)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[LocalPostgres]:
+    """The session's PostgreSQL (started on first use, stopped and removed at the end). Its
+    directory is a system temp dir, not pytest's: those are 0700, out of reach of the OS user
+    PostgreSQL runs as when the tests run as root."""
+    server = LocalPostgres().start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def pg_dsn(postgres_server: LocalPostgres, request: pytest.FixtureRequest) -> Iterator[str]:
+    """`postgresql://postgres@127.0.0.1:PORT/t<n>_<test>`: a fresh database of the session server
+    for this test, dropped afterwards."""
+    with fresh_database(postgres_server, request.node.name) as dsn:
+        yield dsn
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[Callable[..., LocalPostgres]]:
+    """A factory of servers of the test's own (for tests that crash or stop PostgreSQL), each
+    started on call (`private_postgres(settings={...})`) and removed after the test."""
+    servers: list[LocalPostgres] = []
+
+    def start(**kwargs: object) -> LocalPostgres:
+        server = LocalPostgres(**kwargs)  # type: ignore[arg-type]
+        servers.append(server)
+        return server.start()
+
+    yield start
+    for server in servers:
+        server.close()

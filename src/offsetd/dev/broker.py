@@ -17,6 +17,44 @@ from typing import IO
 _LISTENING = re.compile(r"listening on [^:]+:(\d+)")
 
 
+class LineReader:
+    """Lines of a child's pipe read against a deadline (select on the raw descriptor: a blocking
+    readline would wait for ever on a child that hangs without printing)."""
+
+    def __init__(self, pipe: IO[bytes]) -> None:
+        self.pipe = pipe
+        self.eof = False
+        self._pending = b""  # bytes read but not yet a whole line
+
+    @property
+    def closed(self) -> bool:
+        """Whether rest() has been called (the pipe is closed)."""
+        return self.pipe.closed
+
+    def readline(self, deadline: float) -> str | None:
+        """The next line (with its newline), or None at EOF (`eof` set) or when `deadline`
+        (time.monotonic()) passes."""
+        fd = self.pipe.fileno()
+        while b"\n" not in self._pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                self.eof = True
+                return None
+            self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
+        return line.decode(errors="replace") + "\n"
+
+    def rest(self) -> list[str]:
+        """Every line still to come, up to EOF (the child has exited or is exiting); closes the pipe."""
+        data = self._pending + self.pipe.read()
+        self._pending = b""
+        self.pipe.close()
+        return [line + "\n" for line in data.decode(errors="replace").splitlines()]
+
+
 class BrokerProcess:
     """One broker subprocess; `bootstrap` is its address. Its stderr (the log) goes to `log_path`
     (beside the data dir), its stdout lines to `stdout_lines`."""
@@ -34,8 +72,7 @@ class BrokerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
         self.stdout_lines: list[str] = []
-        self._pending = b""  # stdout bytes read but not yet a whole line
-        self._eof = False
+        self._stdout: LineReader | None = None
         self._log: IO[str] | None = None
 
     @property
@@ -62,14 +99,15 @@ class BrokerProcess:
         for key, value in settings.items():
             cmd += ["--override", f"{key}={value}"]
         self._log = open(self.log_path, "a")
-        self._pending, self._eof = b"", False
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, bufsize=0,
                                      start_new_session=self.start_new_session)
+        assert self.proc.stdout is not None
+        self._stdout = LineReader(self.proc.stdout)
         deadline = time.monotonic() + timeout
         while True:
-            line = self._read_line(deadline)
+            line = self._stdout.readline(deadline)
             if line is None:
-                if self.proc.poll() is not None or self._eof:
+                if self.proc.poll() is not None or self._stdout.eof:
                     self._log.close()
                     raise AssertionError(f"broker exited early (rc={self.proc.wait()}): {self.log()[-2000:]}")
                 raise AssertionError(f"broker did not report listening within {timeout}s: {self.log()[-2000:]}")
@@ -78,22 +116,6 @@ class BrokerProcess:
             if match:
                 self.port = int(match.group(1))
                 return self
-
-    def _read_line(self, deadline: float) -> str | None:
-        """The next stdout line, or None at EOF or when `deadline` (monotonic) passes."""
-        assert self.proc is not None and self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self._pending:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
-                return None
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                self._eof = True
-                return None
-            self._pending += chunk
-        line, _, self._pending = self._pending.partition(b"\n")
-        return line.decode(errors="replace") + "\n"
 
     def log(self) -> str:
         """Everything the broker logged so far (all its starts)."""
@@ -144,10 +166,7 @@ class BrokerProcess:
 
     def _finish(self) -> None:
         """After exit: keep the rest of stdout and close the log file."""
-        if self.proc is not None and self.proc.stdout is not None and not self.proc.stdout.closed:
-            rest = self._pending + self.proc.stdout.read()
-            self.stdout_lines.extend(line + "\n" for line in rest.decode(errors="replace").splitlines())
-            self._pending = b""
-            self.proc.stdout.close()
+        if self._stdout is not None and not self._stdout.closed:
+            self.stdout_lines.extend(self._stdout.rest())
         if self._log is not None:
             self._log.close()

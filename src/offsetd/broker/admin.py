@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from inspect import isawaitable
+from typing import Any, Awaitable, Callable
 
 from ..protocol.errors import Error
 from .broker import Broker
@@ -24,9 +25,30 @@ DYNAMIC_GROUP_CONFIG = 8  # DescribeConfigs ConfigSource of a per-group setting
 SET, DELETE = 0, 1  # IncrementalAlterConfigs operations
 
 
-def handle_create_topics(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any]:
+Later = list[tuple[Awaitable[Any], Callable[[Any], None], dict[str, Any]]]
+
+
+def _body_when_done(body: dict[str, Any], later: Later) -> Any:
+    """The body now, or (cluster mode: catalogue changes are PostgreSQL round trips) a coroutine
+    that finishes each result once its change is stored: done(value), or the TopicError's code."""
+    if not later:
+        return body
+
+    async def finish() -> dict[str, Any]:
+        for pending, done, result in later:
+            try:
+                done(await pending)
+            except TopicError as exc:
+                result.update(error_code=exc.error_code, error_message=exc.message)
+        return body
+
+    return finish()
+
+
+def handle_create_topics(broker: Broker, req: Any, version: int, now_ms: int) -> Any:
     """Create each topic or report why not; v5+ echoes partitions, replication factor and configs."""
     results = []
+    later: Later = []
     for item in req.topics:
         result: dict[str, Any] = {"name": item.name, "error_code": Error.NONE, "error_message": None}
         configs = {c.name: c.value for c in item.configs}
@@ -49,20 +71,28 @@ def handle_create_topics(broker: Broker, req: Any, version: int, now_ms: int) ->
             except TopicError as exc:
                 result.update(error_code=exc.error_code, error_message=exc.message)
             else:
-                result.update(topic_id=topic.topic_id, num_partitions=partitions, replication_factor=1,
-                              configs=[_config_entry(k, *effective_value(k, configs, broker.config))
-                                       for k in sorted(TOPIC_KEYS)])
+                def done(topic: Any, result: dict[str, Any] = result, partitions: int = partitions,
+                         configs: dict[str, str] = configs) -> None:
+                    result.update(topic_id=topic.topic_id, num_partitions=partitions, replication_factor=1,
+                                  configs=[_config_entry(k, *effective_value(k, configs, broker.config))
+                                           for k in sorted(TOPIC_KEYS)])
+
+                if isawaitable(topic):
+                    later.append((topic, done, result))
+                else:
+                    done(topic)
         results.append(result)
-    return {"topics": results}
+    return _body_when_done({"topics": results}, later)
 
 
-def handle_delete_topics(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any]:
+def handle_delete_topics(broker: Broker, req: Any, version: int, now_ms: int) -> Any:
     """Delete topics named (v0-5: `topic_names`; v6: `topics` by name or id)."""
     if hasattr(req, "topic_names"):
         wanted = [(name, None) for name in req.topic_names]
     else:
         wanted = [(t.name, t.topic_id) for t in req.topics]
     responses = []
+    later: Later = []
     for name, topic_id in wanted:
         topic = broker.topics.get(name) if name is not None else broker.topics.by_id(topic_id)
         response: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": Error.NONE}
@@ -75,23 +105,34 @@ def handle_delete_topics(broker: Broker, req: Any, version: int, now_ms: int) ->
                             error_message=f"Internal topic {topic.name} cannot be deleted.")
         else:
             response.update(name=topic.name, topic_id=topic.topic_id)
-            broker.topics.delete(topic)
-            broker.on_topic_deleted(topic.name, len(topic.partitions))
+            deleted = broker.topics.delete(topic)
+
+            def done(_: Any, topic: Any = topic) -> None:
+                broker.on_topic_deleted(topic.name, len(topic.partitions))
+
+            if isawaitable(deleted):
+                later.append((deleted, done, response))
+            else:
+                done(None)
         responses.append(response)
-    return {"responses": responses}
+    return _body_when_done({"responses": responses}, later)
 
 
-def handle_create_partitions(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any]:
+def handle_create_partitions(broker: Broker, req: Any, version: int, now_ms: int) -> Any:
     """Grow topics to the requested partition counts."""
     results = []
+    later: Later = []
     for item in req.topics:
         result: dict[str, Any] = {"name": item.name, "error_code": Error.NONE}
         try:
-            broker.topics.add_partitions(item.name, item.count, now_ms, validate_only=req.validate_only)
+            grown = broker.topics.add_partitions(item.name, item.count, now_ms, validate_only=req.validate_only)
         except TopicError as exc:
             result.update(error_code=exc.error_code, error_message=exc.message)
+        else:
+            if isawaitable(grown):
+                later.append((grown, lambda _: None, result))
         results.append(result)
-    return {"results": results}
+    return _body_when_done({"results": results}, later)
 
 
 def _config_entry(name: str, value: str, source: int, config_type: int = STRING,

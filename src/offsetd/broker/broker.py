@@ -6,22 +6,26 @@ a response body dict. The server owns sockets and timers and tells the broker th
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from ..config import BrokerConfig
+from .cluster_view import ClusterView, LocalView
 from .group_configs import GroupConfigs
 from .producer_ids import ProducerIdManager
 from .topics import TopicRegistry
 
 
 class Broker:
-    """Shared state of the data-plane handlers."""
+    """Shared state of the data-plane handlers. Cluster mode passes its own catalogue, view and
+    producer id source (server/cluster_runtime.py); the defaults are the embedded single node."""
 
-    def __init__(self, config: BrokerConfig, now_ms: int) -> None:
+    def __init__(self, config: BrokerConfig, now_ms: int, *, topics: TopicRegistry | None = None,
+                 cluster: ClusterView | None = None, producer_ids: Any = None) -> None:
         self.config = config
         self.node_id: int = config.get("node.id")
-        self.topics = TopicRegistry(config, now_ms)
-        self.producer_ids = ProducerIdManager(config.log_dir)
+        self.topics = topics if topics is not None else TopicRegistry(config, now_ms)
+        self.cluster: ClusterView = cluster if cluster is not None else LocalView(config)
+        self.producer_ids = producer_ids if producer_ids is not None else ProducerIdManager(config.log_dir)
         self.group_configs = GroupConfigs(config.log_dir)
         # Called with (topic, partition) after every append, so fetch long polls can wake up.
         self.on_append: Callable[[str, int], None] = lambda topic, partition: None

@@ -29,6 +29,8 @@ def handle_list_offsets(broker: Broker, req: Any, version: int, now_ms: int) -> 
                 entry["error_code"] = Error.UNKNOWN_TOPIC_OR_PARTITION
             elif plog.log_dir.offline:
                 entry["error_code"] = Error.KAFKA_STORAGE_ERROR
+            elif not plog.leader:  # cluster mode: another broker leads it
+                entry["error_code"] = Error.NOT_LEADER_OR_FOLLOWER
             elif p.timestamp == LATEST:
                 entry["offset"] = plog.log_end_offset
             elif p.timestamp == EARLIEST:
@@ -46,6 +48,8 @@ def handle_list_offsets(broker: Broker, req: Any, version: int, now_ms: int) -> 
                     found = None
                 if found is not None:
                     entry["offset"], entry["timestamp"] = found
+            if entry["error_code"] == Error.NONE:
+                entry["leader_epoch"] = plog.leader_epoch  # type: ignore[union-attr]
             partitions.append(entry)
         topics.append({"name": topic_req.name, "partitions": partitions})
     return {"topics": topics}

@@ -53,6 +53,8 @@ def handle_list_offsets_v0(broker: Broker, req: Any, now_ms: int) -> dict[str, A
                 entry["error_code"] = Error.UNKNOWN_TOPIC_OR_PARTITION
             elif plog.log_dir.offline:
                 entry["error_code"] = Error.KAFKA_STORAGE_ERROR
+            elif not plog.leader:  # cluster mode: another broker leads it
+                entry["error_code"] = Error.NOT_LEADER_OR_FOLLOWER
             else:
                 entry["old_style_offsets"] = offsets_before(plog, p.timestamp, p.max_num_offsets, now_ms)
             partitions.append(entry)

@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from inspect import isawaitable
 from typing import Any
 
 from ..protocol.errors import Error
 from ..records.batch import InvalidBatch, validate_batches
 from ..records.legacy_messages import up_convert
-from ..storage.log_dir import StorageError
+from ..storage.log_dir import NotLeader, StorageError
 from ..storage.producer_state import ProduceError
 from .broker import Broker
 
 log = logging.getLogger("offsetd.broker")
 
 
+_REFUSED = (InvalidBatch, ProduceError, StorageError, NotLeader)
+
+
 def _append(broker: Broker, topic: str, index: int, records: bytes | None, now_ms: int,
-            legacy: bool = False) -> dict[str, Any]:
+            legacy: bool = False) -> Any:
     """Append one partition's records (`legacy`: a v0/v1 message set of Produce v0-2, up-converted
-    to a v2 batch first); the result is that partition's response entry."""
+    to a v2 batch first); the result is that partition's response entry, or a coroutine of it
+    when the log acknowledges later (cluster mode: after PostgreSQL's COMMIT)."""
     entry: dict[str, Any] = {"index": index, "error_code": Error.NONE, "base_offset": -1}
     partition_log = broker.topics.partition(topic, index)
     if partition_log is None:
@@ -35,16 +41,40 @@ def _append(broker: Broker, topic: str, index: int, records: bytes | None, now_m
             records = up_convert(records)
         headers = validate_batches(records, partition_log.config.max_message_bytes)
         result = partition_log.append(records, now_ms, validated=headers)
-    except (InvalidBatch, ProduceError, StorageError) as exc:
-        # StorageError: KAFKA_STORAGE_ERROR (retriable); the log was cut back, nothing was written
-        log.log(logging.DEBUG if isinstance(exc, StorageError) else logging.INFO,
-                "produce to %s-%d refused: %s", topic, index, exc)
-        entry.update(error_code=exc.error_code, error_message=str(exc),
-                     log_start_offset=partition_log.log_start_offset)
-        return entry
+    except _REFUSED as exc:
+        return _refused(entry, partition_log, topic, index, exc)
+    if isawaitable(result):  # started now, so a request's partitions are stored concurrently
+        return asyncio.ensure_future(_appended_later(broker, entry, partition_log, topic, index, result))
     entry.update(base_offset=result.base_offset, log_start_offset=result.log_start_offset)
     broker.on_append(topic, index)
     return entry
+
+
+def _refused(entry: dict[str, Any], partition_log: Any, topic: str, index: int, exc: Exception) -> dict[str, Any]:
+    """The entry of a refused append. StorageError: KAFKA_STORAGE_ERROR (retriable), nothing was
+    written; NotLeader: the client refreshes its metadata and goes to the leader."""
+    log.log(logging.DEBUG if isinstance(exc, (StorageError, NotLeader)) else logging.INFO,
+            "produce to %s-%d refused: %s", topic, index, exc)
+    entry.update(error_code=exc.error_code, error_message=str(exc),  # type: ignore[attr-defined]
+                 log_start_offset=partition_log.log_start_offset)
+    return entry
+
+
+async def _appended_later(broker: Broker, entry: dict[str, Any], partition_log: Any, topic: str, index: int,
+                          pending: Any) -> dict[str, Any]:
+    try:
+        result = await pending
+    except _REFUSED as exc:
+        return _refused(entry, partition_log, topic, index, exc)
+    entry.update(base_offset=result.base_offset, log_start_offset=result.log_start_offset)
+    broker.on_append(topic, index)
+    return entry
+
+
+async def _all_appended(body: dict[str, Any]) -> dict[str, Any]:
+    for topic in body["responses"]:
+        topic["partition_responses"] = [await e if isawaitable(e) else e for e in topic["partition_responses"]]
+    return body
 
 
 def handle_produce(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any] | None:
@@ -60,9 +90,13 @@ def handle_produce(broker: Broker, req: Any, version: int, now_ms: int) -> dict[
         for topic in req.topic_data:
             responses.append({"name": topic.name, "partition_responses": [
                 _append(broker, topic.name, p.index, p.records, now_ms, version < 3) for p in topic.partition_data]})
+    body = {"responses": responses}
+    later = any(isawaitable(e) for t in responses for e in t["partition_responses"])
     if req.acks == 0:
+        if later:  # nobody waits for the answer, but the appends must still run
+            asyncio.ensure_future(_all_appended(body))
         return None
-    return {"responses": responses}
+    return _all_appended(body) if later else body
 
 
 def handle_init_producer_id(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any]:

@@ -128,17 +128,7 @@ class TopicRegistry:
     def create(self, name: str, num_partitions: int, configs: dict[str, str], now_ms: int,
                *, internal: bool = False, validate_only: bool = False) -> Topic:
         """Create a topic; TopicError(36/17/37) if it exists, has a bad name or partition count."""
-        problem = topic_name_problem(name)
-        if problem:
-            raise TopicError(17, problem)
-        if name in self._by_name:
-            raise TopicError(36, f"Topic '{name}' already exists.")
-        if num_partitions < 1:
-            raise TopicError(37, "Number of partitions must be larger than 0.")
-        collision = next((t.name for t in self._by_name.values()
-                          if t.name.replace(".", "_") == name.replace(".", "_")), None)
-        if collision:
-            raise TopicError(17, f"Topic '{name}' collides with existing topic: {collision}")
+        self.check_new(name, num_partitions)
         topic = Topic(name, uuid.uuid4(), dict(configs), internal=internal)
         if validate_only:
             return topic
@@ -152,8 +142,22 @@ class TopicRegistry:
         log.info("created topic %s with %d partitions", name, num_partitions)
         return topic
 
-    def add_partitions(self, name: str, count: int, now_ms: int, *, validate_only: bool = False) -> None:
-        """Grow a topic to `count` partitions (CreatePartitions)."""
+    def check_new(self, name: str, num_partitions: int) -> None:
+        """TopicError(36/17/37) when a topic of that name and size may not be created."""
+        problem = topic_name_problem(name)
+        if problem:
+            raise TopicError(17, problem)
+        if name in self._by_name:
+            raise TopicError(36, f"Topic '{name}' already exists.")
+        if num_partitions < 1:
+            raise TopicError(37, "Number of partitions must be larger than 0.")
+        collision = next((t.name for t in self._by_name.values()
+                          if t.name.replace(".", "_") == name.replace(".", "_")), None)
+        if collision:
+            raise TopicError(17, f"Topic '{name}' collides with existing topic: {collision}")
+
+    def check_growth(self, name: str, count: int) -> Topic:
+        """The topic, when it may grow to `count` partitions; TopicError(3/37) when not."""
         topic = self._by_name.get(name)
         if topic is None:
             raise TopicError(3, f"The topic '{name}' does not exist.")
@@ -162,6 +166,12 @@ class TopicRegistry:
             raise TopicError(37, f"Topic currently has {current} partitions, which is higher than the requested {count}.")
         if count == current:
             raise TopicError(37, f"Topic already has {current} partitions.")
+        return topic
+
+    def add_partitions(self, name: str, count: int, now_ms: int, *, validate_only: bool = False) -> None:
+        """Grow a topic to `count` partitions (CreatePartitions)."""
+        topic = self.check_growth(name, count)
+        current = len(topic.partitions)
         if validate_only:
             return
         lc = log_config(topic.configs, self.config)

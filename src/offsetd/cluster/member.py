@@ -66,6 +66,7 @@ class ClusterMember:
         self.brokers: list[BrokerRow] = []  # live brokers, from the last look
         self.leaders: dict[Key, Leader] = {}
         self._wake = asyncio.Event()
+        self._ticking = asyncio.Lock()  # one round at a time: each acts on what the last one did
         self._topics_dirty = True
         self._task: asyncio.Task[None] | None = None
         self._listener: Any = None
@@ -133,6 +134,10 @@ class ClusterMember:
 
     async def tick(self) -> None:
         """Renew, look, act (one round of the module docstring)."""
+        async with self._ticking:
+            await self._tick()
+
+    async def _tick(self) -> None:
         sent = self.clock()
         if await self.store.renew(self.node_id, self.incarnation, self.ttl_ms):
             self.lease.renewed(sent)
@@ -190,6 +195,10 @@ class ClusterMember:
     def _lose(self, key: Key) -> None:
         if self.owned.pop(key, None) is not None:
             self.callbacks.lost(key)
+
+    def refresh_topics(self) -> None:
+        """Read the catalogue again at the next tick."""
+        self._topics_dirty = True
 
     def fenced(self, key: Key) -> None:
         """An append found another owner: forget the partition and look again soon."""

@@ -35,6 +35,10 @@ from ..metrics.http import MetricsHttpServer
 from ..records.offsets import OFFSETS_TOPIC
 from ..storage.cleaner import LogCleaner
 from .connection import CloseConnection, Connection, ConnectionGuard, Pending
+from ..broker.topics import TopicError
+from ..cluster.member import ClusterMember
+from ..storage.postgres_store import PostgresStore
+from .cluster_runtime import ClusterRuntime, ClusterTopicRegistry, PostgresView, ProducerIdBlocks
 from .coordinator_runtime import ShardRuntime, ShardState
 from .futures import then
 from .group_api import GroupApi, RequestContext
@@ -105,21 +109,23 @@ class KafkaServer:
         self.config = config
         self.clock = clock
         self.max_request_bytes: int = config.get("socket.request.max.bytes")
-        self.broker = Broker(config, clock())
-        self.broker.on_append = self._wake_fetchers
         self._cleaner_executor: ThreadPoolExecutor | None = None
-        offsets_topic = self._offsets_topic()
-        group_config = coordinator_config(config)
-        self.runtimes = [
-            ShardRuntime(GroupCoordinatorShard(p, group_config), plog, fsync=config.get("offsets.topic.fsync.enable"),
-                         clock=clock)
-            for p, plog in enumerate(offsets_topic.partitions)
-        ]
+        self.runtimes: list[ShardRuntime] = []
+        self.cluster: ClusterMember | None = None
+        if config.get("storage.engine") == "local":
+            self.broker = Broker(config, clock())
+            self._add_runtimes(self._offsets_topic(), owned=True)
+        else:  # cluster mode: topics, ownership and shards arrive in start() (_join_cluster)
+            self._store = PostgresStore(config.get("storage.engine"))
+            self._topics = ClusterTopicRegistry(config, self._store, lambda: self.cluster is not None
+                                                and self.cluster.serving())
+            self._producer_ids = ProducerIdBlocks(self._store)
+            self.broker = Broker(config, clock(), topics=self._topics, producer_ids=self._producer_ids)
+        self.broker.on_append = self._wake_fetchers
         self.group_api = GroupApi(self.broker, self.runtimes)
         self.broker.on_topic_deleted = self._offsets_of_deleted_topic
         self.broker.on_group_config_changed = self._apply_group_config
-        for group_id, _ in self.broker.group_configs.items():
-            self._apply_group_config(group_id)
+        self._apply_group_configs()
         self.connections: set[Connection] = set()
         self.guard = ConnectionGuard(config, self.connections)
         self._fetch_waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
@@ -130,21 +136,69 @@ class KafkaServer:
         self.trace = log.isEnabledFor(logging.DEBUG)  # per-request log lines (--log-level DEBUG)
         self.metrics_server: MetricsHttpServer | None = None
 
+    def _add_runtimes(self, offsets_topic: Any, *, owned: bool) -> None:
+        """One coordinator shard runtime per `__consumer_offsets` partition (in place: the group
+        API and the metrics hold this list)."""
+        group_config = coordinator_config(self.config)
+        self.runtimes.extend(
+            ShardRuntime(GroupCoordinatorShard(p, group_config), plog, fsync=self.config.get("offsets.topic.fsync.enable"),
+                         clock=self.clock, owned=owned)
+            for p, plog in enumerate(offsets_topic.partitions))
+
+    def _apply_group_configs(self) -> None:
+        if self.runtimes:  # cluster mode: not before __consumer_offsets is known
+            for group_id, _ in self.broker.group_configs.items():
+                self._apply_group_config(group_id)
+
+    def _offsets_known(self, offsets_topic: Any) -> None:
+        """Cluster mode: `__consumer_offsets` appeared in the catalogue; its shards start unloaded."""
+        self._add_runtimes(offsets_topic, owned=False)
+        self._apply_group_configs()
+
+    @staticmethod
+    def _offsets_topic_configs(config: BrokerConfig) -> dict[str, str]:
+        # preallocate: every commit is fsynced, and an fdatasync that need not persist a new
+        # file size is several times faster at the tail (README "Performance").
+        return {"cleanup.policy": "compact", "compression.type": "producer", "preallocate": "true",
+                "segment.bytes": str(config.get("offsets.topic.segment.bytes"))}
+
     def _offsets_topic(self) -> Any:
         """`__consumer_offsets`, created at start-up: internal, compacted (reference §4.1)."""
         topic = self.broker.topics.get(OFFSETS_TOPIC)
         wanted = self.config.get("offsets.topic.num.partitions")
         if topic is None:
-            # preallocate: every commit is fsynced, and an fdatasync that need not persist a new
-            # file size is several times faster at the tail (README "Performance").
-            configs = {"cleanup.policy": "compact", "compression.type": "producer", "preallocate": "true",
-                       "segment.bytes": str(self.config.get("offsets.topic.segment.bytes"))}
-            topic = self.broker.topics.create(OFFSETS_TOPIC, wanted, configs, self.clock(), internal=True)
+            topic = self.broker.topics.create(OFFSETS_TOPIC, wanted, self._offsets_topic_configs(self.config),
+                                              self.clock(), internal=True)
         elif len(topic.partitions) != wanted:
             log.warning("%s has %d partitions, not offsets.topic.num.partitions=%d; keeping %d "
                         "(group placement depends on it and must never change)",
                         OFFSETS_TOPIC, len(topic.partitions), wanted, len(topic.partitions))
         return topic
+
+    async def _join_cluster(self) -> None:
+        """Cluster mode: connect to PostgreSQL, register, follow the catalogue (creating
+        `__consumer_offsets` if this is the first broker) and start claiming partitions."""
+        self._topics.cluster_id = await self._store.open()
+        await self._producer_ids.start()
+        advertised = self.config.advertised_listener
+        runtime = ClusterRuntime(self._topics, self.runtimes, self.clock,
+                                 self._offsets_known)
+        self._topics.on_deleted = lambda topic: self._offsets_of_deleted_topic(topic.name, len(topic.partitions))
+        self.cluster = ClusterMember(self._store, self.config.get("node.id"), advertised.host, advertised.port,
+                                     ttl_ms=self.config.get("broker.session.timeout.ms"),
+                                     heartbeat_ms=self.config.get("broker.heartbeat.interval.ms"),
+                                     callbacks=runtime)
+        self._topics.on_fenced = lambda plog: self.cluster.fenced((plog.topic_id, plog.partition))  # type: ignore[union-attr]
+        self.broker.cluster = PostgresView(self.cluster)
+        await self.cluster.start()
+        if self._topics.get(OFFSETS_TOPIC) is None:
+            try:
+                await self._topics.create(OFFSETS_TOPIC, self.config.get("offsets.topic.num.partitions"),
+                                          self._offsets_topic_configs(self.config), self.clock(), internal=True)
+            except TopicError:
+                pass  # another broker created it first
+            self.cluster.refresh_topics()
+            await self.cluster.tick()
 
     async def _load_coordinator(self) -> None:
         """Replay every offsets partition; groups of a partition are served once it is loaded."""
@@ -182,7 +236,10 @@ class KafkaServer:
         if metrics_listener is not None:  # Prometheus /metrics and /v1/groups on this loop
             self.metrics_server = MetricsHttpServer(self.runtimes)
             await self.metrics_server.start(metrics_listener.host, metrics_listener.port)
-        self._tasks.append(asyncio.create_task(self._load_coordinator()))
+        if self.cluster is None and self.config.get("storage.engine") != "local":
+            await self._join_cluster()
+        else:
+            self._tasks.append(asyncio.create_task(self._load_coordinator()))
         self._tasks.append(asyncio.create_task(self._every(
             self.config.get("log.retention.check.interval.ms"), self._retention)))
         if self.config.get("log.cleaner.enable"):
@@ -195,9 +252,13 @@ class KafkaServer:
             self._tasks.append(asyncio.create_task(self._every(sweep_ms, self.guard.sweep)))
 
     async def stop(self) -> None:
-        """Stop accepting, drop connections, flush and close every log."""
+        """Stop accepting, hand partitions over (cluster mode), drop connections, flush and
+        close every log."""
         if self._server is not None:
             self._server.close()
+        if self.cluster is not None:
+            await self.cluster.stop()  # graceful handoff: peers claim at once, no lease wait
+            await self._store.close()
         if self.metrics_server is not None:
             await self.metrics_server.stop()
         for task in self._tasks:

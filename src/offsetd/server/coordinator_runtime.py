@@ -16,11 +16,12 @@ import asyncio
 import enum
 import logging
 import time
+from inspect import isawaitable
 from typing import Any, Callable
 
 from ..coordinator.result import CoordinatorResult
 from ..coordinator.shard import GroupCoordinatorShard
-from ..coordinator.write_errors import CoordinatorWriteError
+from ..coordinator.write_errors import NOT_LEADER_OR_FOLLOWER, CoordinatorWriteError
 from ..records.batch import build_batch, iter_batches
 from ..records.scan import scan_key_values
 from ..records.offsets import encode_key, encode_value
@@ -36,18 +37,22 @@ class ShardState(enum.Enum):
     LOADING = "loading"
     ACTIVE = "active"
     FAILED = "failed"
+    UNLOADED = "unloaded"  # cluster mode: another broker owns this partition (NOT_COORDINATOR)
 
 
 class ShardRuntime:
     """One shard, its log partition, its write queue and its timer."""
 
     def __init__(self, shard: GroupCoordinatorShard, plog: PartitionLog, *, fsync: bool,
-                 clock: Callable[[], int]) -> None:
+                 clock: Callable[[], int], owned: bool = True) -> None:
         self.shard = shard
         self.plog = plog
         self.fsync = fsync
         self.clock = clock
-        self.state = ShardState.LOADING
+        self.state = ShardState.LOADING if owned else ShardState.UNLOADED
+        # Bumped by unload(): a write that was in flight then completes its requests (it is
+        # durable) but must not replay into the emptied shard.
+        self.generation = 0
         self.load_time_ms = 0.0
         self.records_loaded = 0
         self._queue: list[CoordinatorResult] = []
@@ -61,6 +66,8 @@ class ShardRuntime:
 
     async def load(self) -> None:
         """Replay the partition from its start (§5.1); a corrupt record fails this shard only."""
+        self.state = ShardState.LOADING
+        generation = self.generation
         started = time.perf_counter()
         offset, end = self.plog.log_start_offset, self.plog.log_end_offset
         shard, loaded = self.shard, 0
@@ -77,6 +84,8 @@ class ShardRuntime:
                     last = header.base_offset + header.last_offset_delta
                 offset = last + 1
                 await asyncio.sleep(0)  # let other shards and clients run between chunks
+                if generation != self.generation:
+                    return  # unloaded meanwhile (cluster mode: the partition moved on)
         except Exception as exc:
             self.state = ShardState.FAILED
             log.error("__consumer_offsets-%d: load failed near offset %d: %s; its groups are not served",
@@ -136,6 +145,26 @@ class ShardRuntime:
             self._timer = self._timer_deadline = None
         log.error("__consumer_offsets-%d: its groups are not served any more: %s", self.shard.partition, why)
 
+    def unload(self) -> None:
+        """This broker stops coordinating the partition's groups (cluster mode: it moved to
+        another broker). Queued work fails with NOT_COORDINATOR, so clients look up the new
+        coordinator; the groups are dropped from memory (the new owner loads them from the log)."""
+        self.generation += 1
+        self.state = ShardState.UNLOADED
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = self._timer_deadline = None
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        queued, self._queue = self._queue, []
+        error = CoordinatorWriteError(NOT_LEADER_OR_FOLLOWER, "the coordinator moved to another broker")
+        for result in queued:
+            for token, _ in result.completions:
+                if not token.done():
+                    token.set_exception(error)
+        self.shard.reset()
+
     def stop(self) -> None:
         """Cancel the sweep and the timers (shutdown)."""
         if self._sweeper is not None:
@@ -177,12 +206,16 @@ class ShardRuntime:
                 # (key bytes, value bytes, replay?) in log order: one atomic record batch
                 encoded = [(encode_key(k), None if v is None else encode_value(v), result.replay)
                            for result in batch for k, v in result.records]
+                generation = self.generation
                 try:
                     if encoded:
                         now = self.clock()
                         # Atomic: batch and fsync, or nothing (undone back to the last good end).
-                        self.plog.append(build_batch([(k, v, now, []) for k, v, _ in encoded]), now,
-                                         sync=self.fsync)
+                        # Cluster mode's log answers later: after PostgreSQL's COMMIT.
+                        appended = self.plog.append(build_batch([(k, v, now, []) for k, v, _ in encoded]), now,
+                                                    sync=self.fsync)
+                        if isawaitable(appended):
+                            await appended
                 except Exception as exc:
                     error = CoordinatorWriteError.from_exception(exc)
                     # Every queued result was decided on state the failed write had changed.
@@ -194,14 +227,20 @@ class ShardRuntime:
                     if self.plog.log_dir.offline:
                         self._fail(f"its log directory is offline ({exc})")
                         continue
+                    if generation != self.generation or self.state is ShardState.UNLOADED:
+                        continue  # unloaded meanwhile: nothing to rebuild here
+                    if not self.plog.leader:  # fenced: another broker owns the partition now
+                        self.unload()
+                        continue
                     log.error("__consumer_offsets-%d: write failed: %s; answered %d requests with error %d, "
                               "rebuilding its groups and offsets from the log", self.shard.partition, exc,
                               sum(len(r.completions) for r in failed), error.error_code)
                     await self._reload()
                     continue
-                for key, value, replay in encoded:
-                    if replay:
-                        self.shard.replay_raw(key, value)
+                if generation == self.generation:  # else unloaded while writing: durable, not ours
+                    for key, value, replay in encoded:
+                        if replay:
+                            self.shard.replay_raw(key, value)
                 for result in batch:
                     _deliver(result)
         finally:

@@ -12,7 +12,7 @@ from ..coordinator.result import CoordinatorResult
 from ..coordinator.shard import JoinRequest
 from ..coordinator.write_errors import CoordinatorWriteError
 from ..protocol.errors import Error
-from ..records.offsets import partition_for
+from ..records.offsets import OFFSETS_TOPIC, partition_for
 from .coordinator_runtime import ShardRuntime, ShardState, new_token
 from .futures import then
 
@@ -62,26 +62,35 @@ class GroupApi:
         return self.runtimes[partition_for(group_id, len(self.runtimes))]
 
     def _state_error(self, runtime: ShardRuntime) -> int:
-        """§0.2 steps 4-5: loading -> 14; failed -> 16."""
+        """§0.2 steps 4-5: loading -> 14; failed, or owned by another broker -> 16."""
         if runtime.state is ShardState.LOADING:
             return Error.COORDINATOR_LOAD_IN_PROGRESS
-        if runtime.state is ShardState.FAILED:
+        if runtime.state is ShardState.FAILED or runtime.state is ShardState.UNLOADED:
             return Error.NOT_COORDINATOR
         return Error.NONE
 
     # ----------------------------------------------------------------- FindCoordinator
 
     def find_coordinator(self, ctx: RequestContext, req: Any) -> Reply:
-        """This node coordinates every group (single broker); v4+ batches keys."""
-        advertised = self.broker.config.advertised_listener
+        """The leader of the group's `__consumer_offsets` partition (§5.2; this node on a single
+        broker); COORDINATOR_NOT_AVAILABLE while it has none (never a broker whose lease
+        expired); v4+ batches keys."""
         key_type = getattr(req, "key_type", 0)
+        view = self.broker.cluster
+        offsets_topic = self.broker.topics.get(OFFSETS_TOPIC)
 
         def entry(key: str) -> Body:
             if key_type not in (0,):  # transactions and share groups are not coordinated here
                 return {"key": key, "error_code": Error.INVALID_REQUEST, "node_id": -1, "host": "", "port": -1,
                         "error_message": f"Unsupported coordinator key type {key_type}"}
-            return {"key": key, "error_code": Error.NONE, "node_id": self.broker.node_id,
-                    "host": advertised.host, "port": advertised.port, "error_message": None}
+            node, _ = view.leader(offsets_topic, partition_for(key, len(self.runtimes))) if self.runtimes \
+                else (-1, -1)
+            endpoint = view.endpoint(node) if node >= 0 else None
+            if endpoint is None:
+                return {"key": key, "error_code": Error.COORDINATOR_NOT_AVAILABLE, "node_id": -1, "host": "",
+                        "port": -1, "error_message": "The coordinator is not available."}
+            return {"key": key, "error_code": Error.NONE, "node_id": node,
+                    "host": endpoint[0], "port": endpoint[1], "error_message": None}
 
         if ctx.version >= 4:
             return {"coordinators": [entry(k) for k in req.coordinator_keys]}
@@ -126,7 +135,7 @@ class GroupApi:
         runtime = self.runtime_for(req.group_id)
         if runtime.state is ShardState.LOADING:
             return {"error_code": Error.NONE}  # Heartbeat answers NONE while loading (§0.2)
-        if runtime.state is ShardState.FAILED:
+        if runtime.state is ShardState.FAILED or runtime.state is ShardState.UNLOADED:
             return {"error_code": Error.NOT_COORDINATOR}
         token = new_token()
         runtime.submit(runtime.shard.heartbeat(token, req.group_id, req.member_id,

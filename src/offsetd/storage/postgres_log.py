@@ -104,6 +104,11 @@ class PostgresPartitionLog:
     def lose_leadership(self) -> None:
         self.epoch = None
 
+    async def drain(self) -> None:
+        """Wait until the append in flight (if any) is stored or fenced."""
+        async with self._lock:
+            pass
+
     # ------------------------------------------------------------------- writes
 
     def append(self, records: bytes | bytearray | memoryview, now_ms: int, validated: Any = None, *,

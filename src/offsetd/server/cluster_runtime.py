@@ -1,0 +1,248 @@
+"""Cluster mode's wiring: the shared topic catalogue, the view Metadata answers from, producer ids,
+and what the server does when this broker gains or loses a partition.
+
+The membership loop (cluster/member.py) decides ownership; this module carries it out:
+* gained: bring the partition's local copy up to PostgreSQL's end, lead it at the claim's epoch,
+  and for a `__consumer_offsets` partition load its coordinator shard (COORDINATOR_LOAD_IN_PROGRESS
+  meanwhile; member session timers restart at load, as Kafka's do);
+* releasing / lost: stop leading at once (requests get NOT_LEADER_OR_FOLLOWER / NOT_COORDINATOR),
+  unload the shard (queued work fails with NOT_COORDINATOR), and for a release wait for the append
+  in flight so the next owner's load sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any, Callable
+
+from ..broker.topic_config import log_config
+from ..broker.topics import Topic, TopicError, TopicRegistry
+from ..cluster.member import ClusterMember, Key
+from ..config import BrokerConfig
+from ..records.offsets import OFFSETS_TOPIC
+from ..storage.log_dir import LogDirectory
+from ..storage.partition_log import PartitionLog
+from ..storage.postgres_log import PostgresPartitionLog
+from ..storage.postgres_store import Claim, PostgresStore, TopicRow
+from .coordinator_runtime import ShardRuntime
+
+log = logging.getLogger("offsetd.cluster")
+
+PRODUCER_ID_BLOCK = 1000  # the sequence's increment (storage/postgres_store.py)
+
+
+class ClusterTopicRegistry(TopicRegistry):
+    """The topic catalogue kept in PostgreSQL: changes are stored there first (the answer waits
+    for it), and every broker follows it (`sync`, on NOTIFY). Partition logs are
+    PostgresPartitionLogs over a local copy in `log.dirs`."""
+
+    def __init__(self, config: BrokerConfig, store: PostgresStore, serving: Callable[[], bool]) -> None:
+        # Not TopicRegistry.__init__: nothing is read from topics.json in cluster mode.
+        self.config = config
+        self.root = config.log_dir
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.log_dir = LogDirectory(self.root)
+        self.cluster_id = ""
+        self._by_name: dict[str, Topic] = {}
+        self._by_id: dict[uuid.UUID, Topic] = {}
+        self.store = store
+        self.serving = serving
+        self.node_id: int = config.get("node.id")
+        self.on_fenced: Callable[[PostgresPartitionLog], None] = lambda plog: None
+        self.on_deleted: Callable[[Topic], None] = lambda topic: None
+
+    def _open(self, topic: Topic, index: int, now_ms: int) -> PostgresPartitionLog:
+        cache = PartitionLog.open(self.root, topic.name, index, log_config(topic.configs, self.config), now_ms,
+                                  self.log_dir)
+        plog = PostgresPartitionLog(cache, self.store, topic.topic_id, self.node_id, self.serving)
+        plog.on_fenced = lambda p: self.on_fenced(p)
+        return plog
+
+    def sync(self, rows: list[TopicRow], now_ms: int) -> None:
+        """Follow the catalogue: open new topics and partitions, drop deleted topics' copies."""
+        wanted = {row.topic_id: row for row in rows}
+        for topic in list(self._by_id.values()):
+            if topic.topic_id not in wanted:
+                self._forget(topic)
+                self.on_deleted(topic)
+        for row in rows:
+            topic = self._by_id.get(row.topic_id)
+            if topic is None:
+                stale = self._by_name.get(row.name)
+                if stale is not None:  # re-created under the same name
+                    self._forget(stale)
+                    self.on_deleted(stale)
+                topic = Topic(row.name, row.topic_id, dict(row.configs), internal=row.internal)
+                self._add(topic)
+            while len(topic.partitions) < row.partitions:
+                topic.partitions.append(self._open(topic, len(topic.partitions), now_ms))
+
+    def _forget(self, topic: Topic) -> None:
+        self._by_name.pop(topic.name, None)
+        self._by_id.pop(topic.topic_id, None)
+        for plog in topic.partitions:
+            plog.lose_leadership()
+            plog.delete()
+
+    def _save(self) -> None:
+        """Nothing: the catalogue lives in PostgreSQL."""
+
+    def log_for(self, key: Key) -> PostgresPartitionLog | None:
+        topic = self._by_id.get(key[0])
+        if topic is None or not 0 <= key[1] < len(topic.partitions):
+            return None
+        return topic.partitions[key[1]]  # type: ignore[return-value]
+
+    def create(self, name: str, num_partitions: int, configs: dict[str, str], now_ms: int,  # type: ignore[override]
+               *, internal: bool = False, validate_only: bool = False) -> Any:
+        self.check_new(name, num_partitions)
+        topic = Topic(name, uuid.uuid4(), dict(configs), internal=internal)
+        if validate_only:
+            return topic
+        return self._create(topic, num_partitions, now_ms)
+
+    async def _create(self, topic: Topic, num_partitions: int, now_ms: int) -> Topic:
+        row = TopicRow(topic.name, topic.topic_id, num_partitions, topic.configs, topic.internal)
+        if not await self.store.create_topic(row):
+            raise TopicError(36, f"Topic '{topic.name}' already exists.")
+        self.sync_one(row, now_ms)
+        log.info("created topic %s with %d partitions", topic.name, num_partitions)
+        return self._by_id[topic.topic_id]
+
+    def sync_one(self, row: TopicRow, now_ms: int) -> None:
+        """Apply one stored catalogue row now (the NOTIFY that follows finds nothing new)."""
+        self.sync([*(TopicRow(t.name, t.topic_id, len(t.partitions), t.configs, t.internal)
+                     for t in self._by_id.values() if t.topic_id != row.topic_id), row], now_ms)
+
+    def add_partitions(self, name: str, count: int, now_ms: int, *, validate_only: bool = False) -> Any:
+        topic = self.check_growth(name, count)
+        if validate_only:
+            return None
+        return self._grow(topic, count, now_ms)
+
+    async def _grow(self, topic: Topic, count: int, now_ms: int) -> None:
+        current = len(topic.partitions)
+        if not await self.store.add_partitions(topic.topic_id, current, count):
+            raise TopicError(37, f"Topic {topic.name} changed meanwhile; try again.")
+        self.sync_one(TopicRow(topic.name, topic.topic_id, count, topic.configs, topic.internal), now_ms)
+
+    def delete(self, topic: Topic) -> Any:
+        return self._delete(topic)
+
+    async def _delete(self, topic: Topic) -> None:
+        if not await self.store.delete_topic(topic.topic_id):
+            raise TopicError(3, f"The topic '{topic.name}' does not exist.")
+        if self._by_id.get(topic.topic_id) is topic:
+            self._forget(topic)
+        log.info("deleted topic %s", topic.name)
+
+
+class PostgresView:
+    """Metadata's view in cluster mode: live brokers and leaders from the membership loop."""
+
+    def __init__(self, member: ClusterMember) -> None:
+        self.member = member
+
+    @property
+    def controller_id(self) -> int:
+        # No controller: the lowest live id is reported (clients only need an existing broker).
+        brokers = self.member.brokers
+        return brokers[0].node_id if brokers else self.member.node_id
+
+    def brokers(self) -> list[tuple[int, str, int]]:
+        return [(b.node_id, b.host, b.port) for b in self.member.brokers]
+
+    def leader(self, topic: Any, partition: int) -> tuple[int, int]:
+        if topic is None:
+            return -1, -1
+        leader = self.member.leader((topic.topic_id, partition))
+        return (-1, -1) if leader is None else (leader.node_id, leader.epoch)
+
+    def endpoint(self, node_id: int) -> tuple[str, int] | None:
+        row = self.member.endpoint(node_id)
+        return None if row is None else (row.host, row.port)
+
+
+class ProducerIdBlocks:
+    """Producer ids in blocks from a PostgreSQL sequence: unique across brokers and restarts.
+    The next block is fetched in the background when half of the current one is used."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
+        self._next = self._end = 0
+        self._spare: int | None = None
+        self._fetching = False
+
+    async def start(self) -> None:
+        self._next = await self.store.producer_id_block()
+        self._end = self._next + PRODUCER_ID_BLOCK
+        await self._refill()
+
+    async def _refill(self) -> None:
+        self._fetching = True
+        try:
+            self._spare = await self.store.producer_id_block()
+        finally:
+            self._fetching = False
+
+    def allocate(self) -> int:
+        if self._next >= self._end:
+            if self._spare is None:  # two blocks used before one round trip: never reuse an id
+                raise RuntimeError("producer id block not fetched yet")
+            self._next, self._end, self._spare = self._spare, self._spare + PRODUCER_ID_BLOCK, None
+        if self._spare is None and not self._fetching:
+            asyncio.ensure_future(self._refill())
+        pid = self._next
+        self._next += 1
+        return pid
+
+
+class ClusterRuntime:
+    """The server's side of ownership changes (cluster/member.py's OwnerCallbacks)."""
+
+    def __init__(self, topics: ClusterTopicRegistry, runtimes: list[ShardRuntime], clock: Callable[[], int],
+                 on_offsets_topic: Callable[[Topic], None]) -> None:
+        self.topics = topics
+        self.runtimes = runtimes
+        self.clock = clock
+        self.on_offsets_topic = on_offsets_topic
+
+    def _runtime(self, key: Key) -> ShardRuntime | None:
+        topic = self.topics.by_id(key[0])
+        if topic is None or topic.name != OFFSETS_TOPIC or key[1] >= len(self.runtimes):
+            return None
+        return self.runtimes[key[1]]
+
+    def topics_changed(self, topics: list[TopicRow]) -> None:
+        self.topics.sync(topics, self.clock())
+        offsets = self.topics.get(OFFSETS_TOPIC)
+        if offsets is not None and not self.runtimes:
+            self.on_offsets_topic(offsets)
+
+    async def gained(self, key: Key, claim: Claim) -> bool:
+        plog = self.topics.log_for(key)
+        if plog is None:
+            return False
+        await plog.take_leadership(claim, self.clock())
+        runtime = self._runtime(key)
+        log.info("leading %s-%d at epoch %d (offsets %d-%d)", plog.topic, key[1], claim.epoch, claim.start_offset,
+                 claim.next_offset)
+        if runtime is not None:
+            asyncio.ensure_future(runtime.load())  # answers COORDINATOR_LOAD_IN_PROGRESS until done
+        return True
+
+    async def releasing(self, key: Key) -> None:
+        plog = self.topics.log_for(key)
+        self.lost(key)
+        if plog is not None:
+            await plog.drain()  # the append in flight is stored (or fenced) before we let go
+
+    def lost(self, key: Key) -> None:
+        plog = self.topics.log_for(key)
+        if plog is not None:
+            plog.lose_leadership()
+        runtime = self._runtime(key)
+        if runtime is not None:
+            runtime.unload()

@@ -193,6 +193,10 @@ def _pread_all(ranges: list[tuple[Segment, int, int]]) -> bytes:
 class PartitionLog:
     """Append-only, segmented log of one partition (single broker: LEO is the high watermark)."""
 
+    # The embedded engine's one broker leads every partition; cluster mode's log says otherwise.
+    leader = True
+    leader_epoch = -1
+
     def __init__(
         self,
         dir: Path,
@@ -494,11 +498,13 @@ class PartitionLog:
         validated: list[BatchHeader] | None = None,
         *,
         leader_epoch: int | None = None,
+        replica: bool = False,
     ) -> "PreparedAppend | AppendResult":
         """The first half of append(): validation, producer rules and offset assignment, with
         no I/O. A duplicate gives its original AppendResult. The PostgreSQL engine stores
         `PreparedAppend.data()` before apply_append() writes it here; nothing may be appended in
-        between (apply_append checks)."""
+        between (apply_append checks). `replica`: batches copied from the log of record (already
+        accepted there), so producer rules are not judged again, only recorded."""
         self._check_open()
         mv = records if isinstance(records, memoryview) else memoryview(records)
         if mv.ndim != 1 or mv.itemsize != 1:
@@ -508,7 +514,10 @@ class PartitionLog:
         if not validated:
             raise InvalidBatch(INVALID_RECORD, "produce request contains no record batch")
         first = self.log_end_offset
-        pending, dup = self._producers.validate(validated, first)
+        if replica:
+            pending, dup = [(h, h.base_offset) for h in validated], None
+        else:
+            pending, dup = self._producers.validate(validated, first)
         if dup is not None:
             return AppendResult(dup.base_offset, dup.last_offset, -1, self.log_start_offset, True)
 

@@ -2,8 +2,8 @@
 
 kafka-python with api_version=(0, 9) / (0, 10, 1), librdkafka (confluent-kafka) and kcat with
 api.version.request=false and broker.version.fallback=0.9.0 / 0.10.0. Produce v0-2 and Fetch v0-3
-(message formats v0/v1) are not served yet, so data is written by a modern client and the old
-clients drive only the group, commit, offset, metadata and admin APIs. The broker runs with DEBUG
+carry message formats v0/v1: old clients produce and consume (compressed and not), and what they
+write reads back right for a modern client and the other way round. The broker runs with DEBUG
 request logging, and each test asserts on the (API, version) pairs the client really sent, so a
 client that silently upgraded would fail the test.
 """
@@ -21,7 +21,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from broker_process import BrokerProcess, wait_for
-from clients import create_topic, produce
+from clients import consume_all, create_topic, produce
 from raw_client import RawClient
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -32,7 +32,7 @@ _REQUEST_LINE = re.compile(r" ([A-Z_]+) v(\d+) corr=")
 @pytest.fixture
 def old_broker(broker_factory, monkeypatch) -> BrokerProcess:
     """A broker logging every request's API and version."""
-    monkeypatch.setenv("OFFSETD_TEST_LOG_LEVEL", "DEBUG")
+    monkeypatch.setattr(BrokerProcess, "log_level", "DEBUG")  # read when the class is defined, not per start
     return broker_factory({"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"})
 
 
@@ -73,7 +73,7 @@ def test_kafka_python_old_group_member(old_broker, api_version, expected):
                              session_timeout_ms=6000, heartbeat_interval_ms=100)
     tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
     try:
-        # Join and sync without fetching (Fetch v0-3 is not served yet): the coordinator's own poll.
+        # Join and sync without fetching (old-version fetching is tested below): the coordinator's own poll.
         wait_for(lambda: consumer._coordinator.poll(timeout_ms=500) and consumer.assignment() == {tp0, tp1},
                  timeout=15, message="assignment of both partitions")
         wait_for(lambda: ("HEARTBEAT", min(v for a, v in expected if a == "HEARTBEAT")) in sent(old_broker),
@@ -137,8 +137,8 @@ def test_librdkafka_old_commit_fetch_list_offsets(old_broker, fallback, commit_v
 def test_librdkafka_old_group_member(old_broker):
     """Subscribe at fallback 0.9.0: FindCoordinator, JoinGroup, SyncGroup, Heartbeat and LeaveGroup
     v0, and a member's commit (with its generation). The group has no committed offsets and
-    auto.offset.reset is "error", so the member has nowhere to start and never fetches (Fetch v0-3
-    is not served yet)."""
+    auto.offset.reset is "error", so the member has nowhere to start and never fetches (old-version
+    fetching is tested below)."""
     topic = "rd-grp"
     _seed(old_broker, topic, (3, 3))
     assigned: list[int] = []
@@ -262,3 +262,185 @@ def test_raw_offset_commit_v0_then_offset_fetch_v0_and_list_offsets_v0(old_broke
                                              + "0000000000000000"
                                              + "00000001" + "0000" + "00000001" + "0000000000000000")
     assert {("OFFSET_COMMIT", 0), ("OFFSET_FETCH", 0), ("LIST_OFFSETS", 0)} <= sent(old_broker)
+
+
+# ------------------------------------------------- message formats v0/v1: Produce v0-2, Fetch v0-3
+
+_T0 = 1_700_000_000_000
+
+
+def _rows(n: int) -> list[tuple[bytes | None, bytes | None, int]]:
+    """(key, value, timestamp) with null keys, null values (never both) and empty ones among them."""
+    return [(None if i % 4 == 1 else b"key-%d" % i, None if i % 5 == 3 and i % 4 != 1 else (b"value-%d " % i) * (i % 7),
+             _T0 + 10 * i) for i in range(n)]
+
+
+def _modern_read(broker: BrokerProcess, topic: str, count: int) -> list[tuple[int, bytes | None, bytes | None, int]]:
+    """(offset, key, value, timestamp) of partition 0 as confluent-kafka (Fetch v11+) reads it."""
+    return [(m.offset(), m.key(), m.value(), m.timestamp()[1]) for m in consume_all(broker.bootstrap, topic, [0], count)]
+
+
+def _modern_write(broker: BrokerProcess, topic: str, rows, compression: str) -> None:
+    """rows produced to partition 0 by confluent-kafka (Produce v7+, magic-v2 batches with headers)."""
+    produce(broker.bootstrap, topic, [{"key": k, "value": v, "timestamp": ts, "partition": 0,
+                                       "headers": [("h", b"x")]} for k, v, ts in rows],
+            **{"compression.type": compression, "linger.ms": 50})
+
+
+_KP_VERSIONS = {(0, 9): ("PRODUCE", 1, "FETCH", 1), (0, 10, 1): ("PRODUCE", 2, "FETCH", 3)}
+
+
+@pytest.mark.parametrize("api_version,compression", [
+    ((0, 9), None), ((0, 9), "gzip"), ((0, 9), "snappy"),  # lz4 at 0.9 needs the xxhash package in kafka-python
+    ((0, 10, 1), None), ((0, 10, 1), "gzip"), ((0, 10, 1), "snappy"), ((0, 10, 1), "lz4"),
+])
+def test_kafka_python_old_produce_and_group_consume(old_broker, api_version, compression):
+    """An old producer writes (magic 0 at 0.9, magic 1 at 0.10.1), an old group member already
+    waiting in a long poll consumes and commits, and confluent-kafka reads the same records."""
+    from kafka import KafkaProducer
+
+    topic = f"kp-msg-{len(api_version)}-{compression}"
+    create_topic(old_broker.bootstrap, topic, partitions=1)
+    tp = TopicPartition(topic, 0)
+    consumer = KafkaConsumer(topic, bootstrap_servers=old_broker.bootstrap, group_id=f"g-{topic}",
+                             api_version=api_version, enable_auto_commit=False, auto_offset_reset="earliest",
+                             session_timeout_ms=6000, heartbeat_interval_ms=100, fetch_max_wait_ms=2000)
+    rows = _rows(60)
+    try:
+        wait_for(lambda: (consumer.poll(100), consumer.assignment() == {tp})[1], timeout=15, message="assignment")
+        producer = KafkaProducer(bootstrap_servers=old_broker.bootstrap, api_version=api_version,
+                                 compression_type=compression, linger_ms=20)
+        try:
+            futures = [producer.send(topic, key=k, value=v, partition=0,
+                                     timestamp_ms=ts if api_version >= (0, 10) else None) for k, v, ts in rows]
+            producer.flush(timeout=20)
+            assert [f.get(timeout=10).offset for f in futures] == list(range(60))
+        finally:
+            producer.close()
+        got: list = []
+        wait_for(lambda: (got.extend(r for rs in consumer.poll(200).values() for r in rs), len(got) >= 60)[1],
+                 timeout=20, message="60 records")
+        consumer.commit({tp: OffsetAndMetadata(60, "", -1)})
+        assert consumer.committed(tp) == 60
+    finally:
+        consumer.close()
+    used = sent(old_broker)  # before the modern client below adds its own
+    stamped = api_version >= (0, 10)
+    assert [(r.offset, r.key, r.value, r.timestamp if stamped else None) for r in got] == \
+        [(i, k, v, ts if stamped else None) for i, (k, v, ts) in enumerate(rows)]
+    # magic 0 has no timestamp: stored as -1 (NO_TIMESTAMP), which a modern client reads as such
+    assert _modern_read(old_broker, topic, 60) == [(i, k, v, ts if stamped else -1) for i, (k, v, ts) in enumerate(rows)]
+    produce_api, produce_v, fetch_api, fetch_v = _KP_VERSIONS[api_version]
+    assert {(produce_api, produce_v), (fetch_api, fetch_v)} <= used, sorted(used)
+    assert not {(a, v) for a, v in used if a in ("PRODUCE", "FETCH") and v >= (3 if a == "PRODUCE" else 4)}, sorted(used)
+    assert not refused(old_broker), refused(old_broker)
+
+
+@pytest.mark.parametrize("api_version,compression", [
+    # kafka-python reads magic-0 lz4 only with the xxhash package; kcat reads it at 0.9.0 below
+    ((0, 9), "none"), ((0, 9), "gzip"), ((0, 9), "snappy"),
+    ((0, 10, 1), "none"), ((0, 10, 1), "gzip"), ((0, 10, 1), "snappy"), ((0, 10, 1), "lz4"),
+])
+def test_modern_data_read_by_old_kafka_python(old_broker, api_version, compression):
+    """confluent-kafka writes v2 batches (with headers), an old consumer reads them down-converted,
+    from an offset inside the data: offsets, keys, null values and (magic 1) timestamps."""
+    topic = f"mod-{len(api_version)}-{compression}"
+    create_topic(old_broker.bootstrap, topic, partitions=1)
+    rows = _rows(80)
+    _modern_write(old_broker, topic, rows, compression)
+    consumer = KafkaConsumer(bootstrap_servers=old_broker.bootstrap, api_version=api_version,
+                             enable_auto_commit=False, group_id=None, max_partition_fetch_bytes=2048)
+    tp = TopicPartition(topic, 0)
+    got: list = []
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, 7)
+        wait_for(lambda: (got.extend(r for rs in consumer.poll(200).values() for r in rs), len(got) >= 73)[1],
+                 timeout=20, message="73 records")
+    finally:
+        consumer.close()
+    stamped = api_version >= (0, 10)
+    assert [(r.offset, r.key, r.value, r.timestamp if stamped else None) for r in got] == \
+        [(i, k, v, ts if stamped else None) for i, (k, v, ts) in enumerate(rows)][7:]
+    fetch_v = _KP_VERSIONS[api_version][3]
+    assert ("FETCH", fetch_v) in sent(old_broker) and not refused(old_broker)
+
+
+def _kcat(broker: BrokerProcess, fallback: str, *args: str, stdin: str | None = None) -> str:
+    kcat = shutil.which("kcat")
+    assert kcat, "kcat must be installed (Debian package kcat)"
+    done = subprocess.run([kcat, "-b", broker.bootstrap, "-X", "api.version.request=false",
+                           "-X", f"broker.version.fallback={fallback}", *args],
+                          input=stdin, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4"])
+def test_kcat_fallback_0_9_0_produces_and_consumes_message_format_v0(old_broker, compression):
+    """kcat at 0.9.0 produces with Produce v1 (magic 0; lz4 with Kafka's historical header checksum)
+    and consumes with Fetch v1; confluent-kafka reads the same data, and kcat reads data that
+    confluent-kafka wrote."""
+    topic = f"kc9-{compression}"
+    create_topic(old_broker.bootstrap, topic, partitions=1)
+    lines = [f"k{i}:v{i}" if i % 3 else f":v{i}" for i in range(1, 31)] + ["knull:"]
+    _kcat(old_broker, "0.9.0", "-P", "-t", topic, "-p", "0", "-z", compression, "-K", ":", "-Z",
+          stdin="\n".join(lines) + "\n")
+    expected = [(None if line.startswith(":") else line.split(":")[0].encode(),
+                 None if line.endswith(":") else line.split(":")[1].encode()) for line in lines]
+    assert [(k, v, ts) for _, k, v, ts in _modern_read(old_broker, topic, 31)] == [(k, v, -1) for k, v in expected]
+    out = _kcat(old_broker, "0.9.0", "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e", "-Z",
+                "-f", "%o|%k|%s\\n")
+    assert out.splitlines() == [f"{i}|{'NULL' if k is None else k.decode()}|{'NULL' if v is None else v.decode()}"
+                                for i, (k, v) in enumerate(expected)]
+    # the other way: a modern producer's batches, down-converted to magic 0 for kcat
+    _modern_write(old_broker, topic, [(b"m", b"modern", _T0), (b"n", None, _T0 + 1)], compression)
+    out = _kcat(old_broker, "0.9.0", "-C", "-t", topic, "-p", "0", "-o", "31", "-e", "-Z", "-f", "%o|%k|%s\\n")
+    assert out.splitlines() == ["31|m|modern", "32|n|NULL"]
+    used = sent(old_broker)
+    assert {("PRODUCE", 1), ("FETCH", 1)} <= used, sorted(used)
+    assert not refused(old_broker), refused(old_broker)
+
+
+def test_kcat_fallback_0_10_0_negotiates_instead(old_broker):
+    """What librdkafka really does at broker.version.fallback=0.10.0: a fallback of 0.10 or later
+    turns the ApiVersions request back on whatever api.version.request says, so kcat negotiates
+    and uses current Produce/Fetch versions (magic 1 is reached with kafka-python at 0.10.1)."""
+    _kcat(old_broker, "0.10.0", "-P", "-t", "kc10", "-p", "0", "-z", "gzip", "-K", ":", stdin="a:1\nb:2\n")
+    out = _kcat(old_broker, "0.10.0", "-C", "-t", "kc10", "-p", "0", "-o", "beginning", "-e", "-f", "%o|%k|%s\\n")
+    assert out.splitlines() == ["0|a|1", "1|b|2"]
+    versions = {a: v for a, v in sent(old_broker) if a in ("PRODUCE", "FETCH")}
+    assert versions["PRODUCE"] >= 3 and versions["FETCH"] >= 4, versions
+
+
+def test_raw_produce_v0_to_v2_and_fetch_v0_errors(old_broker):
+    """On the wire: Produce v2 of a magic-1 message set is answered with its base offset and
+    log_append_time -1; a bad CRC is CORRUPT_MESSAGE (2) and nothing is appended; Fetch v0 of a
+    zstd batch (which message format v0 cannot hold) is UNSUPPORTED_COMPRESSION_TYPE (76)."""
+    from offsetd.records.legacy_messages import build_message_set
+
+    create_topic(old_broker.bootstrap, "raw-msg", partitions=2)
+    good = build_message_set([(0, b"k", b"v", _T0), (1, None, b"w", _T0 + 1)], 1)
+    bad = bytearray(good)
+    bad[-1] ^= 1
+
+    def produce_body(records: bytes) -> str:  # acks -1, timeout, [topic [partition 0, records]]
+        return "ffff" + "00002710" + "00000001" + _string("raw-msg") + "00000001" + "00000000" \
+            + struct.pack(">i", len(records)).hex() + records.hex()
+
+    create_topic(old_broker.bootstrap, "raw-zstd")
+    _modern_write(old_broker, "raw-zstd", [(b"z", b"z" * 1000, _T0)], "zstd")  # compressible: really zstd
+    with RawClient(old_broker.bootstrap) as client:
+        client.send_frame(_frame(0, 2, 1, produce_body(good)))
+        partition = "00000001" + _string("raw-msg") + "00000001" + "00000000"
+        assert client.read_frame().hex() == ("00000001" + partition + "0000" + "0000000000000000"
+                                             + "ffffffffffffffff" + "00000000")
+        client.send_frame(_frame(0, 0, 2, produce_body(bytes(bad))))
+        assert client.read_frame().hex() == "00000002" + partition + "0002" + "ffffffffffffffff"
+        # Fetch v0: replica -1, max_wait 0, min_bytes 0, [topic [partition 0, offset 0, max 1 MiB]]
+        client.send_frame(_frame(1, 0, 3, "ffffffff" + "00000000" + "00000000" + "00000001" + _string("raw-zstd")
+                                 + "00000001" + "00000000" + "0000000000000000" + "00100000"))
+        assert client.read_frame().hex() == ("00000003" + "00000001" + _string("raw-zstd") + "00000001" + "00000000"
+                                             + "004c" + "0000000000000001" + "00000000")
+    assert _modern_read(old_broker, "raw-msg", 2) == [(0, b"k", b"v", _T0), (1, None, b"w", _T0 + 1)]
+    assert {("PRODUCE", 2), ("PRODUCE", 0), ("FETCH", 0)} <= sent(old_broker)

@@ -10,6 +10,7 @@ from typing import Callable, Iterator
 import pytest
 
 from broker_process import BrokerProcess
+from postgres_server import before_drop
 
 
 class BrokerCluster:
@@ -112,6 +113,8 @@ def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerCluster]]:
     def start(dsn: str | None, size: int = 3, overrides: dict[str, str] | None = None) -> BrokerCluster:
         cluster = BrokerCluster(dsn, tmp_path / f"cluster-{len(clusters) + 1}", size, overrides)
         clusters.append(cluster)
+        if dsn:
+            before_drop(dsn, cluster.stop)  # brokers stop before their database goes, whatever the fixture order
         return cluster.start()
 
     yield start

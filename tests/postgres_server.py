@@ -8,18 +8,29 @@ import itertools
 import re
 from contextlib import contextmanager
 from typing import Callable, Iterator
+from urllib.parse import urlsplit
 
 import pytest
 
 from offsetd.dev.postgres import LocalPostgres
 
 _numbers = itertools.count(1)
+# database name -> what to run before it is dropped (brokers using it), newest first
+_before_drop: dict[str, list[Callable[[], None]]] = {}
 
 
 def database_name(label: str) -> str:
     """A unique database name from a test's name: t<n>_<label letters>, within PostgreSQL's 63."""
     cleaned = re.sub(r"[^a-z0-9_]+", "_", label.lower()).strip("_")
     return f"t{next(_numbers)}_{cleaned}"[:63]
+
+
+def before_drop(dsn: str, cleanup: Callable[[], None]) -> None:
+    """Run `cleanup` (e.g. stop the brokers using `dsn`) before the database of `dsn` is dropped:
+    fixtures tear down in reverse order of set-up, so a test that lists `cluster_factory` before
+    `pg_dsn` would otherwise drop the database under running brokers. Keyed by database name, so a
+    dsn through a pg_proxy counts too."""
+    _before_drop.setdefault(urlsplit(dsn).path.lstrip("/"), []).append(cleanup)
 
 
 @contextmanager
@@ -33,7 +44,11 @@ def fresh_database(server: LocalPostgres, label: str) -> Iterator[str]:
     try:
         yield dsn
     finally:
-        server.drop_database(name)
+        try:
+            for cleanup in reversed(_before_drop.pop(name, [])):
+                cleanup()
+        finally:
+            server.drop_database(name)
 
 
 @pytest.fixture(scope="session")

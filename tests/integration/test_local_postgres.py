@@ -15,7 +15,7 @@ import pytest
 
 from offsetd.dev import postgres as pgmod
 from offsetd.dev.postgres import LocalPostgres, PostgresError, PostgresNotFound
-from postgres_server import fresh_database
+from postgres_server import before_drop, fresh_database
 
 
 def _fetch(dsn: str, sql: str, *args: object) -> list[asyncpg.Record]:
@@ -127,3 +127,18 @@ def test_a_directory_the_server_user_cannot_enter_is_named():
         pgmod._check_reachable(base / "locked" / "pg", stranger)  # no error: every ancestor is open
     finally:
         shutil.rmtree(base)
+
+
+def test_before_drop_cleanups_run_while_the_database_still_exists(postgres_server):
+    seen: list[tuple[str, bool]] = []
+
+    def databases() -> list[str]:
+        return postgres_server.execute("SELECT datname FROM pg_database").split()
+
+    with fresh_database(postgres_server, "cleanup") as dsn:
+        name = dsn.rsplit("/", 1)[1]
+        proxied = dsn.replace(f":{postgres_server.port}/", ":1/")  # another address, the same database
+        before_drop(dsn, lambda: seen.append(("first", name in databases())))
+        before_drop(proxied, lambda: seen.append(("second", name in databases())))
+    assert seen == [("second", True), ("first", True)]  # newest first, both before the drop
+    assert name not in databases()

@@ -7,6 +7,7 @@ counts and turn them into metrics. Everything here is picklable and module-level
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +47,22 @@ class ConsumeResult:
     wrong_size: int = 0
     errors: int = 0
     first_error: str | None = None
+    #: The broker process' CPU time (user + system, all threads) over ``elapsed_s``; None
+    #: when no broker pid was given or /proc is not readable.
+    broker_cpu_s: float | None = None
+
+
+def process_cpu_s(pid: int | None) -> float | None:
+    """User + system CPU seconds of process ``pid`` so far (every thread), from
+    /proc/<pid>/stat; None without a pid or off Linux."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 def produce(
@@ -125,9 +142,12 @@ def consume(
     partitions: int,
     group_id: str,
     timeout_s: float,
+    broker_pid: int | None = None,
 ) -> ConsumeResult:
     """``assign()`` every partition from the beginning (no group coordination, no commits)
-    and read until ``messages`` records arrived or ``timeout_s`` passed."""
+    and read until ``messages`` records arrived or ``timeout_s`` passed. The loop is an
+    application's: consume() blocks until records arrive (no spinning). With ``broker_pid``
+    the broker's CPU time over the same interval is measured too."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer(
@@ -151,6 +171,7 @@ def consume(
         next_offset = [0] * partitions
         received = wrong_size = errors = offset_anomalies = 0
         first_error: str | None = None
+        cpu_before = process_cpu_s(broker_pid)
         start = time.perf_counter()
         deadline = start + timeout_s
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
@@ -181,6 +202,7 @@ def consume(
                 if value is None or len(value) != message_size:
                     wrong_size += 1
         elapsed = time.perf_counter() - start
+        cpu_after = process_cpu_s(broker_pid)
         # As reported in the Fetch responses (cached=True). Not ListOffsets: Tansu 0.6.0
         # answers ListOffsets(latest) with a lower offset than the one Fetch reports.
         high_watermarks = [
@@ -198,6 +220,7 @@ def consume(
         wrong_size=wrong_size,
         errors=errors,
         first_error=first_error,
+        broker_cpu_s=None if cpu_before is None or cpu_after is None else cpu_after - cpu_before,
     )
 
 
@@ -489,6 +512,110 @@ def first_record(bootstrap: str, topic: str, group_id: str, timeout_s: float) ->
             result.offset = msg.offset()
             result.value_size = None if value is None else len(value)
             break
+    finally:
+        consumer.close()
+    return result
+
+
+# -- time lookups ---------------------------------------------------------------------------
+
+
+@dataclass
+class TimeLookupResult:
+    """What the time-lookup client saw: each timed lookup's latency, and how many answers were
+    the exact record (record ``k`` has timestamp ``t0 + k``, so target ``t0 + k`` is offset k)."""
+
+    latencies_ms: list[float] = field(default_factory=list)
+    exact: int = 0
+    wrong: list[tuple[int, int]] = field(default_factory=list)  # (expected, answered), first few
+    errors: int = 0
+    first_error: str | None = None
+
+
+def produce_timestamped(
+    bootstrap: str,
+    topic: str,
+    messages: int,
+    value_size: int,
+    codec: str,
+    t0_ms: int,
+    timeout_s: float,
+) -> ProduceResult:
+    """Produce ``messages`` values to partition 0 with timestamps ``t0_ms + i``, compressed with
+    ``codec`` by librdkafka (its default 1 MB batches). The values cycle through 512 random
+    hex strings, so the batches are about as big compressed as not. No retries: a failed
+    batch is an error, never a reordering."""
+    import random
+
+    from confluent_kafka import Producer
+
+    outcome = {"delivered": 0, "errors": 0}
+    first_error: list[str] = []
+
+    def on_delivery(err: object, _msg: object) -> None:
+        if err is None:
+            outcome["delivered"] += 1
+        else:
+            outcome["errors"] += 1
+            first_error[:] = first_error or [str(err)]
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                         "compression.type": codec, "enable.idempotence": False, "retries": 0,
+                         "message.timeout.ms": int(timeout_s * 1000), "on_delivery": on_delivery})
+    producer.list_topics(topic, timeout=10)
+    rng = random.Random(11)
+    pool = [rng.randbytes(value_size // 2).hex().encode() for _ in range(512)]
+    start = time.perf_counter()
+    deadline = start + timeout_s
+    attempted = 0
+    while attempted < messages and time.perf_counter() < deadline:
+        try:
+            producer.produce(topic, pool[attempted % 512], partition=0, timestamp=t0_ms + attempted)
+        except BufferError:
+            producer.poll(0.05)
+            continue
+        attempted += 1
+        if attempted % 1000 == 0:
+            producer.poll(0)
+    undelivered = producer.flush(max(0.0, deadline - time.perf_counter()))
+    return ProduceResult(elapsed_s=time.perf_counter() - start, attempted=attempted,
+                         delivered=outcome["delivered"], errors=outcome["errors"],
+                         undelivered=undelivered, first_error=first_error[0] if first_error else None)
+
+
+def time_lookups(bootstrap: str, topic: str, messages: int, t0_ms: int, lookups: int,
+                 warmup: int) -> TimeLookupResult:
+    """``lookups`` ListOffsets by timestamp (``offsets_for_times``) one after another, each for a
+    random record's timestamp, after ``warmup`` untimed ones."""
+    import random
+
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "offsetd-bench-lookup"})
+    result = TimeLookupResult()
+    rng = random.Random(7)
+    try:
+        consumer.list_topics(topic, timeout=10)
+        for i in range(warmup + lookups):
+            k = rng.randrange(messages)
+            started = time.perf_counter()
+            try:
+                (answer,) = consumer.offsets_for_times([TopicPartition(topic, 0, t0_ms + k)], timeout=30)
+            except KafkaException as exc:
+                result.errors += 1
+                result.first_error = result.first_error or str(exc)
+                continue
+            took_ms = (time.perf_counter() - started) * 1000
+            if i < warmup:
+                continue
+            result.latencies_ms.append(took_ms)
+            if answer.error is not None:
+                result.errors += 1
+                result.first_error = result.first_error or str(answer.error)
+            elif answer.offset == k:
+                result.exact += 1
+            elif len(result.wrong) < 5:
+                result.wrong.append((k, answer.offset))
     finally:
         consumer.close()
     return result

@@ -92,7 +92,7 @@ def run_suite(launcher: BrokerLauncher, workloads: list[Workload], repetition: i
             elif missing:
                 out = WorkloadOutcome(wl.name, "skipped", error=f"needs {', '.join(missing)}")
             else:
-                out = _run_workload(wl, run.bootstrap, launcher.name)
+                out = _run_workload(wl, run.bootstrap, launcher.name, launcher.pid)
             run.outcomes.append(out)
             if out.status == "ok":
                 ok.add(wl.name)
@@ -104,10 +104,13 @@ def run_suite(launcher: BrokerLauncher, workloads: list[Workload], repetition: i
     return run
 
 
-def _run_workload(wl: Workload, bootstrap: str, broker_name: str) -> WorkloadOutcome:
+def _run_workload(wl: Workload, bootstrap: str, broker_name: str, broker_pid: int) -> WorkloadOutcome:
     start = time.monotonic()
     try:
-        metrics = wl.run(bootstrap, broker_name)
+        if wl.wants_pid:
+            metrics = wl.run(bootstrap, broker_name, broker_pid=broker_pid)
+        else:
+            metrics = wl.run(bootstrap, broker_name)
     except WorkloadFailed as exc:
         if exc.detail:
             print(exc.detail, file=sys.stderr, flush=True)

@@ -69,7 +69,7 @@ class WorkloadFailed(Exception):
         self.detail = detail
 
 
-WorkloadFn = Callable[[str, str], dict[str, Metric]]
+WorkloadFn = Callable[..., dict[str, Metric]]
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,8 @@ class Workload:
     brokers: tuple[str, ...] = ()
     #: Why it is "n/a" for the other brokers (default: "<brokers> only").
     not_applicable: str = ""
+    #: Called with ``broker_pid=`` (the broker process, e.g. to read its CPU time) too.
+    wants_pid: bool = False
 
     def applies_to(self, broker_name: str) -> bool:
         return not self.brokers or broker_name in self.brokers
@@ -116,6 +118,15 @@ class BenchConfig:
 
     # subscribe-to-first-record
     first_record_timeout_s: float = 90.0
+
+    # time-lookup: a partition of lookup_messages x lookup_value_size B in lookup_codec batches
+    lookup_topic: str = "bench-time"
+    lookup_messages: int = 1_000_000  # ~1 GB stored
+    lookup_value_size: int = 1000
+    lookup_codec: str = "lz4"
+    lookups: int = 200
+    lookup_warmup: int = 10
+    lookup_produce_timeout_s: float = 300.0
 
     # offsets-load: groups x topics x partitions commit records, one per key
     load_groups: int = 1000
@@ -215,15 +226,18 @@ def produce_throughput(cfg: BenchConfig, bootstrap: str, broker_name: str) -> di
     return _throughput("produce", cfg.messages, cfg.message_size, res.elapsed_s)
 
 
-def consume_throughput(cfg: BenchConfig, bootstrap: str, broker_name: str) -> dict[str, Metric]:
+def consume_throughput(cfg: BenchConfig, bootstrap: str, broker_name: str,
+                       broker_pid: int | None = None) -> dict[str, Metric]:
     """One consumer process assigned all partitions from the beginning reads back what
     ``produce`` wrote. Checked: the total, the count per partition, offsets 0, 1, 2, ... in
-    each partition, every value's size, and each partition's high watermark."""
+    each partition, every value's size, and each partition's high watermark. With
+    ``broker_pid``, also the broker's CPU seconds per GB of record values fetched (its
+    /proc/<pid>/stat over the consumer's timed section)."""
     try:
         res = run_in_child(
             clients.consume,
             (bootstrap, cfg.topic, cfg.messages, cfg.message_size, cfg.partitions,
-             cfg.group_id, cfg.consume_timeout_s),
+             cfg.group_id, cfg.consume_timeout_s, broker_pid),
             timeout_s=cfg.consume_timeout_s + cfg.child_slack_s,
         )  # fmt: skip
     except ChildError as exc:
@@ -248,7 +262,12 @@ def consume_throughput(cfg: BenchConfig, bootstrap: str, broker_name: str) -> di
         problems.append(f"{res.errors} consumer errors, first: {res.first_error}")
     if problems:
         raise WorkloadFailed("; ".join(problems))
-    return _throughput("consume", res.received, cfg.message_size, res.elapsed_s)
+    metrics = _throughput("consume", res.received, cfg.message_size, res.elapsed_s)
+    if res.broker_cpu_s is not None:
+        gb = res.received * cfg.message_size / 1e9
+        metrics["consume_broker_cpu_s_per_gb"] = Metric(
+            "consume: broker CPU per GB of values", "s/GB", res.broker_cpu_s / gb, False)
+    return metrics
 
 
 def commit_throughput(cfg: BenchConfig, bootstrap: str, broker_name: str) -> dict[str, Metric]:
@@ -395,6 +414,50 @@ def subscribe_to_first_record(
     if res.assigned_s is not None:
         metrics["assigned_s"] = Metric("subscribe -> assignment", "s", res.assigned_s, False)
     return metrics
+
+
+def time_lookup(cfg: BenchConfig, bootstrap: str, broker_name: str) -> dict[str, Metric]:
+    """ListOffsets by timestamp on one partition of ``cfg.lookup_messages`` records (about
+    1 GB stored) in ``cfg.lookup_codec``-compressed batches of ~1 MB, record k at t0 + k ms:
+    ``cfg.lookups`` sequential lookups of random records' timestamps. Figures: latency p50 and
+    p99 (client round trip), and the share of answers that are the exact record (Kafka's
+    answer; a broker answering with the batch's first offset is counted as wrong).
+    Fails on produce or lookup errors."""
+    _create_topic(bootstrap, cfg.lookup_topic, 1, cfg.setup_timeout_s)
+    t0_ms = int(time.time() * 1000) - cfg.lookup_messages - 3_600_000  # within 7 days' retention
+    try:
+        produced = run_in_child(
+            clients.produce_timestamped,
+            (bootstrap, cfg.lookup_topic, cfg.lookup_messages, cfg.lookup_value_size,
+             cfg.lookup_codec, t0_ms, cfg.lookup_produce_timeout_s),
+            timeout_s=cfg.lookup_produce_timeout_s + cfg.child_slack_s,
+        )  # fmt: skip
+        if produced.errors or produced.delivered != cfg.lookup_messages:
+            raise WorkloadFailed(f"time-lookup data: {produced.delivered}/{cfg.lookup_messages} "
+                                 f"delivered, {produced.errors} errors, first: {produced.first_error}")
+        print(f"  [{broker_name}] time-lookup data: {cfg.lookup_messages:,} x {cfg.lookup_value_size} B "
+              f"({cfg.lookup_codec}) in {produced.elapsed_s:.1f} s", flush=True)  # fmt: skip
+        res = run_in_child(
+            clients.time_lookups,
+            (bootstrap, cfg.lookup_topic, cfg.lookup_messages, t0_ms, cfg.lookups, cfg.lookup_warmup),
+            timeout_s=cfg.lookups * 30 + cfg.child_slack_s,
+        )
+    except ChildError as exc:
+        raise WorkloadFailed(str(exc), exc.detail) from exc
+    if res.errors or not res.latencies_ms:
+        raise WorkloadFailed(f"{res.errors} lookup errors, first: {res.first_error}")
+    if res.wrong:
+        print(f"  [{broker_name}] time-lookup: {len(res.latencies_ms) - res.exact} answers not the "
+              f"exact record, e.g. (expected, answered) {res.wrong}", flush=True)  # fmt: skip
+    latencies = sorted(res.latencies_ms)
+    return {
+        "time_lookup_p50_ms": Metric("time lookup, 1 GB compressed partition: p50", "ms",
+                                     _percentile(latencies, 50), False),
+        "time_lookup_p99_ms": Metric("time lookup, 1 GB compressed partition: p99", "ms",
+                                     _percentile(latencies, 99), False),
+        "time_lookup_exact_pct": Metric("time lookup: exact record answered", "%",
+                                        100.0 * res.exact / len(latencies)),
+    }
 
 
 #: OffsetFetch errors after which the load probe asks again (the load is not finished, or
@@ -672,11 +735,13 @@ def default_workloads(cfg: BenchConfig) -> list[Workload]:
     return [
         Workload("create_topic", partial(create_topic, cfg)),
         Workload("produce", partial(produce_throughput, cfg), requires=("create_topic",)),
-        Workload("consume", partial(consume_throughput, cfg), requires=("produce",)),
+        Workload("consume", partial(consume_throughput, cfg), requires=("produce",),
+                 wants_pid=True),
         Workload("commit-throughput", partial(commit_throughput, cfg),
                  requires=("create_topic",)),
         Workload("commit-latency", partial(commit_latency, cfg), requires=("create_topic",)),
         Workload("subscribe-to-first-record", partial(subscribe_to_first_record, cfg)),
+        Workload("time-lookup", partial(time_lookup, cfg)),
         Workload("offsets-load", partial(offsets_load, cfg), brokers=("offsetd",)),
         *abuse.abuse_workloads(cfg),
     ]

@@ -35,14 +35,15 @@ async def _run(config: BrokerConfig) -> int:
         listener = config.listener
         print(f"offsetd: cannot listen on {listener.host}:{listener.port}: {exc.strerror}", file=sys.stderr)
         return 1
-    listener, advertised = config.listener, config.advertised_listener
-    print(f"offsetd listening on {listener.host or '0.0.0.0'}:{server.port} "
-          f"(advertised {advertised.host}:{advertised.port}), data in {config.log_dir.resolve()}",
-          flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # only now: whoever waits for this line may send SIGTERM at once and expect a clean stop
+    listener, advertised = config.listener, config.advertised_listener
+    print(f"offsetd listening on {listener.host or '0.0.0.0'}:{server.port} "
+          f"(advertised {advertised.host}:{advertised.port}), data in {config.log_dir.resolve()}",
+          flush=True)
     await stop.wait()
     log.info("shutting down")
     await server.stop()

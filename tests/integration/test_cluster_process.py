@@ -4,11 +4,15 @@ until SIGCONT, SIGTERM stops it cleanly, logs gathered for failure messages."""
 
 from __future__ import annotations
 
+import asyncio
+
+import asyncpg
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from broker_process import wait_for
+from cluster_process import BrokerCluster
 
 
 def _node_id(bootstrap: str, timeout: float = 5.0) -> int:
@@ -72,3 +76,25 @@ def test_logs_name_every_broker_with_its_log(cluster_factory):
     assert f"===== broker 2 ({cluster.broker(2).bootstrap}, running) {cluster.broker(2).log_path} =====" in logs
     assert cluster.broker(2).log()[-200:] in logs
     assert cluster.broker(2).overrides["num.partitions"] == "3"
+
+
+def test_proxied_cluster_gives_each_broker_its_own_proxy_to_the_database(pg_dsn, tmp_path):
+    cluster = BrokerCluster(pg_dsn, tmp_path / "c", size=2, proxied=True)  # not started: the wiring only
+    try:
+        engines = {n: cluster.broker(n).overrides["storage.engine"] for n in cluster.node_ids}
+        assert engines == {n: cluster.proxy(n).dsn for n in cluster.node_ids}
+        assert engines[1] != engines[2] and all(e.endswith("/" + pg_dsn.rsplit("/", 1)[1]) for e in engines.values())
+
+        async def through(dsn: str) -> str:
+            conn = await asyncpg.connect(dsn, timeout=5)
+            try:
+                return await conn.fetchval("SELECT current_database()")
+            finally:
+                await conn.close()
+
+        cluster.proxy(1).blackhole()
+        assert asyncio.run(through(engines[2])) == pg_dsn.rsplit("/", 1)[1]  # the other one still passes
+    finally:
+        cluster.stop()  # heals and closes the proxies
+    with pytest.raises(OSError):
+        asyncio.run(through(engines[1]))

@@ -111,6 +111,16 @@ def test_a_bad_crc_inside_a_compressed_wrapper_is_corrupt_message():
     assert err.value.error_code == 2
 
 
+@pytest.mark.parametrize("inner_magic,inner_codec", [(0, NONE), (1, GZIP)])
+def test_a_wrapper_of_another_magic_or_nested_compression_is_invalid_record(inner_magic, inner_codec):
+    """Kafka's validator: an inner message's magic must be its wrapper's, and it may not be compressed."""
+    inner = _message(0, inner_magic, inner_codec, TS, None, bytes.fromhex(MAGIC1) if inner_codec else b"v")
+    wrapper = _message(0, 1, GZIP, TS, None, bytes(cramjam.gzip.compress(inner)))
+    with pytest.raises(InvalidBatch) as err:
+        up_convert(wrapper)
+    assert err.value.error_code == 87
+
+
 @pytest.mark.parametrize("cut", [1, 5, 20])
 def test_a_truncated_message_set_is_corrupt_message(cut):
     with pytest.raises(InvalidBatch) as err:

@@ -39,6 +39,7 @@ from offsetd.records.batch import (
     COMPRESSION_ZSTD,
     CORRUPT_MESSAGE,
     CRC_START,
+    INVALID_RECORD,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
     TIMESTAMP_TYPE_MASK,
@@ -262,9 +263,9 @@ def flatten(messages: Iterable[LegacyMessage]) -> Iterable[tuple[LegacyMessage, 
             raise InvalidBatch(CORRUPT_MESSAGE, f"compressed message at offset {m.offset} is empty")
         shift = m.offset - inner[-1].offset if m.magic > 0 else 0
         for i in inner:
-            if i.magic != m.magic or i.codec != COMPRESSION_NONE:
-                raise InvalidBatch(CORRUPT_MESSAGE, f"inner message of the wrapper at offset {m.offset} has "
-                                                    f"magic {i.magic} / codec {i.codec}")
+            if i.magic != m.magic or i.codec != COMPRESSION_NONE:  # Kafka: InvalidRecordException
+                raise InvalidBatch(INVALID_RECORD, f"inner message of the wrapper at offset {m.offset} has "
+                                                   f"magic {i.magic} / codec {i.codec}")
             if m.log_append_time:
                 i.timestamp = m.timestamp
             yield i, i.offset + shift

@@ -444,3 +444,39 @@ def test_raw_produce_v0_to_v2_and_fetch_v0_errors(old_broker):
                                              + "004c" + "0000000000000001" + "00000000")
     assert _modern_read(old_broker, "raw-msg", 2) == [(0, b"k", b"v", _T0), (1, None, b"w", _T0 + 1)]
     assert {("PRODUCE", 2), ("PRODUCE", 0), ("FETCH", 0)} <= sent(old_broker)
+
+
+@pytest.mark.parametrize("compression", ["gzip", "lz4"])
+def test_librdkafka_fallback_0_9_0_producer_and_group_consumer(old_broker, compression):
+    """confluent-kafka at fallback 0.9.0: its producer writes magic-0 message sets (Produce v1), a
+    group member (JoinGroup v0) consumes them with Fetch v1 from the committed position and commits;
+    a modern consumer reads the same records."""
+    topic = f"rd9-{compression}"
+    create_topic(old_broker.bootstrap, topic, partitions=1)
+    rows = [(r[0], r[1]) for r in _rows(40)]
+    produce(old_broker.bootstrap, topic, [{"key": k, "value": v, "partition": 0} for k, v in rows],
+            **{"compression.type": compression, **_old_conf("0.9.0")})
+    consumer = Consumer({"bootstrap.servers": old_broker.bootstrap, "group.id": f"g-{topic}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                         "heartbeat.interval.ms": 100, **_old_conf("0.9.0")})
+    consumer.subscribe([topic])
+    got: list = []
+
+    def poll_some() -> bool:
+        msg = consumer.poll(0.2)
+        if msg is not None:
+            assert msg.error() is None, msg.error()
+            got.append((msg.offset(), msg.key(), msg.value()))
+        return len(got) >= 40
+
+    try:
+        wait_for(poll_some, timeout=30, message="40 records")
+        consumer.commit(offsets=[CTP(topic, 0, 40)], asynchronous=False)
+    finally:
+        consumer.close()
+    assert got == [(i, k, v) for i, (k, v) in enumerate(rows)]
+    used = sent(old_broker)
+    assert {("PRODUCE", 1), ("FETCH", 1), ("JOIN_GROUP", 0), ("OFFSET_COMMIT", 2)} <= used, sorted(used)
+    assert not {(a, v) for a, v in used if (a == "PRODUCE" and v >= 3) or (a == "FETCH" and v >= 4)}, sorted(used)
+    assert [(o, k, v) for o, k, v, _ in _modern_read(old_broker, topic, 40)] == got
+    assert not refused(old_broker), refused(old_broker)

@@ -36,9 +36,12 @@ class BrokerCluster:
             self.brokers[node_id] = BrokerProcess(base_dir / f"broker-{node_id}", settings)
 
     def start(self, timeout: float = 30.0) -> "BrokerCluster":
-        """Start every broker, each waited on until it listens (AssertionError with its log if not)."""
+        """Start every broker at once, then wait until each listens (AssertionError with its log
+        if one does not)."""
         for broker in self.brokers.values():
-            broker.start(timeout)
+            broker.launch()
+        for broker in self.brokers.values():
+            broker.wait_listening(timeout)
         return self
 
     @property

@@ -89,6 +89,10 @@ class BrokerProcess:
     def start(self, timeout: float = 20.0) -> "BrokerProcess":
         """Start it and wait until it listens; the port of the first start is kept for restarts.
         AssertionError (with the log's tail) if it exits first or does not listen in time."""
+        return self.launch().wait_listening(timeout)
+
+    def launch(self) -> "BrokerProcess":
+        """Start the process without waiting (wait_listening() next): several brokers boot at once."""
         settings = {
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "log.dirs": str(self.data_dir),
@@ -103,6 +107,11 @@ class BrokerProcess:
                                      start_new_session=self.start_new_session)
         assert self.proc.stdout is not None
         self._stdout = LineReader(self.proc.stdout)
+        return self
+
+    def wait_listening(self, timeout: float = 20.0) -> "BrokerProcess":
+        """Wait for the launched broker's listening line (its port is then known)."""
+        assert self.proc is not None and self._stdout is not None and self._log is not None
         deadline = time.monotonic() + timeout
         while True:
             line = self._stdout.readline(deadline)

@@ -96,9 +96,10 @@ def main(argv: list[str] | None = None) -> int:
                                    broker_overrides(dsn, node_id, args.base_port + node_id - 1, args.override),
                                    config=args.config.resolve() if args.config else None, start_new_session=True)
             broker.port = args.base_port + node_id - 1
-            brokers.append(broker)
+            brokers.append(broker.launch())  # all boot at once; waited for below
+        for node_id, broker in enumerate(brokers, 1):
             try:
-                broker.start(timeout=60)
+                broker.wait_listening(timeout=60)
             except AssertionError as exc:
                 print(f"offsetd.dev.cluster: broker {node_id} did not start: {exc}", file=sys.stderr)
                 return 1

@@ -168,7 +168,9 @@ class LocalPostgres:
 
     def start(self, timeout: float = 60.0) -> "LocalPostgres":
         """Create the data dir if there is none, then start the server and wait until it accepts
-        connections. A port of 0 picks a free one (kept for later restarts)."""
+        connections. A port of 0 picks a free one (kept for later restarts). No-op when running."""
+        if self._running:
+            return self
         self.directory.mkdir(parents=True, exist_ok=True)
         if self.user is not None:
             _check_reachable(self.directory, self.user)
@@ -215,8 +217,11 @@ class LocalPostgres:
         if self._running:
             try:
                 self.stop("fast")
-            except PostgresError:
-                self.stop("immediate")
+            except (PostgresError, subprocess.TimeoutExpired):
+                try:
+                    self.stop("immediate")
+                except (PostgresError, subprocess.TimeoutExpired):
+                    self._running = False  # killed from outside: nothing left to stop
         if self._own_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
         else:

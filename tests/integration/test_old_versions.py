@@ -480,3 +480,38 @@ def test_librdkafka_fallback_0_9_0_producer_and_group_consumer(old_broker, compr
     assert not {(a, v) for a, v in used if (a == "PRODUCE" and v >= 3) or (a == "FETCH" and v >= 4)}, sorted(used)
     assert [(o, k, v) for o, k, v, _ in _modern_read(old_broker, topic, 40)] == got
     assert not refused(old_broker), refused(old_broker)
+
+
+def test_raw_fetch_v3_response_max_bytes_and_v2_long_poll(old_broker):
+    """Fetch v3's response max_bytes (stored bytes): the first partition gets its first batch
+    whole, the next nothing. Fetch v2 waiting in a long poll is answered, down-converted to
+    magic 1, when a record arrives."""
+    from offsetd.protocol.codec import response_class, tolerant_reader
+    from offsetd.records.legacy_messages import flatten, parse_message_set
+
+    create_topic(old_broker.bootstrap, "raw-max", partitions=2)
+    for p in (0, 1):
+        produce(old_broker.bootstrap, "raw-max",
+                [{"key": b"k%d" % i, "value": b"v" * 100, "timestamp": _T0 + i, "partition": p} for i in range(3)])
+
+    def fetch_body(version: int, max_wait: int, min_bytes: int, max_bytes: int | None, offsets: dict[int, int]) -> str:
+        return ("ffffffff" + struct.pack(">ii", max_wait, min_bytes).hex()
+                + ("" if max_bytes is None else struct.pack(">i", max_bytes).hex())
+                + "00000001" + _string("raw-max") + struct.pack(">i", len(offsets)).hex()
+                + "".join(struct.pack(">iqi", p, o, 1 << 20).hex() for p, o in offsets.items()))
+
+    def partitions(frame: bytes, version: int) -> dict[int, list]:
+        body, _ = tolerant_reader(response_class(1, version))(memoryview(frame), 4)
+        return {p.partition_index: [(o, m.magic, m.key, m.timestamp) for m, o in
+                                    flatten(parse_message_set(p.records, partial_tail=True))]
+                for t in body.responses for p in t.partitions}
+
+    with RawClient(old_broker.bootstrap) as client:
+        client.send_frame(_frame(1, 3, 1, fetch_body(3, 0, 0, 1, {0: 0, 1: 0})))
+        got = partitions(client.read_frame(), 3)
+        assert got == {0: [(i, 1, b"k%d" % i, _T0 + i) for i in range(3)], 1: []}
+        client.send_frame(_frame(1, 2, 2, fetch_body(2, 10_000, 1, None, {1: 3})))
+        wait_for(lambda: ("FETCH", 2) in sent(old_broker), message="the Fetch v2 received (then waiting)")
+        produce(old_broker.bootstrap, "raw-max", [{"key": b"late", "value": b"x", "timestamp": _T0 + 9, "partition": 1}])
+        assert partitions(client.read_frame(), 2) == {1: [(3, 1, b"late", _T0 + 9)]}
+    assert {("FETCH", 3), ("FETCH", 2)} <= sent(old_broker)

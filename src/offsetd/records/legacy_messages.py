@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 import cramjam
+from crc32c import crc32c
 
 from offsetd.records.batch import (
     BATCH_HEADER_SIZE,
@@ -50,7 +51,6 @@ from offsetd.records.batch import (
     iter_batches,
 )
 from offsetd.records.compression import XERIAL_MAGIC, decompress
-from crc32c import crc32c
 
 __all__ = [
     "UNSUPPORTED_COMPRESSION_TYPE",
@@ -183,7 +183,7 @@ def _compress(codec: int, data: bytes, magic: int) -> bytes:
 
 def _decompress_legacy(codec: int, data: bytes, magic: int) -> bytes:
     """A wrapper's value decompressed; magic 0 lz4 has its broken header checksum mended first."""
-    if codec == COMPRESSION_ZSTD or codec > COMPRESSION_ZSTD:
+    if codec >= COMPRESSION_ZSTD:  # zstd postdates v0/v1; 5-7 are no codec at all
         raise InvalidBatch(UNSUPPORTED_COMPRESSION_TYPE if codec == COMPRESSION_ZSTD else CORRUPT_MESSAGE,
                            f"compression codec {codec} is not allowed in message format v{magic}")
     if codec == COMPRESSION_LZ4 and magic == 0:

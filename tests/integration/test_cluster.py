@@ -1,0 +1,172 @@
+"""Cluster mode against real processes: PostgreSQL and three `offsetd serve` brokers, driven by
+clients nobody here wrote (confluent-kafka / librdkafka, kafka-python)."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import kafka
+from broker_process import wait_for
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+from integration.clients import consume_all, create_topic, produce
+
+from offsetd.records.offsets import partition_for
+
+FAST = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500",
+        "offsets.topic.num.partitions": "12"}
+
+
+def wait_settled(cluster, brokers: int) -> None:
+    """Until `brokers` brokers are live and every offsets partition has its preferred leader
+    among them (as many distinct leaders as rendezvous hashing spreads 12 partitions over)."""
+    def settled() -> bool:
+        md = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=10)
+        topic = md.topics.get("__consumer_offsets")
+        if len(md.brokers) != brokers or topic is None or len(topic.partitions) != 12:
+            return False
+        return all(p.leader in md.brokers for p in topic.partitions.values())
+    wait_for(settled, timeout=30, message=f"offsets partitions led by {brokers} live brokers")
+
+
+def coordinator_of(bootstrap: str, group: str) -> int:
+    """The leader of the group's __consumer_offsets partition (Kafka's hash), from Metadata."""
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics("__consumer_offsets", timeout=10)
+    return md.topics["__consumer_offsets"].partitions[partition_for(group, 12)].leader
+
+
+def test_three_brokers_share_topics_data_and_groups(pg_dsn, cluster_factory) -> None:
+    cluster = cluster_factory(pg_dsn, overrides=FAST)
+    wait_settled(cluster, 3)
+    md = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=10)
+    assert sorted(md.brokers) == [1, 2, 3]
+    create_topic(cluster.bootstrap, "shared", 6)
+
+    def leaders_known() -> bool:
+        topic = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics("shared", timeout=10).topics["shared"]
+        return all(p.leader in (1, 2, 3) for p in topic.partitions.values())
+    wait_for(leaders_known, timeout=20, message="every partition of 'shared' has a leader")
+    # each broker only knows the topic through PostgreSQL's catalogue
+    for node in (1, 2, 3):
+        single = AdminClient({"bootstrap.servers": cluster.broker(node).bootstrap})
+        assert "shared" in single.list_topics(timeout=10).topics
+
+    sent = [{"key": f"k{i}".encode(), "value": None if i % 50 == 0 else f"v{i}".encode(), "partition": i % 6}
+            for i in range(600)]
+    produce(cluster.bootstrap, "shared", sent, acks="all")
+    got = consume_all(cluster.bootstrap, "shared", list(range(6)), 600)
+    assert sorted((m.key(), m.value()) for m in got) == sorted((m["key"], m["value"]) for m in sent)
+    assert Counter(m.partition() for m in got) == Counter(i % 6 for i in range(600))
+
+    # a group: confluent-kafka commits, kafka-python (another client) reads the same offsets back
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "cg", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe(["shared"])
+    seen = 0
+    deadline = time.monotonic() + 30
+    while seen < 600 and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and not msg.error():
+            seen += 1
+    assert seen == 600
+    consumer.commit(asynchronous=False)
+    admin_client = AdminClient({"bootstrap.servers": cluster.bootstrap})  # kept: its futures need the handle
+    described = admin_client.describe_consumer_groups(["cg"])["cg"].result(10)
+    assert described.coordinator.id == coordinator_of(cluster.bootstrap, "cg")
+    assert len(described.members) == 1 and described.state.name == "STABLE"
+    consumer.close()
+    admin = kafka.KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        offsets = admin.list_group_offsets("cg")["cg"]
+    finally:
+        admin.close()
+    assert {tp.partition: meta.offset for tp, meta in offsets.items()} == {p: 100 for p in range(6)}
+
+
+@dataclass
+class GroupHistory:
+    """Everything one committing group did: values sent, values acknowledged (in order)."""
+
+    group: str
+    sent: list[int] = field(default_factory=list)
+    acked: list[tuple[float, int]] = field(default_factory=list)
+    errors: Counter = field(default_factory=Counter)
+
+
+def commit_forever(bootstrap: str, history: GroupHistory, stop: threading.Event, client: str) -> None:
+    """Commit 1, 2, 3, … for one partition, synchronously, logging each acknowledged value."""
+    if client == "confluent":
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": history.group, "enable.auto.commit": False,
+                             "log_level": 0})
+
+        def commit(value: int) -> None:
+            consumer.commit(offsets=[TopicPartition("hist", 0, value)], asynchronous=False)
+    else:
+        consumer = kafka.KafkaConsumer(bootstrap_servers=bootstrap, group_id=history.group, enable_auto_commit=False)
+
+        def commit(value: int) -> None:
+            consumer.commit({kafka.TopicPartition("hist", 0): kafka.OffsetAndMetadata(value, None, -1)})
+    value = 0
+    try:
+        while not stop.is_set():
+            value += 1
+            history.sent.append(value)
+            try:
+                commit(value)
+            except Exception as exc:  # noqa: BLE001 - retried with the next value, as an application would
+                history.errors[type(exc).__name__] += 1
+                time.sleep(0.05)
+                continue
+            history.acked.append((time.monotonic(), value))
+    finally:
+        consumer.close()
+
+
+def committed(bootstrap: str, group: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        return consumer.committed([TopicPartition("hist", 0)], timeout=15)[0].offset
+    finally:
+        consumer.close()
+
+
+def test_kill9_of_a_coordinator_loses_no_acknowledged_commit(pg_dsn, cluster_factory) -> None:
+    """Four groups commit strictly increasing offsets (confluent-kafka and kafka-python); the
+    coordinator of one is killed at a random moment. Every acknowledged commit survives, no value
+    never sent appears, no group goes backwards, and the same clients go on committing on the new
+    owner within the lease TTL + 2 s."""
+    rng = random.Random(7)
+    cluster = cluster_factory(pg_dsn, overrides=FAST)
+    wait_settled(cluster, 3)
+    create_topic(cluster.bootstrap, "hist", 1)
+    groups = [GroupHistory(f"hist-{i}") for i in range(4)]
+    stop = threading.Event()
+    threads = [threading.Thread(target=commit_forever, args=(cluster.bootstrap, g, stop,
+                                                              "confluent" if i % 2 == 0 else "kafka-python"))
+               for i, g in enumerate(groups)]
+    for t in threads:
+        t.start()
+    try:
+        wait_for(lambda: all(len(g.acked) >= 20 for g in groups), timeout=30, message="every group commits")
+        time.sleep(rng.uniform(0.0, 1.0))  # a random moment, not synchronisation
+        victim = coordinator_of(cluster.bootstrap, groups[0].group)
+        killed_at = time.monotonic()
+        cluster.kill9(victim)
+        wait_for(lambda: all(g.acked and g.acked[-1][0] > killed_at + 1 for g in groups), timeout=30,
+                 message="every group commits again after the kill")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    first_after = min(ts for ts, _ in groups[0].acked if ts > killed_at) - killed_at
+    assert first_after <= 3.0 + 2.0, f"first commit {first_after:.2f} s after the kill"
+    for g in groups:
+        values = [v for _, v in g.acked]
+        assert values == sorted(values) and len(set(values)) == len(values)
+        final = committed(cluster.bootstrap, g.group)
+        assert final == values[-1], f"{g.group}: committed {final}, last acknowledged {values[-1]}"
+        assert final in g.sent

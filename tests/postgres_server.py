@@ -33,6 +33,13 @@ def before_drop(dsn: str, cleanup: Callable[[], None]) -> None:
     _before_drop.setdefault(urlsplit(dsn).path.lstrip("/"), []).append(cleanup)
 
 
+def run_before_drop(name: str | None = None) -> None:
+    """Run (once) the cleanups registered for database `name`, or for every database."""
+    for key in [name] if name is not None else list(_before_drop):
+        for cleanup in reversed(_before_drop.pop(key, [])):
+            cleanup()
+
+
 @contextmanager
 def fresh_database(server: LocalPostgres, label: str) -> Iterator[str]:
     """A new empty database on `server` for the block; its dsn. Dropped afterwards, disconnecting
@@ -45,8 +52,7 @@ def fresh_database(server: LocalPostgres, label: str) -> Iterator[str]:
         yield dsn
     finally:
         try:
-            for cleanup in reversed(_before_drop.pop(name, [])):
-                cleanup()
+            run_before_drop(name)
         finally:
             server.drop_database(name)
 
@@ -72,7 +78,8 @@ def pg_dsn(postgres_server: LocalPostgres, request: pytest.FixtureRequest) -> It
 @pytest.fixture
 def private_postgres() -> Iterator[Callable[..., LocalPostgres]]:
     """A factory of servers of the test's own (for tests that crash or stop PostgreSQL), each
-    started on call (`private_postgres(settings={...})`) and removed after the test."""
+    started on call (`private_postgres(settings={...})`; `.create_database(name)` gives a dsn) and
+    removed after the test, once the test's clusters have stopped."""
     servers: list[LocalPostgres] = []
 
     def start(**kwargs: object) -> LocalPostgres:
@@ -81,5 +88,8 @@ def private_postgres() -> Iterator[Callable[..., LocalPostgres]]:
         return server.start()
 
     yield start
-    for server in servers:
-        server.close()
+    try:
+        run_before_drop()  # brokers on these servers stop first, whatever the fixture order
+    finally:
+        for server in servers:
+            server.close()

@@ -13,6 +13,7 @@ from confluent_kafka.admin import AdminClient
 
 from broker_process import wait_for
 from cluster_process import BrokerCluster
+from postgres_server import run_before_drop
 
 
 def _node_id(bootstrap: str, timeout: float = 5.0) -> int:
@@ -98,3 +99,13 @@ def test_proxied_cluster_gives_each_broker_its_own_proxy_to_the_database(pg_dsn,
         cluster.stop()  # heals and closes the proxies
     with pytest.raises(OSError):
         asyncio.run(through(engines[1]))
+
+
+def test_brokers_stop_before_a_private_server_goes_whatever_the_fixture_order(cluster_factory, private_postgres):
+    # cluster_factory is listed first, so its own teardown comes after private_postgres's
+    server = private_postgres()
+    cluster = cluster_factory(server.create_database("own"), size=1,
+                              overrides={"storage.engine": "local"})  # the harness only, in local mode
+    run_before_drop()  # what private_postgres's teardown does first
+    assert cluster.live_node_ids() == [] and "offsetd stopped cleanly\n" in cluster.broker(1).stdout_lines
+    assert server.running  # the server itself goes afterwards

@@ -60,6 +60,17 @@ def test_a_broker_reclaims_what_its_earlier_incarnation_owned() -> None:
     assert decided.claim == KEYS
 
 
+def test_what_is_recorded_as_ours_but_not_held_is_claimed_or_set_free() -> None:
+    """A restarted node (or one that gave a partition up after an unknown outcome) is live, so
+    peers never claim what the shared state still records as its: it claims what it prefers and
+    sets the rest free at their epochs."""
+    owner_of = {k: 1 for k in KEYS}
+    decided = plan(1, [1, 2], rows(owner_of, epoch=4), {}, lease_valid=True)
+    mine = [k for k in KEYS if rendezvous_owner(k, [1, 2]) == 1]
+    assert decided.claim == mine
+    assert decided.disown == [(k, 4) for k in KEYS if k not in mine]
+
+
 def test_rebalance_releases_to_a_joining_broker() -> None:
     owner_of = {k: 1 for k in KEYS}
     decided = plan(1, [1, 2], rows(owner_of), {k: 1 for k in KEYS}, lease_valid=True)
@@ -132,6 +143,9 @@ def test_every_partition_ends_with_exactly_one_owner(live: set[int], dead: set[i
             for key in decided.release:
                 owned[me].pop(key)
                 table[key] = PartitionRow(key, None, table[key].epoch)
+            for key, epoch in decided.disown:
+                if table[key].owner == me and table[key].epoch == epoch:
+                    table[key] = PartitionRow(key, None, epoch)
             for key in decided.claim:
                 row = table[key]
                 if row.owner is None or row.owner == me or row.owner not in live:  # the claim statement's rule

@@ -159,10 +159,12 @@ class ClusterMember:
             self._lose(key)
         for key in decided.release:
             await self._release(key)
+        for key, epoch in decided.disown:
+            await self.store.release(key[0], key[1], self.node_id, epoch)
         claimed = False
         for key in decided.claim:
             claimed |= await self._claim(key)
-        if decided.release or claimed:
+        if decided.release or decided.disown or claimed:
             await self.store.notify("ownership")
 
     async def _claim(self, key: Key) -> bool:

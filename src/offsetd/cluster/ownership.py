@@ -13,7 +13,8 @@ Rules (reference cluster-on-postgres.md §3):
 * A broker claims a partition that has no owner, or whose owner's lease expired, when it is the
   preferred owner among the live brokers. It re-claims (a new epoch) what its own earlier
   incarnation owned: that process may still be alive as a zombie, and the new epoch fences it.
-* It releases (graceful handoff) a partition whose preferred owner is now another live broker.
+* It releases (graceful handoff) a partition whose preferred owner is now another live broker,
+  and sets free one recorded as its own that it does not hold (peers would wait for it forever).
 * It serves only until its local lease deadline: the monotonic time the last successful renewal
   was *sent*, plus the TTL, minus a margin. Past it everything it owns is lost at once, so a
   frozen or partitioned broker stops acknowledging before anyone else may claim.
@@ -45,6 +46,10 @@ class Plan:
     claim: list[PartitionKey] = field(default_factory=list)
     release: list[PartitionKey] = field(default_factory=list)
     lost: list[PartitionKey] = field(default_factory=list)
+    # Recorded as ours in the shared state but not held by this process (an earlier incarnation's,
+    # or given up after an append with an unknown outcome) and preferred elsewhere: peers see a
+    # live owner and would never claim it, so it is set free: (partition, its epoch).
+    disown: list[tuple[PartitionKey, int]] = field(default_factory=list)
 
 
 def rendezvous_owner(key: Hashable, brokers: Iterable[int]) -> int | None:
@@ -107,7 +112,11 @@ def plan(me: int, live: Iterable[int], rows: Iterable[PartitionRow], owned: Mapp
                 result.release.append(row.key)
             continue
         orphan = row.owner is None or row.owner == me or row.owner not in live_set
-        if orphan and rendezvous_owner(row.key, candidates) == me:
+        if not orphan:
+            continue
+        if rendezvous_owner(row.key, candidates) == me:
             result.claim.append(row.key)
+        elif row.owner == me:
+            result.disown.append((row.key, row.epoch))
     result.lost.extend(key for key in owned if key not in seen)  # its topic was deleted
     return result

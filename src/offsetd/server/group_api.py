@@ -67,6 +67,8 @@ class GroupApi:
             return Error.COORDINATOR_LOAD_IN_PROGRESS
         if runtime.state is ShardState.FAILED or runtime.state is ShardState.UNLOADED:
             return Error.NOT_COORDINATOR
+        if not runtime.plog.leader:  # cluster mode: the lease ran out (a frozen or cut-off broker)
+            return Error.NOT_COORDINATOR
         return Error.NONE
 
     # ----------------------------------------------------------------- FindCoordinator
@@ -135,7 +137,7 @@ class GroupApi:
         runtime = self.runtime_for(req.group_id)
         if runtime.state is ShardState.LOADING:
             return {"error_code": Error.NONE}  # Heartbeat answers NONE while loading (§0.2)
-        if runtime.state is ShardState.FAILED or runtime.state is ShardState.UNLOADED:
+        if runtime.state is ShardState.FAILED or runtime.state is ShardState.UNLOADED or not runtime.plog.leader:
             return {"error_code": Error.NOT_COORDINATOR}
         token = new_token()
         runtime.submit(runtime.shard.heartbeat(token, req.group_id, req.member_id,

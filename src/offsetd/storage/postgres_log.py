@@ -23,7 +23,7 @@ from typing import Any, Callable
 from offsetd.records.batch import InvalidBatch, validate_batches
 from offsetd.storage.log_dir import NotLeader, StorageError
 from offsetd.storage.partition_log import AppendResult, PartitionLog, PreparedAppend
-from offsetd.storage.postgres_store import Claim, Fenced, PostgresStore
+from offsetd.storage.postgres_store import Claim, Fenced, PostgresStore, StoreUnavailable
 
 log = logging.getLogger("offsetd.storage")
 
@@ -133,8 +133,16 @@ class PostgresPartitionLog:
                 self.epoch = None
                 self.on_fenced(self)
                 raise NotLeader(str(exc)) from None
-            except OSError as exc:  # PostgreSQL unreachable: nothing acknowledged, the client retries
-                raise StorageError(f"append to {cache.topic}-{cache.partition}: PostgreSQL: {exc}") from exc
+            except StoreUnavailable as exc:
+                # Not acknowledged (the client retries), but it may have committed: this copy can
+                # no longer tell where the log ends, so the partition is claimed again, which
+                # reads PostgreSQL's end first.
+                log.warning("%s-%d: append of offsets %d-%d has an unknown outcome (%s); claiming the "
+                            "partition again", cache.topic, cache.partition, prepared.first,
+                            prepared.next_offset - 1, exc)
+                self.epoch = None
+                self.on_fenced(self)
+                raise
             try:
                 return cache.apply_append(prepared, now_ms)
             except StorageError as exc:

@@ -24,11 +24,14 @@ idle in a transaction would keep its row locks and block the next claim.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Awaitable, Callable, TypeVar
+
+from offsetd.storage.log_dir import StorageError
 
 log = logging.getLogger("offsetd.storage")
 
@@ -118,6 +121,27 @@ class Fenced(Exception):
     """The partition's owner or epoch in PostgreSQL is not the caller's any more."""
 
 
+class StoreUnavailable(StorageError):
+    """PostgreSQL did not answer (down, unreachable, timed out, or the statement failed): the
+    outcome of a write is unknown (it may have committed). KAFKA_STORAGE_ERROR, retriable."""
+
+
+T = TypeVar("T")
+
+
+def _unavailable_on_failure(method: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """Every driver or network failure of a statement becomes StoreUnavailable (Fenced passes)."""
+    @functools.wraps(method)
+    async def wrapper(self: "PostgresStore", *args: Any) -> T:
+        try:
+            return await method(self, *args)
+        except (Fenced, StoreUnavailable):
+            raise
+        except Exception as exc:
+            raise StoreUnavailable(f"PostgreSQL: {type(exc).__name__}: {exc}") from exc
+    return wrapper
+
+
 @dataclass(frozen=True, slots=True)
 class Claim:
     """A successful claim: the new epoch and where the partition's log stands."""
@@ -155,9 +179,11 @@ def _rows_changed(status: str) -> int:
 class PostgresStore:
     """The statements of cluster mode over one asyncpg pool (the only module with SQL in it)."""
 
-    def __init__(self, dsn: str, *, pool_size: int = 8) -> None:
+    def __init__(self, dsn: str, *, pool_size: int = 8, timeout_s: float = 30.0) -> None:
         self.dsn = dsn
         self.pool_size = pool_size
+        # Per statement: longer than a lease is pointless (the broker has lost its partitions).
+        self.timeout_s = timeout_s
         self.pool: Any = None
 
     async def open(self) -> str:
@@ -171,7 +197,7 @@ class PostgresStore:
                                "SET lock_timeout = 5000")
 
         self.pool = await asyncpg.create_pool(self.dsn, min_size=2, max_size=self.pool_size, init=init,
-                                              command_timeout=30)
+                                              command_timeout=self.timeout_s, timeout=self.timeout_s)
         async with self.pool.acquire() as conn:
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", SCHEMA_LOCK)
@@ -187,16 +213,20 @@ class PostgresStore:
 
     # ---------------------------------------------------------------------- brokers
 
+    @_unavailable_on_failure
     async def register(self, node_id: int, incarnation: uuid.UUID, host: str, port: int, ttl_ms: int) -> None:
         await self.pool.execute(_REGISTER, node_id, incarnation, host, port, ttl_ms)
 
+    @_unavailable_on_failure
     async def renew(self, node_id: int, incarnation: uuid.UUID, ttl_ms: int) -> bool:
         """Extend the lease; False when another process took this node id over."""
         return _rows_changed(await self.pool.execute(_RENEW, node_id, incarnation, ttl_ms)) == 1
 
+    @_unavailable_on_failure
     async def unregister(self, node_id: int, incarnation: uuid.UUID) -> None:
         await self.pool.execute(_UNREGISTER, node_id, incarnation)
 
+    @_unavailable_on_failure
     async def snapshot(self) -> tuple[list[BrokerRow], list[tuple[uuid.UUID, int, int | None, int]]]:
         """Live brokers and every partition's (topic id, partition, owner, epoch), read together."""
         async with self.pool.acquire() as conn:
@@ -205,20 +235,24 @@ class PostgresStore:
                 partitions = [tuple(r) for r in await conn.fetch(_PARTITIONS)]
         return brokers, partitions  # type: ignore[return-value]
 
+    @_unavailable_on_failure
     async def notify(self, what: str) -> None:
         await self.pool.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, what)
 
     # ------------------------------------------------------------------- ownership
 
+    @_unavailable_on_failure
     async def claim(self, topic_id: uuid.UUID, partition: int, node_id: int, incarnation: uuid.UUID) -> Claim | None:
         row = await self.pool.fetchrow(_CLAIM, topic_id, partition, node_id, incarnation)
         return None if row is None else Claim(row[0], row[1], row[2])
 
+    @_unavailable_on_failure
     async def release(self, topic_id: uuid.UUID, partition: int, node_id: int, epoch: int) -> bool:
         return _rows_changed(await self.pool.execute(_RELEASE, topic_id, partition, node_id, epoch)) == 1
 
     # ------------------------------------------------------------------------- log
 
+    @_unavailable_on_failure
     async def append(self, topic_id: uuid.UUID, partition: int, node_id: int, epoch: int, base_offset: int,
                      last_offset: int, data: bytes) -> None:
         """Store one append; Fenced when this broker no longer owns the partition at `epoch` (or
@@ -228,26 +262,31 @@ class PostgresStore:
             raise Fenced(f"partition {topic_id}/{partition}: not owned by broker {node_id} at epoch {epoch} "
                          f"with its log ending at {base_offset}")
 
+    @_unavailable_on_failure
     async def read(self, topic_id: uuid.UUID, partition: int, offset: int, limit: int = 500) -> list[tuple[int, int, bytes]]:
         """Appends holding offsets >= `offset`, oldest first: (base offset, last offset, bytes)."""
         rows = await self.pool.fetch(_READ, topic_id, partition, offset, limit)
         return [(r[0], r[1], r[2]) for r in rows]
 
+    @_unavailable_on_failure
     async def ending_at(self, topic_id: uuid.UUID, partition: int, last_offset: int) -> tuple[int, bytes] | None:
         """The append whose last offset is `last_offset`: (base offset, bytes), or None."""
         row = await self.pool.fetchrow(_AT_LAST_OFFSET, topic_id, partition, last_offset)
         return None if row is None else (row[0], row[1])
 
+    @_unavailable_on_failure
     async def advance_start(self, topic_id: uuid.UUID, partition: int, node_id: int, epoch: int, start: int) -> None:
         """Retention: drop appends wholly below `start` (only the owner at `epoch` may)."""
         await self.pool.execute(_ADVANCE_START, topic_id, partition, node_id, epoch, start)
 
     # ------------------------------------------------------------------- catalogue
 
+    @_unavailable_on_failure
     async def topics(self) -> list[TopicRow]:
         rows = await self.pool.fetch(_TOPICS)
         return [TopicRow(r[0], r[1], r[2], json.loads(r[3]), r[4]) for r in rows]
 
+    @_unavailable_on_failure
     async def create_topic(self, topic: TopicRow) -> bool:
         """Add a topic and its partitions (unowned); False when the name is taken."""
         async with self.pool.acquire() as conn:
@@ -262,6 +301,7 @@ class PostgresStore:
                 await conn.execute("SELECT pg_notify($1, 'topics')", NOTIFY_CHANNEL)
         return True
 
+    @_unavailable_on_failure
     async def add_partitions(self, topic_id: uuid.UUID, current: int, count: int) -> bool:
         """Grow a topic from `current` to `count` partitions; False if someone else changed it."""
         async with self.pool.acquire() as conn:
@@ -275,6 +315,7 @@ class PostgresStore:
                 await conn.execute("SELECT pg_notify($1, 'topics')", NOTIFY_CHANNEL)
         return True
 
+    @_unavailable_on_failure
     async def delete_topic(self, topic_id: uuid.UUID) -> bool:
         """Remove a topic, its partitions and its data; False if it was already gone."""
         async with self.pool.acquire() as conn:
@@ -286,6 +327,7 @@ class PostgresStore:
 
     # ---------------------------------------------------------------- producer ids
 
+    @_unavailable_on_failure
     async def producer_id_block(self) -> int:
         """The first of 1000 producer ids no other broker will ever hand out."""
         return int(await self.pool.fetchval("SELECT nextval('offsetd_producer_id')"))

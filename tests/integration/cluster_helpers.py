@@ -1,0 +1,84 @@
+"""Helpers of the cluster tests: settle waits, coordinator lookup, and committing groups whose
+every acknowledged commit is logged (for the history checks)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import kafka
+from broker_process import wait_for
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from offsetd.records.offsets import partition_for
+
+FAST = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500",
+        "offsets.topic.num.partitions": "12"}
+
+
+def wait_settled(cluster, brokers: int) -> None:
+    """Until `brokers` brokers are live and every offsets partition has its preferred leader
+    among them (as many distinct leaders as rendezvous hashing spreads 12 partitions over)."""
+    def settled() -> bool:
+        md = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=10)
+        topic = md.topics.get("__consumer_offsets")
+        if len(md.brokers) != brokers or topic is None or len(topic.partitions) != 12:
+            return False
+        return all(p.leader in md.brokers for p in topic.partitions.values())
+    wait_for(settled, timeout=30, message=f"offsets partitions led by {brokers} live brokers")
+
+
+def coordinator_of(bootstrap: str, group: str) -> int:
+    """The leader of the group's __consumer_offsets partition (Kafka's hash), from Metadata."""
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics("__consumer_offsets", timeout=10)
+    return md.topics["__consumer_offsets"].partitions[partition_for(group, 12)].leader
+
+
+@dataclass
+class GroupHistory:
+    """Everything one committing group did: values sent, values acknowledged (in order)."""
+
+    group: str
+    sent: list[int] = field(default_factory=list)
+    acked: list[tuple[float, int]] = field(default_factory=list)
+    errors: Counter = field(default_factory=Counter)
+
+
+def commit_forever(bootstrap: str, history: GroupHistory, stop: threading.Event, client: str) -> None:
+    """Commit 1, 2, 3, … for one partition, synchronously, logging each acknowledged value."""
+    if client == "confluent":
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": history.group, "enable.auto.commit": False,
+                             "log_level": 0})
+
+        def commit(value: int) -> None:
+            consumer.commit(offsets=[TopicPartition("hist", 0, value)], asynchronous=False)
+    else:
+        consumer = kafka.KafkaConsumer(bootstrap_servers=bootstrap, group_id=history.group, enable_auto_commit=False)
+
+        def commit(value: int) -> None:
+            consumer.commit({kafka.TopicPartition("hist", 0): kafka.OffsetAndMetadata(value, None, -1)})
+    value = 0
+    try:
+        while not stop.is_set():
+            value += 1
+            history.sent.append(value)
+            try:
+                commit(value)
+            except Exception as exc:  # noqa: BLE001 - retried with the next value, as an application would
+                history.errors[type(exc).__name__] += 1
+                time.sleep(0.05)
+                continue
+            history.acked.append((time.monotonic(), value))
+    finally:
+        consumer.close()
+
+
+def committed(bootstrap: str, group: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        return consumer.committed([TopicPartition("hist", 0)], timeout=15)[0].offset
+    finally:
+        consumer.close()

@@ -16,7 +16,7 @@ from cluster_process import BrokerCluster
 from postgres_server import run_before_drop
 
 
-def _node_id(bootstrap: str, timeout: float = 5.0) -> int:
+def _node_id(bootstrap: str, timeout: float = 15.0) -> int:
     """The node id a broker reports for itself in Metadata (only it is asked)."""
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     brokers = admin.list_topics(timeout=timeout).brokers

@@ -6,6 +6,7 @@ retention while its response is being sent still arrives whole, and real consume
 from __future__ import annotations
 
 import datetime
+import os
 import shutil
 import subprocess
 import time
@@ -139,9 +140,16 @@ def _consumers_topic(broker) -> str:
     return "readers"
 
 
+def _open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
 def test_confluent_kafka_kafka_python_and_kcat_read_everything(shared_broker):
+    """...and once they are gone the broker holds no descriptor more than before (every
+    FileRecords sent, or dropped unsent by a long poll's pass, is closed)."""
     topic = _consumers_topic(shared_broker)
     total = PARTS * PER_PART
+    fds_before = _open_fds(shared_broker.pid)
 
     msgs = consume_all(shared_broker.bootstrap, topic, list(range(PARTS)), total, timeout=60)
     _check([(m.partition(), m.offset(), m.value()) for m in msgs])
@@ -166,3 +174,5 @@ def test_confluent_kafka_kafka_python_and_kcat_read_everything(shared_broker):
                           "-q", "-f", "%p %o %s\n"], capture_output=True, timeout=120, check=True).stdout
     lines = [line.split(b" ", 2) for line in out.splitlines()]
     _check([(int(p), int(o), v) for p, o, v in lines])
+    wait_for(lambda: _open_fds(shared_broker.pid) <= fds_before, timeout=20,
+             message=f"the broker's descriptors back to {fds_before} (now {_open_fds(shared_broker.pid)})")

@@ -191,6 +191,21 @@ def test_a_deferred_response_waits_for_a_send_in_flight(tmp_path: Path) -> None:
     assert got == expected
 
 
+def test_a_long_poll_answering_with_file_ranges_keeps_its_place(tmp_path: Path) -> None:
+    """A coroutine (a Fetch long poll) whose answer is a SplitFrame, pipelined between bytes
+    answers: the answers arrive in request order, the big one whole."""
+    path, data = _file(tmp_path, "seg", BIG)
+
+    async def long_poll() -> SplitFrame:
+        await asyncio.sleep(0)
+        return SplitFrame([struct.pack(">i", BIG), _held(path, [(0, BIG)])], BIG + 4)
+
+    smalls = iter([_framed(b"first"), _framed(b"last")])
+    expected = _framed(b"first") + _framed(data) + _framed(b"last")
+    got = asyncio.run(_serve({1: lambda: next(smalls), 3: long_poll}, [1, 3, 1], len(expected)))
+    assert got == expected
+
+
 def test_segment_deleted_during_a_send_is_still_sent_whole(tmp_path: Path) -> None:
     """Retention unlinks the segment and closes its descriptor while the response is in flight:
     the response's own descriptor keeps the bytes."""

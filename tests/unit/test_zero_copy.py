@@ -99,6 +99,25 @@ def test_read_file_is_read_as_ranges_across_segments(tmp_path: Path) -> None:
     plog.close()
 
 
+def test_descriptors_held_are_capped_and_given_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past FileRecords' descriptor budget a read gives bytes (the same bytes); closing gives the
+    descriptors back to the budget."""
+    plog = _log(tmp_path, 300, 1000)
+    base = FileRecords.held
+    monkeypatch.setattr(FileRecords, "budget", base + 3)
+    first = plog.read_file(0, 2_500_000, min_file_bytes=1)  # spans 3 segments: 3 descriptors
+    assert isinstance(first, FileRecords) and len(first.ranges) == 3 and FileRecords.held == base + 3
+    over = plog.read_file(0, 100_000, min_file_bytes=1)
+    assert isinstance(over, bytes) and over == plog.read(0, 100_000)
+    first.close()
+    assert FileRecords.held == base
+    again = plog.read_file(0, 100_000, min_file_bytes=1)
+    assert isinstance(again, FileRecords) and again.read() == over
+    del again  # dropped unsent: the descriptor goes back too
+    assert FileRecords.held == base
+    plog.close()
+
+
 # ------------------------------------------------------------------ Connection over a socket pair
 
 

@@ -6,13 +6,24 @@ never pass through Python buffers. Each range holds a descriptor of its own (os.
 segment's), so a segment that retention deletes, the cleaner replaces or a truncation unlinks
 while the response waits in line or is being sent still reads as it did when the fetch read it:
 the inode lives until the last descriptor is closed.
+
+The descriptors held at once are capped at a quarter of RLIMIT_NOFILE (`FileRecords.hold` says
+None beyond it, and the caller reads bytes instead), so responses waiting on slow consumers can
+never take the descriptors a segment roll, an index or a new connection needs.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 
 __all__ = ["FileRecords"]
+
+
+def _descriptor_budget() -> int:
+    """A quarter of the soft RLIMIT_NOFILE (at least 16)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return 1 << 16 if soft == resource.RLIM_INFINITY else max(16, soft // 4)
 
 
 class FileRecords:
@@ -24,9 +35,30 @@ class FileRecords:
 
     __slots__ = ("ranges", "size")
 
+    held = 0  # descriptors held by all FileRecords not yet closed
+    budget = _descriptor_budget()
+
     def __init__(self, ranges: list[tuple[int, int, int]]) -> None:
+        """Take ownership of `ranges`' descriptors (see `hold` for dup'ing a file's own)."""
         self.ranges = ranges
         self.size = sum(r[2] for r in ranges)
+        FileRecords.held += len(ranges)
+
+    @classmethod
+    def hold(cls, ranges: list[tuple[int, int, int]]) -> "FileRecords | None":
+        """FileRecords over (fd, position, length) ranges of descriptors owned elsewhere (a
+        segment's), each dup'd; None when that would pass the budget or dup fails (EMFILE)."""
+        if cls.held + len(ranges) > cls.budget:
+            return None
+        own: list[tuple[int, int, int]] = []
+        try:
+            for fd, pos, length in ranges:
+                own.append((os.dup(fd), pos, length))
+        except OSError:
+            for fd, _, _ in own:
+                os.close(fd)
+            return None
+        return cls(own)
 
     def __len__(self) -> int:
         return self.size
@@ -48,6 +80,7 @@ class FileRecords:
     def close(self) -> None:
         """Close the descriptors (idempotent)."""
         ranges, self.ranges = self.ranges, []
+        FileRecords.held -= len(ranges)
         for fd, _, _ in ranges:
             os.close(fd)
 

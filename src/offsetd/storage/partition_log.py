@@ -662,19 +662,13 @@ class PartitionLog:
                   min_file_bytes: int = 0) -> bytes | FileRecords:
         """What `read` returns, as file ranges held open by descriptors of their own (a Fetch
         sends them with sendfile); plain bytes when there are fewer than `min_file_bytes` (a
-        pread is cheaper than a descriptor and a syscall per range) or no descriptor is left."""
+        pread is cheaper than a descriptor and a syscall per range) or when FileRecords may hold
+        no more descriptors (its budget, or EMFILE)."""
         ranges = self._read_ranges(offset, max_bytes, min_one_batch)
         if not ranges or sum(r[2] for r in ranges) < min_file_bytes:
             return _pread_all(ranges)
-        held: list[tuple[int, int, int]] = []
-        try:
-            for seg, pos, length in ranges:
-                held.append((os.dup(seg.fd), pos, length))
-        except OSError:  # EMFILE: serve the bytes rather than fail the partition
-            for fd, _, _ in held:
-                os.close(fd)
-            return _pread_all(ranges)
-        return FileRecords(held)
+        held = FileRecords.hold([(seg.fd, pos, length) for seg, pos, length in ranges])
+        return _pread_all(ranges) if held is None else held
 
     def _read_ranges(self, offset: int, max_bytes: int, min_one_batch: bool) -> list[tuple[Segment, int, int]]:
         """(segment, position, length) of the whole batches `read` returns, in log order; no

@@ -41,6 +41,7 @@ class ClusterLauncher:
         self.pg: LocalPostgres | None = None
         self.brokers: dict[int, BrokerProcess] = {}
         self.last_log_tail = ""
+        self.errors: list[str] = []  # ERROR lines of the brokers' logs, kept by stop()
 
     # -- the launcher interface of bench/run.py ------------------------------------------
 
@@ -108,6 +109,7 @@ class ClusterLauncher:
                     broker.stop(1)  # reaps it and closes its pipes
         finally:
             self.last_log_tail = self.log_tail() or self.last_log_tail
+            self.errors += self.broker_errors()
             if self.pg is not None:
                 self.pg.close()
                 self.pg = None
@@ -118,7 +120,8 @@ class ClusterLauncher:
 
     # -- what the cluster workloads use --------------------------------------------------
 
-    def _broker(self, node: int, dsn: str) -> BrokerProcess:
+    def _broker(self, node: int, dsn: str, name: str = "") -> BrokerProcess:
+        """Broker ``node`` (not started) with its data in ``name`` (default ``broker-<node>``)."""
         assert self.workdir is not None
         overrides = {
             "storage.engine": dsn,
@@ -127,7 +130,7 @@ class ClusterLauncher:
             "broker.heartbeat.interval.ms": str(self.heartbeat_ms),
             **self.extra,
         }
-        broker = BrokerProcess(self.workdir / f"broker-{node}", overrides, config=self.config,
+        broker = BrokerProcess(self.workdir / (name or f"broker-{node}"), overrides, config=self.config,
                                start_new_session=True)
         broker.port = free_port()
         broker.overrides["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{broker.port}"

@@ -96,6 +96,7 @@ class ShardRuntime:
             log.warning("__consumer_offsets-%d: skipped %d records with unknown key versions",
                         shard.partition, shard.skipped_records)
         self.load_time_ms = (time.perf_counter() - started) * 1000
+        log.log(logging.INFO if loaded else logging.DEBUG, "__consumer_offsets-%d: loaded %d records in %.3f s", shard.partition, loaded, self.load_time_ms / 1000)  # noqa: E501
         self.state = ShardState.ACTIVE
         self.submit(shard.on_loaded(self.clock()))
         if self._sweeper is None:

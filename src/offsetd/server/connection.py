@@ -76,7 +76,7 @@ class Connection(asyncio.Protocol):
         self._active = False
         self._last_active = 0.0
         self._frame_started: float | None = None  # when the incomplete frame in _buf began
-        self._sock_fd = -1  # the socket for sendfile; -1: none (TLS, or not a socket)
+        self._sock_fd = -1  # the socket for sendfile; -1: none (TLS, not a socket, no sendfile)
         self._sending: asyncio.Task[None] | None = None  # the rest of a zero-copy response
 
     # ------------------------------------------------------------------ asyncio callbacks
@@ -93,7 +93,7 @@ class Connection(asyncio.Protocol):
         self.host = host
         self.client_host = f"/{host}"
         sock = transport.get_extra_info("socket")
-        if sock is not None and transport.get_extra_info("sslcontext") is None:
+        if sock is not None and transport.get_extra_info("sslcontext") is None and hasattr(os, "sendfile"):
             self._sock_fd = sock.fileno()
         self._last_active = time.monotonic()
         self.server.connections.add(self)

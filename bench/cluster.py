@@ -55,10 +55,10 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from bench import cluster_clients  # noqa: E402
 from bench.brokers import DEFAULT_OFFSETD_CONFIG, BrokerStartError, free_port, make_launcher  # noqa: E402
-from bench.cluster_launcher import ClusterLauncher  # noqa: E402
+from bench.cluster_launcher import OFFSETS_TOPIC, ClusterLauncher  # noqa: E402
 from bench.procs import ChildError, run_in_child, run_in_children, start_barrier  # noqa: E402
 from bench.report import BrokerRun, Row, aggregate, failures, format_value, write_json  # noqa: E402
-from bench.run import RESULTS_DIR, run_suite  # noqa: E402
+from bench.run import RESULTS_DIR, _interrupt, run_suite  # noqa: E402
 from bench.workloads import (  # noqa: E402
     BenchConfig,
     Metric,
@@ -159,6 +159,7 @@ def failover(cfg: BenchConfig, ccfg: ClusterConfig, launcher: ClusterLauncher, g
     admin = AdminClient({"bootstrap.servers": bootstrap})
     times: list[float] = []
     gaps: list[float] = []
+    claims: list[float] = []  # signal -> the new owner's "leading" line for the group's partition
     errors: Counter[str] = Counter()
     for run in range(runs):
         group = f"{cfg.group_id}-{key}-{uuid.uuid4().hex[:8]}"
@@ -173,7 +174,7 @@ def failover(cfg: BenchConfig, ccfg: ClusterConfig, launcher: ClusterLauncher, g
             node = _coordinator(admin, group)
             broker = launcher.brokers[node]
             time.sleep(random.uniform(0.05, 0.5))  # a random moment in the commit loop
-            kill_at.value = time.monotonic()
+            kill_at.value, kill_wall = time.monotonic(), time.time()
             os.kill(broker.pid, signal.SIGTERM if graceful else signal.SIGKILL)
             try:
                 res = future.result()
@@ -188,6 +189,9 @@ def failover(cfg: BenchConfig, ccfg: ClusterConfig, launcher: ClusterLauncher, g
                                  f"its last acknowledged commit was {res.last_acked}")
         times.append(res.first_ack_after_kill - kill_at.value)
         gaps.append(res.longest_gap_s)
+        claimed = _claimed_after(launcher, partition_for(group, ccfg.offsets_partitions), kill_wall)
+        if claimed is not None:
+            claims.append(claimed - kill_wall)
         try:
             broker.stop(launcher.stop_timeout_s)  # reaps it (already dead after SIGKILL)
             launcher.restart(node)
@@ -195,8 +199,13 @@ def failover(cfg: BenchConfig, ccfg: ClusterConfig, launcher: ClusterLauncher, g
             raise WorkloadFailed(f"run {run}: broker {node} did not come back: {exc}") from exc
     print(f"  [{broker_name}] {key}: signal -> first commit sent after it acknowledged "
           f"{', '.join(f'{t:.3f}' for t in times)} s; longest wait between acknowledgements "
-          f"{', '.join(f'{t:.3f}' for t in gaps)} s; client errors meanwhile: {dict(errors)}", flush=True)
-    return {
+          f"{', '.join(f'{t:.3f}' for t in gaps)} s; new owner leading after {', '.join(f'{t:.3f}' for t in claims)} s"
+          f"; client errors meanwhile: {dict(errors)}", flush=True)
+    claim_metrics = {
+        f"{key}_claim_max_s": Metric(f"{what}: signal -> new owner leads (its log), max of {len(claims)}", "s",
+                                     max(claims), False),
+    } if claims else {}
+    return {**claim_metrics,
         f"{key}_max_s": Metric(f"{what} of the coordinator -> first commit after it, max of {runs}", "s",
                                max(times), False),
         f"{key}_median_s": Metric(f"{what} of the coordinator -> first commit after it, median of {runs}", "s",
@@ -206,6 +215,15 @@ def failover(cfg: BenchConfig, ccfg: ClusterConfig, launcher: ClusterLauncher, g
         f"{key}_gap_median_s": Metric(f"{what}: longest wait between acknowledged commits, median of {runs}",
                                       "s", statistics.median(gaps), False),
     }
+
+
+def _claimed_after(launcher: ClusterLauncher, partition: int, since: float) -> float | None:
+    """When (wall clock) a live broker first logged leading ``__consumer_offsets-<partition>``
+    after ``since``, or None."""
+    stamps = [_stamp(m[1]) for b in launcher.brokers.values() if b.alive() for m in _LEADING.finditer(b.log())
+              if m[2] == OFFSETS_TOPIC and int(m[3]) == partition]
+    later = [t for t in stamps if t >= since - 0.001]
+    return min(later) if later else None
 
 
 def _coordinator(admin: AdminClient, group: str) -> int:
@@ -510,6 +528,8 @@ def make(name: str, cfg: BenchConfig, ccfg: ClusterConfig) -> Any:
 def main(argv: list[str] | None = None) -> int:
     """Run every broker's suite ``--repeat`` times (order rotating), print and save the table."""
     args = parse_args(argv)
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # unwind, so every launcher stops its processes
+        signal.signal(sig, _interrupt)
     cfg = BenchConfig(messages=args.messages, offsetd_config=str(args.offsetd_config))
     ccfg = ClusterConfig(ttl_ms=args.ttl_ms, heartbeat_ms=min(1000, args.ttl_ms // 3),
                          failover_runs=args.failover_runs, handoff_runs=args.handoff_runs)

@@ -50,8 +50,10 @@ class GroupHistory:
 def commit_forever(bootstrap: str, history: GroupHistory, stop: threading.Event, client: str) -> None:
     """Commit 1, 2, 3, … for one partition, synchronously, logging each acknowledged value."""
     if client == "confluent":
+        # A frozen broker keeps its TCP connections open: librdkafka gives up on a request after
+        # socket.timeout.ms (60 s by default), then looks the coordinator up again.
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": history.group, "enable.auto.commit": False,
-                             "log_level": 0})
+                             "log_level": 0, "socket.timeout.ms": 4000})
 
         def commit(value: int) -> None:
             consumer.commit(offsets=[TopicPartition("hist", 0, value)], asynchronous=False)

@@ -555,7 +555,7 @@ class ThreadedKafkaPythonMember:
 OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, METADATA = 8, 9, 15, 3
 
 
-def _schema(api_key: int, version: int):
+def request_schema(api_key: int, version: int):
     from kio.index import load_request_schema
 
     cls = load_request_schema(api_key, version)
@@ -573,7 +573,7 @@ def raw_offset_commit(bootstrap: str, group: str, topic: str, partitions: dict[i
     from kio.static.primitive import i32, i64
     from raw_client import RawClient
 
-    cls, mod = _schema(OFFSET_COMMIT, version)
+    cls, mod = request_schema(OFFSET_COMMIT, version)
 
     def partition(p: int, offset: int, metadata: str | None, epoch: int):
         fields = {"partition_index": i32(p), "committed_offset": i64(offset), "committed_metadata": metadata}
@@ -603,7 +603,7 @@ def raw_offset_fetch(bootstrap: str, group: str, topic: str, partitions: list[in
     from kio.static.primitive import i32
     from raw_client import RawClient
 
-    cls, mod = _schema(OFFSET_FETCH, 8)
+    cls, mod = request_schema(OFFSET_FETCH, 8)
     request = cls(groups=(mod.OffsetFetchRequestGroup(group_id=GroupId(group), topics=(
         mod.OffsetFetchRequestTopics(name=TopicName(topic), partition_indexes=tuple(i32(p) for p in partitions)),)),),
         require_stable=require_stable)
@@ -620,7 +620,7 @@ def raw_describe_groups(bootstrap: str, groups: list[str]):
     from kio.schema.types import GroupId
     from raw_client import RawClient
 
-    cls, _ = _schema(DESCRIBE_GROUPS, 5)
+    cls, _ = request_schema(DESCRIBE_GROUPS, 5)
     with RawClient(bootstrap) as client:
         response = client.call(DESCRIBE_GROUPS, 5, cls(groups=tuple(GroupId(g) for g in groups),
                                                         include_authorized_operations=False))
@@ -632,7 +632,7 @@ def raw_metadata(bootstrap: str, topics: list[str]):
     from kio.schema.types import TopicName
     from raw_client import RawClient
 
-    cls, mod = _schema(METADATA, 12)
+    cls, mod = request_schema(METADATA, 12)
     request = cls(topics=tuple(mod.MetadataRequestTopic(name=TopicName(t), topic_id=None) for t in topics),
                   allow_auto_topic_creation=False, include_topic_authorized_operations=False)
     with RawClient(bootstrap) as client:

@@ -68,7 +68,7 @@ class ClusterMember:
         self._wake = asyncio.Event()
         self._ticking = asyncio.Lock()  # one round at a time: each acts on what the last one did
         self._topics_dirty = True
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self._listener: Any = None
         self._stopping = False
 
@@ -81,15 +81,15 @@ class ClusterMember:
         self.lease.renewed(sent)
         self._listener = await self.store.listen(self._notified)
         await self.tick()
-        self._task = asyncio.create_task(self._run())
+        self._tasks = [asyncio.create_task(self._heartbeats()), asyncio.create_task(self._run())]
 
     async def stop(self) -> None:
         """Graceful: release every partition (peers claim them at once), then leave."""
         self._stopping = True
-        if self._task is not None:
-            self._task.cancel()
-        for key in list(self.owned):
-            await self._release(key)
+        for task in self._tasks:
+            task.cancel()
+        if self.serving():  # else PostgreSQL is out of reach: the lease expires on its own
+            await asyncio.gather(*(self._release(key) for key in list(self.owned)))
         try:
             await self.store.notify("ownership")
             await self.store.unregister(self.node_id, self.incarnation)
@@ -108,19 +108,38 @@ class ClusterMember:
             self._topics_dirty = True
         self._wake.set()
 
-    async def _run(self) -> None:
+    async def _heartbeats(self) -> None:
+        """Renew the lease every heartbeat interval, on its own: claims, loads and drains of the
+        ownership loop never delay a renewal (a late renewal would let peers claim from a healthy
+        broker)."""
         while not self._stopping:
+            await asyncio.sleep(self.heartbeat_ms / 1000)
             try:
-                await asyncio.wait_for(self._wake.wait(), self.heartbeat_ms / 1000)
-            except asyncio.TimeoutError:
-                pass
+                await self.renew()
+            except Exception as exc:
+                log.warning("lease renewal failed: %s", exc)
+            self._give_up_if_expired()
+            self._wake.set()  # and look at ownership again
+
+    async def renew(self) -> None:
+        sent = self.clock()
+        if await self.store.renew(self.node_id, self.incarnation, self.ttl_ms):
+            self.lease.renewed(sent)
+        elif not self._stopping:
+            log.error("node.id %d was taken over by another process: this broker stops leading anything; "
+                      "give every broker its own node.id", self.node_id)
+            self._stopping = True
+            self.lease.expire()
+
+    async def _run(self) -> None:
+        """The ownership loop: a look at the shared state after each heartbeat and each NOTIFY."""
+        while not self._stopping:
+            await self._wake.wait()
             self._wake.clear()
             try:
                 await self.tick()
-            except asyncio.CancelledError:
-                raise
             except Exception as exc:
-                log.warning("cluster heartbeat failed: %s", exc)
+                log.warning("looking at partition ownership failed: %s", exc)
             self._give_up_if_expired()
 
     def _give_up_if_expired(self) -> None:
@@ -133,19 +152,11 @@ class ClusterMember:
     # ----------------------------------------------------------------------- tick
 
     async def tick(self) -> None:
-        """Renew, look, act (one round of the module docstring)."""
+        """Look, act (one round of the module docstring)."""
         async with self._ticking:
             await self._tick()
 
     async def _tick(self) -> None:
-        sent = self.clock()
-        if await self.store.renew(self.node_id, self.incarnation, self.ttl_ms):
-            self.lease.renewed(sent)
-        else:
-            log.error("node.id %d was taken over by another process; this broker stops leading", self.node_id)
-            self.lease.expire()
-            await self.store.register(self.node_id, self.incarnation, self.host, self.port, self.ttl_ms)
-            self.lease.renewed(sent)
         if self._topics_dirty:
             self._topics_dirty = False
             self.callbacks.topics_changed(await self.store.topics())
@@ -156,10 +167,13 @@ class ClusterMember:
         live = [b.node_id for b in brokers]
         decided = plan(self.node_id, live, rows, self.owned, self.serving())
         for key in decided.lost:
+            log.info("partition %s/%d is led elsewhere now (or its topic is gone)", *key)
             self._lose(key)
         for key in decided.release:
+            log.info("handing partition %s/%d over to its preferred broker", *key)
             await self._release(key)
         for key, epoch in decided.disown:
+            log.info("setting partition %s/%d free (epoch %d: recorded as ours, not held)", key[0], key[1], epoch)
             await self.store.release(key[0], key[1], self.node_id, epoch)
         claimed = False
         for key in decided.claim:
@@ -204,6 +218,7 @@ class ClusterMember:
 
     def fenced(self, key: Key) -> None:
         """An append found another owner: forget the partition and look again soon."""
+        log.info("partition %s/%d given up after a fenced or uncertain append", *key)
         self._lose(key)
         self._wake.set()
 

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 CONFIG ?= config/server.properties
 
-.PHONY: run cluster test bench chaos fuzz tools postgresql clean
+.PHONY: run cluster test bench chaos failover fuzz tools postgresql clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -59,6 +59,11 @@ bench: $(VENV)/.test-deps
 # every client operation logged, a history checker after each round.
 chaos: $(VENV)/.test-deps
 	$(PY) -m tests.chaos.run $(CHAOS_ARGS)
+
+# Cluster failover at the issue's length (make test runs two seeds): kill -9 of a coordinator during
+# commits, the history checked after each of twenty seeds.
+failover: $(VENV)/.test-deps tools
+	OFFSETD_FAILOVER_SEEDS=20 $(PY) -m pytest -q tests/integration/test_cluster.py -k kill9
 
 # Coverage-guided fuzzing of the decoders (make test runs the bounded Hypothesis properties).
 fuzz: $(VENV)/.test-deps

@@ -3,11 +3,13 @@ every acknowledged commit is logged (for the history checks)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+import asyncpg
 import kafka
 from broker_process import wait_for
 from confluent_kafka import Consumer, TopicPartition
@@ -84,3 +86,14 @@ def committed(bootstrap: str, group: str) -> int:
         return consumer.committed([TopicPartition("hist", 0)], timeout=15)[0].offset
     finally:
         consumer.close()
+
+
+def pg_rows(dsn: str, sql: str, *args: object) -> list[tuple]:
+    """Rows of a query against the cluster's PostgreSQL (to check what was written, and by whom)."""
+    async def run() -> list[tuple]:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return [tuple(r) for r in await conn.fetch(sql, *args)]
+        finally:
+            await conn.close()
+    return asyncio.run(run())

@@ -10,12 +10,20 @@ import time
 from collections import Counter
 
 import kafka
-from broker_process import wait_for
 import pytest
+from broker_process import wait_for
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
-from integration.cluster_helpers import FAST, GroupHistory, commit_forever, committed, coordinator_of, wait_settled
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from integration.clients import consume_all, create_topic, produce
+from integration.cluster_helpers import (
+    FAST,
+    GroupHistory,
+    commit_forever,
+    committed,
+    coordinator_of,
+    pg_rows,
+    wait_settled,
+)
 
 def test_three_brokers_share_topics_data_and_groups(pg_dsn, cluster_factory) -> None:
     cluster = cluster_factory(pg_dsn, overrides=FAST)
@@ -126,3 +134,48 @@ def test_kill9_of_a_coordinator_loses_no_acknowledged_commit(pg_dsn, cluster_fac
         final = committed(cluster.bootstrap, g.group)
         assert final == values[-1], f"{g.group}: committed {final}, last acknowledged {values[-1]}"
         assert final in g.sent
+
+
+def test_group_configs_and_retention_are_shared_through_postgresql(pg_dsn, cluster_factory) -> None:
+    """A group's offsets.retention.minutes set through one broker is what every broker reports;
+    retention deletes a data partition's old segments on its leader and in PostgreSQL, so a new
+    leader starts the log where the old one had moved it."""
+    cluster = cluster_factory(pg_dsn, overrides={**FAST, "log.retention.check.interval.ms": "300"})
+    wait_settled(cluster, 3)
+    alter = ConfigResource(ConfigResource.Type.GROUP, "configured", incremental_configs=[
+        ConfigEntry("offsets.retention.minutes", "4321", incremental_operation=AlterConfigOpType.SET)])
+    one = AdminClient({"bootstrap.servers": cluster.broker(1).bootstrap})
+    for future in one.incremental_alter_configs([alter]).values():
+        future.result(15)
+
+    def retention_seen_by(node: int) -> str | None:
+        admin = AdminClient({"bootstrap.servers": cluster.broker(node).bootstrap})
+        resource = ConfigResource(ConfigResource.Type.GROUP, "configured")
+        entries = admin.describe_configs([resource])[resource].result(10)
+        return entries["offsets.retention.minutes"].value
+    for node in (1, 2, 3):
+        wait_for(lambda: retention_seen_by(node) == "4321", timeout=10, message=f"broker {node} has the group config")
+
+    # retention: 1 KiB segments, records older than 1 s are deleted
+    create_topic(cluster.bootstrap, "aging", 1, {"segment.bytes": "1024", "retention.ms": "1000"})
+    produce(cluster.bootstrap, "aging", [{"value": b"x" * 200} for _ in range(40)], acks="all")
+
+    def earliest() -> int:
+        """The log start, asked by a new client (fresh metadata: the leader may have just died)."""
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "aging-reader"})
+        try:
+            return consumer.get_watermark_offsets(TopicPartition("aging", 0), timeout=5)[0]
+        except KafkaException:  # the leader was just killed: asked again
+            return -1
+        finally:
+            consumer.close()
+    start = wait_for(lambda: earliest() > 0 and earliest(), timeout=20, message="retention moves the log start")
+
+    def stored_below(offset: int) -> int:
+        return int(pg_rows(pg_dsn, "SELECT count(*) FROM offsetd_batch b JOIN offsetd_topic t USING (topic_id) "
+                                   "WHERE t.name = 'aging' AND b.last_offset < $1", offset)[0][0])
+    wait_for(lambda: stored_below(start) == 0, timeout=10, message="PostgreSQL drops what retention deleted")
+    leader = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics("aging", timeout=10) \
+        .topics["aging"].partitions[0].leader
+    cluster.kill9(leader)
+    wait_for(lambda: earliest() >= start, timeout=20, message="the new leader starts where retention left the log")

@@ -4,37 +4,31 @@ and consumers and producers carrying on through a broker kill."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from pathlib import Path
 
-import asyncpg
-
 from broker_process import wait_for
 from cluster_process import BrokerCluster
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from integration.cluster_helpers import FAST, GroupHistory, commit_forever, committed, coordinator_of, wait_settled
 from group_helpers import OFFSET_COMMIT, request_schema
+from integration.clients import create_topic
+from integration.cluster_helpers import (
+    FAST,
+    GroupHistory,
+    commit_forever,
+    committed,
+    coordinator_of,
+    pg_rows,
+    wait_settled,
+)
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i64
-from raw_client import RawClient
-from integration.clients import create_topic
 from pg_proxy import PgProxy
+from raw_client import RawClient
 from postgres_server import before_drop
 
 from offsetd.records.offsets import partition_for
-
-
-def pg_rows(dsn: str, sql: str, *args: object) -> list[tuple]:
-    """Rows of a query against the cluster's PostgreSQL (to check what was written, and by whom)."""
-    async def run() -> list[tuple]:
-        conn = await asyncpg.connect(dsn)
-        try:
-            return [tuple(r) for r in await conn.fetch(sql, *args)]
-        finally:
-            await conn.close()
-    return asyncio.run(run())
 
 
 def offsets_partition_epoch(dsn: str, partition: int) -> int:
@@ -217,6 +211,8 @@ def test_postgresql_crash_loses_nothing_acknowledged(private_postgres, tmp_path:
             server.start()
             wait_for(lambda: history.acked[-1][0] > crashed_at + 1 and len(delivered) > 400, timeout=60,
                      message="commits and records after the restart")
+            wait_for(lambda: all("listening for cluster changes again" in cluster.broker(n).log() for n in (1, 2, 3)),
+                     timeout=10, message="every broker LISTENs again on a new connection")
         finally:
             stop.set()
             for t in threads:

@@ -18,6 +18,7 @@ from .topic_config import (
     effective_value,
     validate_topic_configs,
 )
+from ..storage.log_dir import StorageError
 from .topics import TopicError
 
 RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_GROUP = 2, 4, 32
@@ -38,8 +39,8 @@ def _body_when_done(body: dict[str, Any], later: Later) -> Any:
         for pending, done, result in later:
             try:
                 done(await pending)
-            except TopicError as exc:
-                result.update(error_code=exc.error_code, error_message=exc.message)
+            except (TopicError, StorageError) as exc:  # StorageError: PostgreSQL out of reach
+                result.update(error_code=exc.error_code, error_message=getattr(exc, "message", str(exc)))
         return body
 
     return finish()
@@ -185,9 +186,10 @@ def handle_describe_configs(broker: Broker, req: Any, version: int, now_ms: int)
     return {"results": results}
 
 
-def handle_incremental_alter_configs(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any]:
+def handle_incremental_alter_configs(broker: Broker, req: Any, version: int, now_ms: int) -> Any:
     """Per-group `offsets.retention.minutes` (GROUP resources); SET and DELETE operations."""
     responses = []
+    later: Later = []
     for res in req.resources:
         response: dict[str, Any] = {"error_code": Error.NONE, "error_message": None,
                                     "resource_type": res.resource_type, "resource_name": res.resource_name}
@@ -214,7 +216,14 @@ def handle_incremental_alter_configs(broker: Broker, req: Any, version: int, now
         if problem:
             response.update(error_code=problem[0], error_message=problem[1])
         elif not req.validate_only:
-            broker.group_configs.update(res.resource_name, changes)
-            broker.on_group_config_changed(res.resource_name)
+            stored = broker.group_configs.update(res.resource_name, changes)
+
+            def done(_: Any, group_id: str = res.resource_name) -> None:
+                broker.on_group_config_changed(group_id)
+
+            if isawaitable(stored):  # cluster mode: kept in PostgreSQL, shared by every broker
+                later.append((stored, done, response))
+            else:
+                done(None)
         responses.append(response)
-    return {"responses": responses}
+    return _body_when_done({"responses": responses}, later)

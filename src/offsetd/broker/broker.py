@@ -20,13 +20,14 @@ class Broker:
     producer id source (server/cluster_runtime.py); the defaults are the embedded single node."""
 
     def __init__(self, config: BrokerConfig, now_ms: int, *, topics: TopicRegistry | None = None,
-                 cluster: ClusterView | None = None, producer_ids: Any = None) -> None:
+                 cluster: ClusterView | None = None, producer_ids: Any = None,
+                 group_configs: GroupConfigs | None = None) -> None:
         self.config = config
         self.node_id: int = config.get("node.id")
         self.topics = topics if topics is not None else TopicRegistry(config, now_ms)
         self.cluster: ClusterView = cluster if cluster is not None else LocalView(config)
         self.producer_ids = producer_ids if producer_ids is not None else ProducerIdManager(config.log_dir)
-        self.group_configs = GroupConfigs(config.log_dir)
+        self.group_configs = group_configs if group_configs is not None else GroupConfigs(config.log_dir)
         # Called with (topic, partition) after every append, so fetch long polls can wake up.
         self.on_append: Callable[[str, int], None] = lambda topic, partition: None
         # Called with (topic, partition count) after DeleteTopics, so the coordinator drops offsets.

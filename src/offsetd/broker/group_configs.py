@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from ..storage.durable_file import write_durably
 
@@ -31,10 +32,11 @@ def group_config_problem(key: str, value: str | None) -> str | None:
 class GroupConfigs:
     """Group id -> {key: value}; every change is written through atomically."""
 
-    def __init__(self, root: Path) -> None:
-        self._path = root / "group-configs.json"
+    def __init__(self, root: Path | None) -> None:
+        """From `<root>/group-configs.json`; root None: in memory only (cluster mode fills it)."""
+        self._path = root / "group-configs.json" if root is not None else None
         self._configs: dict[str, dict[str, str]] = (
-            json.loads(self._path.read_text(encoding="utf-8")) if self._path.exists() else {})
+            json.loads(self._path.read_text(encoding="utf-8")) if self._path and self._path.exists() else {})
 
     def get(self, group_id: str) -> dict[str, str]:
         return dict(self._configs.get(group_id, {}))
@@ -42,8 +44,13 @@ class GroupConfigs:
     def items(self) -> list[tuple[str, dict[str, str]]]:
         return [(g, dict(c)) for g, c in self._configs.items()]
 
-    def update(self, group_id: str, changes: dict[str, str | None]) -> None:
+    def update(self, group_id: str, changes: dict[str, str | None]) -> Any:
         """Set keys (None deletes one) and persist."""
+        self.apply(group_id, changes)
+        write_durably(self._path, json.dumps(self._configs, indent=1, sort_keys=True))
+
+    def apply(self, group_id: str, changes: dict[str, str | None]) -> dict[str, str]:
+        """Change the group's configs in memory; the group's configs after the change."""
         configs = self._configs.setdefault(group_id, {})
         for key, value in changes.items():
             if value is None:
@@ -52,7 +59,14 @@ class GroupConfigs:
                 configs[key] = value
         if not configs:
             del self._configs[group_id]
-        write_durably(self._path, json.dumps(self._configs, indent=1, sort_keys=True))
+        return dict(configs)
+
+    def replace_all(self, configs: dict[str, dict[str, str]]) -> list[str]:
+        """Take every group's configs as given (cluster mode: from PostgreSQL); the groups whose
+        configs changed."""
+        changed = [g for g in set(configs) | set(self._configs) if configs.get(g) != self._configs.get(g)]
+        self._configs = {g: dict(c) for g, c in configs.items() if c}
+        return changed
 
 
 def retention_ms(configs: dict[str, str]) -> int | None:

@@ -30,6 +30,7 @@ class OwnerCallbacks(Protocol):
     """What the server does when ownership changes (server/cluster_runtime.py)."""
 
     def topics_changed(self, topics: list[TopicRow]) -> None: ...
+    def group_configs_changed(self, configs: dict[str, dict[str, str]]) -> None: ...
     async def gained(self, key: Key, claim: Claim) -> bool: ...
     async def releasing(self, key: Key) -> None: ...
     def lost(self, key: Key) -> None: ...
@@ -67,7 +68,7 @@ class ClusterMember:
         self.leaders: dict[Key, Leader] = {}
         self._wake = asyncio.Event()
         self._ticking = asyncio.Lock()  # one round at a time: each acts on what the last one did
-        self._topics_dirty = True
+        self._dirty = {"topics", "group_configs"}  # shared catalogues to read again at the next tick
         self._tasks: list[asyncio.Task[None]] = []
         self._listener: Any = None
         self._stopping = False
@@ -104,8 +105,8 @@ class ClusterMember:
         return self.lease.valid(self.clock())
 
     def _notified(self, payload: str) -> None:
-        if payload == "topics":
-            self._topics_dirty = True
+        if payload in ("topics", "group_configs"):
+            self._dirty.add(payload)
         self._wake.set()
 
     async def _heartbeats(self) -> None:
@@ -116,10 +117,20 @@ class ClusterMember:
             await asyncio.sleep(self.heartbeat_ms / 1000)
             try:
                 await self.renew()
+                await self._keep_listening()
             except Exception as exc:
                 log.warning("lease renewal failed: %s", exc)
             self._give_up_if_expired()
             self._wake.set()  # and look at ownership again
+
+    async def _keep_listening(self) -> None:
+        """LISTEN again on a new connection after PostgreSQL restarted (or the old one broke);
+        whatever was NOTIFYed meanwhile is caught up by reading the catalogue again."""
+        if self._listener is not None and not self._listener.is_closed():
+            return
+        self._listener = await self.store.listen(self._notified)
+        self._dirty.update(("topics", "group_configs"))
+        log.info("listening for cluster changes again")
 
     async def renew(self) -> None:
         sent = self.clock()
@@ -157,9 +168,12 @@ class ClusterMember:
             await self._tick()
 
     async def _tick(self) -> None:
-        if self._topics_dirty:
-            self._topics_dirty = False
+        if "topics" in self._dirty:
+            self._dirty.discard("topics")
             self.callbacks.topics_changed(await self.store.topics())
+        if "group_configs" in self._dirty:
+            self._dirty.discard("group_configs")
+            self.callbacks.group_configs_changed(await self.store.group_configs())
         brokers, partitions = await self.store.snapshot()
         self.brokers = brokers
         rows = [PartitionRow((topic_id, index), owner, epoch) for topic_id, index, owner, epoch in partitions]
@@ -214,7 +228,7 @@ class ClusterMember:
 
     def refresh_topics(self) -> None:
         """Read the catalogue again at the next tick."""
-        self._topics_dirty = True
+        self._dirty.add("topics")
 
     def fenced(self, key: Key) -> None:
         """An append found another owner: forget the partition and look again soon."""

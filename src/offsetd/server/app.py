@@ -38,7 +38,13 @@ from .connection import CloseConnection, Connection, ConnectionGuard, Pending
 from ..broker.topics import TopicError
 from ..cluster.member import ClusterMember
 from ..storage.postgres_store import PostgresStore
-from .cluster_runtime import ClusterRuntime, ClusterTopicRegistry, PostgresView, ProducerIdBlocks
+from .cluster_runtime import (
+    ClusterGroupConfigs,
+    ClusterRuntime,
+    ClusterTopicRegistry,
+    PostgresView,
+    ProducerIdBlocks,
+)
 from .coordinator_runtime import ShardRuntime, ShardState
 from .futures import then
 from .group_api import GroupApi, RequestContext
@@ -121,7 +127,9 @@ class KafkaServer:
             self._topics = ClusterTopicRegistry(config, self._store, lambda: self.cluster is not None
                                                 and self.cluster.serving())
             self._producer_ids = ProducerIdBlocks(self._store)
-            self.broker = Broker(config, clock(), topics=self._topics, producer_ids=self._producer_ids)
+            self._group_configs = ClusterGroupConfigs(self._store)
+            self.broker = Broker(config, clock(), topics=self._topics, producer_ids=self._producer_ids,
+                                 group_configs=self._group_configs)
         self.broker.on_append = self._wake_fetchers
         self.group_api = GroupApi(self.broker, self.runtimes)
         self.broker.on_topic_deleted = self._offsets_of_deleted_topic
@@ -182,8 +190,8 @@ class KafkaServer:
         self._topics.cluster_id = await self._store.open()
         await self._producer_ids.start()
         advertised = self.config.advertised_listener
-        runtime = ClusterRuntime(self._topics, self.runtimes, self.clock,
-                                 self._offsets_known)
+        runtime = ClusterRuntime(self._topics, self._group_configs, self.runtimes, self.clock, self._offsets_known,
+                                 self._apply_group_config)
         self._topics.on_deleted = lambda topic: self._offsets_of_deleted_topic(topic.name, len(topic.partitions))
         self.cluster = ClusterMember(self._store, self.config.get("node.id"), advertised.host, advertised.port,
                                      ttl_ms=self.config.get("broker.session.timeout.ms"),

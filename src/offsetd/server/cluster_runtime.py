@@ -17,6 +17,7 @@ import logging
 import uuid
 from typing import Any, Callable
 
+from ..broker.group_configs import GroupConfigs
 from ..broker.topic_config import log_config
 from ..broker.topics import Topic, TopicError, TopicRegistry
 from ..cluster.member import ClusterMember, Key
@@ -139,6 +140,28 @@ class ClusterTopicRegistry(TopicRegistry):
         log.info("deleted topic %s", topic.name)
 
 
+class ClusterGroupConfigs(GroupConfigs):
+    """Per-group configs kept in PostgreSQL: a change is stored there first (the answer waits for
+    it), then every broker follows it (`sync`, on NOTIFY), so a group's retention is the same
+    whichever broker coordinates it."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        super().__init__(None)
+        self.store = store
+
+    def update(self, group_id: str, changes: dict[str, str | None]) -> Any:
+        return self._update(group_id, changes)
+
+    async def _update(self, group_id: str, changes: dict[str, str | None]) -> None:
+        wanted = {**self.get(group_id), **changes}
+        await self.store.set_group_config(group_id, {k: v for k, v in wanted.items() if v is not None})
+        self.apply(group_id, changes)
+
+    def sync(self, configs: dict[str, dict[str, str]]) -> list[str]:
+        """Follow PostgreSQL; the groups whose configs changed."""
+        return self.replace_all(configs)
+
+
 class PostgresView:
     """Metadata's view in cluster mode: live brokers and leaders from the membership loop."""
 
@@ -202,12 +225,15 @@ class ProducerIdBlocks:
 class ClusterRuntime:
     """The server's side of ownership changes (cluster/member.py's OwnerCallbacks)."""
 
-    def __init__(self, topics: ClusterTopicRegistry, runtimes: list[ShardRuntime], clock: Callable[[], int],
-                 on_offsets_topic: Callable[[Topic], None]) -> None:
+    def __init__(self, topics: ClusterTopicRegistry, group_configs: ClusterGroupConfigs, runtimes: list[ShardRuntime],
+                 clock: Callable[[], int], on_offsets_topic: Callable[[Topic], None],
+                 on_group_config: Callable[[str], None]) -> None:
         self.topics = topics
+        self.group_configs = group_configs
         self.runtimes = runtimes
         self.clock = clock
         self.on_offsets_topic = on_offsets_topic
+        self.on_group_config = on_group_config
 
     def _runtime(self, key: Key) -> ShardRuntime | None:
         topic = self.topics.by_id(key[0])
@@ -220,6 +246,11 @@ class ClusterRuntime:
         offsets = self.topics.get(OFFSETS_TOPIC)
         if offsets is not None and not self.runtimes:
             self.on_offsets_topic(offsets)
+
+    def group_configs_changed(self, configs: dict[str, dict[str, str]]) -> None:
+        for group_id in self.group_configs.sync(configs):
+            if self.runtimes:
+                self.on_group_config(group_id)
 
     async def gained(self, key: Key, claim: Claim) -> bool:
         plog = self.topics.log_for(key)

@@ -42,6 +42,7 @@ class PostgresPartitionLog:
         self.node_id = node_id
         self._serving = serving  # the broker's lease is valid (its local deadline not passed)
         self.epoch: int | None = None  # the leader epoch while this broker owns the partition
+        self._stored_start = 0  # the log start offset PostgreSQL has (retention moves it)
         self._lock = asyncio.Lock()  # appends go to PostgreSQL one at a time, in offset order
         # Called when PostgreSQL says another broker owns the partition now.
         self.on_fenced: Callable[["PostgresPartitionLog"], None] = lambda plog: None
@@ -99,6 +100,7 @@ class PostgresPartitionLog:
         if offset != claim.next_offset:
             raise StorageError(f"{cache.topic}-{cache.partition}: caught up to {offset}, PostgreSQL ends at "
                                f"{claim.next_offset}")
+        self._stored_start = claim.start_offset
         self.epoch = claim.epoch
 
     def lose_leadership(self) -> None:
@@ -154,12 +156,25 @@ class PostgresPartitionLog:
                 self.on_fenced(self)
                 return AppendResult(prepared.first, prepared.next_offset - 1, -1, cache.log_start_offset)
 
-    async def advance_start(self) -> None:
-        """After local retention: drop what is below the copy's log start from PostgreSQL too."""
-        epoch = self.epoch
-        if epoch is not None:
-            await self.store.advance_start(self.topic_id, self._cache.partition, self.node_id, epoch,
-                                           self._cache.log_start_offset)
+    def apply_retention(self, now_ms: int) -> int:
+        """Retention runs on the leader's copy; what it deleted is then dropped from PostgreSQL
+        too (fenced by the epoch, in the background). Other brokers leave their copies alone."""
+        if not self.leader:
+            return 0
+        removed = self._cache.apply_retention(now_ms)
+        if self._cache.log_start_offset > self._stored_start:
+            asyncio.ensure_future(self._advance_start())
+        return removed
+
+    async def _advance_start(self) -> None:
+        epoch, start = self.epoch, self._cache.log_start_offset
+        if epoch is None:
+            return
+        try:
+            await self.store.advance_start(self.topic_id, self._cache.partition, self.node_id, epoch, start)
+            self._stored_start = max(self._stored_start, start)
+        except StorageError as exc:  # tried again after the next retention pass
+            log.warning("%s-%d: moving the log start in PostgreSQL: %s", self._cache.topic, self._cache.partition, exc)
 
     def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True) -> Any:
         self._check_leader()

@@ -9,6 +9,7 @@ not race on CREATE):
   process: a restarted broker takes its row over, and the old process (if it still runs) finds
   its renewals failing.
 * `offsetd_topic(name, topic_id, partitions, configs, internal)`: the topic catalogue.
+* `offsetd_group_config(group_id, configs)`: per-group configs (offsets.retention.minutes).
 * `offsetd_partition(topic_id, partition, owner, epoch, next_offset, start_offset)`: ownership.
   `epoch` is bumped by every claim and is the leader epoch clients see.
 * `offsetd_batch(topic_id, partition, base_offset, last_offset, epoch, bytes)`: one row per
@@ -36,7 +37,7 @@ from offsetd.storage.log_dir import StorageError
 log = logging.getLogger("offsetd.storage")
 
 SCHEMA_LOCK = 0x6F66667365746400  # pg_advisory_xact_lock key for creating the schema ("offsetd\0")
-NOTIFY_CHANNEL = "offsetd_cluster"  # payload: "ownership" or "topics"
+NOTIFY_CHANNEL = "offsetd_cluster"  # payload: "ownership", "topics" or "group_configs"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS offsetd_meta (key text PRIMARY KEY, value text NOT NULL);
@@ -56,6 +57,7 @@ CREATE TABLE IF NOT EXISTS offsetd_batch (
     last_offset bigint NOT NULL, epoch int NOT NULL, bytes bytea NOT NULL,
     PRIMARY KEY (topic_id, partition, base_offset));
 ALTER TABLE offsetd_batch ALTER COLUMN bytes SET STORAGE EXTERNAL;
+CREATE TABLE IF NOT EXISTS offsetd_group_config (group_id text PRIMARY KEY, configs jsonb NOT NULL);
 CREATE SEQUENCE IF NOT EXISTS offsetd_producer_id INCREMENT BY 1000 MINVALUE 0 START 0;
 """
 
@@ -325,6 +327,23 @@ class PostgresStore:
                 await conn.execute("SELECT pg_notify($1, 'topics')", NOTIFY_CHANNEL)
         return _rows_changed(status) == 1
 
+    @_unavailable_on_failure
+    async def group_configs(self) -> dict[str, dict[str, str]]:
+        rows = await self.pool.fetch("SELECT group_id, configs FROM offsetd_group_config")
+        return {r[0]: json.loads(r[1]) for r in rows}
+
+    @_unavailable_on_failure
+    async def set_group_config(self, group_id: str, configs: dict[str, str]) -> None:
+        """Store a group's configs (none: the row goes) and tell every broker."""
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                if configs:
+                    await conn.execute("INSERT INTO offsetd_group_config VALUES ($1, $2) ON CONFLICT (group_id) "
+                                       "DO UPDATE SET configs = excluded.configs", group_id, json.dumps(configs))
+                else:
+                    await conn.execute("DELETE FROM offsetd_group_config WHERE group_id = $1", group_id)
+                await conn.execute("SELECT pg_notify($1, 'group_configs')", NOTIFY_CHANNEL)
+
     # ---------------------------------------------------------------- producer ids
 
     @_unavailable_on_failure
@@ -338,6 +357,6 @@ class PostgresStore:
         """A dedicated connection delivering NOTIFY payloads to callback(payload)."""
         import asyncpg
 
-        conn = await asyncpg.connect(self.dsn)
+        conn = await asyncpg.connect(self.dsn, timeout=self.timeout_s)
         await conn.add_listener(NOTIFY_CHANNEL, lambda _c, _pid, _ch, payload: callback(payload))
         return conn

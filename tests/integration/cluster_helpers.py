@@ -33,10 +33,15 @@ def wait_settled(cluster, brokers: int) -> None:
     wait_for(settled, timeout=30, message=f"offsets partitions led by {brokers} live brokers")
 
 
+def leader_of(bootstrap: str, topic: str, partition: int) -> int:
+    """The partition's leader as Metadata reports it (-1: none right now)."""
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return md.topics[topic].partitions[partition].leader
+
+
 def coordinator_of(bootstrap: str, group: str) -> int:
     """The leader of the group's __consumer_offsets partition (Kafka's hash), from Metadata."""
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics("__consumer_offsets", timeout=10)
-    return md.topics["__consumer_offsets"].partitions[partition_for(group, 12)].leader
+    return leader_of(bootstrap, "__consumer_offsets", partition_for(group, 12))
 
 
 @dataclass

@@ -3,6 +3,7 @@ clients nobody here wrote (confluent-kafka / librdkafka, kafka-python)."""
 
 from __future__ import annotations
 
+import datetime
 import os
 import random
 import threading
@@ -15,12 +16,15 @@ from broker_process import wait_for
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from integration.clients import consume_all, create_topic, produce
+from kio.index import load_request_schema
+from raw_client import RawClient
 from integration.cluster_helpers import (
     FAST,
     GroupHistory,
     commit_forever,
     committed,
     coordinator_of,
+    leader_of,
     pg_rows,
     wait_settled,
 )
@@ -72,6 +76,8 @@ def test_three_brokers_share_topics_data_and_groups(pg_dsn, cluster_factory) -> 
         admin.close()
     assert {tp.partition: meta.offset for tp, meta in offsets.items()} == {p: 100 for p in range(6)}
 
+
+FETCH = 1
 
 # make test runs a few seeds; `make failover` the issue's twenty (OFFSETD_FAILOVER_SEEDS=20).
 SEEDS = range(int(os.environ.get("OFFSETD_FAILOVER_SEEDS", "2")))
@@ -175,7 +181,31 @@ def test_group_configs_and_retention_are_shared_through_postgresql(pg_dsn, clust
         return int(pg_rows(pg_dsn, "SELECT count(*) FROM offsetd_batch b JOIN offsetd_topic t USING (topic_id) "
                                    "WHERE t.name = 'aging' AND b.last_offset < $1", offset)[0][0])
     wait_for(lambda: stored_below(start) == 0, timeout=10, message="PostgreSQL drops what retention deleted")
-    leader = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics("aging", timeout=10) \
-        .topics["aging"].partitions[0].leader
-    cluster.kill9(leader)
+    cluster.kill9(leader_of(cluster.bootstrap, "aging", 0))
     wait_for(lambda: earliest() >= start, timeout=20, message="the new leader starts where retention left the log")
+
+
+def test_a_broker_that_does_not_lead_names_the_leader(pg_dsn, cluster_factory) -> None:
+    """Fetch v16 sent to a broker that does not lead the partition: NOT_LEADER_OR_FOLLOWER with
+    KIP-951's current leader (id and epoch) and that leader's endpoint."""
+    cluster = cluster_factory(pg_dsn, overrides=FAST)
+    wait_settled(cluster, 3)
+    create_topic(cluster.bootstrap, "routed", 1)
+    topic_id, epoch = pg_rows(pg_dsn, "SELECT t.topic_id, p.epoch FROM offsetd_topic t JOIN offsetd_partition p "
+                                      "USING (topic_id) WHERE t.name = 'routed'")[0]
+    leader = wait_for(lambda: max(leader_of(cluster.bootstrap, "routed", 0), 0), timeout=10,
+                      message="a leader for routed-0")
+    other = next(n for n in (1, 2, 3) if n != leader)
+    cls = load_request_schema(FETCH, 16)
+    mod = __import__(cls.__module__, fromlist=["x"])
+    request = cls(max_wait=datetime.timedelta(milliseconds=0), min_bytes=1, max_bytes=1 << 20,
+                  topics=(mod.FetchTopic(topic_id=topic_id, partitions=(
+                      mod.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20),)),),
+                  forgotten_topics_data=())
+    with RawClient(cluster.broker(other).bootstrap) as client:
+        response = client.call(FETCH, 16, request)
+    answer = response.responses[0].partitions[0]
+    assert int(answer.error_code.value) == 6  # NOT_LEADER_OR_FOLLOWER
+    assert (answer.current_leader.leader_id, answer.current_leader.leader_epoch) == (leader, epoch)
+    endpoints = {e.node_id: e.port for e in response.node_endpoints}
+    assert endpoints == {leader: int(cluster.broker(leader).bootstrap.rsplit(":", 1)[1])}

@@ -48,3 +48,20 @@ class LocalView:
     def endpoint(self, node_id: int) -> tuple[str, int] | None:
         advertised = self.config.advertised_listener
         return (advertised.host, advertised.port) if node_id == self.controller_id else None
+
+
+def leader_hint(view: ClusterView, topic: Any, partition: int) -> dict[str, int]:
+    """KIP-951's `current_leader` of a NOT_LEADER_OR_FOLLOWER answer (Produce v10+, Fetch v12+):
+    clients go straight to the new leader instead of refreshing all metadata first."""
+    node, epoch = view.leader(topic, partition)
+    return {"leader_id": node, "leader_epoch": epoch}
+
+
+def node_endpoints(view: ClusterView, nodes: set[int]) -> list[dict[str, Any]]:
+    """KIP-951's `node_endpoints`: where the leaders named in `current_leader` fields listen."""
+    endpoints = []
+    for node in sorted(n for n in nodes if n >= 0):
+        where = view.endpoint(node)
+        if where is not None:
+            endpoints.append({"node_id": node, "host": where[0], "port": where[1], "rack": None})
+    return endpoints

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from ..protocol.errors import Error
 from ..storage.partition_log import OffsetOutOfRange, PartitionLog
 from .broker import Broker
+from .cluster_view import leader_hint, node_endpoints
 from .fetch_sessions import (
     CachedPartition,
     FetchContext,
@@ -80,7 +81,8 @@ def _read_partition(broker: Broker, topic: Any, index: int, by_id: bool, committ
         entry["error_code"] = Error.KAFKA_STORAGE_ERROR
         return entry, 0, None
     if not plog.leader:  # cluster mode: another broker leads it (or nobody, for a moment)
-        entry["error_code"] = Error.NOT_LEADER_OR_FOLLOWER
+        entry.update(error_code=Error.NOT_LEADER_OR_FOLLOWER,
+                     current_leader=leader_hint(broker.cluster, topic, index))
         return entry, 0, None
     end = plog.log_end_offset
     entry.update(high_watermark=end, last_stable_offset=end, log_start_offset=plog.log_start_offset)
@@ -116,6 +118,7 @@ def read_fetch(broker: Broker, req: Any, version: int, context: FetchContext | N
     by_id = version >= 13
     zero_copy = version >= ZERO_COPY_MIN_VERSION
     responses = []
+    led_elsewhere: set[int] = set()  # cluster mode: leaders named in NOT_LEADER_OR_FOLLOWER entries
     for topic_req in req.topics:
         topic = broker.topics.by_id(topic_req.topic_id) if by_id else broker.topics.get(topic_req.topic)
         partitions = []
@@ -124,12 +127,17 @@ def read_fetch(broker: Broker, req: Any, version: int, context: FetchContext | N
                                                     min(p.partition_max_bytes, budget), total == 0, zero_copy)
             if readable is not None:
                 read_keys.append(readable)
+            elif "current_leader" in entry:
+                led_elsewhere.add(entry["current_leader"]["leader_id"])
             total += size
             budget -= size
             partitions.append(entry)
         key = "topic_id" if by_id else "topic"
         responses.append({key: topic_req.topic_id if by_id else topic_req.topic, "partitions": partitions})
-    return FetchRead({"error_code": Error.NONE, "session_id": 0, "responses": responses}, total, read_keys, context)
+    body = {"error_code": Error.NONE, "session_id": 0, "responses": responses}
+    if led_elsewhere:  # v16+: where those leaders listen (KIP-951)
+        body["node_endpoints"] = node_endpoints(broker.cluster, led_elsewhere)
+    return FetchRead(body, total, read_keys, context)
 
 
 def _read_session(broker: Broker, req: Any, version: int, context: FetchContext) -> FetchRead:
@@ -147,6 +155,7 @@ def _read_session(broker: Broker, req: Any, version: int, context: FetchContext)
     responded: list[tuple[PartitionKey, dict[str, Any]]] = []
     current: Any = None  # the topic key of responses[-1]
     topics = broker.topics
+    led_elsewhere: set[int] = set()
     for key, cached in session.partitions.items():
         topic_key, index = key
         topic = topics.by_id(topic_key) if by_id else topics.get(topic_key)  # type: ignore[arg-type]
@@ -155,6 +164,8 @@ def _read_session(broker: Broker, req: Any, version: int, context: FetchContext)
                                                 version >= ZERO_COPY_MIN_VERSION)
         if readable is not None:
             read_keys.append(readable)
+        elif "current_leader" in entry:
+            led_elsewhere.add(entry["current_leader"]["leader_id"])
         total += size
         budget -= size
         if not cached.must_respond(entry):
@@ -164,8 +175,10 @@ def _read_session(broker: Broker, req: Any, version: int, context: FetchContext)
             responses.append({key_name: topic_key, "partitions": []})
             current = topic_key
         responses[-1]["partitions"].append(entry)
-    return FetchRead({"error_code": Error.NONE, "session_id": session.id, "responses": responses}, total,
-                     read_keys, context, responded)
+    body = {"error_code": Error.NONE, "session_id": session.id, "responses": responses}
+    if led_elsewhere:
+        body["node_endpoints"] = node_endpoints(broker.cluster, led_elsewhere)
+    return FetchRead(body, total, read_keys, context, responded)
 
 
 def finish_fetch(cache: FetchSessionCache, req: Any, result: FetchRead, now: int) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from ..records.legacy_messages import up_convert
 from ..storage.log_dir import NotLeader, StorageError
 from ..storage.producer_state import ProduceError
 from .broker import Broker
+from .cluster_view import leader_hint, node_endpoints
 
 log = logging.getLogger("offsetd.broker")
 
@@ -42,7 +43,7 @@ def _append(broker: Broker, topic: str, index: int, records: bytes | None, now_m
         headers = validate_batches(records, partition_log.config.max_message_bytes)
         result = partition_log.append(records, now_ms, validated=headers)
     except _REFUSED as exc:
-        return _refused(entry, partition_log, topic, index, exc)
+        return _refused(broker, entry, partition_log, topic, index, exc)
     if isawaitable(result):  # started now, so a request's partitions are stored concurrently
         return asyncio.ensure_future(_appended_later(broker, entry, partition_log, topic, index, result))
     entry.update(base_offset=result.base_offset, log_start_offset=result.log_start_offset)
@@ -50,13 +51,16 @@ def _append(broker: Broker, topic: str, index: int, records: bytes | None, now_m
     return entry
 
 
-def _refused(entry: dict[str, Any], partition_log: Any, topic: str, index: int, exc: Exception) -> dict[str, Any]:
+def _refused(broker: Broker, entry: dict[str, Any], partition_log: Any, topic: str, index: int,
+             exc: Exception) -> dict[str, Any]:
     """The entry of a refused append. StorageError: KAFKA_STORAGE_ERROR (retriable), nothing was
-    written; NotLeader: the client refreshes its metadata and goes to the leader."""
+    written; NotLeader: the client goes to the leader named in `current_leader` (KIP-951)."""
     log.log(logging.DEBUG if isinstance(exc, (StorageError, NotLeader)) else logging.INFO,
             "produce to %s-%d refused: %s", topic, index, exc)
     entry.update(error_code=exc.error_code, error_message=str(exc),  # type: ignore[attr-defined]
                  log_start_offset=partition_log.log_start_offset)
+    if isinstance(exc, NotLeader):
+        entry["current_leader"] = leader_hint(broker.cluster, broker.topics.get(topic), index)
     return entry
 
 
@@ -65,15 +69,24 @@ async def _appended_later(broker: Broker, entry: dict[str, Any], partition_log: 
     try:
         result = await pending
     except _REFUSED as exc:
-        return _refused(entry, partition_log, topic, index, exc)
+        return _refused(broker, entry, partition_log, topic, index, exc)
     entry.update(base_offset=result.base_offset, log_start_offset=result.log_start_offset)
     broker.on_append(topic, index)
     return entry
 
 
-async def _all_appended(body: dict[str, Any]) -> dict[str, Any]:
+async def _all_appended(broker: Broker, body: dict[str, Any]) -> dict[str, Any]:
     for topic in body["responses"]:
         topic["partition_responses"] = [await e if isawaitable(e) else e for e in topic["partition_responses"]]
+    return _with_endpoints(broker, body)
+
+
+def _with_endpoints(broker: Broker, body: dict[str, Any]) -> dict[str, Any]:
+    """v10+: where the leaders named by NOT_LEADER_OR_FOLLOWER entries listen (KIP-951)."""
+    named = {e["current_leader"]["leader_id"] for t in body["responses"] for e in t["partition_responses"]
+             if "current_leader" in e}
+    if named:
+        body["node_endpoints"] = node_endpoints(broker.cluster, named)
     return body
 
 
@@ -94,9 +107,9 @@ def handle_produce(broker: Broker, req: Any, version: int, now_ms: int) -> dict[
     later = any(isawaitable(e) for t in responses for e in t["partition_responses"])
     if req.acks == 0:
         if later:  # nobody waits for the answer, but the appends must still run
-            asyncio.ensure_future(_all_appended(body))
+            asyncio.ensure_future(_all_appended(broker, body))
         return None
-    return _all_appended(body) if later else body
+    return _all_appended(broker, body) if later else _with_endpoints(broker, body)
 
 
 def handle_init_producer_id(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any]:

@@ -18,6 +18,9 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from integration.clients import consume_all, create_topic, produce
 from kio.index import load_request_schema
 from raw_client import RawClient
+
+from offsetd.records.batch import iter_batches
+from offsetd.records.offsets import partition_for
 from integration.cluster_helpers import (
     FAST,
     GroupHistory,
@@ -78,6 +81,11 @@ def test_three_brokers_share_topics_data_and_groups(pg_dsn, cluster_factory) -> 
 
 
 FETCH = 1
+
+
+def batch_record_counts(data: bytes) -> list[tuple[int, int]]:
+    """(base offset, records) of each batch in stored bytes."""
+    return [(h.base_offset, h.records_count) for _, h in iter_batches(data)]
 
 # make test runs a few seeds; `make failover` the issue's twenty (OFFSETD_FAILOVER_SEEDS=20).
 SEEDS = range(int(os.environ.get("OFFSETD_FAILOVER_SEEDS", "2")))
@@ -209,3 +217,37 @@ def test_a_broker_that_does_not_lead_names_the_leader(pg_dsn, cluster_factory) -
     assert (answer.current_leader.leader_id, answer.current_leader.leader_epoch) == (leader, epoch)
     endpoints = {e.node_id: e.port for e in response.node_endpoints}
     assert endpoints == {leader: int(cluster.broker(leader).bootstrap.rsplit(":", 1)[1])}
+
+
+def test_compaction_reaches_postgresql_so_a_new_owner_loads_little(pg_dsn, cluster_factory) -> None:
+    """The leader's log cleaner compacts `__consumer_offsets`, and PostgreSQL's copy of the
+    partition is replaced by the cleaned batches: after a kill -9 the new owner loads the latest
+    value per key, not every commit ever made, and the group's offset is the last one committed."""
+    cluster = cluster_factory(pg_dsn, overrides={**FAST, "offsets.topic.segment.bytes": "4096",
+                                                 "log.cleaner.backoff.ms": "200"})
+    wait_settled(cluster, 3)
+    create_topic(cluster.bootstrap, "hist", 1)
+    group = "compacted"
+    partition = partition_for(group, 12)
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        for value in range(1, 1501):
+            consumer.commit(offsets=[TopicPartition("hist", 0, value)], asynchronous=False)
+    finally:
+        consumer.close()
+
+    def stored_records() -> int:
+        """Records of the group's offsets partition in PostgreSQL (a v2 batch header holds its count)."""
+        rows = pg_rows(pg_dsn, "SELECT b.bytes FROM offsetd_batch b JOIN offsetd_topic t USING (topic_id) "
+                               "WHERE t.name = '__consumer_offsets' AND b.partition = $1", partition)
+        return sum(count for (data,) in rows for _, count in batch_record_counts(data))
+    wait_for(lambda: stored_records() < 300, timeout=30, message="PostgreSQL holds the compacted partition")
+    owner = coordinator_of(cluster.bootstrap, group)
+    cluster.kill9(owner)
+    successor = wait_for(lambda: coordinator_of(cluster.bootstrap, group) not in (owner, -1)
+                         and coordinator_of(cluster.bootstrap, group), timeout=20,
+                         message="a new owner of the group's partition")
+    assert committed(cluster.bootstrap, group) == 1500
+    loaded = [int(line.split("loaded ")[1].split()[0]) for line in cluster.broker(successor).log().splitlines()
+              if f"__consumer_offsets-{partition}: loaded" in line]
+    assert loaded and loaded[-1] < 300, f"the new owner replayed {loaded} records"

@@ -110,6 +110,7 @@ class PreparedAppend:
     batches: list[tuple[int, BatchHeader, int]]
     messages: int
     pending: object
+    replica: bool = False  # copied with its own offsets (may start past the log end: a compacted gap)
 
     def data(self) -> bytes:
         """The bytes as they will be stored (base offsets and leader epoch patched)."""
@@ -513,10 +514,13 @@ class PartitionLog:
             validated = validate_batches(mv, self.config.max_message_bytes)
         if not validated:
             raise InvalidBatch(INVALID_RECORD, "produce request contains no record batch")
-        first = self.log_end_offset
-        if replica:
+        if replica:  # stored offsets are kept: a compacted log has gaps, never overlaps
+            first = validated[0].base_offset
+            if first < self.log_end_offset:
+                raise InvalidBatch(INVALID_RECORD, f"replica batch at {first} below the log end {self.log_end_offset}")
             pending, dup = [(h, h.base_offset) for h in validated], None
         else:
+            first = self.log_end_offset
             pending, dup = self._producers.validate(validated, first)
         if dup is not None:
             return AppendResult(dup.base_offset, dup.last_offset, -1, self.log_start_offset, True)
@@ -529,10 +533,16 @@ class PartitionLog:
         messages = 0
         for h in validated:
             size = h.batch_length + 12
-            parts.append(_pack_int64(offset))
-            if leader_epoch is None:
+            if replica:
+                if h.base_offset < offset:
+                    raise InvalidBatch(INVALID_RECORD, f"replica batches out of order at {h.base_offset}")
+                offset = h.base_offset
+                parts.append(mv[pos : pos + size])
+            elif leader_epoch is None:
+                parts.append(_pack_int64(offset))
                 parts.append(mv[pos + 8 : pos + size])
             else:
+                parts.append(_pack_int64(offset))
                 parts.append(mv[pos + 8 : pos + 12])
                 parts.append(_pack_int32(leader_epoch))
                 parts.append(mv[pos + 16 : pos + size])
@@ -542,12 +552,12 @@ class PartitionLog:
             messages += h.records_count
         if pos != len(mv):
             raise ValueError(f"validated headers cover {pos} bytes but the blob has {len(mv)}")
-        return PreparedAppend(first, offset, pos, parts, batches, messages, pending)
+        return PreparedAppend(first, offset, pos, parts, batches, messages, pending, replica)
 
     def apply_append(self, prepared: "PreparedAppend", now_ms: int, *, sync: bool = False) -> AppendResult:
         """The second half of append(): roll if due, write, index, fsync when asked, and only then
         move the log end offset and commit the producer state. Atomic, as append()."""
-        if prepared.first != self.log_end_offset:
+        if prepared.first != self.log_end_offset and not (prepared.replica and prepared.first > self.log_end_offset):
             raise ValueError(f"{self.dir}: an append prepared at offset {prepared.first} applied at "
                              f"{self.log_end_offset}")
         pos, offset = prepared.size, prepared.next_offset

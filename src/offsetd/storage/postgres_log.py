@@ -20,14 +20,15 @@ import logging
 import uuid
 from typing import Any, Callable
 
-from offsetd.records.batch import InvalidBatch, validate_batches
+from offsetd.records.batch import InvalidBatch, iter_batches, validate_batches
 from offsetd.storage.log_dir import NotLeader, StorageError
-from offsetd.storage.partition_log import AppendResult, PartitionLog, PreparedAppend
+from offsetd.storage.partition_log import AppendResult, OffsetOutOfRange, PartitionLog, PreparedAppend
 from offsetd.storage.postgres_store import Claim, Fenced, PostgresStore, StoreUnavailable
 
 log = logging.getLogger("offsetd.storage")
 
 SYNC_ROWS = 500  # appends read per statement while catching up
+CLEANED_CHUNK_BYTES = 4 * 1024 * 1024  # cleaned batches read per step before they are stored
 
 
 class PostgresPartitionLog:
@@ -78,7 +79,10 @@ class PostgresPartitionLog:
         consistent = claim.start_offset <= end <= claim.next_offset
         if consistent and end > claim.start_offset:
             stored = await self.store.ending_at(self.topic_id, cache.partition, end - 1)
-            consistent = stored is not None and bytes(cache.read(stored[0], len(stored[1]))) == bytes(stored[1])
+            try:
+                consistent = stored is not None and bytes(cache.read(stored[0], len(stored[1]))) == bytes(stored[1])
+            except OffsetOutOfRange:  # PostgreSQL's last append starts below what the copy holds
+                consistent = False
         if not consistent:
             log.info("%s-%d: local copy [%d, %d) does not match PostgreSQL [%d, %d); reading it again",
                      cache.topic, cache.partition, cache.log_start_offset, end, claim.start_offset,
@@ -92,14 +96,14 @@ class PostgresPartitionLog:
             for base, last, data in rows:
                 if last < offset:
                     continue
-                if base != offset:
+                if base < offset:  # an append straddling the copy's end: the copy was cut mid-append
                     raise StorageError(f"{cache.topic}-{cache.partition}: PostgreSQL has offsets {base}-{last} "
                                        f"where {offset} was expected")
-                cache.apply_append(_prepared(cache, data), now_ms)
+                cache.apply_append(_prepared(cache, data), now_ms)  # base > offset: compacted away
                 offset = last + 1
-        if offset != claim.next_offset:
-            raise StorageError(f"{cache.topic}-{cache.partition}: caught up to {offset}, PostgreSQL ends at "
-                               f"{claim.next_offset}")
+        if cache.log_end_offset != claim.next_offset:
+            raise StorageError(f"{cache.topic}-{cache.partition}: caught up to {cache.log_end_offset}, PostgreSQL "
+                               f"ends at {claim.next_offset}")
         self._stored_start = claim.start_offset
         self.epoch = claim.epoch
 
@@ -176,6 +180,39 @@ class PostgresPartitionLog:
         except StorageError as exc:  # tried again after the next retention pass
             log.warning("%s-%d: moving the log start in PostgreSQL: %s", self._cache.topic, self._cache.partition, exc)
 
+    def replace_segments(self, old: list[Any], new_bases: list[int]) -> list[Any]:
+        """The log cleaner swapped cleaned segments into the leader's copy: PostgreSQL's rows of
+        that offset range are replaced by the cleaned batches too (in the background, fenced by
+        the epoch), so the next owner loads the compacted log, not all history."""
+        start = old[0].base_offset
+        segments = self._cache.segments
+        end = next(s.base_offset for s in segments if s.base_offset > old[-1].base_offset and s not in old)
+        new = self._cache.replace_segments(old, new_bases)
+        if self.epoch is not None:
+            asyncio.ensure_future(self._store_cleaned(self.epoch, start, end))
+        return new
+
+    async def _store_cleaned(self, epoch: int, start: int, end: int) -> None:
+        cache = self._cache
+        rows: list[tuple[int, int, bytes]] = []
+        offset = start
+        try:
+            while offset < end:
+                chunk = bytes(cache.read(offset, CLEANED_CHUNK_BYTES))
+                if not chunk:
+                    break
+                for pos, h in iter_batches(chunk):
+                    if h.base_offset >= end:
+                        offset = end
+                        break
+                    last = h.base_offset + h.last_offset_delta
+                    rows.append((h.base_offset, last, chunk[pos : pos + h.size]))
+                    offset = last + 1
+            await self.store.replace_range(self.topic_id, cache.partition, self.node_id, epoch, start, end, rows)
+        except (StorageError, OffsetOutOfRange, Fenced) as exc:  # the next cleaning tries again
+            log.warning("%s-%d: storing the cleaned offsets %d-%d in PostgreSQL: %s", cache.topic, cache.partition,
+                        start, end, exc)
+
     def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True) -> Any:
         self._check_leader()
         return self._cache.read(offset, max_bytes, min_one_batch=min_one_batch)
@@ -186,15 +223,11 @@ class PostgresPartitionLog:
 
 
 def _prepared(cache: PartitionLog, data: bytes) -> PreparedAppend:
-    """An append read back from PostgreSQL, to write into the copy as it is (offsets and leader
-    epoch were patched before it was stored)."""
+    """An append read back from PostgreSQL, to write into the copy as it is, offsets included
+    (they were assigned, and the leader epoch patched, before it was stored)."""
     headers = validate_batches(data, max(cache.config.max_message_bytes, len(data)))
     if not headers:
         raise InvalidBatch(2, "empty append in PostgreSQL")
-    first = headers[0].base_offset
     prepared = cache.prepare_append(data, headers, replica=True)
     assert isinstance(prepared, PreparedAppend)  # replicas are never judged duplicates
-    if prepared.first != first:
-        raise StorageError(f"{cache.topic}-{cache.partition}: PostgreSQL append at {first}, copy ends at "
-                           f"{prepared.first}")
     return prepared

@@ -265,6 +265,25 @@ class PostgresStore:
                          f"with its log ending at {base_offset}")
 
     @_unavailable_on_failure
+    async def replace_range(self, topic_id: uuid.UUID, partition: int, node_id: int, epoch: int, start: int,
+                            end: int, rows: list[tuple[int, int, bytes]]) -> None:
+        """Compaction: the appends in offsets [start, end) become `rows` (base, last, bytes), the
+        cleaned batches. One short transaction, only while this broker still owns the partition at
+        `epoch` (its row is locked meanwhile, so no claim slips in between); Fenced if not."""
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                owner = await conn.fetchval("SELECT 1 FROM offsetd_partition WHERE topic_id = $1 AND partition = $2 "
+                                            "AND owner = $3 AND epoch = $4 FOR UPDATE", topic_id, partition, node_id,
+                                            epoch)
+                if owner is None:
+                    raise Fenced(f"partition {topic_id}/{partition}: not owned by broker {node_id} at epoch {epoch}")
+                await conn.execute("DELETE FROM offsetd_batch WHERE topic_id = $1 AND partition = $2 "
+                                   "AND base_offset >= $3 AND base_offset < $4", topic_id, partition, start, end)
+                await conn.copy_records_to_table(
+                    "offsetd_batch", columns=["topic_id", "partition", "base_offset", "last_offset", "epoch", "bytes"],
+                    records=[(topic_id, partition, base, last, epoch, data) for base, last, data in rows])
+
+    @_unavailable_on_failure
     async def read(self, topic_id: uuid.UUID, partition: int, offset: int, limit: int = 500) -> list[tuple[int, int, bytes]]:
         """Appends holding offsets >= `offset`, oldest first: (base offset, last offset, bytes)."""
         rows = await self.pool.fetch(_READ, topic_id, partition, offset, limit)

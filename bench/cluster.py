@@ -21,7 +21,7 @@ the new ones are
   ``shard_groups x shard_topic_partitions x shard_rounds`` commit records through the Kafka API,
   then loaded: single-node, by restarting the broker on its segments; cluster, by stopping every
   broker and starting one with an empty ``log.dirs``, which copies the partition from PostgreSQL
-  (the time between its "leading" log lines) and replays it (the shard's "loaded" log line).
+  (from its first "leading" log line to the shard's) and replays it (the shard's "loaded" line).
 
 ``--profile DIR`` records every cluster broker with py-spy during ``produce``,
 ``commit-throughput`` and ``commit-100-groups`` and prints the top frames (raw stacks in DIR).
@@ -339,8 +339,8 @@ def _load_from_segments(cfg: BenchConfig, ccfg: ClusterConfig, groups: list[str]
 
 def _load_from_postgres(ccfg: ClusterConfig, launcher: ClusterLauncher) -> tuple[int, float, float]:
     """Cluster: stop every broker, start node 1 on an empty ``log.dirs``; (records, replay s,
-    copy s). The copy is the time between the "leading" line before the shard's and the
-    shard's own: claims run one after another, and "leading" is logged once the copy is done."""
+    copy s). The copy runs from the broker's first "leading" line (it claims every partition at
+    once, concurrently) to the shard's own, logged once its copy is up to PostgreSQL's end."""
     for broker in launcher.brokers.values():  # one at a time: the last one releases everything
         broker.stop(launcher.stop_timeout_s)
     assert launcher.pg is not None
@@ -353,10 +353,10 @@ def _load_from_postgres(ccfg: ClusterConfig, launcher: ClusterLauncher) -> tuple
         raise WorkloadFailed(str(exc)) from exc
     loaded = _shard_loaded(ccfg, fresh, 0)
     leading = [m for m in _LEADING.finditer(fresh.log()) if m.start() < loaded.start()]
-    mine = [i for i, m in enumerate(leading) if m[2] == "__consumer_offsets" and int(m[3]) == ccfg.shard_partition]
-    if not mine or mine[0] == 0:
-        raise WorkloadFailed("no 'leading' line before the shard's in the broker's log")
-    copy_s = (_stamp(leading[mine[0]][1]) - _stamp(leading[mine[0] - 1][1]))
+    mine = [m for m in leading if m[2] == OFFSETS_TOPIC and int(m[3]) == ccfg.shard_partition]
+    if not mine:
+        raise WorkloadFailed("no 'leading' line for the shard in the broker's log")
+    copy_s = _stamp(mine[0][1]) - _stamp(leading[0][1])
     return int(loaded[3]), float(loaded[4]), copy_s
 
 
@@ -518,6 +518,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _code_version() -> dict[str, object]:
+    """The commit measured and the files changed on top of it (the brokers run the work tree)."""
+    def git(*argv: str) -> str:
+        return subprocess.run(["git", *argv], capture_output=True, text=True, cwd=Path(__file__).parent).stdout
+
+    return {"commit": git("rev-parse", "--short", "HEAD").strip(),
+            "changed": [line[3:] for line in git("status", "--porcelain", "--", "src").splitlines()]}
+
+
 def make(name: str, cfg: BenchConfig, ccfg: ClusterConfig) -> Any:
     """A fresh launcher for ``name``."""
     if name == CLUSTER:
@@ -534,6 +543,8 @@ def main(argv: list[str] | None = None) -> int:
     ccfg = ClusterConfig(ttl_ms=args.ttl_ms, heartbeat_ms=min(1000, args.ttl_ms // 3),
                          failover_runs=args.failover_runs, handoff_runs=args.handoff_runs)
     selected = args.only or BROKERS
+    code = _code_version()
+    print(f"code: {code}", flush=True)
     names = [w.name for w in suite(cfg, ccfg, None, args.workloads)]
     print(f"cluster bench: {', '.join(names)}; brokers {', '.join(selected)}; repeat {args.repeat}; "
           f"TTL {ccfg.ttl_ms} ms", flush=True)
@@ -560,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {line}")
     path = write_json(args.results_dir, config={**asdict(cfg), **asdict(ccfg), "repeat": args.repeat,
                                                 "brokers": selected, "workloads": names, "kind": "cluster"},
-                      environment={"python": sys.version.split()[0], "cpu_count": os.cpu_count()},
+                      environment={"python": sys.version.split()[0], "cpu_count": os.cpu_count(), **code},
                       runs=runs, rows=rows, brokers=BROKERS)
     print(f"\nresults: {path}")
     return 1 if problems else 0

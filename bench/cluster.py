@@ -521,7 +521,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def _code_version() -> dict[str, object]:
     """The commit measured and the files changed on top of it (the brokers run the work tree)."""
     def git(*argv: str) -> str:
-        return subprocess.run(["git", *argv], capture_output=True, text=True, cwd=Path(__file__).parent).stdout
+        return subprocess.run(["git", *argv], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parent.parent).stdout
 
     return {"commit": git("rev-parse", "--short", "HEAD").strip(),
             "changed": [line[3:] for line in git("status", "--porcelain", "--", "src").splitlines()]}

@@ -15,7 +15,7 @@ from kio.index import load_request_schema
 from clients import consume_all, create_topic, produce
 from raw_client import RawClient, decode_response
 
-API_VERSIONS, PRODUCE, METADATA = 18, 0, 3
+API_VERSIONS, PRODUCE, FETCH, METADATA = 18, 0, 1, 3
 
 
 def _batch(values: list[bytes]) -> bytes:
@@ -73,10 +73,10 @@ def test_unknown_api_key_and_version_close_with_log(broker):
         client.send_frame(struct.pack(">hhih", 999, 0, 1, -1))
         assert client.is_closed_by_peer()
     with RawClient(broker.bootstrap) as client:
-        client.send_frame(struct.pack(">hhih", PRODUCE, 1, 1, -1) + b"\0" * 20)  # Produce v1: pre KIP-896
+        client.send_frame(struct.pack(">hhih", PRODUCE, 12, 1, -1) + b"\0" * 20)  # Produce v12: not served
         assert client.is_closed_by_peer()
     log = broker.log()
-    assert "api_key=999" in log and "api_key=0 (PRODUCE) version=1" in log
+    assert "api_key=999" in log and "api_key=0 (PRODUCE) version=12" in log
 
 
 def test_api_versions_unsupported_version_answers_v0_with_ranges(broker):
@@ -87,7 +87,7 @@ def test_api_versions_unsupported_version_answers_v0_with_ranges(broker):
         response = decode_response(API_VERSIONS, 0, frame, 42)
     assert response.error_code.value == 35
     ranges = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
-    assert ranges[API_VERSIONS] == (0, 4) and ranges[PRODUCE][0] == 3
+    assert ranges[API_VERSIONS] == (0, 4) and ranges[PRODUCE] == (0, 11) and ranges[FETCH] == (0, 16)
 
 
 def test_truncated_request_body_closes_connection(broker):

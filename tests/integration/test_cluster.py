@@ -14,7 +14,7 @@ import kafka
 import pytest
 from broker_process import wait_for
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 from integration.clients import consume_all, create_topic, produce
 from kio.index import load_request_schema
 from raw_client import RawClient
@@ -43,6 +43,11 @@ def test_three_brokers_share_topics_data_and_groups(pg_dsn, cluster_factory) -> 
         topic = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics("shared", timeout=10).topics["shared"]
         return all(p.leader in (1, 2, 3) for p in topic.partitions.values())
     wait_for(leaders_known, timeout=20, message="every partition of 'shared' has a leader")
+    # replication is PostgreSQL's: a factor up to the live brokers is accepted, more is refused
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("replicated", 2, 3)], operation_timeout=10)["replicated"].result(15)
+    with pytest.raises(KafkaException, match="INVALID_REPLICATION_FACTOR|larger than available brokers: 3"):
+        admin.create_topics([NewTopic("over-replicated", 2, 4)], operation_timeout=10)["over-replicated"].result(15)
     # each broker only knows the topic through PostgreSQL's catalogue
     for node in (1, 2, 3):
         single = AdminClient({"bootstrap.servers": cluster.broker(node).bootstrap})

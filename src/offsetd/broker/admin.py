@@ -57,9 +57,15 @@ def handle_create_topics(broker: Broker, req: Any, version: int, now_ms: int) ->
         if partitions == -1:
             partitions = broker.config.get("num.partitions")
         problem = validate_topic_configs(configs)
-        if item.replication_factor not in (-1, 1) and not item.assignments:
+        live = len(broker.cluster.brokers())
+        if not item.assignments and (item.replication_factor > live or item.replication_factor in (0,)
+                                     or item.replication_factor < -1):
+            # Cluster mode keeps one copy per partition, in PostgreSQL (whose replication is its
+            # own): a factor up to the live brokers is accepted, as Kafka would place it.
             result.update(error_code=Error.INVALID_REPLICATION_FACTOR,
-                          error_message=f"Replication factor: {item.replication_factor} larger than available brokers: 1.")
+                          error_message=f"Replication factor: {item.replication_factor} larger than available "
+                                        f"brokers: {live}." if item.replication_factor > live else
+                                        "Replication factor must be larger than 0, or -1 to use the default.")
         elif item.assignments and any(tuple(a.broker_ids) != (broker.node_id,) for a in item.assignments):
             result.update(error_code=Error.INVALID_REPLICA_ASSIGNMENT,
                           error_message=f"Replica assignments must name only broker {broker.node_id}.")

@@ -1,12 +1,14 @@
 """A broker's membership in the cluster: the shell that runs cluster/ownership.py against
 PostgreSQL (storage/postgres_store.py).
 
-Every heartbeat interval, and at once when a peer NOTIFYs a change, it renews the lease, reads
-the live brokers and every partition's owner, asks `ownership.plan` what to do, and does it:
-claims (each claim bumps the partition's epoch; the owner callback then loads it), releases
-(drained first, so nothing is in flight, then given up without waiting for a lease to expire),
-and losses. It also keeps the view Metadata and FindCoordinator answer from: who is alive, who
-leads what, at which epoch.
+Two loops. The heartbeat renews the lease every interval, on its own, so nothing the other loop
+waits for can make a healthy broker's lease lapse. The ownership loop, after each heartbeat and at
+once when a peer NOTIFYs a change, reads the live brokers and every partition's owner, asks
+`ownership.plan` what to do, and does it: claims (each bumps the partition's epoch; the server
+then brings its copy up to date and loads it; claims run concurrently), releases (drained first,
+so nothing is in flight, then given up without waiting for a lease to expire), and losses. It also
+keeps the view Metadata and FindCoordinator answer from: who is alive, who leads what, at which
+epoch.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from ..storage.postgres_store import BrokerRow, Claim, PostgresStore, TopicRow
 from .ownership import Lease, PartitionRow, plan
@@ -189,9 +191,7 @@ class ClusterMember:
         for key, epoch in decided.disown:
             log.info("setting partition %s/%d free (epoch %d: recorded as ours, not held)", key[0], key[1], epoch)
             await self.store.release(key[0], key[1], self.node_id, epoch)
-        claimed = False
-        for key in decided.claim:
-            claimed |= await self._claim(key)
+        claimed = any(await asyncio.gather(*(self._claim(key) for key in decided.claim)))
         if decided.release or decided.disown or claimed:
             await self.store.notify("ownership")
 

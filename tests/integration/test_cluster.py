@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime
 import os
 import random
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -83,6 +85,14 @@ def test_three_brokers_share_topics_data_and_groups(pg_dsn, cluster_factory) -> 
     finally:
         admin.close()
     assert {tp.partition: meta.offset for tp, meta in offsets.items()} == {p: 100 for p in range(6)}
+    # the operator tools work against the cluster as against any Kafka cluster
+    described = subprocess.run([sys.executable, "-m", "offsetd.cli", "groups", "--bootstrap-server", cluster.bootstrap,
+                                "--describe", "--group", "cg"], capture_output=True, text=True, timeout=60)
+    rows = [line.split() for line in described.stdout.splitlines() if line.startswith("cg ")]
+    assert sorted((r[2], r[3], r[5]) for r in rows) == [(str(p), "100", "0") for p in range(6)], described.stdout
+    dumped = subprocess.run([sys.executable, "-m", "offsetd.cli", "offsets-log", "dump", "--bootstrap-server",
+                             cluster.bootstrap], capture_output=True, text=True, timeout=60)
+    assert sum(line.startswith("[cg,shared,") for line in dumped.stdout.splitlines()) >= 6, dumped.stdout[-2000:]
 
 
 FETCH = 1

@@ -198,7 +198,12 @@ class PostgresStore:
             await conn.execute("SET synchronous_commit = on; SET idle_in_transaction_session_timeout = 5000; "
                                "SET lock_timeout = 5000")
 
-        self.pool = await asyncpg.create_pool(self.dsn, min_size=2, max_size=self.pool_size, init=init,
+        async def keep(conn: Any) -> None:
+            """No reset on release: asyncpg's default sends `SELECT pg_advisory_unlock_all(); CLOSE ALL;
+            UNLISTEN *; RESET ALL` after every pool.execute, a second round trip per append, and these
+            connections keep no session state (LISTEN has a connection of its own)."""
+
+        self.pool = await asyncpg.create_pool(self.dsn, min_size=2, max_size=self.pool_size, init=init, reset=keep,
                                               command_timeout=self.timeout_s, timeout=self.timeout_s)
         async with self.pool.acquire() as conn:
             async with conn.transaction():

@@ -34,10 +34,12 @@ import multiprocessing
 import os
 import random
 import re
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -314,8 +316,6 @@ def _shard_loaded(ccfg: ClusterConfig, broker: BrokerProcess, since: int) -> re.
 
 def _load_from_segments(cfg: BenchConfig, ccfg: ClusterConfig, groups: list[str]) -> tuple[int, float, float]:
     """Single node: fill the shard, restart the broker on its data; (records, replay s, 0)."""
-    import tempfile
-
     directory = Path(tempfile.mkdtemp(prefix="bench-shard-"))
     broker = BrokerProcess(directory / "data", config=Path(cfg.offsetd_config), start_new_session=True)
     broker.port = free_port()
@@ -332,8 +332,6 @@ def _load_from_segments(cfg: BenchConfig, ccfg: ClusterConfig, groups: list[str]
     finally:
         if broker.alive():
             broker.stop(60)
-        import shutil
-
         shutil.rmtree(directory, ignore_errors=True)
 
 

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 CONFIG ?= config/server.properties
 
-.PHONY: run cluster test bench chaos failover fuzz tools postgresql clean
+.PHONY: run cluster test bench bench-cluster chaos failover fuzz tools postgresql clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -54,6 +54,10 @@ test: $(VENV)/.test-deps tools
 
 bench: $(VENV)/.test-deps
 	$(PY) bench/run.py
+
+# offsetd single-node vs 3 brokers + PostgreSQL vs Tansu (README "Cluster mode"; about 13 min).
+bench-cluster: $(VENV)/.test-deps postgresql
+	$(PY) bench/cluster.py $(BENCH_ARGS)
 
 # The chaos harness at full length (make test runs a bounded form): faults against a real broker,
 # every client operation logged, a history checker after each round.

@@ -22,15 +22,16 @@ FAST = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "50
 
 
 def wait_settled(cluster, brokers: int) -> None:
-    """Until `brokers` brokers are live and every offsets partition has its preferred leader
-    among them (as many distinct leaders as rendezvous hashing spreads 12 partitions over)."""
-    def settled() -> bool:
-        md = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=10)
+    """Until every broker sees `brokers` live brokers and every offsets partition led by one of
+    them (each broker answers Metadata from its own view, so each is asked)."""
+    def settled_at(bootstrap: str) -> bool:
+        md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
         topic = md.topics.get("__consumer_offsets")
         if len(md.brokers) != brokers or topic is None or len(topic.partitions) != 12:
             return False
         return all(p.leader in md.brokers for p in topic.partitions.values())
-    wait_for(settled, timeout=30, message=f"offsets partitions led by {brokers} live brokers")
+    wait_for(lambda: all(settled_at(cluster.broker(n).bootstrap) for n in cluster.live_node_ids()), timeout=30,
+             message=f"offsets partitions led by {brokers} live brokers, as every broker sees it")
 
 
 def leader_of(bootstrap: str, topic: str, partition: int) -> int:

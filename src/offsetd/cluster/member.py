@@ -83,6 +83,7 @@ class ClusterMember:
         await self.store.register(self.node_id, self.incarnation, self.host, self.port, self.ttl_ms)
         self.lease.renewed(sent)
         self._listener = await self.store.listen(self._notified)
+        await self.store.notify("ownership")  # peers see the new broker (and hand partitions over) at once
         await self.tick()
         self._tasks = [asyncio.create_task(self._heartbeats()), asyncio.create_task(self._run())]
 
@@ -231,8 +232,9 @@ class ClusterMember:
         self._dirty.add("topics")
 
     def fenced(self, key: Key) -> None:
-        """An append found another owner: forget the partition and look again soon."""
-        log.info("partition %s/%d given up after a fenced or uncertain append", *key)
+        """An append found another owner, had an unknown outcome, or the lease lapsed under it:
+        forget the partition and look again soon (it is claimed again if it is still ours)."""
+        log.info("partition %s/%d given up (fenced, an uncertain append, or a lapsed lease)", *key)
         self._lose(key)
         self._wake.set()
 

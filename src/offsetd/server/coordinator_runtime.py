@@ -87,6 +87,8 @@ class ShardRuntime:
                 if generation != self.generation:
                     return  # unloaded meanwhile (cluster mode: the partition moved on)
         except Exception as exc:
+            if generation != self.generation:
+                return  # unloaded under the load (cluster mode: the partition is being claimed again)
             self.state = ShardState.FAILED
             log.error("__consumer_offsets-%d: load failed near offset %d: %s; its groups are not served",
                       shard.partition, offset, exc)

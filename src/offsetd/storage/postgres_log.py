@@ -67,6 +67,12 @@ class PostgresPartitionLog:
     def _check_leader(self) -> int:
         epoch = self.epoch
         if epoch is None or not self._serving():
+            if epoch is not None:
+                # The lease lapsed while we still hold the partition: another broker may have
+                # claimed it since. Give it up; if it is still ours it is claimed again at a new
+                # epoch and read again (a shard load or write interrupted here starts over).
+                self.epoch = None
+                self.on_fenced(self)
             raise NotLeader(f"broker {self.node_id} does not lead {self._cache.topic}-{self._cache.partition}")
         return epoch
 

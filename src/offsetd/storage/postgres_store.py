@@ -90,9 +90,13 @@ WHERE p.topic_id = $1 AND p.partition = $2
               WHERE b.node_id = $3 AND b.incarnation = $4 AND b.expires_at > now())
 RETURNING epoch, next_offset, start_offset"""
 
-_RELEASE = """
-UPDATE offsetd_partition SET owner = NULL
-WHERE topic_id = $1 AND partition = $2 AND owner = $3 AND epoch = $4"""
+# A release tells the peers at once (the next owner claims without waiting for its heartbeat).
+_RELEASE = f"""
+WITH r AS (
+    UPDATE offsetd_partition SET owner = NULL
+    WHERE topic_id = $1 AND partition = $2 AND owner = $3 AND epoch = $4
+    RETURNING 1)
+SELECT pg_notify('{NOTIFY_CHANNEL}', 'ownership') FROM r"""
 
 _APPEND = """
 WITH p AS (
@@ -255,7 +259,7 @@ class PostgresStore:
 
     @_unavailable_on_failure
     async def release(self, topic_id: uuid.UUID, partition: int, node_id: int, epoch: int) -> bool:
-        return _rows_changed(await self.pool.execute(_RELEASE, topic_id, partition, node_id, epoch)) == 1
+        return len(await self.pool.fetch(_RELEASE, topic_id, partition, node_id, epoch)) == 1
 
     # ------------------------------------------------------------------------- log
 

@@ -15,6 +15,7 @@ from broker_process import wait_for
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from offsetd.cluster.ownership import rendezvous_owner
 from offsetd.records.offsets import partition_for
 
 FAST = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500",
@@ -22,16 +23,22 @@ FAST = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "50
 
 
 def wait_settled(cluster, brokers: int) -> None:
-    """Until every broker sees `brokers` live brokers and every offsets partition led by one of
-    them (each broker answers Metadata from its own view, so each is asked)."""
+    """Until every broker sees `brokers` live brokers and every offsets partition led by its
+    preferred owner (rendezvous hashing), so nothing moves any more unless a broker goes: each
+    broker answers Metadata from its own view, so each is asked."""
+    offsets_id = wait_for(lambda: pg_rows(cluster.dsn, "SELECT topic_id FROM offsetd_topic "
+                                                       "WHERE name = '__consumer_offsets'"), timeout=30,
+                          message="__consumer_offsets in the catalogue")[0][0]
+
     def settled_at(bootstrap: str) -> bool:
         md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
         topic = md.topics.get("__consumer_offsets")
         if len(md.brokers) != brokers or topic is None or len(topic.partitions) != 12:
             return False
-        return all(p.leader in md.brokers for p in topic.partitions.values())
+        live = sorted(md.brokers)
+        return all(p.leader == rendezvous_owner((offsets_id, p.id), live) for p in topic.partitions.values())
     wait_for(lambda: all(settled_at(cluster.broker(n).bootstrap) for n in cluster.live_node_ids()), timeout=30,
-             message=f"offsets partitions led by {brokers} live brokers, as every broker sees it")
+             message=f"offsets partitions led by their preferred owners among {brokers} brokers")
 
 
 def leader_of(bootstrap: str, topic: str, partition: int) -> int:

@@ -28,6 +28,7 @@ from pg_proxy import PgProxy
 from raw_client import RawClient
 from postgres_server import before_drop
 
+from offsetd.cluster.ownership import rendezvous_owner
 from offsetd.records.offsets import partition_for
 
 
@@ -121,8 +122,11 @@ def test_owner_cut_off_from_postgresql_stops_acknowledging(pg_dsn, tmp_path: Pat
         cluster.start()
         wait_settled(cluster, 3)
         create_topic(cluster.bootstrap, "hist", 1)
-        # find a group whose coordinator is broker 1
-        group = next(f"split-{i}" for i in range(1000) if coordinator_of(cluster.bootstrap, f"split-{i}") == 1)
+        # a group whose offsets partition broker 1 is the preferred owner of (it stays there)
+        offsets_id = pg_rows(pg_dsn, "SELECT topic_id FROM offsetd_topic WHERE name = '__consumer_offsets'")[0][0]
+        group = next(g for g in (f"split-{i}" for i in range(1000))
+                     if rendezvous_owner((offsets_id, partition_for(g, 12)), [1, 2, 3]) == 1)
+        wait_for(lambda: coordinator_of(cluster.bootstrap, group) == 1, timeout=15, message="broker 1 coordinates")
         acked: list[tuple[float, int]] = []  # (when, value) of commits broker 1 acknowledged
         sent: list[int] = []
         stop = threading.Event()

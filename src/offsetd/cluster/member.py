@@ -88,15 +88,22 @@ class ClusterMember:
         self._tasks = [asyncio.create_task(self._heartbeats()), asyncio.create_task(self._run())]
 
     async def stop(self) -> None:
-        """Graceful: release every partition (peers claim them at once), then leave."""
+        """Graceful (controlled shutdown): stop serving and drain every partition, leave the live
+        brokers (so no peer still prefers this one), then set the partitions free; each release
+        NOTIFYs, and the peers claim at once instead of waiting for the lease to expire."""
         self._stopping = True
         for task in self._tasks:
             task.cancel()
-        if self.serving():  # else PostgreSQL is out of reach: the lease expires on its own
-            await asyncio.gather(*(self._release(key) for key in list(self.owned)))
+        held = list(self.owned.items())
         try:
-            await self.store.notify("ownership")
-            await self.store.unregister(self.node_id, self.incarnation)
+            if self.serving():  # else PostgreSQL is out of reach: the lease expires on its own
+                await asyncio.gather(*(self.callbacks.releasing(key) for key, _ in held))
+                for key, _ in held:
+                    self._lose(key)
+                await self.store.unregister(self.node_id, self.incarnation)
+                await asyncio.gather(*(self.store.release(key[0], key[1], self.node_id, epoch) for key, epoch in held))
+            else:
+                await self.store.unregister(self.node_id, self.incarnation)
         except Exception as exc:  # PostgreSQL gone: the lease simply expires
             log.warning("leaving the cluster: %s", exc)
         self.lease.expire()

@@ -27,7 +27,7 @@ from ..storage.log_dir import LogDirectory
 from ..storage.partition_log import PartitionLog
 from ..storage.postgres_log import PostgresPartitionLog
 from ..storage.postgres_store import Claim, PostgresStore, TopicRow
-from .coordinator_runtime import ShardRuntime
+from .coordinator_runtime import ShardRuntime, ShardState
 
 log = logging.getLogger("offsetd.cluster")
 
@@ -261,7 +261,8 @@ class ClusterRuntime:
         log.info("leading %s-%d at epoch %d (offsets %d-%d)", plog.topic, key[1], claim.epoch, claim.start_offset,
                  claim.next_offset)
         if runtime is not None:
-            asyncio.ensure_future(runtime.load())  # answers COORDINATOR_LOAD_IN_PROGRESS until done
+            runtime.state = ShardState.LOADING  # COORDINATOR_LOAD_IN_PROGRESS from now until loaded
+            asyncio.ensure_future(runtime.load())
         return True
 
     async def releasing(self, key: Key) -> None:

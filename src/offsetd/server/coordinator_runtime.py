@@ -66,6 +66,9 @@ class ShardRuntime:
 
     async def load(self) -> None:
         """Replay the partition from its start (§5.1); a corrupt record fails this shard only."""
+        if not self.plog.leader:  # cluster mode: lost again before the load began
+            self.state = ShardState.UNLOADED
+            return
         self.state = ShardState.LOADING
         generation = self.generation
         started = time.perf_counter()

@@ -5,7 +5,8 @@ COMMIT with synchronous_commit=on is the durability point), then written to a lo
 in this broker's `log.dirs` without fsync. Reads, time lookups, the time index and compaction
 planning use that local copy, exactly as the embedded engine does, so Fetch and the coordinator's
 load cost what they cost on one node. The copy is always a prefix of the PostgreSQL log: nothing is
-written to it that PostgreSQL did not commit first, and batches stored at an offset never change.
+written to it that PostgreSQL did not commit first, and what is stored at an offset changes only by
+compaction (the leader's cleaner rewrites a range of its copy, and then the same range's rows).
 
 Only the partition's owner appends or reads; other brokers answer NOT_LEADER_OR_FOLLOWER (its
 `leader` is False). When a broker claims a partition it brings its copy up to PostgreSQL's end
@@ -50,10 +51,6 @@ class PostgresPartitionLog:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._cache, name)
-
-    @property
-    def cache(self) -> PartitionLog:
-        return self._cache
 
     @property
     def leader(self) -> bool:

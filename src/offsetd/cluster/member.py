@@ -5,10 +5,10 @@ Two loops. The heartbeat renews the lease every interval, on its own, so nothing
 waits for can make a healthy broker's lease lapse. The ownership loop, after each heartbeat and at
 once when a peer NOTIFYs a change, reads the live brokers and every partition's owner, asks
 `ownership.plan` what to do, and does it: claims (each bumps the partition's epoch; the server
-then brings its copy up to date and loads it; claims run concurrently), releases (drained first,
-so nothing is in flight, then given up without waiting for a lease to expire), and losses. It also
-keeps the view Metadata and FindCoordinator answer from: who is alive, who leads what, at which
-epoch.
+then brings its copy up to date and loads it; claims run concurrently, `__consumer_offsets`
+partitions first), releases (drained first, so nothing is in flight, then given up without waiting
+for a lease to expire), and losses. It also keeps the view Metadata and FindCoordinator answer
+from: who is alive, who leads what, at which epoch.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ class OwnerCallbacks(Protocol):
     async def gained(self, key: Key, claim: Claim) -> bool: ...
     async def releasing(self, key: Key) -> None: ...
     def lost(self, key: Key) -> None: ...
+    def urgent(self, key: Key) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +200,12 @@ class ClusterMember:
         for key, epoch in decided.disown:
             log.info("setting partition %s/%d free (epoch %d: recorded as ours, not held)", key[0], key[1], epoch)
             await self.store.release(key[0], key[1], self.node_id, epoch)
-        claimed = any(await asyncio.gather(*(self._claim(key) for key in decided.claim)))
+        # Coordinator partitions first: groups wait on them, and their copies are caught up without
+        # competing with data partitions' (each group of claims runs concurrently).
+        urgent = [key for key in decided.claim if self.callbacks.urgent(key)]
+        rest = [key for key in decided.claim if not self.callbacks.urgent(key)]
+        claimed = any(await asyncio.gather(*(self._claim(key) for key in urgent)))
+        claimed = any(await asyncio.gather(*(self._claim(key) for key in rest))) or claimed
         if decided.release or decided.disown or claimed:
             await self.store.notify("ownership")
 

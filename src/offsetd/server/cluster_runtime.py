@@ -271,6 +271,10 @@ class ClusterRuntime:
         if plog is not None:
             await plog.drain()  # the append in flight is stored (or fenced) before we let go
 
+    def urgent(self, key: Key) -> bool:
+        """`__consumer_offsets` partitions are claimed before data partitions."""
+        return self._runtime(key) is not None
+
     def lost(self, key: Key) -> None:
         plog = self.topics.log_for(key)
         if plog is not None:

@@ -8,7 +8,6 @@ import random
 import socket
 import struct
 
-import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.index import load_request_schema
 

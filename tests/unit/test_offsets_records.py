@@ -7,7 +7,6 @@ encoder, so a symmetric encoder/decoder mistake cannot hide.
 
 from __future__ import annotations
 
-import random
 import struct
 
 import pytest

@@ -12,7 +12,6 @@ import logging
 import re
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterator
 
 from ..config import BrokerConfig

@@ -269,7 +269,7 @@ def entity_writer(cls: type) -> Writer:
             env[f"w{i}"] = entity_writer(cls_info.type_)
             null = "buf.append(0)" if flexible else "buf += _I32.pack(-1)"
             size = "write_uvarint(buf, len(x) + 1)" if flexible else "buf += _I32.pack(len(x))"
-            lines += [f"    if x is None:", f"        {null}", "    else:",
+            lines += ["    if x is None:", f"        {null}", "    else:",
                       f"        {size}", "        for item in x:", f"            w{i}(buf, item)"]
         else:  # strings, bytes, records, uuids, primitive arrays, nullable structs: a helper call
             env[f"f{i}"] = _field_writer(f, flexible, tagged=False)

@@ -26,11 +26,14 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 async def _run(config: BrokerConfig) -> int:
-    from .server.app import KafkaServer
+    from .server.app import ClusterJoinError, KafkaServer
 
     try:
         server = KafkaServer(config)
         await server.start()
+    except ClusterJoinError as exc:
+        print(f"offsetd: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         listener = config.listener
         print(f"offsetd: cannot listen on {listener.host}:{listener.port}: {exc.strerror}", file=sys.stderr)

@@ -266,3 +266,19 @@ def test_compaction_reaches_postgresql_so_a_new_owner_loads_little(pg_dsn, clust
     loaded = [int(line.split("loaded ")[1].split()[0]) for line in cluster.broker(successor).log().splitlines()
               if f"__consumer_offsets-{partition}: loaded" in line]
     assert loaded and loaded[-1] < 300, f"the new owner replayed {loaded} records"
+
+
+def test_a_broker_that_cannot_join_says_why(tmp_path) -> None:
+    """No PostgreSQL behind storage.engine, or not a URL at all: the broker exits at once with a
+    line naming the problem (the password masked), not a traceback or a hang."""
+    def serve(engine: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "offsetd.cli", "serve", "--override", f"storage.engine={engine}",
+                               "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override",
+                               f"log.dirs={tmp_path / 'data'}"], capture_output=True, text=True, timeout=60)
+    unreachable = serve("postgresql://offsetd:s3cret@127.0.0.1:1/offsetd")
+    assert unreachable.returncode == 1
+    assert "cannot join the cluster in postgresql://offsetd:***@127.0.0.1:1/offsetd" in unreachable.stderr
+    assert "s3cret" not in unreachable.stderr and "Traceback" not in unreachable.stderr
+    invalid = serve("mysql://db/offsetd")
+    assert invalid.returncode == 2
+    assert "Invalid value 'mysql://db/offsetd' for configuration storage.engine" in invalid.stderr

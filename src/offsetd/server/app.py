@@ -17,6 +17,8 @@ from ..broker.admin import (
     handle_describe_configs,
 )
 from ..broker.broker import Broker
+from ..broker.topics import TopicError
+from ..cluster.member import ClusterMember
 from ..broker.group_configs import retention_ms as group_retention_ms
 from ..broker.fetch import finish_fetch, open_fetch, read_fetch
 from ..broker.fetch_down_convert import fetch_old_version
@@ -34,10 +36,8 @@ from ..coordinator.shard import GroupCoordinatorShard
 from ..metrics.http import MetricsHttpServer
 from ..records.offsets import OFFSETS_TOPIC
 from ..storage.cleaner import LogCleaner
-from .connection import CloseConnection, Connection, ConnectionGuard, Pending
-from ..broker.topics import TopicError
-from ..cluster.member import ClusterMember
 from ..storage.postgres_store import PostgresStore
+from .connection import CloseConnection, Connection, ConnectionGuard, Pending
 from .cluster_runtime import (
     ClusterGroupConfigs,
     ClusterRuntime,
@@ -101,6 +101,15 @@ def coordinator_config(config: BrokerConfig) -> GroupCoordinatorConfig:
         retention_ms=config.get("offsets.retention.minutes") * 60 * 1000,
         retention_check_interval_ms=config.get("offsets.retention.check.interval.ms"),
     )
+
+
+class ClusterJoinError(Exception):
+    """Cluster mode could not start: PostgreSQL unreachable, refused, or the database missing."""
+
+
+def _without_password(dsn: str) -> str:
+    """A PostgreSQL URL fit for a log line (a password, if any, masked)."""
+    return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", dsn)
 
 
 def wall_clock_ms() -> int:
@@ -246,7 +255,12 @@ class KafkaServer:
             self.metrics_server = MetricsHttpServer(self.runtimes)
             await self.metrics_server.start(metrics_listener.host, metrics_listener.port)
         if self.cluster is None and self.config.get("storage.engine") != "local":
-            await self._join_cluster()
+            try:
+                await self._join_cluster()
+            except Exception as exc:
+                self._server.close()
+                raise ClusterJoinError(f"cannot join the cluster in {_without_password(self.config.get('storage.engine'))}: "
+                                       f"{type(exc).__name__}: {exc}") from exc
         else:
             self._tasks.append(asyncio.create_task(self._load_coordinator()))
         self._tasks.append(asyncio.create_task(self._every(

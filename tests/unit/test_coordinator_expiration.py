@@ -800,11 +800,13 @@ def test_runtime_sweep_calls_the_shard_in_chunks_and_yields_between_them() -> No
     def spy(at: int, group_ids):
         group_ids = list(group_ids)
         calls.append((ticks, group_ids))
-        started = time.perf_counter()
+        # CPU time of this thread, not wall time: a loaded machine (a full test run beside other
+        # work on 2 cores) must not fail the test, a chunk doing too much work must.
+        started = time.thread_time()
         try:
             return real(at, group_ids)
         finally:
-            durations.append(time.perf_counter() - started)
+            durations.append(time.thread_time() - started)
 
     shard.expire_offsets = spy  # type: ignore[method-assign]
 
@@ -828,7 +830,7 @@ def test_runtime_sweep_calls_the_shard_in_chunks_and_yields_between_them() -> No
     assert [g for _, ids in calls for g in ids] == list(shard.groups)  # nothing replayed: all still there
     ticks_seen = [t for t, _ in calls]
     assert all(a < b for a, b in zip(ticks_seen, ticks_seen[1:])), "the loop got no turn between chunks"
-    assert max(durations) < 1.0, f"one chunk held the event loop for {max(durations):.3f}s"
+    assert max(durations) < 1.0, f"one chunk took {max(durations):.3f} s of CPU on the event loop"
     tombstoned = {k.group for r in submitted for k, _ in r.records if isinstance(k, OffsetCommitKey)}
     assert tombstoned == {g for g in shard.groups if int(g[1:]) % 2 == 0}
 

@@ -9,10 +9,17 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..config import BrokerConfig
+from ..protocol.errors import Error
 from .cluster_view import ClusterView, LocalView
 from .group_configs import GroupConfigs
 from .producer_ids import ProducerIdManager
 from .topics import TopicRegistry
+
+
+NONE = Error.NONE
+UNKNOWN_TOPIC_OR_PARTITION = Error.UNKNOWN_TOPIC_OR_PARTITION
+KAFKA_STORAGE_ERROR = Error.KAFKA_STORAGE_ERROR
+NOT_LEADER_OR_FOLLOWER = Error.NOT_LEADER_OR_FOLLOWER
 
 
 class Broker:
@@ -34,6 +41,20 @@ class Broker:
         self.on_topic_deleted: Callable[[str, int], None] = lambda topic, partitions: None
         # Called with a group id after its configs change, so its coordinator shard follows.
         self.on_group_config_changed: Callable[[str], None] = lambda group_id: None
+
+    def serving_partition(self, topic: str, index: int) -> "tuple[Any, int]":
+        """(log, NONE) of a partition this broker can serve reads of, or (log or None, error):
+        UNKNOWN_TOPIC_OR_PARTITION, KAFKA_STORAGE_ERROR (its log directory is offline) or
+        NOT_LEADER_OR_FOLLOWER (cluster mode: another broker leads it, or nobody, for a moment).
+        The checks Fetch and ListOffsets share."""
+        plog = self.topics.partition(topic, index)
+        if plog is None:
+            return None, UNKNOWN_TOPIC_OR_PARTITION
+        if plog.log_dir.offline:
+            return plog, KAFKA_STORAGE_ERROR
+        if not plog.leader:
+            return plog, NOT_LEADER_OR_FOLLOWER
+        return plog, NONE
 
     def apply_retention(self, now_ms: int) -> int:
         """Delete expired segments of every delete-policy topic; returns segments removed."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..protocol.errors import Error
-from ..storage.partition_log import OffsetOutOfRange, PartitionLog
+from ..storage.partition_log import OffsetOutOfRange
 from .broker import Broker
 from .cluster_view import leader_hint, node_endpoints
 from .fetch_sessions import (
@@ -66,42 +66,68 @@ def open_fetch(cache: FetchSessionCache, req: Any, version: int, clock: Callable
     return new_context(cache, session_id, epoch, by_id, fetch_data, forgotten, clock())
 
 
-def _read_partition(broker: Broker, topic: Any, index: int, by_id: bool, committed: bool, fetch_offset: int,
-                    limit: int, first: bool, zero_copy: bool) -> tuple[dict[str, Any], int, tuple[str, int] | None]:
-    """One partition's response entry (watermarks and records, or its error), the bytes it holds,
-    and its (topic, partition) to wait on when it was readable. `topic` is None when unknown.
-    With `zero_copy` the records may be FileRecords (see the module docstring)."""
-    entry: dict[str, Any] = {"partition_index": index, "error_code": Error.NONE, "high_watermark": -1,
-                             "records": b"", "aborted_transactions": () if committed else None}
-    plog: PartitionLog | None = broker.topics.partition(topic.name, index) if topic is not None else None
-    if plog is None:
-        entry["error_code"] = Error.UNKNOWN_TOPIC_ID if by_id and topic is None else Error.UNKNOWN_TOPIC_OR_PARTITION
-        return entry, 0, None
-    if plog.log_dir.offline:
-        entry["error_code"] = Error.KAFKA_STORAGE_ERROR
-        return entry, 0, None
-    if not plog.leader:  # cluster mode: another broker leads it (or nobody, for a moment)
-        entry.update(error_code=Error.NOT_LEADER_OR_FOLLOWER,
-                     current_leader=leader_hint(broker.cluster, topic, index))
-        return entry, 0, None
-    end = plog.log_end_offset
-    entry.update(high_watermark=end, last_stable_offset=end, log_start_offset=plog.log_start_offset)
-    try:
-        if not (limit > 0 or first):
+class _Reader:
+    """One pass over a Fetch request's partitions: the byte budget (the first batch always whole),
+    the partitions read (to wait on) and the leaders named in NOT_LEADER_OR_FOLLOWER entries (their
+    endpoints go into the body, KIP-951), shared by sessionless and incremental fetches."""
+
+    __slots__ = ("broker", "by_id", "committed", "zero_copy", "budget", "total", "read_keys", "led_elsewhere")
+
+    def __init__(self, broker: Broker, req: Any, version: int, by_id: bool) -> None:
+        self.broker = broker
+        self.by_id = by_id
+        self.committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
+        self.zero_copy = version >= ZERO_COPY_MIN_VERSION
+        self.budget: int = req.max_bytes
+        self.total = 0
+        self.read_keys: list[tuple[str, int]] = []
+        self.led_elsewhere: set[int] = set()
+
+    def read(self, topic: Any, index: int, fetch_offset: int, max_bytes: int) -> dict[str, Any]:
+        """One partition's response entry: watermarks and records, or its error. `topic` is
+        None when unknown. With zero_copy the records may be FileRecords (module docstring)."""
+        entry: dict[str, Any] = {"partition_index": index, "error_code": Error.NONE, "high_watermark": -1,
+                                 "records": b"", "aborted_transactions": () if self.committed else None}
+        if topic is None:
+            entry["error_code"] = Error.UNKNOWN_TOPIC_ID if self.by_id else Error.UNKNOWN_TOPIC_OR_PARTITION
+            return entry
+        plog, error = self.broker.serving_partition(topic.name, index)
+        if error:
+            entry["error_code"] = error
+            if error == Error.NOT_LEADER_OR_FOLLOWER:
+                hint = entry["current_leader"] = leader_hint(self.broker.cluster, topic, index)
+                self.led_elsewhere.add(hint["leader_id"])
+            return entry
+        end = plog.log_end_offset
+        entry.update(high_watermark=end, last_stable_offset=end, log_start_offset=plog.log_start_offset)
+        limit, first = min(max_bytes, self.budget), self.total == 0
+        try:
+            if not (limit > 0 or first):
+                data = b""
+            elif self.zero_copy:
+                data = plog.read_file(fetch_offset, limit, min_one_batch=first, min_file_bytes=ZERO_COPY_MIN_BYTES)
+            else:
+                data = plog.read(fetch_offset, limit, min_one_batch=first)
+        except OffsetOutOfRange:
+            entry["error_code"] = Error.OFFSET_OUT_OF_RANGE
             data = b""
-        elif zero_copy:
-            data = plog.read_file(fetch_offset, limit, min_one_batch=first, min_file_bytes=ZERO_COPY_MIN_BYTES)
-        else:
-            data = plog.read(fetch_offset, limit, min_one_batch=first)
-    except OffsetOutOfRange:
-        entry["error_code"] = Error.OFFSET_OUT_OF_RANGE
-        data = b""
-    except OSError as exc:  # the device failed under a read: its directory goes offline
-        plog.log_dir.failed(exc, f"read of {topic.name}-{index}", undone=False)
-        entry["error_code"] = Error.KAFKA_STORAGE_ERROR
-        data = b""
-    entry["records"] = data
-    return entry, len(data), (topic.name, index)
+        except OSError as exc:  # the device failed under a read: its directory goes offline
+            plog.log_dir.failed(exc, f"read of {topic.name}-{index}", undone=False)
+            entry["error_code"] = Error.KAFKA_STORAGE_ERROR
+            data = b""
+        entry["records"] = data
+        size = len(data)
+        self.total += size
+        self.budget -= size
+        self.read_keys.append((topic.name, index))
+        return entry
+
+    def result(self, session_id: int, responses: list[dict[str, Any]], context: FetchContext | None,
+               responded: list[tuple[PartitionKey, dict[str, Any]]] | None = None) -> FetchRead:
+        body = {"error_code": Error.NONE, "session_id": session_id, "responses": responses}
+        if self.led_elsewhere:  # v16+: where those leaders listen (KIP-951)
+            body["node_endpoints"] = node_endpoints(self.broker.cluster, self.led_elsewhere)
+        return FetchRead(body, self.total, self.read_keys, context, responded if responded is not None else [])
 
 
 def read_fetch(broker: Broker, req: Any, version: int, context: FetchContext | None = None) -> FetchRead:
@@ -111,33 +137,16 @@ def read_fetch(broker: Broker, req: Any, version: int, context: FetchContext | N
             return _read_session(broker, req, version, context)
         if context.kind == "error":
             return FetchRead({"error_code": context.error_code, "session_id": 0, "responses": ()}, 0, [], context)
-    budget = req.max_bytes
-    total = 0
-    read_keys: list[tuple[str, int]] = []
-    committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
     by_id = version >= 13
-    zero_copy = version >= ZERO_COPY_MIN_VERSION
+    reader = _Reader(broker, req, version, by_id)
+    key = "topic_id" if by_id else "topic"
+    topics = broker.topics
     responses = []
-    led_elsewhere: set[int] = set()  # cluster mode: leaders named in NOT_LEADER_OR_FOLLOWER entries
     for topic_req in req.topics:
-        topic = broker.topics.by_id(topic_req.topic_id) if by_id else broker.topics.get(topic_req.topic)
-        partitions = []
-        for p in topic_req.partitions:
-            entry, size, readable = _read_partition(broker, topic, p.partition, by_id, committed, p.fetch_offset,
-                                                    min(p.partition_max_bytes, budget), total == 0, zero_copy)
-            if readable is not None:
-                read_keys.append(readable)
-            elif "current_leader" in entry:
-                led_elsewhere.add(entry["current_leader"]["leader_id"])
-            total += size
-            budget -= size
-            partitions.append(entry)
-        key = "topic_id" if by_id else "topic"
-        responses.append({key: topic_req.topic_id if by_id else topic_req.topic, "partitions": partitions})
-    body = {"error_code": Error.NONE, "session_id": 0, "responses": responses}
-    if led_elsewhere:  # v16+: where those leaders listen (KIP-951)
-        body["node_endpoints"] = node_endpoints(broker.cluster, led_elsewhere)
-    return FetchRead(body, total, read_keys, context)
+        topic = topics.by_id(topic_req.topic_id) if by_id else topics.get(topic_req.topic)
+        responses.append({key: topic_req.topic_id if by_id else topic_req.topic, "partitions": [
+            reader.read(topic, p.partition, p.fetch_offset, p.partition_max_bytes) for p in topic_req.partitions]})
+    return reader.result(0, responses, context)
 
 
 def _read_session(broker: Broker, req: Any, version: int, context: FetchContext) -> FetchRead:
@@ -145,29 +154,17 @@ def _read_session(broker: Broker, req: Any, version: int, context: FetchContext)
     those that have records, an error or changed watermarks since the last response."""
     session = context.session
     assert session is not None
-    budget = req.max_bytes
-    total = 0
-    read_keys: list[tuple[str, int]] = []
-    committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
     by_id = session.uses_topic_ids
+    reader = _Reader(broker, req, version, by_id)
     key_name = "topic_id" if by_id else "topic"
     responses: list[dict[str, Any]] = []
     responded: list[tuple[PartitionKey, dict[str, Any]]] = []
     current: Any = None  # the topic key of responses[-1]
     topics = broker.topics
-    led_elsewhere: set[int] = set()
     for key, cached in session.partitions.items():
         topic_key, index = key
         topic = topics.by_id(topic_key) if by_id else topics.get(topic_key)  # type: ignore[arg-type]
-        entry, size, readable = _read_partition(broker, topic, index, by_id, committed, cached.fetch_offset,
-                                                min(cached.max_bytes, budget), total == 0,
-                                                version >= ZERO_COPY_MIN_VERSION)
-        if readable is not None:
-            read_keys.append(readable)
-        elif "current_leader" in entry:
-            led_elsewhere.add(entry["current_leader"]["leader_id"])
-        total += size
-        budget -= size
+        entry = reader.read(topic, index, cached.fetch_offset, cached.max_bytes)
         if not cached.must_respond(entry):
             continue
         responded.append((key, entry))
@@ -175,10 +172,7 @@ def _read_session(broker: Broker, req: Any, version: int, context: FetchContext)
             responses.append({key_name: topic_key, "partitions": []})
             current = topic_key
         responses[-1]["partitions"].append(entry)
-    body = {"error_code": Error.NONE, "session_id": session.id, "responses": responses}
-    if led_elsewhere:
-        body["node_endpoints"] = node_endpoints(broker.cluster, led_elsewhere)
-    return FetchRead(body, total, read_keys, context, responded)
+    return reader.result(session.id, responses, context, responded)
 
 
 def finish_fetch(cache: FetchSessionCache, req: Any, result: FetchRead, now: int) -> dict[str, Any]:

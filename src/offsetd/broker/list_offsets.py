@@ -24,13 +24,9 @@ def handle_list_offsets(broker: Broker, req: Any, version: int, now_ms: int) -> 
         for p in topic_req.partitions:
             entry: dict[str, Any] = {"partition_index": p.partition_index, "error_code": Error.NONE,
                                      "timestamp": -1, "offset": -1, "leader_epoch": -1}
-            plog = broker.topics.partition(topic_req.name, p.partition_index)
-            if plog is None:
-                entry["error_code"] = Error.UNKNOWN_TOPIC_OR_PARTITION
-            elif plog.log_dir.offline:
-                entry["error_code"] = Error.KAFKA_STORAGE_ERROR
-            elif not plog.leader:  # cluster mode: another broker leads it
-                entry["error_code"] = Error.NOT_LEADER_OR_FOLLOWER
+            plog, error = broker.serving_partition(topic_req.name, p.partition_index)
+            if error:
+                entry["error_code"] = error
             elif p.timestamp == LATEST:
                 entry["offset"] = plog.log_end_offset
             elif p.timestamp == EARLIEST:

@@ -48,13 +48,9 @@ def handle_list_offsets_v0(broker: Broker, req: Any, now_ms: int) -> dict[str, A
         for p in topic_req.partitions:
             entry: dict[str, Any] = {"partition_index": p.partition_index, "error_code": Error.NONE,
                                      "old_style_offsets": ()}
-            plog = broker.topics.partition(topic_req.name, p.partition_index)
-            if plog is None:
-                entry["error_code"] = Error.UNKNOWN_TOPIC_OR_PARTITION
-            elif plog.log_dir.offline:
-                entry["error_code"] = Error.KAFKA_STORAGE_ERROR
-            elif not plog.leader:  # cluster mode: another broker leads it
-                entry["error_code"] = Error.NOT_LEADER_OR_FOLLOWER
+            plog, error = broker.serving_partition(topic_req.name, p.partition_index)
+            if error:
+                entry["error_code"] = error
             else:
                 entry["old_style_offsets"] = offsets_before(plog, p.timestamp, p.max_num_offsets, now_ms)
             partitions.append(entry)

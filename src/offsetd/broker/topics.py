@@ -12,7 +12,7 @@ import logging
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator
 
 from ..config import BrokerConfig
 from ..storage.durable_file import write_durably
@@ -70,20 +70,25 @@ class TopicRegistry:
         self.root = config.log_dir
         self.root.mkdir(parents=True, exist_ok=True)
         self.log_dir = LogDirectory(self.root)  # health of `log.dirs`, shared by every partition
-        self.cluster_id = self._load_meta()
         self._by_name: dict[str, Topic] = {}
         self._by_id: dict[uuid.UUID, Topic] = {}
+        self.cluster_id = self._load(now_ms)
+
+    def _load(self, now_ms: int) -> str:
+        """Open the topics of `topics.json`; the cluster id (meta.properties)."""
         catalogue = self.root / CATALOGUE
         if catalogue.exists():
             for entry in json.loads(catalogue.read_text(encoding="utf-8")):
                 topic = Topic(entry["name"], uuid.UUID(entry["id"]), dict(entry["configs"]),
                               internal=entry.get("internal", False))
-                lc = log_config(topic.configs, config)
-                topic.partitions = [
-                    PartitionLog.open(self.root, topic.name, p, lc, now_ms, self.log_dir)
-                    for p in range(entry["partitions"])
-                ]
+                topic.partitions = [self._open(topic, p, now_ms) for p in range(entry["partitions"])]
                 self._add(topic)
+        return self._load_meta()
+
+    def _open(self, topic: Topic, index: int, now_ms: int) -> Any:
+        """The log of one partition of `topic` (cluster mode: a PostgreSQL-backed one)."""
+        return PartitionLog.open(self.root, topic.name, index, log_config(topic.configs, self.config), now_ms,
+                                 self.log_dir)
 
     def _load_meta(self) -> str:
         """Read or create meta.properties (cluster.id, node.id), as Kafka's log dirs carry."""
@@ -131,11 +136,7 @@ class TopicRegistry:
         topic = Topic(name, uuid.uuid4(), dict(configs), internal=internal)
         if validate_only:
             return topic
-        lc = log_config(topic.configs, self.config)
-        topic.partitions = [
-            PartitionLog.open(self.root, name, p, lc, now_ms, self.log_dir)
-            for p in range(num_partitions)
-        ]
+        topic.partitions = [self._open(topic, p, now_ms) for p in range(num_partitions)]
         self._add(topic)
         self._save()
         log.info("created topic %s with %d partitions", name, num_partitions)
@@ -173,9 +174,8 @@ class TopicRegistry:
         current = len(topic.partitions)
         if validate_only:
             return
-        lc = log_config(topic.configs, self.config)
         for p in range(current, count):
-            topic.partitions.append(PartitionLog.open(self.root, name, p, lc, now_ms, self.log_dir))
+            topic.partitions.append(self._open(topic, p, now_ms))
         self._save()
         log.info("topic %s now has %d partitions", name, count)
 

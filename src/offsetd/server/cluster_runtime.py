@@ -18,13 +18,10 @@ import uuid
 from typing import Any, Callable
 
 from ..broker.group_configs import GroupConfigs
-from ..broker.topic_config import log_config
 from ..broker.topics import Topic, TopicError, TopicRegistry
 from ..cluster.member import ClusterMember, Key
 from ..config import BrokerConfig
 from ..records.offsets import OFFSETS_TOPIC
-from ..storage.log_dir import LogDirectory
-from ..storage.partition_log import PartitionLog
 from ..storage.postgres_log import PostgresPartitionLog
 from ..storage.postgres_store import Claim, PostgresStore, TopicRow
 from .coordinator_runtime import ShardRuntime, ShardState
@@ -40,24 +37,20 @@ class ClusterTopicRegistry(TopicRegistry):
     PostgresPartitionLogs over a local copy in `log.dirs`."""
 
     def __init__(self, config: BrokerConfig, store: PostgresStore, serving: Callable[[], bool]) -> None:
-        # Not TopicRegistry.__init__: nothing is read from topics.json in cluster mode.
-        self.config = config
-        self.root = config.log_dir
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.log_dir = LogDirectory(self.root)
-        self.cluster_id = ""
-        self._by_name: dict[str, Topic] = {}
-        self._by_id: dict[uuid.UUID, Topic] = {}
         self.store = store
         self.serving = serving
         self.node_id: int = config.get("node.id")
         self.on_fenced: Callable[[PostgresPartitionLog], None] = lambda plog: None
         self.on_deleted: Callable[[Topic], None] = lambda topic: None
+        super().__init__(config, 0)
+
+    def _load(self, now_ms: int) -> str:
+        """Nothing from topics.json: topics arrive from PostgreSQL (`sync`), the cluster id too."""
+        return ""
 
     def _open(self, topic: Topic, index: int, now_ms: int) -> PostgresPartitionLog:
-        cache = PartitionLog.open(self.root, topic.name, index, log_config(topic.configs, self.config), now_ms,
-                                  self.log_dir)
-        plog = PostgresPartitionLog(cache, self.store, topic.topic_id, self.node_id, self.serving)
+        plog = PostgresPartitionLog(super()._open(topic, index, now_ms), self.store, topic.topic_id, self.node_id,
+                                    self.serving)
         plog.on_fenced = lambda p: self.on_fenced(p)
         return plog
 
@@ -246,6 +239,16 @@ class ClusterRuntime:
         offsets = self.topics.get(OFFSETS_TOPIC)
         if offsets is not None and not self.runtimes:
             self.on_offsets_topic(offsets)
+            # A partition claimed before its shard existed (the broker that created the topic can
+            # claim it in a round that ran before this one) is loaded now.
+            for runtime in self.runtimes:
+                if runtime.plog.leader:
+                    self._load(runtime)
+
+    @staticmethod
+    def _load(runtime: ShardRuntime) -> None:
+        runtime.state = ShardState.LOADING  # COORDINATOR_LOAD_IN_PROGRESS from now until loaded
+        asyncio.ensure_future(runtime.load())
 
     def group_configs_changed(self, configs: dict[str, dict[str, str]]) -> None:
         for group_id in self.group_configs.sync(configs):
@@ -261,8 +264,7 @@ class ClusterRuntime:
         log.info("leading %s-%d at epoch %d (offsets %d-%d)", plog.topic, key[1], claim.epoch, claim.start_offset,
                  claim.next_offset)
         if runtime is not None:
-            runtime.state = ShardState.LOADING  # COORDINATOR_LOAD_IN_PROGRESS from now until loaded
-            asyncio.ensure_future(runtime.load())
+            self._load(runtime)
         return True
 
     async def releasing(self, key: Key) -> None:

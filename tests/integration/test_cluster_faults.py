@@ -25,7 +25,7 @@ from integration.cluster_helpers import (
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i64
 from pg_proxy import PgProxy
-from raw_client import RawClient
+from raw_client import RawClient, decode_response
 from postgres_server import before_drop
 
 from offsetd.cluster.ownership import rendezvous_owner
@@ -44,13 +44,23 @@ class PinnedCommitter:
         self.client = RawClient(bootstrap, timeout=20)
 
     def commit(self, group: str, offset: int) -> dict[int, int]:
+        """Send the commit and wait for its answer: {partition: error code}."""
+        self.send(group, offset)
+        return self.answer()
+
+    def send(self, group: str, offset: int) -> None:
         cls, mod = request_schema(OFFSET_COMMIT, 9)
         body = cls(group_id=GroupId(group), generation_id_or_member_epoch=i32(-1), member_id="",
                    group_instance_id=None, topics=(mod.OffsetCommitRequestTopic(
                        name=TopicName("hist"), partitions=(mod.OffsetCommitRequestPartition(
                            partition_index=i32(0), committed_offset=i64(offset), committed_leader_epoch=i32(-1),
                            committed_metadata=None),)),))
-        response = self.client.call(OFFSET_COMMIT, 9, body)
+        self.client.send_frame(self.client.encode_request(OFFSET_COMMIT, 9, body))
+
+    def answer(self) -> dict[int, int]:
+        frame = self.client.read_frame()
+        assert frame is not None, "broker closed the connection"
+        response = decode_response(OFFSET_COMMIT, 9, frame, self.client.correlation_id)
         return {r.partition_index: int(r.error_code.value) for t in response.topics for r in t.partitions}
 
     def close(self) -> None:
@@ -83,13 +93,11 @@ def test_zombie_owner_writes_nothing_after_losing_its_partitions(pg_dsn, cluster
         assert successor not in (zombie, -1)
         new_epoch = offsets_partition_epoch(pg_dsn, partition)
         assert new_epoch > old_epoch
-        # a commit sent to the frozen owner waits in its socket; it is answered as soon as it wakes
-        answer: list[dict[int, int]] = []
-        pinned = threading.Thread(target=lambda: answer.append(pinned_client.commit(group, 10**9)))
-        pinned.start()
-        time.sleep(0.3)  # the request reaches the frozen broker's socket (not synchronisation of results)
+        # a commit sent to the frozen owner waits in its socket (the kernel takes it on a
+        # connection already accepted); it is answered as soon as the owner wakes
+        pinned_client.send(group, 10**9)
         cluster.sigcont(zombie)
-        pinned.join(15)
+        answer = [pinned_client.answer()]
         wait_for(lambda: history.acked[-1][0] > time.monotonic() - 0.5, timeout=10, message="commits go on")
     finally:
         stop.set()
@@ -153,19 +161,20 @@ def test_owner_cut_off_from_postgresql_stops_acknowledging(pg_dsn, tmp_path: Pat
             cut_at = time.monotonic()
             wait_for(lambda: coordinator_of(cluster.broker(2).bootstrap, group) in (2, 3), timeout=15,
                      message="another broker owns the group's partition")
-            time.sleep(1.0)  # broker 1 keeps being asked a while longer (not synchronisation)
+            asked = len(sent)
+            wait_for(lambda: len(sent) >= asked + 5, timeout=15, message="broker 1 asked again after the takeover")
         finally:
             stop.set()
             committer.join(30)
         late = [v for ts, v in acked if ts > cut_at + 3.0]  # past the 3 s lease
         assert not late, f"broker 1 acknowledged {late[:5]} after its lease deadline"
         # still cut off, still reachable by clients: broker 1 answers, and refuses
-        asked = PinnedCommitter(cluster.broker(1).bootstrap)
+        refusing = PinnedCommitter(cluster.broker(1).bootstrap)
         try:
             sent.append(len(sent) + 1)
-            assert asked.commit(group, sent[-1]) == {0: 16}  # NOT_COORDINATOR
+            assert refusing.commit(group, sent[-1]) == {0: 16}  # NOT_COORDINATOR
         finally:
-            asked.close()
+            refusing.close()
         proxy.heal()
         # the last acknowledged commit, or a later one that reached PostgreSQL before the cut but
         # whose answer did not come back (durable, never acknowledged: allowed)

@@ -1,6 +1,6 @@
 """The `offsetd` command. `offsetd serve [CONFIG_FILE] [--override key=value ...]` mirrors
-`kafka-server-start.sh`; `groups`, `offsets-log` and `spark` are client-side tools with their own
-option parsers (they work against any Kafka cluster)."""
+`kafka-server-start.sh`; `groups`, `transactions`, `offsets-log` and `spark` are client-side tools
+with their own option parsers (they work against any Kafka cluster)."""
 
 from __future__ import annotations
 
@@ -58,6 +58,7 @@ async def _run(config: BrokerConfig) -> int:
 # `main(argv: list[str]) -> int`; they are imported only when used (the Spark tools need pyspark).
 TOOLS: dict[str, tuple[str, str]] = {
     "groups": ("offsetd.admin.groups_cli", "kafka-consumer-groups compatible group tool"),
+    "transactions": ("offsetd.admin.transactions_cli", "kafka-transactions compatible transaction tool"),
     "offsets-log": ("offsetd.admin.offsets_log_cli", "decode __consumer_offsets (dump)"),
     "spark": ("offsetd.spark.cli", "PySpark pipelines over the offsets log"),
 }

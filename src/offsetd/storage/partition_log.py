@@ -17,6 +17,10 @@ Layout: `<log.dirs>/<topic>-<partition>/` holds segments named by base offset
   close also writes `offsetd-producer-state.json` (state at the log end offset), which the next
   open uses when it is still consistent with the log, so state survives segment rolls across
   restarts. The file is removed once loaded, so a crash never leaves a stale snapshot behind.
+* Transactions (storage/transactions.py): producer state tracks open transactions; the last
+  stable offset (LSO) is the first offset of the oldest open one, else the log end. ABORT
+  markers add entries to the segment's `.txnindex`. Open transactions survive restarts through
+  the producer snapshot, the transaction snapshot written at rolls and the recovery scan.
 * The log cleaner (storage/cleaner.py) replaces a run of sealed segments with cleaned ones via
   `replace_segments`, a crash-safe swap: the new files are written and fsynced as
   `<base>.log.cleaned` (+ `.index.cleaned`, `.timeindex.cleaned`); the manifest
@@ -53,12 +57,23 @@ from offsetd.storage.file_records import FileRecords
 from offsetd.storage.durable_file import write_durably as _write_durably
 from offsetd.storage.log_config import LogConfig
 from offsetd.storage.log_dir import LogDirectory
-from offsetd.storage.producer_state import ProducerStateManager
+from offsetd.storage.producer_state import AbortedTxn, ProducerStateManager
+from offsetd.storage.transactions import (
+    MarkerReader,
+    PartitionTransactions,
+    read_txn_snapshot,
+    remove_txn_snapshot,
+    scan_segment,
+    validate_log_batches,
+    write_txn_snapshot,
+)
+from offsetd.storage.txn_index import TXNINDEX_SUFFIX, index_path, read_index, write_index
 from offsetd.storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIMEINDEX_SUFFIX,
     Segment,
+    segment_file_name,
 )
 
 __all__ = [
@@ -81,6 +96,7 @@ SWAP_MANIFEST_FILE = "offsetd-cleaner-swap"
 CLEANED_SUFFIX = ".cleaned"  # a cleaned segment file not yet committed
 SWAP_SUFFIX = ".swap"  # a committed cleaned segment file whose old counterpart may still exist
 _SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
+_SWAP_SUFFIXES = _SEGMENT_SUFFIXES + (TXNINDEX_SUFFIX,)  # a new segment may have no .txnindex
 OFFSET_OUT_OF_RANGE = 1
 _INT32_MAX = 2**31 - 1
 _pack_int64 = struct.Struct(">q").pack
@@ -146,7 +162,7 @@ def _roll_swap_forward(pdir: Path, old_bases: list[int], new_bases: list[int]) -
         return pdir / f"{base:020d}{suffix}"
 
     for b in new_bases:
-        for suffix in _SEGMENT_SUFFIXES:
+        for suffix in _SWAP_SUFFIXES:
             src = name(b, suffix + CLEANED_SUFFIX)
             if src.exists():
                 os.replace(src, name(b, suffix + SWAP_SUFFIX))
@@ -155,7 +171,7 @@ def _roll_swap_forward(pdir: Path, old_bases: list[int], new_bases: list[int]) -
     _swap_step("fsync-dir")
     if all(name(b, LOG_SUFFIX + SWAP_SUFFIX).exists() for b in new_bases):
         for b in old_bases:
-            for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX, LOG_SUFFIX):
+            for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX, LOG_SUFFIX):
                 try:
                     os.unlink(name(b, suffix))
                 except FileNotFoundError:
@@ -164,7 +180,7 @@ def _roll_swap_forward(pdir: Path, old_bases: list[int], new_bases: list[int]) -
         _fsync_dir(pdir)
         _swap_step("fsync-dir")
     for b in new_bases:
-        for suffix in _SEGMENT_SUFFIXES:
+        for suffix in _SWAP_SUFFIXES:
             src = name(b, suffix + SWAP_SUFFIX)
             if src.exists():
                 os.replace(src, name(b, suffix))
@@ -207,6 +223,7 @@ class PartitionLog:
         segments: list[Segment],
         producers: ProducerStateManager,
         log_dir: LogDirectory | None = None,
+        transactions: PartitionTransactions | None = None,
     ) -> None:
         self.dir = dir
         # The health of the log directory this partition lives in, shared with its neighbours.
@@ -217,6 +234,7 @@ class PartitionLog:
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
         self._producers = producers
+        self._txns = transactions if transactions is not None else PartitionTransactions(dir)
         self.log_start_offset: int = segments[0].base_offset
         self.log_end_offset: int = segments[-1].next_offset
         self._unflushed_messages = 0
@@ -251,15 +269,20 @@ class PartitionLog:
         bases = sorted(b for b in (_parse_base(n, LOG_SUFFIX) for n in names) if b is not None)
         base_set = set(bases)
         for n in names:  # index files whose .log is gone are leftovers of a deletion
-            for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
+            for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX):
                 b = _parse_base(n, suffix)
                 if b is not None and b not in base_set:
                     os.unlink(pdir / n)
         snapshot = cls._take_snapshot_file(pdir)
         recovery_point = cls._read_recovery_point(pdir)
+        txn_snapshot = read_txn_snapshot(pdir)
 
         producers = ProducerStateManager()
         segments: list[Segment] = []
+        # Aborted transactions derived by the scan of each verified segment, per producer state.
+        scanned_aborts: dict[int, list[AbortedTxn]] = {}
+        snap_aborts: dict[int, list[AbortedTxn]] = {}
+        recovered_bases: list[int] = []
         if not bases:
             segments.append(Segment.create(pdir, 0, config))
             _fsync_dir(pdir)
@@ -276,16 +299,34 @@ class PartitionLog:
                 from_snapshot = ProducerStateManager()
                 from_snapshot.load_snapshot(snapshot[1])
 
+            txn_start, txn_state = txn_snapshot if txn_snapshot is not None else (-1, None)
+            reader = MarkerReader()
+            current = [0]  # base of the segment being verified
+
             def on_batch(h: BatchHeader) -> None:
-                producers.update(h, h.base_offset, now_ms)
+                marker = reader(h)
+                aborted = producers.update(h, h.base_offset, now_ms, marker)
+                if aborted is not None:
+                    scanned_aborts.setdefault(current[0], []).append(aborted)
                 if from_snapshot is not None and h.base_offset >= snap_offset:
-                    from_snapshot.update(h, h.base_offset, now_ms)
+                    from_snapshot.update(h, h.base_offset, now_ms, marker)
+                if txn_state is not None and h.base_offset >= txn_start:
+                    aborted = txn_state.update(h, h.base_offset, now_ms, marker)
+                    if aborted is not None:
+                        snap_aborts.setdefault(current[0], []).append(aborted)
 
             for i in range(first_recover):
-                segments.append(Segment.open_sealed(pdir, bases[i], config, bases[i + 1]))
+                seg = Segment.open_sealed(pdir, bases[i], config, bases[i + 1])
+                segments.append(seg)
+                if txn_state is not None and bases[i + 1] > txn_start:
+                    # Sealed and durable (their .txnindex too): only the state is replayed.
+                    scan_segment(seg, lambda h, m: txn_state.update(h, h.base_offset, now_ms, m), txn_start)
             for i in range(first_recover, last + 1):
+                current[0] = bases[i]
+                reader.reset(pdir / segment_file_name(bases[i], LOG_SUFFIX))
                 seg = Segment.recover(pdir, bases[i], config, now_ms, on_batch)
                 segments.append(seg)
+                recovered_bases.append(bases[i])
                 if i == last:
                     break
                 if seg.truncated_bytes:
@@ -297,12 +338,24 @@ class PartitionLog:
                             later,
                         )
                         Segment(pdir, later, config).delete()
+                        index_path(pdir, later).unlink(missing_ok=True)
                     break
                 seg.seal()
                 seg.flush()
-            if from_snapshot is not None and snap_offset <= segments[-1].next_offset:
-                producers = from_snapshot
-        plog = cls(pdir, topic, partition, config, segments, producers, log_dir)
+            reader.close()
+            end = segments[-1].next_offset
+            if from_snapshot is not None and snap_offset <= end:
+                producers = from_snapshot  # a clean close: every .txnindex is complete
+            elif txn_state is not None and txn_start <= end:
+                producers = txn_state
+                cls._rederive_txn_index(pdir, recovered_bases, txn_start, snap_aborts)
+            elif txn_state is not None:  # the snapshot is past what survived: scan everything again
+                producers, all_aborts = cls._scan_all(segments, now_ms)
+                cls._rederive_txn_index(pdir, [s.base_offset for s in segments], -1, all_aborts)
+            elif recovered_bases:
+                cls._rederive_txn_index(pdir, recovered_bases, recovered_bases[0], scanned_aborts)
+        transactions = PartitionTransactions.load(pdir, [s.base_offset for s in segments])
+        plog = cls(pdir, topic, partition, config, segments, producers, log_dir, transactions)
         plog._recovery_point = recovery_point
         plog._advance_recovery_point()
         log.debug(
@@ -368,6 +421,35 @@ class PartitionLog:
         except (ValueError, KeyError, TypeError, OSError) as exc:
             log.warning("ignoring unreadable producer state %s: %s", path, exc)
             return None
+
+    @staticmethod
+    def _rederive_txn_index(pdir: Path, bases: list[int], scan_start: int,
+                            derived: dict[int, list[AbortedTxn]]) -> None:
+        """Rewrite the `.txnindex` of segments whose batches from `scan_start` on were scanned:
+        entries of markers below scan_start are kept, the scan's replace the rest."""
+        changed = False
+        for base in bases:
+            path = index_path(pdir, base)
+            stored = read_index(path)
+            entries = [e for e in stored or () if e.last_offset < scan_start] + derived.get(base, [])
+            if entries != (stored or []):
+                write_index(path, entries)
+                changed = True
+        if changed:
+            _fsync_dir(pdir)
+
+    @staticmethod
+    def _scan_all(segments: list[Segment], now_ms: int) -> tuple[ProducerStateManager, dict[int, list[AbortedTxn]]]:
+        """Producer state and aborted transactions from every batch of the log (the slow path)."""
+        state = ProducerStateManager()
+        aborts: dict[int, list[AbortedTxn]] = {}
+        for seg in segments:
+            def apply(h: BatchHeader, marker: tuple[int, int] | None, base: int = seg.base_offset) -> None:
+                aborted = state.update(h, h.base_offset, now_ms, marker)
+                if aborted is not None:
+                    aborts.setdefault(base, []).append(aborted)
+            scan_segment(seg, apply, -1)
+        return state, aborts
 
     def _write_snapshot(self) -> None:
         """Persist producer state as of the log end offset (on clean close)."""
@@ -464,6 +546,35 @@ class PartitionLog:
         """Idempotent producer bookkeeping of this partition."""
         return self._producers
 
+    @property
+    def transactions(self) -> PartitionTransactions:
+        """The aborted-transaction index of every segment (the cleaner reads it)."""
+        return self._txns
+
+    @property
+    def last_stable_offset(self) -> int:
+        """First offset of the oldest open transaction, else the log end (HW = LEO here)."""
+        first = self._producers.first_unstable_offset()
+        return self.log_end_offset if first is None else min(first, self.log_end_offset)
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions a read_committed fetch of
+        [fetch_offset, upper_bound) must be told about (A9)."""
+        return self._txns.aborted_transactions(fetch_offset, upper_bound, self._bases)
+
+    def ongoing_transaction(self, producer_id: int) -> int | None:
+        """First offset of the producer's open transaction, None when it has none."""
+        return self._producers.ongoing.get(producer_id)
+
+    def producers(self) -> list[dict]:
+        """Every known producer (DescribeProducers)."""
+        return [
+            {"producer_id": pid, "producer_epoch": e.epoch,
+             "last_sequence": -1 if e.last_seq is None else e.last_seq, "last_timestamp": e.last_timestamp,
+             "coordinator_epoch": e.coordinator_epoch, "current_txn_start_offset": e.txn_first_offset}
+            for pid, e in sorted(self._producers.producers.items())
+        ]
+
     # ----------------------------------------------------------------- append
 
     def append(
@@ -510,18 +621,18 @@ class PartitionLog:
         mv = records if isinstance(records, memoryview) else memoryview(records)
         if mv.ndim != 1 or mv.itemsize != 1:
             mv = mv.cast("B")
-        if validated is None:
-            validated = validate_batches(mv, self.config.max_message_bytes)
+        if validated is None:  # the broker's own writers: markers allowed
+            validated = validate_log_batches(mv, self.config.max_message_bytes)
         if not validated:
             raise InvalidBatch(INVALID_RECORD, "produce request contains no record batch")
         if replica:  # stored offsets are kept: a compacted log has gaps, never overlaps
             first = validated[0].base_offset
             if first < self.log_end_offset:
                 raise InvalidBatch(INVALID_RECORD, f"replica batch at {first} below the log end {self.log_end_offset}")
-            pending, dup = [(h, h.base_offset) for h in validated], None
+            pending, dup = self._producers.replica_pending(validated, mv), None
         else:
             first = self.log_end_offset
-            pending, dup = self._producers.validate(validated, first)
+            pending, dup = self._producers.validate(validated, first, mv)
         if dup is not None:
             return AppendResult(dup.base_offset, dup.last_offset, -1, self.log_start_offset, True)
 
@@ -586,7 +697,12 @@ class PartitionLog:
         # Only now, with the batch written (and fsynced when asked), does the log end move.
         self.log_end_offset = offset
         if prepared.pending:
-            self._producers.commit(prepared.pending, now_ms)
+            aborted = self._producers.commit(prepared.pending, now_ms)
+            if aborted:
+                try:
+                    self._txns.record(aborted, self._bases)
+                except OSError as exc:  # the scan past the recovery point derives it again
+                    log.error("%s: writing the aborted-transaction index: %s", self.dir, exc)
         log_dir.succeeded()
         return AppendResult(prepared.first, offset - 1, -1, self.log_start_offset)
 
@@ -636,6 +752,10 @@ class PartitionLog:
         self._bases.append(new.base_offset)
         _fsync_dir(self.dir)
         self._advance_recovery_point()
+        try:
+            write_txn_snapshot(self.dir, self.log_end_offset, self._producers)
+        except OSError as exc:  # an older snapshot only means a longer scan after a crash
+            log.warning("%s: transaction snapshot not written at %d: %s", self.dir, self.log_end_offset, exc)
 
     def flush(self) -> None:
         """fsync unsynced data (log.flush.interval.*); the shell's timer calls this too.
@@ -815,6 +935,7 @@ class PartitionLog:
         if seg in self._unsynced_sealed:
             self._unsynced_sealed.remove(seg)
         seg.delete()
+        self._txns.drop(seg.base_offset)
         self._layout_version += 1
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
         _fsync_dir(self.dir)
@@ -824,6 +945,8 @@ class PartitionLog:
         self._check_open()
         for seg in self._segments:
             seg.delete()
+        self._txns.clear()
+        remove_txn_snapshot(self.dir)
         seg = Segment.create(self.dir, offset, self.config)
         self._segments = [seg]
         self._bases = [offset]
@@ -871,6 +994,8 @@ class PartitionLog:
                 if not path.exists():
                     raise ValueError(f"replace_segments: {path.name} is missing")
         old_bases = [s.base_offset for s in old]
+        # The moved .txnindex entries travel with the swap as `.txnindex.cleaned` files.
+        new_entries = self._txns.replace(old_bases, list(new_bases), CLEANED_SUFFIX)
         manifest = json.dumps({"version": 1, "old": old_bases, "new": list(new_bases)}).encode()
         _write_durably(self.dir / SWAP_MANIFEST_FILE, manifest)  # the commit point
         _swap_step("manifest")
@@ -889,6 +1014,7 @@ class PartitionLog:
         self._segments[i : i + n] = new
         self._bases = [s.base_offset for s in self._segments]
         self._unsynced_sealed = [s for s in self._unsynced_sealed if all(s is not o for o in old)]
+        self._txns.swapped(old_bases, new_entries)
         self._layout_version += 1
         self._advance_recovery_point()
         return new

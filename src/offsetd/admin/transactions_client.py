@@ -31,11 +31,13 @@ API_NAMES: dict[int, str] = {27: "WriteTxnMarkers", 61: "DescribeProducers", 65:
 
 
 def describe_error(exc: BaseException) -> str:
-    """`NAME: description` for a kafka-python error (Kafka's error name and text)."""
+    """`NAME: description` for a kafka-python error (Kafka's error name and text); for a version
+    the broker lacks, kafka-python's own sentence, which names the version needed."""
     name = getattr(exc, "message", None)
     description = getattr(exc, "description", None)
-    if isinstance(name, str) and isinstance(description, str) and not isinstance(
-            exc, kafka_errors.IncompatibleBrokerVersion):
+    if isinstance(exc, kafka_errors.UnsupportedVersionError) and exc.args:
+        return f"UNSUPPORTED_VERSION: {exc.args[0]}"
+    if isinstance(name, str) and isinstance(description, str):
         return f"{name}: {description}"
     return str(exc) or type(exc).__name__
 

@@ -15,12 +15,22 @@ from typing import Callable, Optional
 _KEY_V1 = b"\x00\x01"
 
 
+def _ignore(key: bytes, value: Optional[bytes]) -> None:
+    """The default on_pending_key: nothing is pending without a transaction store."""
+
+
 class OffsetsTable:
     """group -> {OffsetCommit key bytes: value bytes}, changed only by `replay` (and `drop_group`
-    for a group tombstone). Records that are not offset commits go to `on_other_record`."""
+    for a group tombstone, `store` for a transactional offset its COMMIT marker promotes).
+    Records that are not offset commits go to `on_other_record`. A plain commit or tombstone of
+    a key in `pending_keys` (keys with a pending transactional offset, kept by the caller's
+    transaction store) is told to `on_pending_key` first; for every other record that costs one
+    test of an empty dict."""
 
     def __init__(self, on_other_record: Callable[[bytes, Optional[bytes]], None],
-                 on_new_group: Callable[[str], None]) -> None:
+                 on_new_group: Callable[[str], None],
+                 pending_keys: Optional[dict[bytes, int]] = None,
+                 on_pending_key: Callable[[bytes, Optional[bytes]], None] = _ignore) -> None:
         self.by_group: dict[str, dict[bytes, bytes]] = {}
         self._by_raw: dict[bytes, dict[bytes, bytes]] = {}  # the same dicts, by UTF-8 group id
         # OffsetCommit keys written but not replayed yet (count per key): the retention sweep
@@ -28,6 +38,8 @@ class OffsetsTable:
         self.in_flight: dict[bytes, int] = {}
         self._on_other_record = on_other_record
         self._on_new_group = on_new_group
+        self.pending_keys: dict[bytes, int] = {} if pending_keys is None else pending_keys
+        self._on_pending_key = on_pending_key
 
     def replay(self, key: bytes, value: Optional[bytes]) -> None:
         """Apply one record of the offsets log, as stored (§5.1): an OffsetCommit record sets or
@@ -44,6 +56,13 @@ class OffsetsTable:
                     self.in_flight[key] = pending - 1
                 else:
                     del self.in_flight[key]
+        if self.pending_keys:
+            if key in self.pending_keys:
+                self._on_pending_key(key, value)
+        self.store(key, value)
+
+    def store(self, key: bytes, value: Optional[bytes]) -> None:
+        """Set (or, for None, remove) one OffsetCommit entry; `key` is a version-1 key."""
         raw_group = key[4 : 4 + (key[2] << 8 | key[3])]  # int16 length, then the group id
         group_offsets = self._by_raw.get(raw_group)
         if value is not None:

@@ -25,12 +25,19 @@ class CoordinatorResult:
     records and tombstones; false for GroupMetadata values of live classic groups, whose
     in-memory state the state machine already holds (Kafka does the same).
     `barrier` makes a result with no records still wait for every earlier pending write.
+    `producer_id` >= 0 makes the records one transactional batch of (producer_id,
+    producer_epoch), written on its own, pending until the producer's marker (KOC §5.4).
+    `marker` (producer id, producer epoch, commit, coordinator epoch): a transaction marker
+    the shell writes as its own control batch (ShardRuntime.write_marker); no records then.
     """
 
     records: list[Record] = field(default_factory=list)
     completions: list[tuple[Hashable, Response]] = field(default_factory=list)
     replay: bool = True
     barrier: bool = False
+    producer_id: int = -1
+    producer_epoch: int = -1
+    marker: tuple[int, int, bool, int] | None = None
 
     def respond(self, token: Hashable, response: Response) -> "CoordinatorResult":
         self.completions.append((token, response))

@@ -12,8 +12,10 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Iterable
+from typing import Any, Hashable, Iterable
 
+from ..records.batch import decode_records, parse_header
+from ..records.control import CONTROL_ABORT, CONTROL_COMMIT, parse_marker
 from ..records.offsets import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -21,39 +23,27 @@ from ..records.offsets import (
     OffsetCommitValue,
     decode_group_metadata_value,
     decode_key,
-    decode_offset_commit_value,
     encode_key,
     encode_value,
 )
 from .config import GroupCoordinatorConfig
-from .metrics import CoordinatorCounters
+from .errors import (  # noqa: F401  (re-exported: the coordinator's error codes)
+    COORDINATOR_NOT_AVAILABLE, FENCED_INSTANCE_ID, GROUP_ID_NOT_FOUND, GROUP_MAX_SIZE_REACHED,
+    GROUP_SUBSCRIBED_TO_TOPIC, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL, INVALID_GROUP_ID,
+    INVALID_SESSION_TIMEOUT, MEMBER_ID_REQUIRED, NON_EMPTY_GROUP, NONE, OFFSET_METADATA_TOO_LARGE,
+    REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID,
+)
 from .group import ClassicGroup, ClassicGroupMember, GroupState
+from .metrics import CoordinatorCounters
+from .offset_ops import EXPIRY_WARNING_MS, OffsetOperations, TopicPartition, metadata_length  # noqa: F401
 from .offsets_table import OffsetsTable
 from .result import CoordinatorResult
 from .timers import Timers
+from .txn_offsets import PendingTxnOffsets, is_offset_commit_key
 
 log = logging.getLogger("offsetd.coordinator")
 
-# Kafka error codes used by the coordinator (reference §0).
-NONE = 0
-UNKNOWN_MEMBER_ID = 25
-INVALID_SESSION_TIMEOUT = 26
-REBALANCE_IN_PROGRESS = 27
-ILLEGAL_GENERATION = 22
-INCONSISTENT_GROUP_PROTOCOL = 23
-INVALID_GROUP_ID = 24
-OFFSET_METADATA_TOO_LARGE = 12
-COORDINATOR_NOT_AVAILABLE = 15
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
-MEMBER_ID_REQUIRED = 79
-GROUP_MAX_SIZE_REACHED = 81
-FENCED_INSTANCE_ID = 82
-GROUP_SUBSCRIBED_TO_TOPIC = 86
-
 S = GroupState
-TopicPartition = tuple[str, int]
-EXPIRY_WARNING_MS = 24 * 3600 * 1000  # a log warning this long before a group's offsets expire
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,15 +62,8 @@ class JoinRequest:
     require_known_member_id: bool  # v4+: MEMBER_ID_REQUIRED handshake
 
 
-def metadata_length(metadata: str | None) -> int:
-    """Length as Java's String.length(): UTF-16 code units (§1.1 step 10)."""
-    if metadata is None:
-        return 0
-    return len(metadata) if metadata.isascii() else len(metadata.encode("utf-16-le")) // 2
-
-
-class GroupCoordinatorShard:
-    """Groups and committed offsets of one offsets-topic partition."""
+class GroupCoordinatorShard(OffsetOperations):
+    """Groups and committed offsets of one offsets-topic partition (offset APIs: offset_ops.py)."""
 
     def __init__(self, partition: int, config: GroupCoordinatorConfig) -> None:
         self.partition = partition
@@ -95,7 +78,12 @@ class GroupCoordinatorShard:
         when a write failed and the shell replays the log again, so that what the failed write
         had changed in memory is gone (§5.3). Settings and counters stay."""
         self.groups: dict[str, ClassicGroup] = {}
-        self.table = OffsetsTable(self._replay_other, self._on_offsets_group)
+        # transactional offsets waiting for their marker (KOC §5.4); the table tells it about
+        # plain records of its pending keys
+        self.txn = PendingTxnOffsets(self._on_offsets_group)
+        self.table = OffsetsTable(self._replay_other, self._on_offsets_group, self.txn.keys,
+                                  self.txn.plain_record)
+        self.txn.store = self.table.store
         # group -> OffsetCommit key bytes -> value bytes, exactly as in the log (the table's)
         self.offsets: dict[str, dict[bytes, bytes]] = self.table.by_group
         self._unreplayed: dict[bytes, int] = self.table.in_flight
@@ -114,6 +102,34 @@ class GroupCoordinatorShard:
         change, during operation and loading alike (the loader calls `table.replay` directly).
         Unknown key versions are counted in `skipped_records` and ignored (§4.2)."""
         self.table.replay(key, value)
+
+    def replay_transactional(self, producer_id: int, key: bytes, value: bytes | None, offset: int) -> None:
+        """Apply one record of a batch of `producer_id` at log `offset` (§5.1): an OffsetCommit
+        value is pending until its producer's marker; anything else replays as a plain record
+        (a tombstone also drops the key's pending offsets)."""
+        if producer_id < 0 or value is None or not is_offset_commit_key(key):
+            self.table.replay(key, value)
+        else:
+            self.txn.replay_pending(producer_id, key, value, offset)
+
+    def replay_marker(self, producer_id: int, commit: bool) -> None:
+        """A COMMIT or ABORT marker of `producer_id` ends its transaction here (§5.4)."""
+        self.txn.replay_marker(producer_id, commit)
+
+    def replay_batch(self, batch: bytes | memoryview) -> None:
+        """Apply one transactional, control or producer-id batch as read from the log (the
+        loader's on_batch): its records with their offsets, or its marker. Control records of
+        types other than COMMIT and ABORT are skipped, as readers do."""
+        header = parse_header(batch)
+        if header.is_control:
+            control_type, _ = parse_marker(batch)
+            if control_type in (CONTROL_COMMIT, CONTROL_ABORT):
+                self.replay_marker(header.producer_id, control_type == CONTROL_COMMIT)
+            return
+        for record in decode_records(batch):
+            if record.key is None:  # a coordinator skips records with no key
+                continue
+            self.replay_transactional(header.producer_id, record.key, record.value, record.offset)
 
     def _replay_other(self, key: bytes, value: bytes | None) -> None:
         """A record that is not an offset commit: GroupMetadata, or a key version we skip."""
@@ -587,96 +603,6 @@ class GroupCoordinatorShard:
             self._after_member_removed(group, now, result)
         return result.respond(token, {"error_code": NONE, "members": answers})
 
-    # ======================================================================= offsets
-
-    def _validate_commit(self, group: ClassicGroup | None, member_id: str, instance_id: str | None,
-                         generation: int, version: int) -> int:
-        """§1.1 steps 7-8: the OffsetCommit result matrix, first match wins."""
-        if group is None:
-            if generation < 0:
-                return NONE
-            return GROUP_ID_NOT_FOUND if version >= 9 else ILLEGAL_GENERATION
-        if group.state is S.DEAD:
-            return COORDINATOR_NOT_AVAILABLE
-        if generation < 0 and group.state is S.EMPTY:
-            return NONE
-        if generation >= 0 or member_id or instance_id is not None:
-            error = self._validate_member(group, member_id, instance_id)
-            if error:
-                return error
-            if generation != group.generation:
-                return ILLEGAL_GENERATION
-        elif group.state is not S.EMPTY:
-            return UNKNOWN_MEMBER_ID
-        if group.state is S.COMPLETING_REBALANCE:
-            return REBALANCE_IN_PROGRESS
-        return NONE
-
-    def commit_offsets(self, token: Hashable, group_id: str | None, member_id: str, instance_id: str | None,
-                       generation: int, offsets: list[tuple[str, int, int, int, str | None]],
-                       retention_time_ms: int, version: int, now: int) -> CoordinatorResult:
-        """OffsetCommit (§1.1). `offsets` is (topic, partition, offset, leader_epoch, metadata[,
-        commit_timestamp]) for partitions the API layer found to exist; the response maps
-        (topic, partition) to an error."""
-        result = CoordinatorResult(replay=True)
-        if group_id is None:
-            return result.respond(token, {(t, p): INVALID_GROUP_ID for t, p, *_ in offsets})
-        group = self.groups.get(group_id)
-        error = self._validate_commit(group, member_id, instance_id, generation, version)
-        if error:
-            return result.respond(token, {(t, p): error for t, p, *_ in offsets})
-        if group is not None and group.is_in(S.STABLE, S.PREPARING_REBALANCE) and member_id in group.members:
-            self._schedule_heartbeat(group, group.members[member_id], now)
-        expire = now + retention_time_ms if retention_time_ms != -1 else -1
-        errors: dict[TopicPartition, int] = {}
-        limit = self.config.metadata_max_bytes
-        for topic, partition, offset, epoch, metadata, *stamp in offsets:
-            if metadata_length(metadata) > limit:
-                errors[(topic, partition)] = OFFSET_METADATA_TOO_LARGE
-                continue
-            errors[(topic, partition)] = NONE
-            # an OffsetCommit v1 commit timestamp (a 6th element) replaces now unless it is -1 (§1.1 step 11)
-            committed_at = stamp[0] if stamp and stamp[0] != -1 else now
-            result.records.append((OffsetCommitKey(group_id, topic, partition), OffsetCommitValue(
-                offset=offset, leader_epoch=epoch, metadata=metadata or "", commit_timestamp=committed_at,
-                expire_timestamp=expire)))
-        for key, _ in result.records:
-            self.table.written(encode_key(key))
-        self.counters.offset_commits += len(result.records)
-        self._expiry_warned.discard(group_id)
-        return result.respond(token, errors)
-
-    def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None
-                      ) -> list[tuple[str, list[tuple[int, int, int, str]]]]:
-        """OffsetFetch (§1.3) for one group: [(topic, [(partition, offset, epoch, metadata)])];
-        unknown groups and partitions give -1/-1/"" (no GROUP_ID_NOT_FOUND for classic groups)."""
-        group = self.groups.get(group_id)
-        stored = self.offsets.get(group_id, {}) if group is not None and group.state is not S.DEAD else {}
-        if topics is None:
-            by_topic: dict[str, list[tuple[int, int, int, str]]] = {}
-            for key, raw in stored.items():
-                k = decode_key(key)
-                value = decode_offset_commit_value(raw)
-                by_topic.setdefault(k.topic, []).append(  # type: ignore[union-attr]
-                    (k.partition, value.offset, value.leader_epoch, value.metadata))  # type: ignore[union-attr]
-            return sorted((topic, sorted(rows)) for topic, rows in by_topic.items())
-        answer = []
-        for topic, partitions in topics:
-            rows = []
-            for partition in partitions:
-                raw = stored.get(encode_key(OffsetCommitKey(group_id, topic, partition)))
-                if raw is None:
-                    rows.append((partition, -1, -1, ""))
-                else:
-                    value = decode_offset_commit_value(raw)
-                    rows.append((partition, value.offset, value.leader_epoch, value.metadata))
-            answer.append((topic, rows))
-        return answer
-
-    def committed_partitions(self, group_id: str) -> list[TopicPartition]:
-        """(topic, partition) of every offset the group has committed."""
-        return [(k.topic, k.partition) for k in map(decode_key, self.offsets.get(group_id, {}))]  # type: ignore[union-attr]
-
     # ======================================================================== admin
 
     def describe_group(self, group_id: str) -> dict[str, Any]:
@@ -700,140 +626,6 @@ class GroupCoordinatorShard:
     def list_groups(self) -> Iterable[tuple[str, str, str]]:
         """(group id, protocol type, state) of every group."""
         return [(g.group_id, g.protocol_type or "", g.state.value) for g in self.groups.values()]
-
-    def delete_groups(self, token: Hashable, group_ids: list[str]) -> CoordinatorResult:
-        """DeleteGroups (§1.5): Empty groups get offset tombstones then a group tombstone."""
-        result = CoordinatorResult(replay=True)
-        errors: dict[str, int] = {}
-        for group_id in group_ids:
-            group = self.groups.get(group_id)
-            if group is None or group.state is S.DEAD:
-                errors[group_id] = GROUP_ID_NOT_FOUND
-            elif group.state is not S.EMPTY:
-                errors[group_id] = NON_EMPTY_GROUP
-            else:
-                errors[group_id] = NONE
-                for topic, partition in self.committed_partitions(group_id):
-                    result.records.append((OffsetCommitKey(group_id, topic, partition), None))
-                result.records.append((GroupMetadataKey(group_id), None))
-        return result.respond(token, errors)
-
-    def delete_offsets(self, token: Hashable, group_id: str | None,
-                       topics: list[tuple[str, list[int]]]) -> CoordinatorResult:
-        """OffsetDelete (§1.4, §3): {error_code, topics: {topic: {partition: error}}}."""
-        result = CoordinatorResult(replay=True)
-        if not group_id:
-            return result.respond(token, {"error_code": INVALID_GROUP_ID, "topics": {}})
-        group = self.groups.get(group_id)
-        if group is None or group.state is S.DEAD:
-            return result.respond(token, {"error_code": GROUP_ID_NOT_FOUND, "topics": {}})
-        if group.state is not S.EMPTY and group.protocol_type != "consumer":
-            return result.respond(token, {"error_code": NON_EMPTY_GROUP, "topics": {}})
-        stored = self.offsets.get(group_id, {})
-        answer: dict[str, dict[int, int]] = {}
-        for topic, partitions in topics:
-            subscribed = group.state is not S.EMPTY and group.is_subscribed_to_topic(topic)
-            answer[topic] = {}
-            for partition in partitions:
-                if subscribed:
-                    answer[topic][partition] = GROUP_SUBSCRIBED_TO_TOPIC
-                    continue
-                answer[topic][partition] = NONE
-                key = OffsetCommitKey(group_id, topic, partition)
-                if encode_key(key) in stored:
-                    result.records.append((key, None))
-        self.counters.offset_deletions += len(result.records)
-        return result.respond(token, {"error_code": NONE, "topics": answer})
-
-    # ==================================================================== expiration
-
-    def retention_ms(self, group_id: str) -> int:
-        """The group's offsets retention: its own setting, else offsets.retention.minutes."""
-        return self.group_retention_ms.get(group_id, self.config.retention_ms)
-
-    def _expiry_base(self, group: ClassicGroup) -> Callable[[OffsetCommitValue], int] | None:
-        """§2 ClassicGroup.offsetExpirationCondition: the time retention counts from, or None
-        when nothing of this group may expire now."""
-        if not group.protocol_type:  # simple (standalone) group: each offset by its own commit
-            return lambda value: value.commit_timestamp
-        if group.state is S.EMPTY:  # all offsets together, retention after the group emptied
-            since = group.state_timestamp
-            return (lambda value: since) if since != -1 else (lambda value: value.commit_timestamp)
-        if (group.protocol_type == "consumer" and group.state is S.STABLE
-                and group.subscribed_topics is not None):  # KIP-496: unsubscribed topics only
-            return lambda value: value.commit_timestamp
-        return None
-
-    def expiry_times(self, group_id: str) -> dict[TopicPartition, int | None]:
-        """When each committed offset of the group will expire if nothing changes (ms), or None
-        for "not while the group stays as it is" (subscribed, rebalancing, or retention -1).
-        The sweep uses the same answer: an offset expires once now >= its time (inclusive)."""
-        group = self.groups.get(group_id)
-        stored = self.offsets.get(group_id)
-        if group is None or not stored:
-            return {}
-        base = self._expiry_base(group)
-        retention = self.retention_ms(group_id)
-        times: dict[TopicPartition, int | None] = {}
-        for key, raw in stored.items():
-            k = decode_key(key)
-            value = decode_offset_commit_value(raw)
-            tp = (k.topic, k.partition)  # type: ignore[union-attr]
-            if base is None or group.is_subscribed_to_topic(tp[0]) or key in self._unreplayed:
-                times[tp] = None
-            elif value.expire_timestamp != -1:  # explicit retention from OffsetCommit v2-v4 wins
-                times[tp] = value.expire_timestamp
-            elif retention < 0:
-                times[tp] = None
-            else:
-                times[tp] = base(value) + retention
-        return times
-
-    def expire_offsets(self, now: int, group_ids: Iterable[str]) -> CoordinatorResult:
-        """One chunk of the retention sweep (§2): tombstones for expired offsets, and a group
-        tombstone for an Empty group left with no offsets. The shell calls this for bounded
-        chunks of `self.groups` so a large shard never stalls the event loop."""
-        result = CoordinatorResult(replay=True)
-        warn: list[tuple[str, int, int]] = []
-        for group_id in group_ids:
-            group = self.groups.get(group_id)
-            if group is None:
-                continue
-            times = self.expiry_times(group_id)
-            expired = [tp for tp, at in times.items() if at is not None and now >= at]
-            for topic, partition in expired:
-                result.records.append((OffsetCommitKey(group_id, topic, partition), None))
-            self.counters.offset_expirations += len(expired)
-            if expired:
-                log.info("group %s: %d offsets expired", group_id, len(expired))
-            if len(expired) == len(times) and group.state is S.EMPTY and not group.pending_members:
-                result.records.append((GroupMetadataKey(group_id), None))
-                self._expiry_warned.discard(group_id)
-                continue
-            upcoming = [at for tp, at in times.items() if at is not None and now < at]
-            if upcoming and min(upcoming) - now <= EXPIRY_WARNING_MS and group_id not in self._expiry_warned:
-                self._expiry_warned.add(group_id)
-                warn.append((group_id, len(upcoming), min(upcoming)))
-        if len(warn) <= 5:  # a handful by name; a crowd in one line, never thousands of lines
-            for group_id, count, first in warn:
-                log.warning("group %s: %d offsets will expire within a day (first at %d ms since epoch)",
-                            group_id, count, first)
-        else:
-            log.warning("%d groups have offsets expiring within a day, e.g. %s", len(warn),
-                        ", ".join(g for g, _, _ in warn[:5]))
-        return result
-
-    def on_partitions_deleted(self, topic: str, partitions: Iterable[int]) -> CoordinatorResult:
-        """Tombstones for every group's offsets on deleted partitions, with no retention wait,
-        including offsets whose commit is still being written (their tombstone follows it)."""
-        result = CoordinatorResult(replay=True)
-        doomed = set(partitions)
-        keys = {key for stored in self.offsets.values() for key in stored} | set(self._unreplayed)
-        for key in keys:
-            k = decode_key(key)
-            if k.topic == topic and k.partition in doomed:  # type: ignore[union-attr]
-                result.records.append((k, None))  # type: ignore[arg-type]
-        return result
 
 
 def _join_error(error: int, member_id: str) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 They walk millions of records, so each is one flat loop with the varints inlined, and the build
 compiles this module with mypyc (setup.py; about 6x faster than the interpreter here). It stays
 plain, fully typed Python, so it also runs uncompiled (`OFFSETD_PURE_PYTHON=1` builds).
-* `scan_key_values`: the broker's start-up loader (a callback per record, straight into the table);
+* `scan_key_values`: the broker's start-up loader (a callback per record, straight into the table;
+  transactional and control batches, rare, go whole to a second callback);
 * `scan_columns`: the Spark offsets-log source (parallel lists, no Python call per record).
 Record layout (reference §4.2): length, attributes, timestampDelta, offsetDelta (varints), key
 (zigzag varint length + bytes, -1 = null), value (same), header count + headers.
@@ -22,12 +23,15 @@ from offsetd.records.batch import (
 from offsetd.records.varint import decode_varint
 
 OnRecord = Callable[[Optional[bytes], Optional[bytes]], None]
+OnBatch = Callable[[memoryview], None]
 
 
-def scan_key_values(buf: bytes, on_record: OnRecord) -> tuple[int, int]:
+def scan_key_values(buf: bytes, on_record: OnRecord, on_batch: Optional[OnBatch] = None) -> tuple[int, int]:
     """Call on_record(key, value) for every record of the plain (non-transactional, non-control,
     non-idempotent) uncompressed batches in `buf`, in log order; returns (records seen, bytes
-    consumed).
+    consumed). Every other batch (transactional, control or with a producer id: the coordinator
+    needs its producer id and offsets, KOC §5.1) goes whole, CRC-checked, to on_batch in its
+    place in log order, or is skipped when on_batch is None; its records count as seen.
 
     Each batch's CRC-32C is checked and its records must end exactly at the batch end, else
     InvalidBatch (a corrupt log must stop the load, never feed it wrong offsets). Compressed
@@ -46,13 +50,16 @@ def scan_key_values(buf: bytes, on_record: OnRecord) -> tuple[int, int]:
         end = _checked_end(buf, view, pos, header[1], header[4])
         if end < 0:
             break
+        if count < 0:
+            raise InvalidBatch(CORRUPT_MESSAGE, f"batch at byte {pos} has a negative record count {count}")
         if attributes & (CONTROL_MASK | TRANSACTIONAL_MASK) or producer_id >= 0:
+            if on_batch is not None:
+                on_batch(view[pos:end])
+                seen += count
             pos = end
             continue
         if attributes & _COMPRESSION_MASK:
             raise InvalidBatch(CORRUPT_MESSAGE, f"compressed batch at byte {pos}: not expected in this log")
-        if count < 0:
-            raise InvalidBatch(CORRUPT_MESSAGE, f"batch at byte {pos} has a negative record count {count}")
         p = pos + BATCH_HEADER_SIZE
         try:
             for _ in range(count):

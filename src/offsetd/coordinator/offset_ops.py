@@ -1,0 +1,362 @@
+"""The offsets half of GroupCoordinatorShard: OffsetCommit, TxnOffsetCommit, OffsetFetch,
+OffsetDelete, DeleteGroups and the retention sweep (KOC §1.1-§1.5, §2, §5.4).
+
+A mixin: GroupCoordinatorShard (shard.py) holds the state these methods read (`groups`,
+`offsets`, `table`, `txn`, `config`, `counters`) and the member checks they share with the
+membership APIs (`_validate_member`, `_schedule_heartbeat`). Offsets change only by replay.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable
+
+from ..records.offsets import (
+    GroupMetadataKey,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    decode_key,
+    decode_offset_commit_value,
+    encode_key,
+)
+from .config import GroupCoordinatorConfig
+from .errors import (
+    COORDINATOR_NOT_AVAILABLE, GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC, ILLEGAL_GENERATION,
+    INVALID_GROUP_ID, NON_EMPTY_GROUP, NONE, OFFSET_METADATA_TOO_LARGE, REBALANCE_IN_PROGRESS,
+    UNKNOWN_MEMBER_ID, UNSTABLE_OFFSET_COMMIT,
+)
+from .group import ClassicGroup, ClassicGroupMember, GroupState
+from .metrics import CoordinatorCounters
+from .offsets_table import OffsetsTable
+from .result import CoordinatorResult
+from .txn_offsets import PendingTxnOffsets
+
+if TYPE_CHECKING:
+    from .timers import Timers
+
+log = logging.getLogger("offsetd.coordinator")
+
+S = GroupState
+TopicPartition = tuple[str, int]
+FetchRow = tuple[int, int, int, str]  # partition, offset, leader epoch, metadata
+EXPIRY_WARNING_MS = 24 * 3600 * 1000  # a log warning this long before a group's offsets expire
+
+
+def metadata_length(metadata: str | None) -> int:
+    """Length as Java's String.length(): UTF-16 code units (§1.1 step 10)."""
+    if metadata is None:
+        return 0
+    return len(metadata) if metadata.isascii() else len(metadata.encode("utf-16-le")) // 2
+
+
+def _tp(key: bytes) -> TopicPartition:
+    k = decode_key(key)
+    return k.topic, k.partition  # type: ignore[union-attr]
+
+
+class OffsetOperations:
+    """Offset APIs of one shard (mixed into GroupCoordinatorShard)."""
+
+    config: GroupCoordinatorConfig
+    counters: CoordinatorCounters
+    groups: dict[str, ClassicGroup]
+    offsets: dict[str, dict[bytes, bytes]]
+    table: OffsetsTable
+    txn: PendingTxnOffsets
+    timers: "Timers"
+    group_retention_ms: dict[str, int]
+    _unreplayed: dict[bytes, int]
+    _expiry_warned: set[str]
+
+    def _validate_member(self, group: ClassicGroup, member_id: str, instance_id: str | None) -> int:
+        raise NotImplementedError
+
+    def _schedule_heartbeat(self, group: ClassicGroup, member: ClassicGroupMember, now: int) -> None:
+        raise NotImplementedError
+
+    # ======================================================================= offsets
+
+    def _validate_commit(self, group: ClassicGroup | None, member_id: str, instance_id: str | None,
+                         generation: int, version: int, transactional: bool = False) -> int:
+        """§1.1 steps 7-8: the OffsetCommit result matrix, first match wins. A transactional
+        commit (§1.2, KIP-447) gets 22 for a missing group in every version, and skips the
+        "no member info in a non-empty group" and the CompletingRebalance rules."""
+        if group is None:
+            if generation < 0:
+                return NONE
+            return GROUP_ID_NOT_FOUND if version >= 9 and not transactional else ILLEGAL_GENERATION
+        if group.state is S.DEAD:
+            return COORDINATOR_NOT_AVAILABLE
+        if generation < 0 and group.state is S.EMPTY:
+            return NONE
+        if generation >= 0 or member_id or instance_id is not None:
+            error = self._validate_member(group, member_id, instance_id)
+            if error:
+                return error
+            if generation != group.generation:
+                return ILLEGAL_GENERATION
+        elif group.state is not S.EMPTY and not transactional:
+            return UNKNOWN_MEMBER_ID
+        if group.state is S.COMPLETING_REBALANCE and not transactional:
+            return REBALANCE_IN_PROGRESS
+        return NONE
+
+    def commit_offsets(self, token: Hashable, group_id: str | None, member_id: str, instance_id: str | None,
+                       generation: int, offsets: list[tuple[str, int, int, int, str | None]],
+                       retention_time_ms: int, version: int, now: int) -> CoordinatorResult:
+        """OffsetCommit (§1.1). `offsets` is (topic, partition, offset, leader_epoch, metadata[,
+        commit_timestamp]) for partitions the API layer found to exist; the response maps
+        (topic, partition) to an error."""
+        result = CoordinatorResult(replay=True)
+        if group_id is None:
+            return result.respond(token, {(t, p): INVALID_GROUP_ID for t, p, *_ in offsets})
+        group = self.groups.get(group_id)
+        error = self._validate_commit(group, member_id, instance_id, generation, version)
+        if error:
+            return result.respond(token, {(t, p): error for t, p, *_ in offsets})
+        if group is not None and group.is_in(S.STABLE, S.PREPARING_REBALANCE) and member_id in group.members:
+            self._schedule_heartbeat(group, group.members[member_id], now)
+        expire = now + retention_time_ms if retention_time_ms != -1 else -1
+        errors: dict[TopicPartition, int] = {}
+        limit = self.config.metadata_max_bytes
+        for topic, partition, offset, epoch, metadata, *stamp in offsets:
+            if metadata_length(metadata) > limit:
+                errors[(topic, partition)] = OFFSET_METADATA_TOO_LARGE
+                continue
+            errors[(topic, partition)] = NONE
+            # an OffsetCommit v1 commit timestamp (a 6th element) replaces now unless it is -1 (§1.1 step 11)
+            committed_at = stamp[0] if stamp and stamp[0] != -1 else now
+            result.records.append((OffsetCommitKey(group_id, topic, partition), OffsetCommitValue(
+                offset=offset, leader_epoch=epoch, metadata=metadata or "", commit_timestamp=committed_at,
+                expire_timestamp=expire)))
+        for key, _ in result.records:
+            self.table.written(encode_key(key))
+        self.counters.offset_commits += len(result.records)
+        self._expiry_warned.discard(group_id)
+        return result.respond(token, errors)
+
+    def txn_offset_commit(self, token: Hashable, group_id: str | None, member_id: str, instance_id: str | None,
+                          generation: int, offsets: list[tuple[str, int, int, int, str | None]],
+                          producer_id: int, producer_epoch: int, now: int) -> CoordinatorResult:
+        """TxnOffsetCommit (§1.2, reference A5): `offsets` is (topic, partition, offset,
+        leader_epoch, metadata) for partitions that exist; v0-2 requests carry generation -1,
+        member "" and no instance id. The records are written as one transactional batch of
+        (producer_id, producer_epoch) and stay pending until its marker (§5.4). The response
+        maps (topic, partition) to an error."""
+        result = CoordinatorResult(replay=True, producer_id=producer_id, producer_epoch=producer_epoch)
+        if not group_id:  # unlike OffsetCommit, "" is rejected too
+            return result.respond(token, {(t, p): INVALID_GROUP_ID for t, p, *_ in offsets})
+        error = self._validate_commit(self.groups.get(group_id), member_id, instance_id, generation, -1,
+                                      transactional=True)
+        if error:
+            return result.respond(token, {(t, p): error for t, p, *_ in offsets})
+        errors: dict[TopicPartition, int] = {}
+        limit = self.config.metadata_max_bytes
+        for topic, partition, offset, epoch, metadata in offsets:
+            if metadata_length(metadata) > limit:
+                errors[(topic, partition)] = OFFSET_METADATA_TOO_LARGE
+                continue
+            errors[(topic, partition)] = NONE
+            result.records.append((OffsetCommitKey(group_id, topic, partition), OffsetCommitValue(
+                offset=offset, leader_epoch=epoch, metadata=metadata or "", commit_timestamp=now,
+                expire_timestamp=-1)))
+        return result.respond(token, errors)
+
+    def fetch_stable_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None
+                             ) -> list[tuple[str, list[tuple[int, int, int, str, int]]]]:
+        """OffsetFetch with require_stable (§1.3, §5.4): fetch_offsets' rows with an error each;
+        a partition with a pending transactional offset is (-1, -1, "", UNSTABLE_OFFSET_COMMIT).
+        A whole-group fetch lists the group's pending-only partitions too (as 88)."""
+        pending = {_tp(key) for key in self.txn.pending_keys(group_id)}
+        rows = self.fetch_offsets(group_id, topics)
+        if topics is None and pending:
+            by_topic = {topic: dict((row[0], row) for row in parts) for topic, parts in rows}
+            for topic, partition in pending:
+                by_topic.setdefault(topic, {})[partition] = (partition, -1, -1, "")
+            rows = sorted((topic, sorted(parts.values())) for topic, parts in by_topic.items())
+        return [(topic, [(p, -1, -1, "", UNSTABLE_OFFSET_COMMIT) if (topic, p) in pending else (p, o, e, m, NONE)
+                         for p, o, e, m in parts]) for topic, parts in rows]
+
+    def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None
+                      ) -> list[tuple[str, list[tuple[int, int, int, str]]]]:
+        """OffsetFetch (§1.3) for one group: [(topic, [(partition, offset, epoch, metadata)])];
+        unknown groups and partitions give -1/-1/"" (no GROUP_ID_NOT_FOUND for classic groups)."""
+        group = self.groups.get(group_id)
+        stored = self.offsets.get(group_id, {}) if group is not None and group.state is not S.DEAD else {}
+        if topics is None:
+            by_topic: dict[str, list[tuple[int, int, int, str]]] = {}
+            for key, raw in stored.items():
+                k = decode_key(key)
+                value = decode_offset_commit_value(raw)
+                by_topic.setdefault(k.topic, []).append(  # type: ignore[union-attr]
+                    (k.partition, value.offset, value.leader_epoch, value.metadata))  # type: ignore[union-attr]
+            return sorted((topic, sorted(rows)) for topic, rows in by_topic.items())
+        answer = []
+        for topic, partitions in topics:
+            rows = []
+            for partition in partitions:
+                raw = stored.get(encode_key(OffsetCommitKey(group_id, topic, partition)))
+                if raw is None:
+                    rows.append((partition, -1, -1, ""))
+                else:
+                    value = decode_offset_commit_value(raw)
+                    rows.append((partition, value.offset, value.leader_epoch, value.metadata))
+            answer.append((topic, rows))
+        return answer
+
+    def committed_partitions(self, group_id: str) -> list[TopicPartition]:
+        """(topic, partition) of every offset the group has committed."""
+        return [(k.topic, k.partition) for k in map(decode_key, self.offsets.get(group_id, {}))]  # type: ignore[union-attr]
+
+    def has_open_transaction(self, group_id: str) -> bool:
+        """Whether a transactional offset of the group waits for its marker (§5.4)."""
+        return self.txn.has_open_transaction(group_id)
+
+    def pending_partitions(self, group_id: str) -> list[TopicPartition]:
+        """(topic, partition) of every pending transactional offset of the group, sorted."""
+        return sorted(_tp(key) for key in self.txn.pending_keys(group_id))
+
+    # ======================================================================= deletion
+
+    def delete_groups(self, token: Hashable, group_ids: list[str]) -> CoordinatorResult:
+        """DeleteGroups (§1.5): Empty groups get offset tombstones then a group tombstone."""
+        result = CoordinatorResult(replay=True)
+        errors: dict[str, int] = {}
+        for group_id in group_ids:
+            group = self.groups.get(group_id)
+            if group is None or group.state is S.DEAD:
+                errors[group_id] = GROUP_ID_NOT_FOUND
+            elif group.state is not S.EMPTY:
+                errors[group_id] = NON_EMPTY_GROUP
+            else:
+                errors[group_id] = NONE
+                committed = self.offsets.get(group_id, {})
+                for key in [*committed, *(k for k in self.txn.pending_keys(group_id) if k not in committed)]:
+                    # committed offsets, then pending-only partitions: each gets one tombstone
+                    topic, partition = _tp(key)
+                    result.records.append((OffsetCommitKey(group_id, topic, partition), None))
+                result.records.append((GroupMetadataKey(group_id), None))
+        return result.respond(token, errors)
+
+    def delete_offsets(self, token: Hashable, group_id: str | None,
+                       topics: list[tuple[str, list[int]]]) -> CoordinatorResult:
+        """OffsetDelete (§1.4, §3): {error_code, topics: {topic: {partition: error}}}."""
+        result = CoordinatorResult(replay=True)
+        if not group_id:
+            return result.respond(token, {"error_code": INVALID_GROUP_ID, "topics": {}})
+        group = self.groups.get(group_id)
+        if group is None or group.state is S.DEAD:
+            return result.respond(token, {"error_code": GROUP_ID_NOT_FOUND, "topics": {}})
+        if group.state is not S.EMPTY and group.protocol_type != "consumer":
+            return result.respond(token, {"error_code": NON_EMPTY_GROUP, "topics": {}})
+        stored = self.offsets.get(group_id, {})
+        answer: dict[str, dict[int, int]] = {}
+        for topic, partitions in topics:
+            subscribed = group.state is not S.EMPTY and group.is_subscribed_to_topic(topic)
+            answer[topic] = {}
+            for partition in partitions:
+                if subscribed:
+                    answer[topic][partition] = GROUP_SUBSCRIBED_TO_TOPIC
+                    continue
+                answer[topic][partition] = NONE
+                key = OffsetCommitKey(group_id, topic, partition)
+                raw_key = encode_key(key)
+                if raw_key in stored or raw_key in self.txn.keys:  # committed, or only pending (§1.4)
+                    result.records.append((key, None))
+        self.counters.offset_deletions += len(result.records)
+        return result.respond(token, {"error_code": NONE, "topics": answer})
+
+    # ==================================================================== expiration
+
+    def retention_ms(self, group_id: str) -> int:
+        """The group's offsets retention: its own setting, else offsets.retention.minutes."""
+        return self.group_retention_ms.get(group_id, self.config.retention_ms)
+
+    def _expiry_base(self, group: ClassicGroup) -> Callable[[OffsetCommitValue], int] | None:
+        """§2 ClassicGroup.offsetExpirationCondition: the time retention counts from, or None
+        when nothing of this group may expire now."""
+        if not group.protocol_type:  # simple (standalone) group: each offset by its own commit
+            return lambda value: value.commit_timestamp
+        if group.state is S.EMPTY:  # all offsets together, retention after the group emptied
+            since = group.state_timestamp
+            return (lambda value: since) if since != -1 else (lambda value: value.commit_timestamp)
+        if (group.protocol_type == "consumer" and group.state is S.STABLE
+                and group.subscribed_topics is not None):  # KIP-496: unsubscribed topics only
+            return lambda value: value.commit_timestamp
+        return None
+
+    def expiry_times(self, group_id: str) -> dict[TopicPartition, int | None]:
+        """When each committed offset of the group will expire if nothing changes (ms), or None
+        for "not while the group stays as it is" (subscribed, rebalancing, or retention -1).
+        The sweep uses the same answer: an offset expires once now >= its time (inclusive)."""
+        group = self.groups.get(group_id)
+        stored = self.offsets.get(group_id)
+        if group is None or not stored:
+            return {}
+        base = self._expiry_base(group)
+        retention = self.retention_ms(group_id)
+        times: dict[TopicPartition, int | None] = {}
+        for key, raw in stored.items():
+            k = decode_key(key)
+            value = decode_offset_commit_value(raw)
+            tp = (k.topic, k.partition)  # type: ignore[union-attr]
+            if (base is None or group.is_subscribed_to_topic(tp[0]) or key in self._unreplayed
+                    or key in self.txn.keys):  # a pending transactional offset keeps it (§2 step 1.3)
+                times[tp] = None
+            elif value.expire_timestamp != -1:  # explicit retention from OffsetCommit v2-v4 wins
+                times[tp] = value.expire_timestamp
+            elif retention < 0:
+                times[tp] = None
+            else:
+                times[tp] = base(value) + retention
+        return times
+
+    def expire_offsets(self, now: int, group_ids: Iterable[str]) -> CoordinatorResult:
+        """One chunk of the retention sweep (§2): tombstones for expired offsets, and a group
+        tombstone for an Empty group left with no offsets. The shell calls this for bounded
+        chunks of `self.groups` so a large shard never stalls the event loop."""
+        result = CoordinatorResult(replay=True)
+        warn: list[tuple[str, int, int]] = []
+        for group_id in group_ids:
+            group = self.groups.get(group_id)
+            if group is None:
+                continue
+            times = self.expiry_times(group_id)
+            expired = [tp for tp, at in times.items() if at is not None and now >= at]
+            for topic, partition in expired:
+                result.records.append((OffsetCommitKey(group_id, topic, partition), None))
+            self.counters.offset_expirations += len(expired)
+            if expired:
+                log.info("group %s: %d offsets expired", group_id, len(expired))
+            if (len(expired) == len(times) and group.state is S.EMPTY and not group.pending_members
+                    and not self.txn.has_open_transaction(group_id)):
+                result.records.append((GroupMetadataKey(group_id), None))
+                self._expiry_warned.discard(group_id)
+                continue
+            upcoming = [at for tp, at in times.items() if at is not None and now < at]
+            if upcoming and min(upcoming) - now <= EXPIRY_WARNING_MS and group_id not in self._expiry_warned:
+                self._expiry_warned.add(group_id)
+                warn.append((group_id, len(upcoming), min(upcoming)))
+        if len(warn) <= 5:  # a handful by name; a crowd in one line, never thousands of lines
+            for group_id, count, first in warn:
+                log.warning("group %s: %d offsets will expire within a day (first at %d ms since epoch)",
+                            group_id, count, first)
+        else:
+            log.warning("%d groups have offsets expiring within a day, e.g. %s", len(warn),
+                        ", ".join(g for g, _, _ in warn[:5]))
+        return result
+
+    def on_partitions_deleted(self, topic: str, partitions: Iterable[int]) -> CoordinatorResult:
+        """Tombstones for every group's offsets on deleted partitions, with no retention wait,
+        including offsets whose commit is still being written (their tombstone follows it) and
+        pending transactional ones (§2)."""
+        result = CoordinatorResult(replay=True)
+        doomed = set(partitions)
+        keys = {key for stored in self.offsets.values() for key in stored} | set(self._unreplayed) | set(self.txn.keys)
+        for key in keys:
+            k = decode_key(key)
+            if k.topic == topic and k.partition in doomed:  # type: ignore[union-attr]
+                result.records.append((k, None))  # type: ignore[arg-type]
+        return result
+
+

@@ -7,21 +7,23 @@ Results come back as `transactions` model types; failures as ToolError in Kafka'
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from typing import Any, Callable, Iterable, TypeVar
 
 import kafka.errors as kafka_errors
 from kafka import TopicPartition as KpTopicPartition
-from kafka.admin import KafkaAdminClient
-from kafka.admin._transactions import AbortTransactionSpec
+from kafka.admin import AbortTransactionSpec, KafkaAdminClient
 
 from .client_config import kafka_python_config
 from .errors import ToolError
 from .transactions import ProducerState, TopicPartition, TransactionDescription, TransactionListing
 
-# kafka-python logs connection trouble itself; the tool reports a failure once.
+# kafka-python logs connection trouble itself; the tool reports a failure once (a NullHandler
+# keeps Python's last-resort handler from printing kafka-python's warnings).
 logging.getLogger("kafka").addHandler(logging.NullHandler())
-logging.getLogger("kafka").propagate = False
+
+RETRY_BACKOFF_S = 0.1
 
 T = TypeVar("T")
 
@@ -46,6 +48,7 @@ class TxnCluster:
     """One admin connection for one command run; `close()` releases it."""
 
     def __init__(self, client_config: dict[str, str], timeout_s: float) -> None:
+        self.timeout_s = timeout_s
         timeout_ms = int(timeout_s * 1000)
         try:
             self.admin = KafkaAdminClient(**kafka_python_config(client_config), request_timeout_ms=timeout_ms,
@@ -66,11 +69,17 @@ class TxnCluster:
                             "it needs Kafka 3.0 or later (KIP-664) or an offsetd with transactions")
 
     def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a kafka-python call; its errors become ToolError naming `what`."""
-        try:
-            return fn(*args, **kwargs)
-        except kafka_errors.KafkaError as exc:
-            raise ToolError(f"{what} failed: {describe_error(exc)}") from None
+        """Run a kafka-python call, again after a retriable error (a coordinator loading, a
+        leader moving) until the timeout, as Kafka's admin client does; errors become ToolError
+        naming `what`."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except kafka_errors.KafkaError as exc:
+                if not (exc.retriable and time.monotonic() + RETRY_BACKOFF_S < deadline):
+                    raise ToolError(f"{what} failed: {describe_error(exc)}") from None
+            time.sleep(RETRY_BACKOFF_S)
 
     # --- coordinators ----------------------------------------------------------------------------
 
@@ -86,13 +95,16 @@ class TxnCluster:
     def describe_transaction(self, transactional_id: str) -> TransactionDescription | None:
         """DescribeTransactions at the id's coordinator; None for TRANSACTIONAL_ID_NOT_FOUND."""
         self.require(65)
-        try:
-            found = self.admin.describe_transactions([transactional_id])
-        except kafka_errors.TransactionalIdNotFoundError:
+
+        def describe() -> Any:
+            try:
+                return self.admin.describe_transactions([transactional_id])[transactional_id]
+            except kafka_errors.TransactionalIdNotFoundError:
+                return None
+
+        d = self._call(f"Describing transactional id '{transactional_id}'", describe)
+        if d is None:
             return None
-        except kafka_errors.KafkaError as exc:
-            raise ToolError(f"Describing transactional id '{transactional_id}' failed: {describe_error(exc)}") from None
-        d = found[transactional_id]
         return TransactionDescription(d.coordinator_id, transactional_id, d.producer_id, d.producer_epoch,
                                       d.state.value, d.transaction_timeout_ms, d.transaction_start_time_ms,
                                       tuple(sorted(TopicPartition(tp.topic, tp.partition) for tp in d.topic_partitions)))

@@ -8,6 +8,11 @@ partitions and nothing else. Fetch sessions (KIP-227, fetch_sessions.py) go thro
 Zero-copy: for v4+ a partition's records of at least ZERO_COPY_MIN_BYTES are FileRecords (file
 ranges held open), which the encoder frames by length and the connection sends with sendfile.
 Older versions get bytes (their records may be down-converted, which needs them).
+
+Isolation (v4+, reference A9): every partition answers its last stable offset (LSO). Under
+read_committed the records stop before the first batch at or after the LSO (the zero-copy
+ranges too) and AbortedTransactions lists the aborted transactions overlapping the data;
+under read_uncommitted that list is null.
 """
 
 from __future__ import annotations
@@ -98,12 +103,18 @@ class _Reader:
                 hint = entry["current_leader"] = leader_hint(self.broker.cluster, topic, index)
                 self.led_elsewhere.add(hint["leader_id"])
             return entry
-        end = plog.log_end_offset
-        entry.update(high_watermark=end, last_stable_offset=end, log_start_offset=plog.log_start_offset)
+        entry.update(high_watermark=plog.log_end_offset, last_stable_offset=plog.last_stable_offset,
+                     log_start_offset=plog.log_start_offset)
         limit, first = min(max_bytes, self.budget), self.total == 0
         try:
             if not (limit > 0 or first):
                 data = b""
+            elif self.committed:
+                data, aborted = plog.read_committed(
+                    fetch_offset, limit, min_one_batch=first,
+                    min_file_bytes=ZERO_COPY_MIN_BYTES if self.zero_copy else None)
+                entry["aborted_transactions"] = [{"producer_id": pid, "first_offset": first_offset}
+                                                 for pid, first_offset in aborted]
             elif self.zero_copy:
                 data = plog.read_file(fetch_offset, limit, min_one_batch=first, min_file_bytes=ZERO_COPY_MIN_BYTES)
             else:

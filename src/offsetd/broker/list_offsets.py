@@ -1,6 +1,10 @@
 """ListOffsets: the log start, the log end, the record with the largest timestamp, or the first
 record at or after a timestamp (from the time index, then the one batch it lands on, decompressed
-whatever its codec, so answers are record-exact as Kafka's)."""
+whatever its codec, so answers are record-exact as Kafka's).
+
+Isolation (v2+, A9): under read_committed the bound is the last stable offset: LATEST answers it,
+and a timestamp lookup whose record lies at or beyond it answers -1/-1, as one beyond the log
+end would."""
 
 from __future__ import annotations
 
@@ -12,12 +16,14 @@ from .broker import Broker
 from .list_offsets_v0 import handle_list_offsets_v0
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+READ_COMMITTED = 1
 
 
 def handle_list_offsets(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any]:
     """Offsets by timestamp: -1 latest, -2 earliest, -3 max timestamp, else the time index."""
     if version == 0:  # an array of up to max_num_offsets offsets per partition
         return handle_list_offsets_v0(broker, req, now_ms)
+    committed = getattr(req, "isolation_level", 0) == READ_COMMITTED  # v1 has none: uncommitted
     topics = []
     for topic_req in req.topics:
         partitions = []
@@ -28,7 +34,7 @@ def handle_list_offsets(broker: Broker, req: Any, version: int, now_ms: int) -> 
             if error:
                 entry["error_code"] = error
             elif p.timestamp == LATEST:
-                entry["offset"] = plog.log_end_offset
+                entry["offset"] = plog.last_stable_offset if committed else plog.log_end_offset
             elif p.timestamp == EARLIEST:
                 entry["offset"] = plog.log_start_offset
             elif p.timestamp < 0 and p.timestamp != MAX_TIMESTAMP:  # -4 and below: not served
@@ -42,7 +48,7 @@ def handle_list_offsets(broker: Broker, req: Any, version: int, now_ms: int) -> 
                 except InvalidBatch as exc:  # a stored batch that cannot be decoded (Kafka: CORRUPT_MESSAGE)
                     entry["error_code"] = exc.error_code
                     found = None
-                if found is not None:
+                if found is not None and not (committed and found[0] >= plog.last_stable_offset):
                     entry["offset"], entry["timestamp"] = found
             if entry["error_code"] == Error.NONE:
                 entry["leader_epoch"] = plog.leader_epoch  # type: ignore[union-attr]

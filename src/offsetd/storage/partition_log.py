@@ -794,42 +794,82 @@ class PartitionLog:
         sends them with sendfile); plain bytes when there are fewer than `min_file_bytes` (a
         pread is cheaper than a descriptor and a syscall per range) or when FileRecords may hold
         no more descriptors (its budget, or EMFILE)."""
-        ranges = self._read_ranges(offset, max_bytes, min_one_batch)
+        return self._ranges_data(self._read_ranges(offset, max_bytes, min_one_batch), min_file_bytes)
+
+    def read_committed(self, offset: int, max_bytes: int, *, min_one_batch: bool = True,
+                       min_file_bytes: int | None = None) -> tuple[bytes | FileRecords, list[tuple[int, int]]]:
+        """A read_committed Fetch (A9): whole batches from `offset` below the last stable offset,
+        and the aborted transactions overlapping them (`aborted_transactions` up to the end of
+        the returned data). As `read_file` when `min_file_bytes` is given, else as `read`."""
+        ranges = self._read_ranges(offset, max_bytes, min_one_batch, self.last_stable_offset)
+        data = self._ranges_data(ranges, min_file_bytes) if min_file_bytes is not None else _pread_all(ranges)
+        if not ranges:
+            return data, []
+        seg, pos, length = ranges[-1]
+        end = pos + length
+        if end < seg.size:
+            upper = seg.header_at(end).base_offset
+        else:
+            i = self._segment_index(seg.base_offset) + 1
+            upper = self._bases[i] if i < len(self._bases) else self.log_end_offset
+        return data, self.aborted_transactions(offset, upper)
+
+    @staticmethod
+    def _ranges_data(ranges: list[tuple[Segment, int, int]], min_file_bytes: int) -> bytes | FileRecords:
+        """The ranges as FileRecords, or bytes below `min_file_bytes` or when no descriptor is left."""
         if not ranges or sum(r[2] for r in ranges) < min_file_bytes:
             return _pread_all(ranges)
         held = FileRecords.hold([(seg.fd, pos, length) for seg, pos, length in ranges])
         return _pread_all(ranges) if held is None else held
 
-    def _read_ranges(self, offset: int, max_bytes: int, min_one_batch: bool) -> list[tuple[Segment, int, int]]:
+    def _read_ranges(self, offset: int, max_bytes: int, min_one_batch: bool,
+                     max_offset: int | None = None) -> list[tuple[Segment, int, int]]:
         """(segment, position, length) of the whole batches `read` returns, in log order; no
-        record byte is read, only batch headers to find the boundaries."""
+        record byte is read, only batch headers to find the boundaries. `max_offset` (the LSO, a
+        batch boundary) excludes the batches starting at or after it, even a first one."""
         self._check_open()
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
         ranges: list[tuple[Segment, int, int]] = []
-        if offset == self.log_end_offset:
+        if max_offset is None or max_offset > self.log_end_offset:
+            max_offset = self.log_end_offset
+        if offset >= max_offset:
             return ranges
+        # The segment holding max_offset and the byte where its batch starts (None: no bound).
+        stop_seg: Segment | None = None
+        stop_pos = 0
+        if max_offset < self.log_end_offset:
+            stop_seg = self._segments[self._segment_index(max_offset)]
+            found = stop_seg.find_batch(max_offset)
+            stop_pos = stop_seg.size if found is None else found
         remaining = max_bytes
         searching = True
         for seg in self._segments[self._segment_index(offset) :]:
             if seg.size == 0:
+                if seg is stop_seg:
+                    break
                 continue
             if searching:
                 pos = seg.find_batch(offset)
                 if pos is None:
+                    if seg is stop_seg:
+                        break
                     continue  # offset lies in a gap after this segment's last batch
                 searching = False
             else:
                 pos = 0
+            seg_end = stop_pos if seg is stop_seg else seg.size
+            if seg_end <= pos:
+                break
             limit = pos + max(remaining, 0)
-            end = seg.size if limit >= seg.size else seg.last_boundary(pos, limit)
+            end = seg_end if limit >= seg_end else seg.last_boundary(pos, limit)
             if end == pos:
                 if not ranges and min_one_batch:
-                    ranges.append((seg, pos, min(seg.header_at(pos).size, seg.size - pos)))
+                    ranges.append((seg, pos, min(seg.header_at(pos).size, seg_end - pos)))
                 break
             ranges.append((seg, pos, end - pos))
             remaining -= end - pos
-            if end < seg.size or remaining <= 0:
+            if end < seg.size or remaining <= 0 or seg is stop_seg:
                 break
         return ranges
 

@@ -12,6 +12,10 @@ Only the partition's owner appends or reads; other brokers answer NOT_LEADER_OR_
 `leader` is False). When a broker claims a partition it brings its copy up to PostgreSQL's end
 (`take_leadership`): a copy whose last append does not match PostgreSQL's (the topic was
 re-created, or a cleaner rewrote it) is emptied and read again from the log start.
+
+Transactions: markers and transactional batches are appends like any other, so the copy's
+producer state (open transactions, LSO, `.txnindex`) follows every append, including those
+copied while catching up; the LSO, aborted transactions and producers are the copy's.
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ import logging
 import uuid
 from typing import Any, Callable
 
-from offsetd.records.batch import InvalidBatch, iter_batches, validate_batches
+from offsetd.records.batch import InvalidBatch, iter_batches
 from offsetd.storage.log_dir import NotLeader, StorageError
 from offsetd.storage.partition_log import AppendResult, OffsetOutOfRange, PartitionLog, PreparedAppend
 from offsetd.storage.postgres_store import Claim, Fenced, PostgresStore, StoreUnavailable
+from offsetd.storage.transactions import validate_log_batches
 
 log = logging.getLogger("offsetd.storage")
 
@@ -224,11 +229,16 @@ class PostgresPartitionLog:
         self._check_leader()
         return self._cache.read_file(offset, max_bytes, **options)
 
+    def read_committed(self, offset: int, max_bytes: int, **options: Any) -> Any:
+        self._check_leader()
+        return self._cache.read_committed(offset, max_bytes, **options)
+
 
 def _prepared(cache: PartitionLog, data: bytes) -> PreparedAppend:
     """An append read back from PostgreSQL, to write into the copy as it is, offsets included
     (they were assigned, and the leader epoch patched, before it was stored)."""
-    headers = validate_batches(data, max(cache.config.max_message_bytes, len(data)))
+    # Markers are stored too: the validation of the log's own writers accepts control batches.
+    headers = validate_log_batches(memoryview(data), max(cache.config.max_message_bytes, len(data)))
     if not headers:
         raise InvalidBatch(2, "empty append in PostgreSQL")
     prepared = cache.prepare_append(data, headers, replica=True)

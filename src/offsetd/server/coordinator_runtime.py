@@ -2,7 +2,10 @@
 
 Write path (DESIGN.md "Request flow"): results queue up while the loop is busy; the writer takes
 them all as one record batch (group commit), appends it, fsyncs it, replays the records and only
-then completes the requests. The fsync runs on the event loop: the offsets partition preallocates
+then completes the requests. A TxnOffsetCommit result is a transactional batch of its own, in
+queue order among the plain ones (one append, one fsync for the drain); a transaction marker is
+appended on its own (the log may refuse a stale one, KOC §5.4 / reference A7, which must not fail
+the commits around it). The fsync runs on the event loop: the offsets partition preallocates
 its segments, so an fdatasync there takes ~0.15 ms, less than handing it to a thread and back
 (measured with `bench/run.py --workloads commit-throughput commit-latency`: 10.6k commits/s and
 p50/p99 0.54/0.84 ms inline, 9.0k and 0.67/1.01 ms through a thread). Requests that arrive
@@ -17,15 +20,17 @@ import enum
 import logging
 import time
 from inspect import isawaitable
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from ..coordinator.result import CoordinatorResult
 from ..coordinator.shard import GroupCoordinatorShard
-from ..coordinator.write_errors import NOT_LEADER_OR_FOLLOWER, CoordinatorWriteError
-from ..records.batch import build_batch, iter_batches
-from ..records.scan import scan_key_values
+from ..coordinator.write_errors import COORDINATOR_LOAD_IN_PROGRESS, NOT_LEADER_OR_FOLLOWER, CoordinatorWriteError
+from ..records.batch import TRANSACTIONAL_MASK, build_batch, iter_batches
+from ..records.control import build_marker_batch
 from ..records.offsets import encode_key, encode_value
-from ..storage.partition_log import PartitionLog
+from ..records.scan import scan_key_values
+from ..storage.partition_log import AppendResult, PartitionLog
+from ..storage.producer_state import ProduceError
 
 log = logging.getLogger("offsetd.coordinator")
 
@@ -75,12 +80,13 @@ class ShardRuntime:
         offset, end = self.plog.log_start_offset, self.plog.log_end_offset
         shard, loaded = self.shard, 0
         replay = shard.table.replay  # what replay_raw calls, without its frame per record
+        replay_batch = shard.replay_batch  # transactional records and markers (rare)
         try:
             while offset < end:
                 chunk = self.plog.read(offset, LOAD_CHUNK_BYTES)
                 if not chunk:
                     break
-                seen, _ = scan_key_values(chunk, replay)
+                seen, _ = scan_key_values(chunk, replay, replay_batch)
                 loaded += seen
                 last = offset
                 for _, header in iter_batches(chunk):
@@ -182,7 +188,7 @@ class ShardRuntime:
 
     def submit(self, result: CoordinatorResult) -> None:
         """Queue a result for durability, or complete it at once when it writes nothing."""
-        if not result.records and not result.barrier:
+        if not result.records and not result.barrier and result.marker is None:
             _deliver(result)
         else:
             self._queue.append(result)
@@ -201,6 +207,22 @@ class ShardRuntime:
             _run_into(fn, future)
         return future
 
+    def write_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                     coordinator_epoch: int) -> Awaitable[None]:
+        """Append a COMMIT or ABORT marker for `producer_id` (in order with this shard's other
+        writes), fsync it, replay it (its pending offsets are promoted or dropped), then resolve.
+        Fails with CoordinatorWriteError: 14 while loading, 16 when not coordinating, the
+        log's remapped error (47, 52, ...) when it refuses the marker."""
+        token = new_token()
+        if self.state is not ShardState.ACTIVE or not self.plog.leader:
+            code = COORDINATOR_LOAD_IN_PROGRESS if self.state is ShardState.LOADING else NOT_LEADER_OR_FOLLOWER
+            token.set_exception(CoordinatorWriteError(code, f"__consumer_offsets-{self.shard.partition} is "
+                                                            f"{self.state.value}: no marker written"))
+            return token
+        marker = CoordinatorResult(marker=(producer_id, producer_epoch, commit, coordinator_epoch))
+        self.submit(marker.respond(token, _no_body))
+        return token
+
     async def _write_loop(self) -> None:
         try:
             while self._queue or self._exclusive:
@@ -209,48 +231,103 @@ class ShardRuntime:
                 if not self._queue:
                     break
                 batch, self._queue = self._queue, []
-                # (key bytes, value bytes, replay?) in log order: one atomic record batch
-                encoded = [(encode_key(k), None if v is None else encode_value(v), result.replay)
-                           for result in batch for k, v in result.records]
                 generation = self.generation
-                try:
-                    if encoded:
-                        now = self.clock()
-                        # Atomic: batch and fsync, or nothing (undone back to the last good end).
-                        # Cluster mode's log answers later: after PostgreSQL's COMMIT.
-                        appended = self.plog.append(build_batch([(k, v, now, []) for k, v, _ in encoded]), now,
-                                                    sync=self.fsync)
-                        if isawaitable(appended):
-                            await appended
-                except Exception as exc:
-                    error = CoordinatorWriteError.from_exception(exc)
-                    # Every queued result was decided on state the failed write had changed.
-                    failed, self._queue = batch + self._queue, []
-                    for result in failed:
-                        for token, _ in result.completions:
-                            if not token.done():
-                                token.set_exception(error)
-                    if self.plog.log_dir.offline:
-                        self._fail(f"its log directory is offline ({exc})")
-                        continue
-                    if generation != self.generation or self.state is ShardState.UNLOADED:
-                        continue  # unloaded meanwhile: nothing to rebuild here
-                    if not self.plog.leader:  # fenced: another broker owns the partition now
-                        self.unload()
-                        continue
-                    log.error("__consumer_offsets-%d: write failed: %s; answered %d requests with error %d, "
-                              "rebuilding its groups and offsets from the log", self.shard.partition, exc,
-                              sum(len(r.completions) for r in failed), error.error_code)
-                    await self._reload()
-                    continue
-                if generation == self.generation:  # else unloaded while writing: durable, not ours
-                    for key, value, replay in encoded:
-                        if replay:
-                            self.shard.replay_raw(key, value)
-                for result in batch:
-                    _deliver(result)
+                while batch:
+                    # one append: a marker alone, else every result up to the next marker
+                    cut = 1 if batch[0].marker is not None else next(
+                        (i for i, r in enumerate(batch) if r.marker is not None), len(batch))
+                    unit, batch = batch[:cut], batch[cut:]
+                    if not await self._write(unit, batch, generation):
+                        break
         finally:
             self._writing = False
+
+    async def _write(self, unit: list[CoordinatorResult], rest: list[CoordinatorResult], generation: int) -> bool:
+        """Append the records of `unit` (plain results grouped into one batch, each
+        transactional result and marker a batch of its own, in order), replay them and deliver.
+        False when the write failed (its results, `rest` and the queue are answered, the shard
+        rebuilt), except for a marker the log refused: only that one fails."""
+        now = self.clock()
+        parts: list[bytes] = []
+        # per batch of the append, in log order: (producer id, marker commit flag or None,
+        # [(key, value, replay?)]) - what to replay once it is durable
+        plan: list[tuple[int, bool | None, list[tuple[bytes, bytes | None, bool]]]] = []
+        plain: list[tuple[bytes, bytes | None, bool]] = []
+        for result in unit:
+            if result.marker is not None:
+                producer_id, producer_epoch, commit, coordinator_epoch = result.marker
+                parts.append(build_marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now))
+                plan.append((producer_id, commit, []))
+                continue
+            encoded = [(encode_key(k), None if v is None else encode_value(v), result.replay)
+                       for k, v in result.records]
+            if result.producer_id < 0:
+                plain.extend(encoded)
+                continue
+            if encoded:
+                if plain:
+                    parts.append(build_batch([(k, v, now, []) for k, v, _ in plain]))
+                    plan.append((-1, None, plain))
+                    plain = []
+                parts.append(build_batch([(k, v, now, []) for k, v, _ in encoded], producer_id=result.producer_id,
+                                         producer_epoch=result.producer_epoch, base_sequence=-1,
+                                         attributes=TRANSACTIONAL_MASK))
+                plan.append((result.producer_id, None, encoded))
+        if plain:
+            parts.append(build_batch([(k, v, now, []) for k, v, _ in plain]))
+            plan.append((-1, None, plain))
+        base_offset = 0  # a real log's AppendResult says; only test stand-ins return nothing
+        try:
+            if parts:
+                # Atomic: batches and fsync, or nothing (undone back to the last good end).
+                # Cluster mode's log answers later: after PostgreSQL's COMMIT.
+                appended = self.plog.append(b"".join(parts), now, sync=self.fsync)
+                if isawaitable(appended):
+                    appended = await appended
+                if isinstance(appended, AppendResult):
+                    base_offset = appended.base_offset
+        except Exception as exc:
+            error = CoordinatorWriteError.from_exception(exc)
+            if unit[0].marker is not None and isinstance(exc, ProduceError) and self.plog.leader:
+                _fail(unit, error)  # refused before anything was written: nothing else changed
+                return True
+            # Every queued result was decided on state the failed write had changed.
+            failed, self._queue = unit + rest + self._queue, []
+            _fail(failed, error)
+            if self.plog.log_dir.offline:
+                self._fail(f"its log directory is offline ({exc})")
+            elif generation != self.generation or self.state is ShardState.UNLOADED:
+                pass  # unloaded meanwhile: nothing to rebuild here
+            elif not self.plog.leader:  # fenced: another broker owns the partition now
+                self.unload()
+            else:
+                log.error("__consumer_offsets-%d: write failed: %s; answered %d requests with error %d, "
+                          "rebuilding its groups and offsets from the log", self.shard.partition, exc,
+                          sum(len(r.completions) for r in failed), error.error_code)
+                await self._reload()
+            return False
+        if generation == self.generation:  # else unloaded while writing: durable, not ours
+            self._replay(plan, base_offset)
+        for result in unit:
+            _deliver(result)
+        return True
+
+    def _replay(self, plan: list[tuple[int, bool | None, list[tuple[bytes, bytes | None, bool]]]],
+                offset: int) -> None:
+        """Replay durable batches written from `plan`, the first at log `offset`."""
+        shard = self.shard
+        for producer_id, commit, records in plan:
+            if commit is not None:
+                shard.replay_marker(producer_id, commit)
+                offset += 1
+                continue
+            for key, value, replay in records:
+                if replay:
+                    if producer_id < 0:
+                        shard.replay_raw(key, value)
+                    else:
+                        shard.replay_transactional(producer_id, key, value, offset)
+                offset += 1
 
     # ------------------------------------------------------------------------ timers
 
@@ -279,6 +356,18 @@ def _run_into(fn: Callable[[], Any], future: "asyncio.Future[Any]") -> None:
         future.set_result(fn())
     except Exception as exc:
         future.set_exception(exc)
+
+
+def _no_body() -> None:
+    """A marker write's response: nothing, once it is durable and replayed."""
+    return None
+
+
+def _fail(results: list[CoordinatorResult], error: CoordinatorWriteError) -> None:
+    for result in results:
+        for token, _ in result.completions:
+            if not token.done():
+                token.set_exception(error)
 
 
 def _deliver(result: CoordinatorResult) -> None:

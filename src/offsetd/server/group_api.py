@@ -1,10 +1,13 @@
 """Group coordinator APIs on the wire: route each group to its shard, check the shard's load
-state (§0.2), filter unknown topics (§1.1 step 3), shape responses per version."""
+state (§0.2), filter unknown topics (§1.1 step 3), shape responses per version. TxnOffsetCommit
+asks the transaction side (`GroupApi.txn_verifier`, set by the server) whether the group's
+offsets partition is part of the producer's transaction before writing (§1.2, reference A5)."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from inspect import isawaitable
 from typing import Any, Awaitable, Callable
 
 from ..broker.broker import Broker
@@ -18,6 +21,10 @@ from .futures import then
 
 Body = dict[str, Any]
 Reply = Body | Awaitable[Body]
+
+# (transactional id, producer id, producer epoch, topic, partition) -> error code (0 = the
+# partition is in the producer's ongoing transaction); may answer later (an awaitable).
+TxnVerifier = Callable[[str, int, int, str, int], "int | Awaitable[int]"]
 
 # Consumer-visible names of the ListGroups filters (case-insensitive, §1.10).
 GROUP_TYPE_CLASSIC = "classic"
@@ -57,6 +64,9 @@ class GroupApi:
     def __init__(self, broker: Broker, runtimes: list[ShardRuntime]) -> None:
         self.broker = broker
         self.runtimes = runtimes
+        # TxnOffsetCommit's check that the offsets partition was added to the transaction
+        # (KIP-890); None: not checked
+        self.txn_verifier: TxnVerifier | None = None
 
     def runtime_for(self, group_id: str) -> ShardRuntime:
         return self.runtimes[partition_for(group_id, len(self.runtimes))]
@@ -245,11 +255,77 @@ class GroupApi:
         if group_id is None:
             return (Error.INVALID_GROUP_ID, [])
         if not require_stable:
-            return (Error.NONE, runtime.shard.fetch_offsets(group_id, topics))
-        token = new_token()  # require_stable: wait for every pending write of the shard, then read
+            return (Error.NONE, [(topic, [(*row, Error.NONE) for row in rows])
+                                 for topic, rows in runtime.shard.fetch_offsets(group_id, topics)])
+        # require_stable: wait for every pending write of the shard, then read; partitions with
+        # a pending transactional offset answer UNSTABLE_OFFSET_COMMIT (§1.3, §5.4)
+        token = new_token()
         runtime.submit(CoordinatorResult(barrier=True).respond(
-            token, lambda: (Error.NONE, runtime.shard.fetch_offsets(group_id, topics))))
-        return _reply(token, lambda code: (code, []))
+            token, lambda: (Error.NONE, runtime.shard.fetch_stable_offsets(group_id, topics))))
+        # a failed wait answers NOT_COORDINATOR, not 15: pre-3.9 consumers do not retry 15 here (§1.3)
+        return _reply(token, lambda code: (Error.NOT_COORDINATOR if code == Error.COORDINATOR_NOT_AVAILABLE
+                                           else code, []))
+
+    def txn_offset_commit(self, ctx: RequestContext, req: Any) -> Reply:
+        """TxnOffsetCommit v0-5 (§1.2, reference A5): unknown topics/partitions 3 and dropped;
+        group id null or "" -> 24; coordinator state; the verifier (its code for every
+        partition, nothing written); then the shard's KIP-447 checks. v0-1 see 15 for 14."""
+        known: list[tuple[str, int, int, int, str | None]] = []
+        errors: dict[tuple[str, int], int] = {}
+        for topic in req.topics:
+            for p in topic.partitions:
+                if self.broker.topics.partition(topic.name, p.partition_index) is None:
+                    errors[(topic.name, p.partition_index)] = Error.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    known.append((topic.name, p.partition_index, p.committed_offset,
+                                  getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+
+        def shape(group_errors: dict[tuple[str, int], int]) -> Body:
+            merged = {**errors, **group_errors}
+            if ctx.version < 2:
+                merged = {tp: Error.COORDINATOR_NOT_AVAILABLE if code == Error.COORDINATOR_LOAD_IN_PROGRESS
+                          else code for tp, code in merged.items()}
+            return {"topics": [{"name": t.name, "partitions": [
+                {"partition_index": p.partition_index, "error_code": merged[(t.name, p.partition_index)]}
+                for p in t.partitions]} for t in req.topics]}
+
+        def failure(code: int) -> Body:
+            return shape({(t, p): code for t, p, *_ in known})
+
+        if not known:
+            return shape({})
+        if not req.group_id:
+            return failure(Error.INVALID_GROUP_ID)
+        runtime = self.runtime_for(req.group_id)
+        error = self._state_error(runtime)
+        if error:
+            return failure(error)
+
+        def commit() -> Reply:
+            error = self._state_error(runtime)  # again: the verifier may have answered later
+            if error:
+                return failure(error)
+            token = new_token()
+            runtime.submit(runtime.shard.txn_offset_commit(
+                token, req.group_id, getattr(req, "member_id", ""), getattr(req, "group_instance_id", None),
+                getattr(req, "generation_id", -1), known, req.producer_id, req.producer_epoch, runtime.clock()))
+            return _reply(token, failure, shape)
+
+        if self.txn_verifier is None:
+            return commit()
+        verdict = self.txn_verifier(req.transactional_id, req.producer_id, req.producer_epoch, OFFSETS_TOPIC,
+                                    runtime.shard.partition)
+        if not isawaitable(verdict):
+            return failure(verdict) if verdict else commit()
+
+        async def verified() -> Body:
+            code = await verdict
+            if code:
+                return failure(code)
+            reply = commit()
+            return await reply if isawaitable(reply) else reply
+
+        return verified()
 
     # ------------------------------------------------------------------------ admin
 
@@ -348,10 +424,10 @@ class GroupApi:
         return _reply(token, failure, shape)
 
 
-def _fetch_topics(rows: list[tuple[str, list[tuple[int, int, int, str]]]]) -> list[Body]:
+def _fetch_topics(rows: list[tuple[str, list[tuple[int, int, int, str, int]]]]) -> list[Body]:
     return [{"name": topic, "partitions": [
         {"partition_index": p, "committed_offset": offset, "committed_leader_epoch": epoch,
-         "metadata": metadata, "error_code": Error.NONE} for p, offset, epoch, metadata in parts]}
+         "metadata": metadata, "error_code": error} for p, offset, epoch, metadata, error in parts]}
         for topic, parts in rows]
 
 

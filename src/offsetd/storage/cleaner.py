@@ -66,8 +66,12 @@ Surviving records keep their offsets and timestamps.
 * Compressed batches are never rewritten (only gzip can be decoded with the standard library):
   a gzip batch takes part in the map, and is kept whole when any record in it survives, dropped
   otherwise; a batch of another codec is kept whole and its keys are unknown.
-* Transactions are not compacted: transactional batches and control batches (markers) are kept
-  whole and their keys are not entered into the map (aborted records must not supersede).
+* Transactions (reference A9): the cleanable range also ends at the segment holding the last
+  stable offset, so every transaction in it is over. Batches of aborted transactions (the
+  `.txnindex` entries, passed in the job as producer id -> [(first, last offset)]) are dropped
+  whole and never enter the map. Uncompressed batches of committed transactions are compacted
+  like idempotent-producer batches (filtered, header kept); compressed ones are kept whole.
+  Control batches (markers) are always kept.
 
 Output segments
 ---------------
@@ -178,6 +182,7 @@ _TIMESTAMPS_UNPACK_FROM = struct.Struct(">qq").unpack_from  # baseTimestamp @27,
 # recordsCount: what pass 2 needs first; then baseTimestamp, maxTimestamp, producerId @27
 _COPY_HEADER_UNPACK_FROM = struct.Struct(">qiibIhi30xi").unpack_from
 _TS_PID_UNPACK_FROM = struct.Struct(">qqq").unpack_from
+_PID_UNPACK_FROM = struct.Struct(">q").unpack_from  # producerId @43
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc (the part the CRC does not cover)
 _PREFIX = struct.Struct(">qiibI")
 # attributes, lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, producerEpoch,
@@ -225,6 +230,8 @@ class CleaningJob:
     clean_bytes: int
     dirty_bytes: int
     reason: str
+    # producer id -> sorted (first offset, marker offset) of its aborted transactions in range
+    aborted: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
 
     @property
     def dirty_ratio(self) -> float:
@@ -478,6 +485,23 @@ class _Compaction:
         self.p_max_ts = -1
         self.p_last_off = 0
         self.p_epoch = -1
+        self.aborted = job.aborted
+        self.aborted_firsts = {pid: [r[0] for r in ranges] for pid, ranges in job.aborted.items()}
+        self.aborted_dropped = 0
+
+    def _is_aborted(self, pid: int, offset: int) -> bool:
+        """True when `offset` of producer `pid` lies in one of its aborted transactions."""
+        firsts = self.aborted_firsts.get(pid)
+        if not firsts:
+            return False
+        i = bisect_right(firsts, offset) - 1
+        return i >= 0 and offset <= self.aborted[pid][i][1]
+
+    def _committed_plain(self, buf: bytes, pos: int, base: int, attrs: int) -> bool:
+        """An uncompressed batch of a committed transaction: compacted like any batch (every
+        transaction of the cleanable range is over, so not aborted means committed)."""
+        return (attrs & (_COMPRESSION_MASK | CONTROL_MASK)) == 0 and not self._is_aborted(
+            _PID_UNPACK_FROM(buf, pos + 43)[0], base)
 
     # ------------------------------------------------------------------ reading
 
@@ -589,7 +613,7 @@ class _Compaction:
                 raise CleanerError(f"batch with magic {magic}")
             if crc32c(view[pos + CRC_START : end]) != crc:
                 raise CleanerError(f"batch at offset {base} failed its CRC-32C check")
-            if attrs & _SPECIAL:
+            if attrs & _SPECIAL and not (attrs & TRANSACTIONAL_MASK and self._committed_plain(buf, pos, base, attrs)):
                 if not attrs & (TRANSACTIONAL_MASK | CONTROL_MASK):
                     bts, mts = _TIMESTAMPS_UNPACK_FROM(buf, pos + 27)
                     recs = self._decode(buf, pos, end, attrs, count, bts, mts)
@@ -779,9 +803,12 @@ class _Compaction:
 
     def _special(self, buf: bytes, pos: int, end: int, header: tuple) -> None:
         """Compressed, transactional and control batches: kept whole or dropped whole."""
-        (base, _blen, _e, _m, _crc, attrs, lod, bts, mts, _pid, _pe, _bs, count) = header
+        (base, _blen, _e, _m, _crc, attrs, lod, bts, mts, pid, _pe, _bs, count) = header
         size = end - pos
         whole = (memoryview(buf)[pos:end],)
+        if attrs & TRANSACTIONAL_MASK and not attrs & CONTROL_MASK and self._is_aborted(pid, base):
+            self.aborted_dropped += count  # an aborted transaction's batch: gone
+            return
         if attrs & CONTROL_MASK:
             self._write(whole, size, base, base + lod, mts)
             self.stats.records_kept += count
@@ -855,7 +882,8 @@ class _Compaction:
                 if not mapped and crc32c(view[pos + CRC_START : end]) != crc:
                     raise CleanerError(f"batch at offset {base} failed its CRC-32C check")
                 read += count
-                if attrs & _SPECIAL:
+                if attrs & _SPECIAL and not (attrs & TRANSACTIONAL_MASK
+                                             and self._committed_plain(buf, pos, base, attrs)):
                     self._special(buf, pos, end, _HEADER_UNPACK_FROM(buf, pos))
                     pos = end
                     continue
@@ -1013,9 +1041,12 @@ class LogCleaner:
             log_.roll(now_ms)
         segs = log_.segments
         lag = config.min_compaction_lag_ms
+        lso = log_.last_stable_offset
         count = 0
-        for seg in segs[:-1]:
+        for i, seg in enumerate(segs[:-1]):
             if lag > 0 and now_ms - seg.largest_timestamp < lag:
+                break
+            if segs[i + 1].base_offset > lso:  # holds an open transaction's data: not cleanable
                 break
             count += 1
         if count == 0:
@@ -1032,6 +1063,12 @@ class LogCleaner:
             for i, seg in enumerate(segs[:count])
         ]
         end = segs[count].base_offset
+        aborted: dict[int, list[tuple[int, int]]] = {}
+        for e in log_.transactions.all_entries():
+            if e.first_offset < end:
+                aborted.setdefault(e.producer_id, []).append((e.first_offset, e.last_offset))
+        for ranges in aborted.values():
+            ranges.sort()
         first_dirty, deadline = read_checkpoint(log_.dir)
         if first_dirty is None or not log_.log_start_offset <= first_dirty <= log_.log_end_offset:
             first_dirty = log_.log_start_offset
@@ -1061,6 +1098,7 @@ class LogCleaner:
             clean_bytes=clean,
             dirty_bytes=dirty,
             reason=reason,
+            aborted=aborted,
         )
 
     def commit(self, log_: PartitionLog, plan: CleaningPlan) -> bool:

@@ -226,3 +226,61 @@ def test_truncate_fully_forgets_transactions(tmp_path: Path, clock: FakeClock) -
     log.truncate_fully_and_start_at(100)
     assert (log.last_stable_offset, log.aborted_transactions(100, 100)) == (100, [])
     assert not txnindex(tmp_path, 0).exists()
+
+
+# ------------------------------------------------------------------ cluster mode (PostgreSQL engine)
+
+
+class _MemoryStore:
+    """The three PostgresStore calls a partition's leader makes, in memory (no fencing needed)."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, int, bytes]] = []
+
+    async def append(self, topic_id, partition, node_id, epoch, base_offset, last_offset, data) -> None:
+        self.rows.append((base_offset, last_offset, bytes(data)))
+
+    async def read(self, topic_id, partition, offset, limit=500):
+        return [r for r in self.rows if r[1] >= offset][:limit]
+
+    async def ending_at(self, topic_id, partition, last_offset):
+        return next(((b, d) for b, last, d in self.rows if last == last_offset), None)
+
+
+def test_cluster_mode_markers_and_takeover_rebuild_open_transactions(tmp_path: Path, clock: FakeClock) -> None:
+    import asyncio
+    import uuid
+
+    from offsetd.storage.postgres_log import PostgresPartitionLog
+    from offsetd.storage.postgres_store import Claim
+
+    store = _MemoryStore()
+    topic_id = uuid.uuid4()
+
+    async def scenario() -> None:
+        first = PostgresPartitionLog(open_log(tmp_path / "a", clock), store, topic_id, 1, lambda: True)
+        await first.take_leadership(Claim(1, 0, 0), clock.now)
+        await first.append(txn(1), clock.now)  # 0-1
+        await first.append(txn(2), clock.now)  # 2-3
+        await first.append(marker(1, False, coordinator_epoch=2), clock.now)  # 4
+        with pytest.raises(ProduceError) as exc:
+            await first.append(marker(1, False, coordinator_epoch=1), clock.now)
+        assert exc.value.error_code == 52
+        assert (first.last_stable_offset, first.aborted_transactions(0, 5)) == (2, [(1, 0)])
+        assert first.ongoing_transaction(2) == 2
+        data, aborted = first.read_committed(0, 1 << 20)
+        assert aborted == [(1, 0)] and len(data) > 0
+        # another broker, with an empty copy, takes the partition over
+        second = PostgresPartitionLog(open_log(tmp_path / "b", clock), store, topic_id, 2, lambda: True)
+        await second.take_leadership(Claim(2, 5, 0), clock.now)
+        assert (second.last_stable_offset, second.ongoing_transaction(2)) == (2, 2)
+        assert second.aborted_transactions(0, 5) == [(1, 0)]
+        assert (tmp_path / "b" / "topic-0" / f"{0:020d}.txnindex").read_bytes() == \
+            struct.pack(">hqqqq", 0, 1, 0, 4, 2)
+        with pytest.raises(ProduceError) as exc:  # the coordinator epoch came along too
+            await second.append(marker(1, True, coordinator_epoch=1), clock.now)
+        assert exc.value.error_code == 52
+        await second.append(marker(2, True, coordinator_epoch=2), clock.now)
+        assert second.last_stable_offset == 6
+
+    asyncio.run(scenario())

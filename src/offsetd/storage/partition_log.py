@@ -62,12 +62,14 @@ from offsetd.storage.transactions import (
     MarkerReader,
     PartitionTransactions,
     read_txn_snapshot,
+    rederive_txn_index,
     remove_txn_snapshot,
+    scan_all,
     scan_segment,
     validate_log_batches,
     write_txn_snapshot,
 )
-from offsetd.storage.txn_index import TXNINDEX_SUFFIX, index_path, read_index, write_index
+from offsetd.storage.txn_index import TXNINDEX_SUFFIX, index_path
 from offsetd.storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -348,12 +350,12 @@ class PartitionLog:
                 producers = from_snapshot  # a clean close: every .txnindex is complete
             elif txn_state is not None and txn_start <= end:
                 producers = txn_state
-                cls._rederive_txn_index(pdir, recovered_bases, txn_start, snap_aborts)
+                rederive_txn_index(pdir, recovered_bases, txn_start, snap_aborts)
             elif txn_state is not None:  # the snapshot is past what survived: scan everything again
-                producers, all_aborts = cls._scan_all(segments, now_ms)
-                cls._rederive_txn_index(pdir, [s.base_offset for s in segments], -1, all_aborts)
+                producers, all_aborts = scan_all(segments, now_ms)
+                rederive_txn_index(pdir, [s.base_offset for s in segments], -1, all_aborts)
             elif recovered_bases:
-                cls._rederive_txn_index(pdir, recovered_bases, recovered_bases[0], scanned_aborts)
+                rederive_txn_index(pdir, recovered_bases, recovered_bases[0], scanned_aborts)
         transactions = PartitionTransactions.load(pdir, [s.base_offset for s in segments])
         plog = cls(pdir, topic, partition, config, segments, producers, log_dir, transactions)
         plog._recovery_point = recovery_point
@@ -421,35 +423,6 @@ class PartitionLog:
         except (ValueError, KeyError, TypeError, OSError) as exc:
             log.warning("ignoring unreadable producer state %s: %s", path, exc)
             return None
-
-    @staticmethod
-    def _rederive_txn_index(pdir: Path, bases: list[int], scan_start: int,
-                            derived: dict[int, list[AbortedTxn]]) -> None:
-        """Rewrite the `.txnindex` of segments whose batches from `scan_start` on were scanned:
-        entries of markers below scan_start are kept, the scan's replace the rest."""
-        changed = False
-        for base in bases:
-            path = index_path(pdir, base)
-            stored = read_index(path)
-            entries = [e for e in stored or () if e.last_offset < scan_start] + derived.get(base, [])
-            if entries != (stored or []):
-                write_index(path, entries)
-                changed = True
-        if changed:
-            _fsync_dir(pdir)
-
-    @staticmethod
-    def _scan_all(segments: list[Segment], now_ms: int) -> tuple[ProducerStateManager, dict[int, list[AbortedTxn]]]:
-        """Producer state and aborted transactions from every batch of the log (the slow path)."""
-        state = ProducerStateManager()
-        aborts: dict[int, list[AbortedTxn]] = {}
-        for seg in segments:
-            def apply(h: BatchHeader, marker: tuple[int, int] | None, base: int = seg.base_offset) -> None:
-                aborted = state.update(h, h.base_offset, now_ms, marker)
-                if aborted is not None:
-                    aborts.setdefault(base, []).append(aborted)
-            scan_segment(seg, apply, -1)
-        return state, aborts
 
     def _write_snapshot(self) -> None:
         """Persist producer state as of the log end offset (on clean close)."""
@@ -553,9 +526,12 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        """First offset of the oldest open transaction, else the log end (HW = LEO here)."""
+        """First offset of the oldest open transaction, else the log end (HW = LEO here); never
+        below the log start offset (retention may delete an open transaction's first batches)."""
         first = self._producers.first_unstable_offset()
-        return self.log_end_offset if first is None else min(first, self.log_end_offset)
+        if first is None:
+            return self.log_end_offset
+        return max(min(first, self.log_end_offset), self.log_start_offset)
 
     def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of the aborted transactions a read_committed fetch of

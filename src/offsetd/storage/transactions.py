@@ -22,7 +22,7 @@ import logging
 import os
 from bisect import bisect_right
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from offsetd.records.batch import (
     CORRUPT_MESSAGE,
@@ -38,8 +38,12 @@ from offsetd.storage.durable_file import fsync_dir, write_durably
 from offsetd.storage.producer_state import AbortedTxn, ProducerStateManager
 from offsetd.storage.txn_index import append_entry, index_path, read_index, write_index
 
+if TYPE_CHECKING:
+    from offsetd.storage.segment import Segment
+
 __all__ = ["TXN_SNAPSHOT_FILE", "PartitionTransactions", "MarkerReader", "validate_log_batches",
-           "read_txn_snapshot", "write_txn_snapshot", "uses_transactions", "scan_segment"]
+           "read_txn_snapshot", "write_txn_snapshot", "remove_txn_snapshot", "uses_transactions", "scan_segment",
+           "scan_all", "rederive_txn_index"]
 
 log = logging.getLogger("offsetd.storage")
 
@@ -107,15 +111,44 @@ def _marker_or_none(buf: bytes, pos: int) -> tuple[int, int] | None:
         return None
 
 
-def scan_segment(seg: object, apply: Callable[[BatchHeader, tuple[int, int] | None], None], start: int) -> None:
+def scan_segment(seg: "Segment", apply: Callable[[BatchHeader, tuple[int, int] | None], None], start: int) -> None:
     """Call apply(header, marker) for every batch of a sealed segment from offset `start` on."""
-    for pos, h in seg.iter_headers():  # type: ignore[attr-defined]
+    for pos, h in seg.iter_headers():
         if h.base_offset < start:
             continue
         marker = None
         if h.is_control and h.producer_id >= 0:
-            marker = _marker_or_none(seg.pread(h.batch_length + LOG_OVERHEAD, pos), 0)  # type: ignore[attr-defined]
+            marker = _marker_or_none(seg.pread(h.batch_length + LOG_OVERHEAD, pos), 0)
         apply(h, marker)
+
+
+def scan_all(segments: list["Segment"], now_ms: int) -> tuple[ProducerStateManager, dict[int, list[AbortedTxn]]]:
+    """Producer state and the aborted transactions per segment from every batch of the log (the
+    slow recovery path, when the transaction snapshot is past what survived a crash)."""
+    state = ProducerStateManager()
+    aborts: dict[int, list[AbortedTxn]] = {}
+    for seg in segments:
+        def apply(h: BatchHeader, marker: tuple[int, int] | None, base: int = seg.base_offset) -> None:
+            aborted = state.update(h, h.base_offset, now_ms, marker)
+            if aborted is not None:
+                aborts.setdefault(base, []).append(aborted)
+        scan_segment(seg, apply, -1)
+    return state, aborts
+
+
+def rederive_txn_index(pdir: Path, bases: list[int], scan_start: int, derived: dict[int, list[AbortedTxn]]) -> None:
+    """Rewrite the `.txnindex` of segments whose batches from `scan_start` on were scanned: the
+    entries of markers below scan_start are kept, the scan's replace the rest."""
+    changed = False
+    for base in bases:
+        path = index_path(pdir, base)
+        stored = read_index(path)
+        entries = [e for e in stored or () if e.last_offset < scan_start] + derived.get(base, [])
+        if entries != (stored or []):
+            write_index(path, entries)
+            changed = True
+    if changed:
+        fsync_dir(pdir)
 
 
 def uses_transactions(producers: ProducerStateManager) -> bool:

@@ -125,3 +125,56 @@ def test_txnindex_follows_the_cleaner_swap(tmp_path: Path, clock: FakeClock) -> 
     log.close()
     log = open_log(tmp_path, clock)
     assert log.aborted_transactions(0, 3) == [(1, 0)]
+
+
+def test_crash_at_every_step_of_the_swap_keeps_the_txnindex(tmp_path: Path, clock: FakeClock, monkeypatch) -> None:
+    import shutil
+
+    from storage_helpers import crash
+
+    from offsetd.storage import partition_log
+
+    template = tmp_path / "template"
+    log = open_log(template, clock)
+    now = clock.now
+    log.append(txn(1, [(b"a", b"x")], now), now)  # 0
+    log.roll(now)
+    log.append(kv([(b"b", b"1")], now), now)  # 1
+    log.roll(now)
+    log.append(marker(1, False, now), now)  # 2: segment 2's index
+    log.roll(now)
+    log.close()
+    entry = struct.pack(">hqqqq", 0, 1, 0, 2, 3)
+    step = 0
+    while True:
+        step += 1
+        root = tmp_path / f"crash-{step}"
+        shutil.copytree(template, root)
+        log = open_log(root, clock)
+        seen: list[str] = []
+
+        def hook(label: str, seen: list[str] = seen, at: int = step) -> None:
+            seen.append(label)
+            if len(seen) == at:
+                raise SystemExit(label)
+
+        monkeypatch.setattr(partition_log, "_swap_step", hook)
+        try:
+            LogCleaner().clean(log, clock.now)
+            finished = True
+        except SystemExit:
+            crash(log)
+            finished = False
+        finally:
+            monkeypatch.setattr(partition_log, "_swap_step", lambda label: None)
+        if not finished:
+            log = open_log(root, clock)
+        assert log.segment_base_offsets == [0, 3], step  # every step is past the durable manifest
+        pdir = root / "compacted-0"
+        assert sorted(p.name for p in pdir.glob("*.txnindex*")) == [f"{0:020d}.txnindex"], step
+        assert (pdir / f"{0:020d}.txnindex").read_bytes() == entry
+        assert log.aborted_transactions(0, 3) == [(1, 0)]
+        log.close()
+        if finished:
+            break
+    assert step > 5

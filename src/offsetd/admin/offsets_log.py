@@ -10,7 +10,9 @@
   path is a segment file, a partition directory (its `*.log` files in base-offset order) or a
   broker data dir (its `__consumer_offsets-N` directories in partition order). The partition
   number comes from the directory name. Every batch's CRC is checked; transaction
-  markers (control records) are yielded as entries, because a file holds them.
+  markers (control records) are yielded as entries, because a file holds them, and records
+  of transactional batches and markers carry their producer id and epoch (markers also the
+  transaction coordinator's epoch).
 
 Decoding reuses `offsetd.records.offsets`. Unknown key versions (KIP-848 / share-group records,
 future versions) are entries of type "unknown", not errors; malformed records are errors
@@ -29,6 +31,8 @@ from typing import Generator, Iterable, Iterator, Union
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
+from offsetd.records.batch import InvalidBatch, iter_batches
+from offsetd.records.control import parse_marker
 from offsetd.records.offsets import (
     OFFSETS_TOPIC,
     ControlMarker,
@@ -76,6 +80,10 @@ class LogEntry:
     value_version: int | None
     producer_id: int = -1
     """The batch's producer id: set for transactional records and markers read from files."""
+    producer_epoch: int = -1
+    """The batch's producer epoch, with producer_id."""
+    coordinator_epoch: int = -1
+    """A marker's transaction coordinator epoch (-1 for records)."""
 
     @property
     def record_type(self) -> str:
@@ -114,20 +122,23 @@ def decode_entry(
     key: bytes | ControlMarker | None,
     value: bytes | None,
     producer_id: int = -1,
+    producer_epoch: int = -1,
+    coordinator_epoch: int = -1,
 ) -> LogEntry:
     """Decode one record (as `iter_log_records` or a Consumer yields it) into a LogEntry.
 
     Raises RecordDecodeError for a null key or a malformed / unknown-version value of a known key.
     """
     if type(key) is ControlMarker:
-        return LogEntry(log_partition, log_offset, timestamp, key, None, None, None, producer_id)
+        return LogEntry(log_partition, log_offset, timestamp, key, None, None, None, producer_id, producer_epoch,
+                        coordinator_epoch)
     decoded = decode_key(key)  # type: ignore[arg-type]
     if type(decoded) is UnknownRecordKey:
         decoded_value: EntryValue = bytes(value) if value is not None else None
     else:
         decoded_value = decode_value(decoded, value)
     return LogEntry(log_partition, log_offset, timestamp, decoded, decoded_value,
-                    _version(key), _version(value), producer_id)  # type: ignore[arg-type]
+                    _version(key), _version(value), producer_id, producer_epoch)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -255,6 +266,24 @@ def _segment_files(paths: Iterable[str | Path]) -> Iterator[tuple[Path, int | No
             yield file, partition
 
 
+def _producer_epochs(buf: bytes) -> dict[int, tuple[int, int]]:
+    """log offset -> (producer epoch, coordinator epoch or -1) for every record of the batches
+    with a producer id (transactional records and markers: few, so a dict is cheap)."""
+    epochs: dict[int, tuple[int, int]] = {}
+    for pos, h in iter_batches(buf):
+        if h.producer_id < 0:
+            continue
+        coordinator_epoch = -1
+        if h.is_control:
+            try:
+                coordinator_epoch = parse_marker(buf, pos)[1]
+            except InvalidBatch:
+                pass  # not a version-0 marker: iter_log_records judges the batch itself
+        for offset in range(h.base_offset, h.base_offset + h.last_offset_delta + 1):
+            epochs[offset] = (h.producer_epoch, coordinator_epoch)
+    return epochs
+
+
 def _read_segment(path: Path, partition: int | None) -> Generator[LogEntry, None, None]:
     """Entries of one segment file; OffsetsLogError names the file and the byte or log offset."""
     try:
@@ -262,6 +291,7 @@ def _read_segment(path: Path, partition: int | None) -> Generator[LogEntry, None
     except OSError as exc:
         raise OffsetsLogError(f"{path}: {exc.strerror}") from exc
     records = iter_log_records(buf, verify=True, markers=True)
+    epochs = _producer_epochs(buf)
     try:
         while True:
             try:
@@ -270,7 +300,8 @@ def _read_segment(path: Path, partition: int | None) -> Generator[LogEntry, None
                 end = stop.value
                 break
             try:
-                yield decode_entry(partition, offset, timestamp, key, value, producer_id)
+                yield decode_entry(partition, offset, timestamp, key, value, producer_id,
+                                   *epochs.get(offset, (-1, -1)))
             except RecordDecodeError as exc:
                 raise OffsetsLogError(f"{path}: record at offset {offset}: {exc}") from exc
     except RecordDecodeError as exc:

@@ -17,7 +17,9 @@ in one stream, in log order:
 
 Records Kafka's formatters do not know are printed too: `UnknownKey(version=N, key=<hex>)::<hex>`
 for other key versions (KIP-848, share groups, future), and, from segment files,
-`TransactionMarker(producerId=P)::COMMIT|ABORT`.
+`TransactionMarker(producerId=P)::COMMIT|ABORT`. In JSON, records of transactional batches
+(TxnOffsetCommit: pending until their producer's marker) carry `producer_id` and
+`producer_epoch`, and markers also `coordinator_epoch`.
 
 Exit status: 0 done; 1 the log could not be read (corrupt file or record, broker error); 2 bad
 arguments. Errors are one line on stderr.
@@ -200,7 +202,8 @@ def _unknown_json(e: LogEntry) -> dict:
 
 
 def _marker_json(e: LogEntry) -> dict:
-    return {"marker": e.key.name, "producer_id": e.producer_id}  # type: ignore[union-attr]
+    return {"marker": e.key.name, "producer_id": e.producer_id,  # type: ignore[union-attr]
+            "producer_epoch": e.producer_epoch, "coordinator_epoch": _absent(e.coordinator_epoch)}
 
 
 _JSON: dict[type, Callable[[LogEntry], dict]] = {
@@ -221,6 +224,9 @@ def format_json(entry: LogEntry) -> dict:
         "key_version": entry.key_version,
         "value_version": entry.value_version,
         "tombstone": entry.tombstone,
+        # a transactional record (files only): its producer; pending until that producer's marker
+        **({"producer_id": entry.producer_id, "producer_epoch": entry.producer_epoch}
+           if entry.producer_id >= 0 else {}),
         **_JSON[type(entry.key)](entry),
     }
 

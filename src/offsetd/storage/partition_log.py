@@ -544,12 +544,7 @@ class PartitionLog:
 
     def producers(self) -> list[dict]:
         """Every known producer (DescribeProducers)."""
-        return [
-            {"producer_id": pid, "producer_epoch": e.epoch,
-             "last_sequence": -1 if e.last_seq is None else e.last_seq, "last_timestamp": e.last_timestamp,
-             "coordinator_epoch": e.coordinator_epoch, "current_txn_start_offset": e.txn_first_offset}
-            for pid, e in sorted(self._producers.producers.items())
-        ]
+        return self._producers.describe()
 
     # ----------------------------------------------------------------- append
 

@@ -313,6 +313,15 @@ class ProducerStateManager:
         lso = min(self.ongoing.values(), default=offset + 1)
         return AbortedTxn(pid, first, offset, lso)
 
+    def describe(self) -> list[dict[str, int]]:
+        """Every producer as DescribeProducers lists it (-1: no sequence / no open transaction)."""
+        return [
+            {"producer_id": pid, "producer_epoch": e.epoch,
+             "last_sequence": -1 if e.last_seq is None else e.last_seq, "last_timestamp": e.last_timestamp,
+             "coordinator_epoch": e.coordinator_epoch, "current_txn_start_offset": e.txn_first_offset}
+            for pid, e in sorted(self.producers.items())
+        ]
+
     def expire(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers idle for longer than `expiration_ms` (producer.id.expiration.ms)."""
         cutoff = now_ms - expiration_ms

@@ -122,6 +122,21 @@ def test_an_asynchronous_verifier_is_awaited(tmp_path: Path) -> None:
     run(scenario())
 
 
+@pytest.mark.parametrize("version,code,expected", [(3, 13, COORDINATOR_LOAD_IN_PROGRESS), (1, 13, COORDINATOR_NOT_AVAILABLE),
+                                                   (3, 6, 16), (4, 120, 120), (3, 47, 47)])
+def test_verifier_codes_are_remapped_like_write_errors(tmp_path: Path, version: int, code: int, expected: int) -> None:
+    """§0.1: NETWORK_EXCEPTION from verification -> 14 (then 15 before v2, §1.2); 6 -> 16; the
+    transaction errors pass through."""
+    async def scenario() -> None:
+        wire = Wire(tmp_path)
+        await wire.runtime.load()
+        wire.verifier(code)
+        assert await wire.txn_commit(version, [("t", 0, 10)]) == {("t", 0): expected}
+        wire.plog.close()
+
+    run(scenario())
+
+
 @pytest.mark.parametrize("group_id", [None, ""])
 def test_null_or_empty_group_id_is_invalid(tmp_path: Path, group_id: str | None) -> None:
     async def scenario() -> None:

@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Callable
 from ..broker.broker import Broker
 from ..coordinator.result import CoordinatorResult
 from ..coordinator.shard import JoinRequest
-from ..coordinator.write_errors import CoordinatorWriteError
+from ..coordinator.write_errors import WRITE_ERROR_REMAP, CoordinatorWriteError
 from ..protocol.errors import Error
 from ..records.offsets import OFFSETS_TOPIC, partition_for
 from .coordinator_runtime import ShardRuntime, ShardState, new_token
@@ -315,13 +315,14 @@ class GroupApi:
             return commit()
         verdict = self.txn_verifier(req.transactional_id, req.producer_id, req.producer_epoch, OFFSETS_TOPIC,
                                     runtime.shard.partition)
+        # the verifier's code is remapped like a failed write's (§0.1: NETWORK_EXCEPTION -> 14, ...)
         if not isawaitable(verdict):
-            return failure(verdict) if verdict else commit()
+            return failure(WRITE_ERROR_REMAP.get(verdict, verdict)) if verdict else commit()
 
         async def verified() -> Body:
             code = await verdict
             if code:
-                return failure(code)
+                return failure(WRITE_ERROR_REMAP.get(code, code))
             reply = commit()
             return await reply if isawaitable(reply) else reply
 

@@ -1,0 +1,1 @@
+"""Sans-IO transaction coordinator: one shard per `__transaction_state` partition (reference Part A)."""

@@ -1,0 +1,43 @@
+"""What a transaction coordinator operation returns: records, responses, and marker jobs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable
+
+Record = tuple[bytes, bytes | None]  # `__transaction_state` key and value (None: tombstone)
+Response = dict[str, Any] | Callable[[], dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerJob:
+    """Write a COMMIT or ABORT marker of (producer_id, producer_epoch) to every partition, then
+    call `markers_written` (A7). Run it only after the records of the same result are durable."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int
+    partitions: list[tuple[str, int]]
+
+
+@dataclass
+class TxnResult:
+    """Records (appended atomically, in order, then replayed), (token, response) completions to
+    deliver once they are durable, and marker jobs to start once they are durable."""
+
+    records: list[Record] = field(default_factory=list)
+    completions: list[tuple[Hashable, Response]] = field(default_factory=list)
+    markers: list[MarkerJob] = field(default_factory=list)
+
+    def respond(self, token: Hashable, response: Response) -> "TxnResult":
+        self.completions.append((token, response))
+        return self
+
+    def merge(self, other: "TxnResult") -> "TxnResult":
+        """Fold another result into this one."""
+        self.records.extend(other.records)
+        self.completions.extend(other.completions)
+        self.markers.extend(other.markers)
+        return self

@@ -49,7 +49,6 @@ from offsetd.records.batch import (
     INVALID_RECORD,
     BatchHeader,
     InvalidBatch,
-    validate_batches,
 )
 from offsetd.records.compression import batch_record_timestamps
 from offsetd.storage.durable_file import fsync_dir as _fsync_dir
@@ -559,7 +558,8 @@ class PartitionLog:
     ) -> AppendResult:
         """Append one Produce `records` blob (1+ batches), assigning offsets from log_end_offset.
 
-        Validates with validate_batches unless `validated` (its result for this blob) is given.
+        Validates with storage/transactions.validate_log_batches (validate_batches, markers
+        allowed) unless `validated` (the result of one of them for this blob) is given.
         Base offsets (and partitionLeaderEpoch when `leader_epoch` is not None) are patched in
         the written bytes, not in `records`. Applies idempotent-producer rules (a retried batch
         returns the original offsets with duplicate=True; errors raise ProduceError), rolls the

@@ -378,3 +378,64 @@ def test_loader_scan_hands_only_transactional_and_control_batches_to_on_batch():
     assert (seen, consumed) == (4, len(h.raw)) and len(plain) == 1
     assert [len(b) for b in batches] and len(batches) == 2
     assert scan_key_values(bytes(h.raw), lambda k, v: None) == (1, len(h.raw))  # without on_batch: skipped
+
+
+# ------------------------------------------------------------------------------------------
+# random histories against a model of §5.4: the committed value of a partition is the record
+# latest in the log among plain commits and transactional ones whose producer's next marker is
+# COMMIT (already written), counting only records after the partition's last tombstone
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_random_histories_match_the_log_order_model_live_and_loaded(seed):
+    import random
+
+    rng = random.Random(seed)
+    h = TxnHarness.new()
+    producers = [PID, PID2, PID + 7]
+    # (offset, kind, producer, group, partition, value); kind: plain | txn | tombstone | marker
+    history: list[tuple[int, str, int, str, int, Any]] = []
+    for _ in range(rng.randint(5, 60)):
+        group, partition, value = rng.choice([G, "h"]), rng.randint(0, 2), rng.randint(0, 10**6)
+        roll = rng.random()
+        offset = h.next_offset
+        if roll < 0.3:
+            h.plain(group, [("t", partition, value)])
+            history.append((offset, "plain", -1, group, partition, value))
+        elif roll < 0.65:
+            pid = rng.choice(producers)
+            h.txn_commit(group, pid, [("t", partition, value)])
+            history.append((offset, "txn", pid, group, partition, value))
+        elif roll < 0.75:
+            _, result = h.delete_offsets(group, [("t", [partition])])
+            if result.records:
+                history.append((offset, "tombstone", -1, group, partition, None))
+        else:
+            pid, commit = rng.choice(producers), rng.random() < 0.6
+            h.marker(pid, commit)
+            history.append((offset, "marker", pid, "", 0, commit))
+
+    def model() -> dict[tuple[str, int], int]:
+        best: dict[tuple[str, int], tuple[int, int]] = {}
+        for i, (offset, kind, pid, group, partition, value) in enumerate(history):
+            tp = (group, partition)
+            if kind == "tombstone":
+                best.pop(tp, None)
+            elif kind == "plain":
+                best[tp] = (offset, value)
+            elif kind == "marker":
+                # promote this producer's records since its previous marker, unless tombstoned since
+                start = max([o for o, k, p, *_ in history[:i] if k == "marker" and p == pid], default=-1)
+                for o, k, p, g, part, v in history[:i]:
+                    if k == "txn" and p == pid and o > start and value:
+                        dead = any(k2 == "tombstone" and (g2, p2) == (g, part) and o2 > o
+                                   for o2, k2, _, g2, p2, _ in history[:i])
+                        if not dead and o > best.get((g, part), (-1, 0))[0]:
+                            best[(g, part)] = (o, v)
+        return {tp: v for tp, (_, v) in best.items()}
+
+    def observed(shard: GroupCoordinatorShard) -> dict[tuple[str, int], int]:
+        return {(g, p): o for g in (G, "h") for _, rows in shard.fetch_offsets(g, None) for p, o, _, _ in rows}
+
+    assert observed(h.shard) == model()
+    assert snapshot(h.loaded()) == snapshot(h.shard)

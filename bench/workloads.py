@@ -30,6 +30,8 @@ The suite (``bench/run.py --workloads NAME ...`` selects some; requirements come
 * ``abuse-garbage-storm-2k``, ``abuse-garbage-storm``, ``abuse-idle-rss``,
   ``abuse-disk-full`` (offsetd only): issue 16's reliability figures, see ``bench/abuse.py``;
   ``--workloads abuse`` selects them all.
+* ``eos``, ``eos-fsyncs`` (offsetd only): issue 13's consume-transform-produce with and
+  without transactions, and the broker's fsyncs per transaction; see ``bench/eos.py``.
 """
 
 from __future__ import annotations
@@ -736,7 +738,7 @@ def _throughput(label: str, messages: int, size: int, elapsed_s: float) -> dict[
 
 def default_workloads(cfg: BenchConfig) -> list[Workload]:
     """The suite, in run order."""
-    from bench import abuse  # it builds on this module
+    from bench import abuse, eos  # they build on this module
 
     return [
         Workload("create_topic", partial(create_topic, cfg)),
@@ -750,4 +752,5 @@ def default_workloads(cfg: BenchConfig) -> list[Workload]:
         Workload("time-lookup", partial(time_lookup, cfg)),
         Workload("offsets-load", partial(offsets_load, cfg), brokers=("offsetd",)),
         *abuse.abuse_workloads(cfg),
+        *eos.eos_workloads(cfg),
     ]

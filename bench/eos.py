@@ -1,0 +1,438 @@
+"""The exactly-once workloads (issue 13, transactions): consume-transform-produce, side by side.
+
+``bench/run.py --workloads eos`` runs ``eos``; ``eos-fsyncs`` (offsetd only) counts fsyncs.
+
+* ``eos``: an input topic of ``EosConfig.partitions`` partitions is pre-filled with
+  ``EosConfig.records`` records of ``EosConfig.value_size`` B (not timed). Then two loops, each in
+  its own process, each an application as one would write it (it blocks in ``consume()``; no
+  busy polling), each with its own consumer group (``subscribe()``) and output topic:
+
+  - transactional: a consumer with ``isolation.level=read_committed`` and
+    ``enable.auto.commit=false`` and a producer with a ``transactional.id``; one transaction is
+    ``EosConfig.per_txn`` records consumed, transformed (value reversed, key = the input's
+    ``partition:offset``) and produced to the same partition of the output topic, then
+    ``send_offsets_to_transaction(consumer.position(...), consumer.consumer_group_metadata())``
+    and ``commit_transaction()``;
+  - plain (the same loop without transactions, to show their cost): ``per_txn`` records
+    produced by an idempotent producer, ``flush()``, then a synchronous ``commit()`` of the
+    positions.
+
+  Each loop runs ``EosConfig.duration_s`` after a first, untimed, round (joining the group,
+  ``init_transactions``). Figures: transactions/s and records/s of each loop, and the
+  transactional loop's records/s as a share of the plain loop's. Checked after the timed
+  section: a read_committed consumer of the output sees every processed record exactly once
+  (keys unique, count = records processed) with the value transformed, and the group's
+  committed offsets add up to the records processed.
+* ``eos-fsyncs`` (offsetd only): the same two loops for a fixed number of rounds while
+  ``strace -f -c -e trace=fsync,fdatasync`` is attached to the broker; figures: fsync +
+  fdatasync calls per transaction and per plain round. strace slows the broker, so this is
+  a count, not a speed; it is a separate workload so it cannot colour ``eos``'s figures.
+  n/a when strace is not installed.
+
+The loops' clients run in spawned processes (``bench.procs``); everything they use is here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from functools import partial
+
+from bench.procs import ChildError, run_in_child
+from bench.workloads import BenchConfig, Metric, Workload, WorkloadFailed, _create_topic
+
+@dataclass(frozen=True)
+class EosConfig:
+    """Parameters of the exactly-once workloads."""
+
+    partitions: int = 4
+    #: Enough for ``duration_s`` of either loop at a few thousand transactions per second.
+    records: int = 300_000
+    value_size: int = 100
+    per_txn: int = 100
+    duration_s: float = 5.0
+    #: Rounds of each loop while strace counts (eos-fsyncs).
+    fsync_rounds: int = 100
+    linger_ms: int = 5
+    setup_timeout_s: float = 60.0
+    #: Joining the group and the first (untimed) round.
+    warmup_timeout_s: float = 60.0
+    verify_timeout_s: float = 60.0
+    child_slack_s: float = 30.0
+
+
+# -- client loops (run in child processes) ---------------------------------------------------
+
+
+@dataclass
+class LoopResult:
+    """What one loop did. ``elapsed_s`` covers the timed rounds (after the first round)."""
+
+    transactional: bool
+    rounds: int = 0
+    records: int = 0
+    elapsed_s: float = 0.0
+    #: Every record processed, the untimed first round included.
+    total_records: int = 0
+    #: The read_committed read-back of the output topic.
+    output_records: int = 0
+    duplicate_keys: int = 0
+    wrong_values: int = 0
+    committed_sum: int = -1
+    #: Start of the process to the end of the first round; the read-back (seconds).
+    warmup_s: float = 0.0
+    read_back_s: float = 0.0
+    errors: list[str] = field(default_factory=list)
+
+
+def _transform(value: bytes) -> bytes:
+    """The "transform" of consume-transform-produce."""
+    return value[::-1]
+
+
+def _input_value(size: int) -> bytes:
+    """Every input record's value (not a palindrome, so a missed transform shows)."""
+    return b"<" + b"x" * (size - 1)
+
+
+def process_loop(bootstrap: str, in_topic: str, out_topic: str, partitions: int, value_size: int,
+                 input_records: int, group: str, transactional: bool, per_txn: int,
+                 duration_s: float | None, rounds: int | None,
+                 linger_ms: int, warmup_timeout_s: float, verify_timeout_s: float,
+                 ready_path: str | None = None, go_path: str | None = None) -> LoopResult:
+    """Consume-transform-produce ``per_txn`` records per round, transactionally or not, for
+    ``duration_s`` (or ``rounds`` rounds) after one untimed round, or until all
+    ``input_records`` are processed; then read the output back.
+
+    With ``ready_path``/``go_path`` (eos-fsyncs): after the first round the child creates
+    ``ready_path`` and waits (polling, with the warm-up deadline) for ``go_path`` to exist,
+    so the harness can attach strace to the broker between the two."""
+    import os
+
+    from confluent_kafka import Consumer, KafkaException, Producer
+
+    result = LoopResult(transactional=transactional)
+    began = time.monotonic()
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+    })
+    pconf: dict[str, object] = {"bootstrap.servers": bootstrap, "linger.ms": linger_ms,
+                                "enable.idempotence": True}
+    if transactional:
+        pconf["transactional.id"] = f"{group}-txn"
+    producer = Producer(pconf)
+    errors: list[str] = []
+
+    def on_delivery(err: object, _msg: object) -> None:
+        if err is not None and len(errors) < 5:
+            errors.append(f"delivery: {err}")
+
+    try:
+        if transactional:
+            producer.init_transactions(warmup_timeout_s)
+        consumer.subscribe([in_topic])
+
+        def one_round(deadline: float) -> int:
+            """One batch of ``per_txn`` records (fewer at the end of the input); returns how
+            many were processed."""
+            if transactional:
+                producer.begin_transaction()
+            batch = []
+            want = min(per_txn, input_records - result.total_records)
+            while len(batch) < want:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                for msg in consumer.consume(want - len(batch), timeout=min(remaining, 1.0)):
+                    if msg.error():
+                        raise KafkaException(msg.error())
+                    batch.append(msg)
+            if len(batch) < want:
+                raise RuntimeError(f"{len(batch)} of {want} records before the round's deadline")
+            for msg in batch:
+                producer.produce(out_topic, _transform(msg.value()),
+                                 f"{msg.partition()}:{msg.offset()}".encode(),
+                                 partition=msg.partition(), on_delivery=on_delivery)
+            # partitions not read from yet have no position (-1001): nothing to commit there
+            positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
+            if transactional:
+                producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata())
+                producer.commit_transaction()
+            else:
+                left = producer.flush(max(0.0, deadline - time.monotonic()) + 30)
+                if left:
+                    raise RuntimeError(f"{left} records undelivered")
+                if batch:
+                    consumer.commit(offsets=positions, asynchronous=False)
+            if errors:
+                raise RuntimeError("; ".join(errors))
+            return len(batch)
+
+        result.total_records = one_round(time.monotonic() + warmup_timeout_s)
+        result.warmup_s = time.monotonic() - began
+        if ready_path and go_path:
+            open(ready_path, "w").close()
+            go_deadline = time.monotonic() + warmup_timeout_s
+            while not os.path.exists(go_path):
+                if time.monotonic() > go_deadline:
+                    raise RuntimeError("no go signal from the harness")
+                time.sleep(0.02)  # waiting for a file: no client traffic to block on
+        start = time.perf_counter()
+        end = start + duration_s if duration_s is not None else float("inf")
+        while time.perf_counter() < end and (rounds is None or result.rounds < rounds):
+            if result.total_records >= input_records:
+                break
+            n = one_round(time.monotonic() + 30.0)
+            result.rounds += 1
+            result.records += n
+            result.total_records += n
+        result.elapsed_s = time.perf_counter() - start
+        committed = consumer.committed([tp for tp in consumer.assignment()], timeout=verify_timeout_s)
+        result.committed_sum = sum(tp.offset for tp in committed if tp.offset >= 0)
+    finally:
+        consumer.close()
+        producer.flush(10)
+    began = time.monotonic()
+    _read_back(bootstrap, out_topic, partitions, _transform(_input_value(value_size)), result,
+               verify_timeout_s)
+    result.read_back_s = time.monotonic() - began
+    return result
+
+
+def _read_back(bootstrap: str, topic: str, partitions: int, expected_value: bytes,
+               result: LoopResult, timeout_s: float) -> None:
+    """Read the output topic with read_committed up to its last stable offsets; count records,
+    duplicate keys and values other than ``expected_value``."""
+    from confluent_kafka import Consumer, IsolationLevel, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps},
+                                 isolation_level=IsolationLevel.READ_COMMITTED,
+                                 request_timeout=timeout_s)
+    ends = {tp.partition: fut.result().offset for tp, fut in futures.items()}
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "eos-read-back",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions) if ends[p] > 0])
+    seen: set[bytes] = set()
+    done = {p for p in range(partitions) if ends[p] == 0}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(done) < partitions and time.monotonic() < deadline:
+            for msg in consumer.consume(10_000, timeout=1.0):
+                if msg.error():
+                    result.errors.append(f"read-back: {msg.error()}")
+                    continue
+                result.output_records += 1
+                key = msg.key()
+                if key in seen:
+                    result.duplicate_keys += 1
+                seen.add(key)
+                if msg.value() != expected_value:
+                    result.wrong_values += 1
+            # the position, not the last record: a transaction's marker ends the partition
+            done |= {tp.partition for tp in consumer.position(tps) if tp.offset >= ends[tp.partition]}
+    finally:
+        consumer.close()
+    if len(done) < partitions:
+        result.errors.append(f"read-back incomplete: partitions {sorted(set(range(partitions)) - done)} "
+                             f"not read to their end offsets {ends}; {result.output_records} records read")
+
+
+# -- harness side -----------------------------------------------------------------------------
+
+
+def _prefill(bootstrap: str, topic: str, ecfg: EosConfig) -> None:
+    """Create the input topic and fill it (``records`` values, round-robin over partitions)."""
+    from confluent_kafka import Producer
+
+    _create_topic(bootstrap, topic, ecfg.partitions, ecfg.setup_timeout_s)
+    failed: list[str] = []
+
+    def on_delivery(err: object, _msg: object) -> None:
+        if err is not None and len(failed) < 3:
+            failed.append(str(err))
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "all",
+                         "on_delivery": on_delivery})
+    value = _input_value(ecfg.value_size)
+    for i in range(ecfg.records):
+        while True:
+            try:
+                producer.produce(topic, value, partition=i % ecfg.partitions)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    left = producer.flush(ecfg.setup_timeout_s)
+    if left or failed:
+        raise WorkloadFailed(f"pre-fill of {topic}: {left} undelivered, errors {failed}")
+
+
+def _loop(bootstrap: str, broker_name: str, in_topic: str, ecfg: EosConfig, transactional: bool,
+          run_id: str, duration_s: float | None, rounds: int | None, **kw: str) -> LoopResult:
+    """Run one loop in a child process and check its result."""
+    kind = "txn" if transactional else "plain"
+    out_topic = f"eos-out-{kind}-{run_id}"
+    _create_topic(bootstrap, out_topic, ecfg.partitions, ecfg.setup_timeout_s)
+    budget = (duration_s or 0) + ecfg.warmup_timeout_s * 2 + ecfg.verify_timeout_s * 2
+    try:
+        res = run_in_child(process_loop, (
+            bootstrap, in_topic, out_topic, ecfg.partitions, ecfg.value_size, ecfg.records,
+            f"eos-{kind}-{run_id}",
+            transactional, ecfg.per_txn, duration_s, rounds, ecfg.linger_ms,
+            ecfg.warmup_timeout_s, ecfg.verify_timeout_s, kw.get("ready_path"), kw.get("go_path"),
+        ), timeout_s=budget + ecfg.child_slack_s)
+    except ChildError as exc:
+        raise WorkloadFailed(f"{kind} loop: {exc}", exc.detail) from exc
+    problems = list(res.errors)
+    if res.output_records != res.total_records:
+        problems.append(f"output has {res.output_records} records, {res.total_records} processed")
+    if res.duplicate_keys:
+        problems.append(f"{res.duplicate_keys} input records in the output more than once")
+    if res.wrong_values:
+        problems.append(f"{res.wrong_values} output values not transformed")
+    if res.committed_sum != res.total_records:
+        problems.append(f"committed offsets add up to {res.committed_sum}, "
+                        f"{res.total_records} records processed")
+    if res.rounds == 0:
+        problems.append("no timed round")
+    if problems:
+        raise WorkloadFailed(f"{kind} loop: " + "; ".join(problems))
+    print(f"  [{broker_name}] eos {kind}: {res.rounds} rounds, {res.records:,} records in "
+          f"{res.elapsed_s:.2f} s (first round {res.warmup_s:.2f} s, read-back of "
+          f"{res.output_records:,} {res.read_back_s:.2f} s)", flush=True)
+    return res
+
+
+def eos_workload(ecfg: EosConfig, bootstrap: str, broker_name: str) -> dict[str, Metric]:
+    """Pre-fill the input, run the transactional loop, then the plain one (see the module)."""
+    run_id = uuid.uuid4().hex[:8]
+    in_topic = f"eos-in-{run_id}"
+    began = time.monotonic()
+    _prefill(bootstrap, in_topic, ecfg)
+    print(f"  [{broker_name}] eos: {ecfg.records:,} input records written in "
+          f"{time.monotonic() - began:.1f} s", flush=True)
+    txn = _loop(bootstrap, broker_name, in_topic, ecfg, True, run_id, ecfg.duration_s, None)
+    plain = _loop(bootstrap, broker_name, in_topic, ecfg, False, run_id, ecfg.duration_s, None)
+    txn_rate = txn.records / max(txn.elapsed_s, 1e-9)
+    plain_rate = plain.records / max(plain.elapsed_s, 1e-9)
+    return {
+        "eos_txn_per_s": Metric(f"eos: transactions ({ecfg.per_txn} records)", "txn/s",
+                                txn.rounds / max(txn.elapsed_s, 1e-9)),
+        "eos_records_per_s": Metric("eos: records, transactional", "records/s", txn_rate),
+        "eos_plain_rounds_per_s": Metric(f"eos: plain rounds ({ecfg.per_txn} records, "
+                                         "produce + sync commit)", "rounds/s",
+                                         plain.rounds / max(plain.elapsed_s, 1e-9)),
+        "eos_plain_records_per_s": Metric("eos: records, plain", "records/s", plain_rate),
+        "eos_txn_vs_plain_pct": Metric("eos: transactional records/s as a share of plain",
+                                       "%", 100.0 * txn_rate / max(plain_rate, 1e-9)),
+    }
+
+
+_STRACE_ROW = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(?P<calls>\d+)\s+(?:\d+\s+)?(?P<name>\w+)\s*$",
+                         re.MULTILINE)
+
+
+def _count_syncs(strace_output: str) -> int:
+    """fsync + fdatasync calls in ``strace -c``'s summary table."""
+    return sum(int(m["calls"]) for m in _STRACE_ROW.finditer(strace_output)
+               if m["name"] in ("fsync", "fdatasync"))
+
+
+def _syncs_during(bootstrap: str, broker_name: str, in_topic: str, ecfg: EosConfig, transactional: bool,
+                  run_id: str, broker_pid: int, scratch: str) -> tuple[int, int]:
+    """(fsync + fdatasync calls of the broker, rounds) over ``fsync_rounds`` rounds of a loop."""
+    import os
+    import threading
+
+    kind = "txn" if transactional else "plain"
+    ready, go = f"{scratch}/{kind}.ready", f"{scratch}/{kind}.go"
+    box: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            box["res"] = _loop(bootstrap, broker_name, in_topic, ecfg, transactional, run_id, None,
+                               ecfg.fsync_rounds, ready_path=ready, go_path=go)
+        except BaseException as exc:  # re-raised in the harness thread
+            box["exc"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + ecfg.setup_timeout_s + ecfg.warmup_timeout_s
+    while not os.path.exists(ready):
+        thread.join(0.05)
+        if not thread.is_alive() or time.monotonic() > deadline:
+            break
+    if not os.path.exists(ready):
+        thread.join(ecfg.warmup_timeout_s)
+        if "exc" in box:
+            raise box["exc"]  # type: ignore[misc]
+        raise WorkloadFailed(f"{kind} loop never finished its first round")
+    strace = subprocess.Popen(["strace", "-f", "-c", "-e", "trace=fsync,fdatasync", "-p", str(broker_pid)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        # strace says "Process N attached" on stderr once it is tracing; only then go on
+        assert strace.stderr is not None
+        first = strace.stderr.readline()
+        if "attached" not in first:
+            raise WorkloadFailed(f"strace did not attach: {first.strip()}")
+        open(go, "w").close()
+        thread.join(ecfg.warmup_timeout_s + ecfg.verify_timeout_s * 2 + ecfg.child_slack_s)
+    finally:
+        strace.send_signal(signal.SIGINT)
+        out = strace.communicate(timeout=30)[1]
+    if "exc" in box:
+        raise box["exc"]  # type: ignore[misc]
+    if "res" not in box:
+        raise WorkloadFailed(f"{kind} loop did not finish")
+    res: LoopResult = box["res"]  # type: ignore[assignment]
+    syncs = _count_syncs(out)
+    if syncs == 0:  # offsetd syncs every commit: none counted means strace saw nothing
+        raise WorkloadFailed(f"strace counted no fsync in {kind} loop's {res.rounds} rounds: {out[-500:]}")
+    return syncs, res.rounds
+
+
+def eos_fsyncs_workload(ecfg: EosConfig, bootstrap: str, broker_name: str,
+                        broker_pid: int | None = None) -> dict[str, Metric]:
+    """fsync + fdatasync calls per transaction and per plain round (see the module)."""
+    import tempfile
+
+    if shutil.which("strace") is None:
+        raise WorkloadFailed("strace is not installed")
+    assert broker_pid is not None
+    run_id = uuid.uuid4().hex[:8]
+    in_topic = f"eos-in-{run_id}"
+    small = dataclasses.replace(ecfg, records=ecfg.per_txn * (ecfg.fsync_rounds + 1) * 2)
+    _prefill(bootstrap, in_topic, small)
+    with tempfile.TemporaryDirectory(prefix="eos-fsyncs-") as scratch:
+        txn_syncs, txn_rounds = _syncs_during(bootstrap, broker_name, in_topic, small, True, run_id, broker_pid, scratch)
+        plain_syncs, plain_rounds = _syncs_during(bootstrap, broker_name, in_topic, small, False, run_id, broker_pid,
+                                                  scratch)
+    return {
+        "eos_fsyncs_per_txn": Metric("eos: broker fsync+fdatasync per transaction", "calls",
+                                     txn_syncs / max(txn_rounds, 1), False),
+        "eos_fsyncs_per_plain_round": Metric("eos: broker fsync+fdatasync per plain round", "calls",
+                                             plain_syncs / max(plain_rounds, 1), False),
+    }
+
+
+def eos_workloads(cfg: BenchConfig, ecfg: EosConfig | None = None) -> list[Workload]:
+    """The exactly-once workloads, in run order."""
+    ecfg = ecfg or EosConfig()
+    return [
+        Workload("eos", partial(eos_workload, ecfg)),
+        Workload("eos-fsyncs", partial(eos_fsyncs_workload, ecfg), brokers=("offsetd",),
+                 not_applicable="offsetd only (Tansu here keeps everything in memory)",
+                 wants_pid=True),
+    ]

@@ -112,7 +112,8 @@ def process_loop(bootstrap: str, in_topic: str, out_topic: str, partitions: int,
 
     With ``ready_path``/``go_path`` (eos-fsyncs): after the first round the child creates
     ``ready_path`` and waits (polling, with the warm-up deadline) for ``go_path`` to exist,
-    so the harness can attach strace to the broker between the two."""
+    so the harness can attach strace to the broker between the two; after the timed rounds
+    it creates ``ready_path + ".done"`` so the harness stops counting there."""
     import os
 
     from confluent_kafka import Consumer, KafkaException, Producer
@@ -197,6 +198,8 @@ def process_loop(bootstrap: str, in_topic: str, out_topic: str, partitions: int,
             result.records += n
             result.total_records += n
         result.elapsed_s = time.perf_counter() - start
+        if ready_path:
+            open(ready_path + ".done", "w").close()
         committed = consumer.committed([tp for tp in consumer.assignment()], timeout=verify_timeout_s)
         result.committed_sum = sum(tp.offset for tp in committed if tp.offset >= 0)
     finally:
@@ -388,10 +391,16 @@ def _syncs_during(bootstrap: str, broker_name: str, in_topic: str, ecfg: EosConf
         if "attached" not in first:
             raise WorkloadFailed(f"strace did not attach: {first.strip()}")
         open(go, "w").close()
-        thread.join(ecfg.warmup_timeout_s + ecfg.verify_timeout_s * 2 + ecfg.child_slack_s)
+        # stop counting when the rounds are over (leaving the group afterwards writes too)
+        done_deadline = time.monotonic() + ecfg.warmup_timeout_s + 30.0 * ecfg.fsync_rounds
+        while thread.is_alive() and not os.path.exists(ready + ".done"):
+            if time.monotonic() > done_deadline:
+                break
+            thread.join(0.02)
     finally:
         strace.send_signal(signal.SIGINT)
         out = strace.communicate(timeout=30)[1]
+    thread.join(ecfg.warmup_timeout_s + ecfg.verify_timeout_s * 2 + ecfg.child_slack_s)
     if "exc" in box:
         raise box["exc"]  # type: ignore[misc]
     if "res" not in box:

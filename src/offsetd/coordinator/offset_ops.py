@@ -9,7 +9,7 @@ membership APIs (`_validate_member`, `_schedule_heartbeat`). Offsets change only
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable
+from typing import TYPE_CHECKING, Callable, Hashable, Iterable
 
 from ..records.offsets import (
     GroupMetadataKey,
@@ -219,7 +219,8 @@ class OffsetOperations:
     # ======================================================================= deletion
 
     def delete_groups(self, token: Hashable, group_ids: list[str]) -> CoordinatorResult:
-        """DeleteGroups (§1.5): Empty groups get offset tombstones then a group tombstone."""
+        """DeleteGroups (§1.5): Empty groups get offset tombstones (committed offsets, then
+        partitions with only a pending transactional offset) then a group tombstone."""
         result = CoordinatorResult(replay=True)
         errors: dict[str, int] = {}
         for group_id in group_ids:

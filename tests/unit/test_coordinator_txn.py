@@ -439,3 +439,30 @@ def test_random_histories_match_the_log_order_model_live_and_loaded(seed):
 
     assert observed(h.shard) == model()
     assert snapshot(h.loaded()) == snapshot(h.shard)
+
+
+def test_compiled_and_interpreted_scans_hand_over_the_same_batches():
+    """records/scan.py is compiled (setup.py): its on_batch path must behave as the source does."""
+    import importlib.util
+
+    import offsetd.records.scan as compiled
+
+    spec = importlib.util.spec_from_file_location("scan_interpreted", compiled.__file__.rsplit("/", 1)[0] + "/scan.py")
+    interpreted = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(interpreted)
+    h = TxnHarness.new()
+    h.plain(G, [("t", 0, 1), ("t", 1, 2)])
+    h.txn_commit(G, PID, [("t", 0, 3)])
+    h.marker(PID, commit=False)
+    h.plain(G, [("t", 2, 4)])
+
+    def collect(module) -> tuple:
+        records: list = []
+        batches: list = []
+        counts = module.scan_key_values(bytes(h.raw), lambda k, v: records.append((k, v)),
+                                        lambda b: batches.append(bytes(b)))
+        return counts, records, batches
+
+    assert collect(compiled) == collect(interpreted)
+    (seen, _), records, batches = collect(compiled)
+    assert (seen, len(records), len(batches)) == (5, 3, 2)

@@ -56,15 +56,11 @@ from offsetd.storage.file_records import FileRecords
 from offsetd.storage.durable_file import write_durably as _write_durably
 from offsetd.storage.log_config import LogConfig
 from offsetd.storage.log_dir import LogDirectory
-from offsetd.storage.producer_state import AbortedTxn, ProducerStateManager
+from offsetd.storage.producer_state import ProducerStateManager
 from offsetd.storage.transactions import (
-    MarkerReader,
     PartitionTransactions,
-    read_txn_snapshot,
-    rederive_txn_index,
+    ProducerRecovery,
     remove_txn_snapshot,
-    scan_all,
-    scan_segment,
     validate_log_batches,
     write_txn_snapshot,
 )
@@ -276,58 +272,25 @@ class PartitionLog:
                     os.unlink(pdir / n)
         snapshot = cls._take_snapshot_file(pdir)
         recovery_point = cls._read_recovery_point(pdir)
-        txn_snapshot = read_txn_snapshot(pdir)
 
-        producers = ProducerStateManager()
         segments: list[Segment] = []
-        # Aborted transactions derived by the scan of each verified segment, per producer state.
-        scanned_aborts: dict[int, list[AbortedTxn]] = {}
-        snap_aborts: dict[int, list[AbortedTxn]] = {}
-        recovered_bases: list[int] = []
         if not bases:
             segments.append(Segment.create(pdir, 0, config))
             _fsync_dir(pdir)
+            producers = ProducerStateManager()
         else:
             last = len(bases) - 1
             first_recover = last
             if recovery_point is not None:
                 first_recover = next(i for i, b in enumerate(bases) if b >= recovery_point or i == last)
-            active_base = bases[-1]
-            snap_offset = -1
-            from_snapshot: ProducerStateManager | None = None
-            if snapshot is not None and snapshot[0] >= active_base:
-                snap_offset = snapshot[0]
-                from_snapshot = ProducerStateManager()
-                from_snapshot.load_snapshot(snapshot[1])
-
-            txn_start, txn_state = txn_snapshot if txn_snapshot is not None else (-1, None)
-            reader = MarkerReader()
-            current = [0]  # base of the segment being verified
-
-            def on_batch(h: BatchHeader) -> None:
-                marker = reader(h)
-                aborted = producers.update(h, h.base_offset, now_ms, marker)
-                if aborted is not None:
-                    scanned_aborts.setdefault(current[0], []).append(aborted)
-                if from_snapshot is not None and h.base_offset >= snap_offset:
-                    from_snapshot.update(h, h.base_offset, now_ms, marker)
-                if txn_state is not None and h.base_offset >= txn_start:
-                    aborted = txn_state.update(h, h.base_offset, now_ms, marker)
-                    if aborted is not None:
-                        snap_aborts.setdefault(current[0], []).append(aborted)
-
+            scan = ProducerRecovery(pdir, now_ms, snapshot, bases[-1])
             for i in range(first_recover):
-                seg = Segment.open_sealed(pdir, bases[i], config, bases[i + 1])
-                segments.append(seg)
-                if txn_state is not None and bases[i + 1] > txn_start:
-                    # Sealed and durable (their .txnindex too): only the state is replayed.
-                    scan_segment(seg, lambda h, m: txn_state.update(h, h.base_offset, now_ms, m), txn_start)
+                segments.append(Segment.open_sealed(pdir, bases[i], config, bases[i + 1]))
+                scan.sealed(segments[-1], bases[i + 1])
             for i in range(first_recover, last + 1):
-                current[0] = bases[i]
-                reader.reset(pdir / segment_file_name(bases[i], LOG_SUFFIX))
-                seg = Segment.recover(pdir, bases[i], config, now_ms, on_batch)
+                scan.begin(pdir / segment_file_name(bases[i], LOG_SUFFIX), bases[i])
+                seg = Segment.recover(pdir, bases[i], config, now_ms, scan.on_batch)
                 segments.append(seg)
-                recovered_bases.append(bases[i])
                 if i == last:
                     break
                 if seg.truncated_bytes:
@@ -343,18 +306,7 @@ class PartitionLog:
                     break
                 seg.seal()
                 seg.flush()
-            reader.close()
-            end = segments[-1].next_offset
-            if from_snapshot is not None and snap_offset <= end:
-                producers = from_snapshot  # a clean close: every .txnindex is complete
-            elif txn_state is not None and txn_start <= end:
-                producers = txn_state
-                rederive_txn_index(pdir, recovered_bases, txn_start, snap_aborts)
-            elif txn_state is not None:  # the snapshot is past what survived: scan everything again
-                producers, all_aborts = scan_all(segments, now_ms)
-                rederive_txn_index(pdir, [s.base_offset for s in segments], -1, all_aborts)
-            elif recovered_bases:
-                rederive_txn_index(pdir, recovered_bases, recovered_bases[0], scanned_aborts)
+            producers = scan.finish(segments)
         transactions = PartitionTransactions.load(pdir, [s.base_offset for s in segments])
         plog = cls(pdir, topic, partition, config, segments, producers, log_dir, transactions)
         plog._recovery_point = recovery_point

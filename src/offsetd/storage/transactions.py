@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TXN_SNAPSHOT_FILE", "PartitionTransactions", "MarkerReader", "validate_log_batches",
            "read_txn_snapshot", "write_txn_snapshot", "remove_txn_snapshot", "uses_transactions", "scan_segment",
-           "scan_all", "rederive_txn_index"]
+           "scan_all", "rederive_txn_index", "ProducerRecovery"]
 
 log = logging.getLogger("offsetd.storage")
 
@@ -272,3 +272,76 @@ class PartitionTransactions:
         for b in old_bases:
             self._entries.pop(b, None)
         self._entries.update(new_entries)
+
+
+class ProducerRecovery:
+    """Producer state rebuilt while PartitionLog.open verifies segments, from the best source:
+
+    1. the producer snapshot of a clean close (every `.txnindex` is then complete);
+    2. else the transaction snapshot of the last roll plus every batch from its offset (the
+       `.txnindex` entries of the verified segments from that offset are derived again);
+    3. else, when that snapshot is past what survived, a scan of every segment;
+    4. else (no transaction ever reached a roll) the verified segments alone.
+    """
+
+    def __init__(self, pdir: Path, now_ms: int, snapshot: tuple[int, dict] | None, active_base: int) -> None:
+        self.pdir = pdir
+        self.now = now_ms
+        self.scanned = ProducerStateManager()
+        self.scanned_aborts: dict[int, list[AbortedTxn]] = {}
+        self.clean: ProducerStateManager | None = None
+        self.clean_offset = -1
+        if snapshot is not None and snapshot[0] >= active_base:
+            self.clean_offset = snapshot[0]
+            self.clean = ProducerStateManager()
+            self.clean.load_snapshot(snapshot[1])
+        found = read_txn_snapshot(pdir)
+        self.txn_start, self.txn_state = found if found is not None else (-1, None)
+        self.txn_aborts: dict[int, list[AbortedTxn]] = {}
+        self.reader = MarkerReader()
+        self.current = -1  # base of the segment being verified
+        self.verified: list[int] = []
+
+    def sealed(self, seg: "Segment", next_base: int) -> None:
+        """A durable segment below the recovery point (its `.txnindex` too): only the
+        transaction snapshot's state is brought forward through it."""
+        state = self.txn_state
+        if state is not None and next_base > self.txn_start:
+            scan_segment(seg, lambda h, m: state.update(h, h.base_offset, self.now, m), self.txn_start)
+
+    def begin(self, log_path: Path, base: int) -> None:
+        """The next segment to be verified (Segment.recover calls on_batch for its batches)."""
+        self.reader.reset(log_path)
+        self.current = base
+        self.verified.append(base)
+
+    def on_batch(self, h: BatchHeader) -> None:
+        """One valid batch of the segment being verified, in order."""
+        marker = self.reader(h)
+        aborted = self.scanned.update(h, h.base_offset, self.now, marker)
+        if aborted is not None:
+            self.scanned_aborts.setdefault(self.current, []).append(aborted)
+        if self.clean is not None and h.base_offset >= self.clean_offset:
+            self.clean.update(h, h.base_offset, self.now, marker)
+        if self.txn_state is not None and h.base_offset >= self.txn_start:
+            aborted = self.txn_state.update(h, h.base_offset, self.now, marker)
+            if aborted is not None:
+                self.txn_aborts.setdefault(self.current, []).append(aborted)
+
+    def finish(self, segments: list["Segment"]) -> ProducerStateManager:
+        """The producer state to use, the `.txnindex` files of the verified segments rewritten."""
+        self.reader.close()
+        end = segments[-1].next_offset
+        verified = [b for b in self.verified if any(s.base_offset == b for s in segments)]
+        if self.clean is not None and self.clean_offset <= end:
+            return self.clean
+        if self.txn_state is not None and self.txn_start <= end:
+            rederive_txn_index(self.pdir, verified, self.txn_start, self.txn_aborts)
+            return self.txn_state
+        if self.txn_state is not None:
+            state, aborts = scan_all(segments, self.now)
+            rederive_txn_index(self.pdir, [s.base_offset for s in segments], -1, aborts)
+            return state
+        if verified:
+            rederive_txn_index(self.pdir, verified, verified[0], self.scanned_aborts)
+        return self.scanned

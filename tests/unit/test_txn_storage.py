@@ -284,3 +284,21 @@ def test_cluster_mode_markers_and_takeover_rebuild_open_transactions(tmp_path: P
         assert second.last_stable_offset == 6
 
     asyncio.run(scenario())
+
+
+def test_crash_losing_data_before_the_txn_snapshot_rescans_everything(tmp_path: Path, clock: FakeClock) -> None:
+    log = open_log(tmp_path, clock)
+    log.append(txn(1), clock.now)  # 0-1
+    log.append(marker(1, False), clock.now)  # 2
+    log.roll(clock.now)  # the transaction snapshot is taken at 3; segment 0 is not fsynced yet
+    assert (tmp_path / "topic-0" / "offsetd-txn-snapshot.json").exists()
+    log.append(plain(1), clock.now)  # 3
+    crash(log)
+    path = tmp_path / "topic-0" / f"{0:020d}.log"
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 0xFF  # the marker's CRC fails: segment 0 is cut before it, segment 3 is dropped
+    path.write_bytes(bytes(raw))
+    log = open_log(tmp_path, clock)
+    assert log.log_end_offset == 2
+    assert (log.last_stable_offset, log.ongoing_transaction(1)) == (0, 0)
+    assert not txnindex(tmp_path, 0).exists() and log.aborted_transactions(0, 2) == []

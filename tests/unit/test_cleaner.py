@@ -33,6 +33,7 @@ from kafka.record.default_records import DefaultRecordBatch
 from offsetd.coordinator.config import GroupCoordinatorConfig
 from offsetd.coordinator.shard import GroupCoordinatorShard
 from offsetd.records.batch import TRANSACTIONAL_MASK, build_batch, iter_batches
+from offsetd.records.control import build_marker_batch
 from offsetd.records.scan import scan_key_values
 from offsetd.records.offsets import (
     GroupMetadataKey,
@@ -568,16 +569,17 @@ def test_undecodable_compressed_batch_blocks_later_tombstone_removal(tmp_path: P
 
 def test_transactions_are_kept_and_pin_their_keys(tmp_path: Path, clock: FakeClock) -> None:
     log = open_log(tmp_path, clock, delete_retention_ms=0)
-    log.append(special_batch([(b"t", b"txn")], clock.now, producer_id=3, producer_epoch=0, base_sequence=0,
-                             attributes=TRANSACTIONAL_MASK), clock.now)
+    log.append(special_batch([(b"t", b"txn")], clock.now, codec=1, producer_id=3, producer_epoch=0,
+                             base_sequence=0, attributes=TRANSACTIONAL_MASK), clock.now)
+    log.append(build_marker_batch(3, 0, True, 0, clock.now), clock.now)  # committed (open would block cleaning)
     append(log, clock, [(b"t", b"1"), (b"u", b"1")])
     append(log, clock, [(b"t", None), (b"u", None)])
     append(log, clock, [(b"v", b"1")])
     log.roll(clock.now)
     LogCleaner().clean(log, clock.now + 10)
-    # The transactional batch is untouched, so t's tombstone must stay; u's may go.
-    got = [(o, k, v) for o, _, k, v in records(log)]
-    assert got == [(0, b"t", b"txn"), (3, b"t", None), (5, b"v", b"1")]
+    # The compressed transactional batch is kept whole, so t's tombstone must stay; u's may go.
+    got = [(o, k, v) for o, _, k, v in records(log) if o != 1]  # 1: the marker, kept
+    assert got == [(0, b"t", b"txn"), (4, b"t", None), (6, b"v", b"1")]
 
 
 # ------------------------------------------------------------------------------ concurrency

@@ -41,6 +41,10 @@ class Broker:
         self.on_topic_deleted: Callable[[str, int], None] = lambda topic, partitions: None
         # Called with a group id after its configs change, so its coordinator shard follows.
         self.on_group_config_changed: Callable[[str], None] = lambda group_id: None
+        # (transactional id, producer id, epoch, topic, partition) -> error code: is the partition
+        # in the producer's open transaction? Asked before its first transactional batch (the
+        # transaction coordinator's answer; None: not checked).
+        self.txn_verifier: Callable[[str, int, int, str, int], int] | None = None
 
     def serving_partition(self, topic: str, index: int) -> "tuple[Any, int]":
         """(log, NONE) of a partition this broker can serve reads of, or (log or None, error):

@@ -26,13 +26,15 @@ class _Appends:
     mode: until PostgreSQL's COMMIT) and the leaders named in NOT_LEADER_OR_FOLLOWER entries,
     collected as they happen so that a response needs no second pass over its partitions."""
 
-    __slots__ = ("broker", "now_ms", "pending", "led_elsewhere")
+    __slots__ = ("broker", "now_ms", "pending", "led_elsewhere", "transactional_id", "version")
 
-    def __init__(self, broker: Broker, now_ms: int) -> None:
+    def __init__(self, broker: Broker, now_ms: int, transactional_id: str | None, version: int) -> None:
         self.broker = broker
         self.now_ms = now_ms
         self.pending = False
         self.led_elsewhere: set[int] = set()
+        self.transactional_id = transactional_id
+        self.version = version
 
     def append(self, topic: str, index: int, records: bytes | None, legacy: bool) -> Any:
         """Append one partition's records (`legacy`: a v0/v1 message set of Produce v0-2,
@@ -55,6 +57,8 @@ class _Appends:
             if legacy:
                 records = up_convert(records)
             headers = validate_batches(records, partition_log.config.max_message_bytes)
+            if headers[0].is_transactional:
+                self._verify(partition_log, topic, index, headers[0])
             result = partition_log.append(records, self.now_ms, validated=headers)
         except _REFUSED as exc:
             return self._refused(entry, partition_log, topic, index, exc)
@@ -62,6 +66,21 @@ class _Appends:
             self.pending = True
             return asyncio.ensure_future(self._appended_later(entry, partition_log, topic, index, result))
         return self._appended(entry, topic, index, result)
+
+    def _verify(self, partition_log: Any, topic: str, index: int, header: Any) -> None:
+        """The first transactional batch of a transaction on a partition must belong to a
+        transaction that added the partition (reference A4); later ones are not asked again."""
+        verifier = self.broker.txn_verifier
+        if verifier is None or self.transactional_id is None:
+            return
+        if partition_log.ongoing_transaction(header.producer_id) is not None:
+            return
+        error = verifier(self.transactional_id, header.producer_id, header.producer_epoch, topic, index)
+        if error == Error.TRANSACTION_ABORTABLE and self.version < 11:
+            error = Error.INVALID_TXN_STATE  # older producers know only this one
+        if error:
+            raise ProduceError(error, f"{topic}-{index} is not part of the open transaction of "
+                                      f"{self.transactional_id!r} (producer {header.producer_id})")
 
     def _appended(self, entry: dict[str, Any], topic: str, index: int, result: Any) -> dict[str, Any]:
         entry.update(base_offset=result.base_offset, log_start_offset=result.log_start_offset)
@@ -103,18 +122,11 @@ class _Appends:
 
 def handle_produce(broker: Broker, req: Any, version: int, now_ms: int) -> Any:
     """Append every partition's batches; acks=0 gets no response at all (Kafka's rule)."""
-    appends = _Appends(broker, now_ms)
-    if getattr(req, "transactional_id", None) is not None:  # v3+
-        error = {"error_code": Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                 "error_message": "Transactions are not supported by this broker"}
-        responses = [{"name": t.name, "partition_responses": [{"index": p.index, "base_offset": -1, **error}
-                                                              for p in t.partition_data]}
-                     for t in req.topic_data]
-    else:
-        legacy = version < 3
-        responses = [{"name": topic.name, "partition_responses": [
-            appends.append(topic.name, p.index, p.records, legacy) for p in topic.partition_data]}
-            for topic in req.topic_data]
+    appends = _Appends(broker, now_ms, getattr(req, "transactional_id", None), version)  # v3+
+    legacy = version < 3
+    responses = [{"name": topic.name, "partition_responses": [
+        appends.append(topic.name, p.index, p.records, legacy) for p in topic.partition_data]}
+        for topic in req.topic_data]
     body = {"responses": responses}
     if req.acks == 0:
         if appends.pending:  # nobody waits for the answer, but the appends must still run
@@ -124,7 +136,5 @@ def handle_produce(broker: Broker, req: Any, version: int, now_ms: int) -> Any:
 
 
 def handle_init_producer_id(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any]:
-    """A new idempotent producer id at epoch 0; transactional ids are not served."""
-    if req.transactional_id is not None:
-        return {"error_code": Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "producer_id": -1, "producer_epoch": -1}
+    """A new idempotent producer id at epoch 0 (transactional ids: server/transaction_api.py)."""
     return {"error_code": Error.NONE, "producer_id": broker.producer_ids.allocate(), "producer_epoch": 0}

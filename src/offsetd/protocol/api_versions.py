@@ -32,11 +32,19 @@ class ApiKey(IntEnum):
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 # Highest versions we implement the semantics of. Produce v13 / Fetch v17+ / Metadata v13 change
@@ -69,6 +77,17 @@ SERVED_MAX: dict[ApiKey, int] = {
     ApiKey.DELETE_GROUPS: 2,
     ApiKey.OFFSET_DELETE: 0,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
+    # Transactions at transaction.version 0 (the feature is not advertised): EndTxn v5 and
+    # TxnOffsetCommit v5 belong to TV2 and are not served; AddPartitionsToTxn v4-5 is the leaders'
+    # batched / verify-only form.
+    ApiKey.ADD_PARTITIONS_TO_TXN: 5,
+    ApiKey.ADD_OFFSETS_TO_TXN: 4,
+    ApiKey.END_TXN: 4,
+    ApiKey.WRITE_TXN_MARKERS: 1,
+    ApiKey.TXN_OFFSET_COMMIT: 4,
+    ApiKey.DESCRIBE_PRODUCERS: 0,
+    ApiKey.DESCRIBE_TRANSACTIONS: 0,
+    ApiKey.LIST_TRANSACTIONS: 1,
 }
 
 

@@ -25,7 +25,7 @@ from ..broker.fetch_down_convert import fetch_old_version
 from ..broker.fetch_sessions import FetchSessionCache
 from ..broker.list_offsets import handle_list_offsets
 from ..broker.metadata import handle_metadata
-from ..broker.produce import handle_init_producer_id, handle_produce
+from ..broker.produce import handle_produce
 from ..config import BrokerConfig
 from ..protocol.api_versions import ApiKey, api_keys_body, is_supported
 from ..protocol.codec import DecodeError, decode_body, encode_response, request_class
@@ -48,6 +48,9 @@ from .cluster_runtime import (
 from .coordinator_runtime import ShardRuntime, ShardState
 from .futures import then
 from .group_api import GroupApi, RequestContext
+from .peer_client import PeerClient
+from .transaction_api import TRANSACTION_STATE_TOPIC, TransactionApi, state_topic_configs
+from .transaction_markers import MarkerWriter
 
 log = logging.getLogger("offsetd.server")
 
@@ -64,14 +67,12 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DELETE_TOPICS: handle_delete_topics,
     ApiKey.CREATE_PARTITIONS: handle_create_partitions,
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
-    ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
 }
 
 
 # Coordinator APIs: handled by GroupApi methods, which may answer later (a coroutine).
 GROUP_HANDLERS: dict[int, Callable[[GroupApi, RequestContext, Any], Any]] = {
-    ApiKey.FIND_COORDINATOR: GroupApi.find_coordinator,
     ApiKey.JOIN_GROUP: GroupApi.join_group,
     ApiKey.SYNC_GROUP: GroupApi.sync_group,
     ApiKey.HEARTBEAT: GroupApi.heartbeat,
@@ -82,6 +83,20 @@ GROUP_HANDLERS: dict[int, Callable[[GroupApi, RequestContext, Any], Any]] = {
     ApiKey.LIST_GROUPS: GroupApi.list_groups,
     ApiKey.DELETE_GROUPS: GroupApi.delete_groups,
     ApiKey.OFFSET_DELETE: GroupApi.offset_delete,
+    ApiKey.TXN_OFFSET_COMMIT: GroupApi.txn_offset_commit,
+}
+
+# Transaction coordinator APIs (FindCoordinator too: it routes group keys to GroupApi).
+TXN_HANDLERS: dict[int, Callable[[TransactionApi, RequestContext, Any], Any]] = {
+    ApiKey.FIND_COORDINATOR: TransactionApi.find_coordinator,
+    ApiKey.INIT_PRODUCER_ID: TransactionApi.init_producer_id,
+    ApiKey.ADD_PARTITIONS_TO_TXN: TransactionApi.add_partitions_to_txn,
+    ApiKey.ADD_OFFSETS_TO_TXN: TransactionApi.add_offsets_to_txn,
+    ApiKey.END_TXN: TransactionApi.end_txn,
+    ApiKey.WRITE_TXN_MARKERS: TransactionApi.write_txn_markers,
+    ApiKey.DESCRIBE_TRANSACTIONS: TransactionApi.describe_transactions,
+    ApiKey.LIST_TRANSACTIONS: TransactionApi.list_transactions,
+    ApiKey.DESCRIBE_PRODUCERS: TransactionApi.describe_producers,
 }
 
 
@@ -141,6 +156,13 @@ class KafkaServer:
                                  group_configs=self._group_configs)
         self.broker.on_append = self._wake_fetchers
         self.group_api = GroupApi(self.broker, self.runtimes)
+        self.txn_api = TransactionApi(self.broker, config, self.group_api, clock,
+                                      MarkerWriter(self.broker, self.runtimes, clock),
+                                      local=config.get("storage.engine") == "local")
+        self.broker.txn_verifier = self.txn_api.verify
+        self.group_api.txn_verifier = self.txn_api.verify_offsets
+        if self.txn_api.local:
+            self.txn_api.open_existing()
         self.broker.on_topic_deleted = self._offsets_of_deleted_topic
         self.broker.on_group_config_changed = self._apply_group_config
         self._apply_group_configs()
@@ -153,6 +175,7 @@ class KafkaServer:
         self.port = 0
         self.trace = log.isEnabledFor(logging.DEBUG)  # per-request log lines (--log-level DEBUG)
         self.metrics_server: MetricsHttpServer | None = None
+        self._creating_state_topic: asyncio.Future[None] | None = None
 
     def _add_runtimes(self, offsets_topic: Any, *, owned: bool) -> None:
         """One coordinator shard runtime per `__consumer_offsets` partition (in place: the group
@@ -200,7 +223,10 @@ class KafkaServer:
         await self._producer_ids.start()
         advertised = self.config.advertised_listener
         runtime = ClusterRuntime(self._topics, self._group_configs, self.runtimes, self.clock, self._offsets_known,
-                                 self._apply_group_config)
+                                 self._apply_group_config, self.txn_api.runtimes,
+                                 lambda topic: self.txn_api.add_runtimes(topic, owned=False))
+        self.txn_api.create_state_topic = self._create_state_topic_in_cluster
+        self.txn_api.markers.remote = PeerClient(lambda node: self.broker.cluster.endpoint(node)).write_txn_markers
         self._topics.on_deleted = lambda topic: self._offsets_of_deleted_topic(topic.name, len(topic.partitions))
         self.cluster = ClusterMember(self._store, self.config.get("node.id"), advertised.host, advertised.port,
                                      ttl_ms=self.config.get("broker.session.timeout.ms"),
@@ -218,6 +244,25 @@ class KafkaServer:
             self.cluster.refresh_topics()
             await self.cluster.tick()
 
+    def _create_state_topic_in_cluster(self) -> None:
+        """`__transaction_state` in the shared catalogue, once (the first FindCoordinator for a
+        transaction asks for it; COORDINATOR_NOT_AVAILABLE until its partitions are claimed)."""
+        if self._creating_state_topic is not None and not self._creating_state_topic.done():
+            return
+
+        async def create() -> None:
+            try:
+                await self._topics.create(TRANSACTION_STATE_TOPIC, self.txn_api.txn_config.transaction_state_log_num_partitions,
+                                          state_topic_configs(self.config), self.clock(), internal=True)
+            except TopicError:
+                pass  # another broker created it first
+            except Exception as exc:
+                log.warning("cannot create %s: %s", TRANSACTION_STATE_TOPIC, exc)
+                return
+            self.cluster.refresh_topics()  # type: ignore[union-attr]
+            await self.cluster.tick()  # type: ignore[union-attr]
+        self._creating_state_topic = asyncio.ensure_future(create())
+
     async def _load_coordinator(self) -> None:
         """Replay every offsets partition; groups of a partition are served once it is loaded."""
         started = time.perf_counter()
@@ -229,6 +274,7 @@ class KafkaServer:
         log.info("loaded %s: %d records in %.3f s (%.0f records/s)%s", OFFSETS_TOPIC, records, seconds,
                  records / seconds if seconds > 0 else 0.0,
                  f"; FAILED partitions: {failed}" if failed else "")
+        await self.txn_api.load_all()
 
     # ------------------------------------------------------------------------- lifecycle
 
@@ -288,6 +334,7 @@ class KafkaServer:
             task.cancel()
         for runtime in self.runtimes:
             runtime.stop()
+        self.txn_api.stop()
         for conn in list(self.connections):
             conn.close("broker shutting down")
         if self._cleaner_executor is not None:
@@ -379,9 +426,13 @@ class KafkaServer:
             return self._fetch(request, version, correlation_id)
         try:
             group_handler = GROUP_HANDLERS.get(api_key)
+            txn_handler = TXN_HANDLERS.get(api_key)
             if group_handler is not None:
                 ctx = RequestContext(header.client_id or "", conn.client_host, version)
                 body = group_handler(self.group_api, ctx, request)
+            elif txn_handler is not None:
+                ctx = RequestContext(header.client_id or "", conn.client_host, version)
+                body = txn_handler(self.txn_api, ctx, request)
             else:
                 body = HANDLERS[api_key](self.broker, request, version, self.clock())
         except Exception:

@@ -25,6 +25,8 @@ from ..records.offsets import OFFSETS_TOPIC
 from ..storage.postgres_log import PostgresPartitionLog
 from ..storage.postgres_store import Claim, PostgresStore, TopicRow
 from .coordinator_runtime import ShardRuntime, ShardState
+from .transaction_api import TRANSACTION_STATE_TOPIC
+from .transaction_runtime import TxnShardRuntime
 
 log = logging.getLogger("offsetd.cluster")
 
@@ -220,33 +222,42 @@ class ClusterRuntime:
 
     def __init__(self, topics: ClusterTopicRegistry, group_configs: ClusterGroupConfigs, runtimes: list[ShardRuntime],
                  clock: Callable[[], int], on_offsets_topic: Callable[[Topic], None],
-                 on_group_config: Callable[[str], None]) -> None:
+                 on_group_config: Callable[[str], None], txn_runtimes: list[TxnShardRuntime],
+                 on_txn_topic: Callable[[Topic], None]) -> None:
         self.topics = topics
         self.group_configs = group_configs
         self.runtimes = runtimes
         self.clock = clock
         self.on_offsets_topic = on_offsets_topic
         self.on_group_config = on_group_config
+        self.txn_runtimes = txn_runtimes
+        self.on_txn_topic = on_txn_topic
 
-    def _runtime(self, key: Key) -> ShardRuntime | None:
+    def _runtime(self, key: Key) -> ShardRuntime | TxnShardRuntime | None:
+        """The coordinator shard runtime of a `__consumer_offsets` or `__transaction_state` partition."""
         topic = self.topics.by_id(key[0])
-        if topic is None or topic.name != OFFSETS_TOPIC or key[1] >= len(self.runtimes):
+        if topic is None:
             return None
-        return self.runtimes[key[1]]
+        runtimes = {OFFSETS_TOPIC: self.runtimes, TRANSACTION_STATE_TOPIC: self.txn_runtimes}.get(topic.name)
+        if runtimes is None or key[1] >= len(runtimes):
+            return None
+        return runtimes[key[1]]
 
     def topics_changed(self, topics: list[TopicRow]) -> None:
         self.topics.sync(topics, self.clock())
-        offsets = self.topics.get(OFFSETS_TOPIC)
-        if offsets is not None and not self.runtimes:
-            self.on_offsets_topic(offsets)
-            # A partition claimed before its shard existed (the broker that created the topic can
-            # claim it in a round that ran before this one) is loaded now.
-            for runtime in self.runtimes:
-                if runtime.plog.leader:
-                    self._load(runtime)
+        for name, runtimes, created in ((OFFSETS_TOPIC, self.runtimes, self.on_offsets_topic),
+                                        (TRANSACTION_STATE_TOPIC, self.txn_runtimes, self.on_txn_topic)):
+            topic = self.topics.get(name)
+            if topic is not None and not runtimes:
+                created(topic)
+                # A partition claimed before its shard existed (the broker that created the topic can
+                # claim it in a round that ran before this one) is loaded now.
+                for runtime in runtimes:
+                    if runtime.plog.leader:
+                        self._load(runtime)
 
     @staticmethod
-    def _load(runtime: ShardRuntime) -> None:
+    def _load(runtime: ShardRuntime | TxnShardRuntime) -> None:
         runtime.state = ShardState.LOADING  # COORDINATOR_LOAD_IN_PROGRESS from now until loaded
         asyncio.ensure_future(runtime.load())
 
@@ -274,7 +285,7 @@ class ClusterRuntime:
             await plog.drain()  # the append in flight is stored (or fenced) before we let go
 
     def urgent(self, key: Key) -> bool:
-        """`__consumer_offsets` partitions are claimed before data partitions."""
+        """`__consumer_offsets` and `__transaction_state` partitions are claimed before data partitions."""
         return self._runtime(key) is not None
 
     def lost(self, key: Key) -> None:

@@ -1,0 +1,377 @@
+"""Transaction APIs on the wire (reference Part A): route each transactional id to its
+`__transaction_state` shard, check the shard's state, shape responses per version.
+
+FindCoordinator(TRANSACTION), InitProducerId with a transactional id, AddPartitionsToTxn (v0-3 client
+form; v4+ batched and verify-only), AddOffsetsToTxn, EndTxn, WriteTxnMarkers, DescribeTransactions,
+ListTransactions and DescribeProducers. `__transaction_state` is created the first time a client
+asks for a transaction coordinator (Kafka's rule), compacted and uncompressed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Awaitable, Callable
+
+from ..broker.broker import Broker
+from ..broker.produce import handle_init_producer_id
+from ..config import BrokerConfig
+from ..coordinator.write_errors import CoordinatorWriteError
+from ..protocol.errors import Error
+from ..records.offsets import OFFSETS_TOPIC, partition_for
+from ..transaction.config import TransactionConfig
+from ..transaction.metadata import STATE_BY_NAME
+from ..transaction.shard import TransactionCoordinatorShard
+from .coordinator_runtime import new_token
+from .futures import then
+from .group_api import GroupApi, RequestContext
+from .transaction_markers import MarkerWriter
+from .transaction_runtime import TxnShardRuntime, state_error
+
+log = logging.getLogger("offsetd.transactions")
+
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
+
+Body = dict[str, Any]
+Reply = Body | Awaitable[Body]
+TopicPartition = tuple[str, int]
+
+
+def transaction_config(config: BrokerConfig) -> TransactionConfig:
+    """The transaction coordinator's settings from the broker's Kafka keys."""
+    return TransactionConfig.from_properties({name: config.get(name) for name in TransactionConfig.PROPERTY_NAMES})
+
+
+def state_topic_configs(config: BrokerConfig) -> dict[str, str]:
+    """`__transaction_state`: compacted, uncompressed (reference A9), preallocated like the offsets log."""
+    return {"cleanup.policy": "compact", "compression.type": "uncompressed", "preallocate": "true",
+            "segment.bytes": str(config.get("transaction.state.log.segment.bytes"))}
+
+
+def _write_failure(exc: BaseException, failure: Callable[[int], Body]) -> Body | None:
+    return failure(exc.error_code) if isinstance(exc, CoordinatorWriteError) else None
+
+
+def _reply(token: "asyncio.Future[Any]", failure: Callable[[int], Body], shape: Callable[[Any], Body]) -> Reply:
+    if token.done() and token.exception() is None:
+        return shape(token.result())
+    return then(token, shape, lambda exc: _write_failure(exc, failure))
+
+
+def _fenced_code(code: int, version: int, first_new: int) -> int:
+    """PRODUCER_FENCED (90) is INVALID_PRODUCER_EPOCH (47) for versions below `first_new` (A2)."""
+    return Error.INVALID_PRODUCER_EPOCH if code == Error.PRODUCER_FENCED and version < first_new else code
+
+
+class TransactionApi:
+    """The transaction coordinator half of the broker."""
+
+    def __init__(self, broker: Broker, config: BrokerConfig, group_api: GroupApi, clock: Callable[[], int],
+                 markers: MarkerWriter, *, local: bool = True) -> None:
+        self.broker = broker
+        self.config = config
+        self.group_api = group_api
+        self.clock = clock
+        self.markers = markers
+        self.local = local  # single node: this broker creates and leads __transaction_state itself
+        self.txn_config = transaction_config(config)
+        self.runtimes: list[TxnShardRuntime] = []
+        self.create_state_topic: Callable[[], None] = self._create_locally
+        self.verify_partitions = config.get("transaction.partition.verification.enable")
+
+    # ---------------------------------------------------------------- the state log
+
+    def add_runtimes(self, topic: Any, *, owned: bool) -> None:
+        """One shard runtime per `__transaction_state` partition (cluster mode: unowned at first)."""
+        fsync = self.config.get("offsets.topic.fsync.enable")
+        for index, plog in enumerate(topic.partitions):
+            shard = TransactionCoordinatorShard(index, self.txn_config, self.broker.producer_ids.allocate)
+            self.runtimes.append(TxnShardRuntime(shard, plog, fsync=fsync, clock=self.clock, owned=owned,
+                                                 markers=self.markers.run))
+
+    def open_existing(self) -> None:
+        """Single node at start-up: serve `__transaction_state` if an earlier run created it."""
+        topic = self.broker.topics.get(TRANSACTION_STATE_TOPIC)
+        if topic is not None and not self.runtimes:
+            self.add_runtimes(topic, owned=True)
+
+    async def load_all(self) -> None:
+        for runtime in list(self.runtimes):
+            await runtime.load()
+
+    def _create_locally(self) -> None:
+        topic = self.broker.topics.create(TRANSACTION_STATE_TOPIC, self.txn_config.transaction_state_log_num_partitions,
+                                          state_topic_configs(self.config), self.clock(), internal=True)
+        self.add_runtimes(topic, owned=True)
+        asyncio.ensure_future(self.load_all())
+
+    def runtime_for(self, transactional_id: str) -> TxnShardRuntime | None:
+        """The shard of a transactional id; None while `__transaction_state` does not exist."""
+        if not self.runtimes:
+            return None
+        return self.runtimes[partition_for(transactional_id, len(self.runtimes))]
+
+    def stop(self) -> None:
+        for runtime in self.runtimes:
+            runtime.stop()
+
+    # ------------------------------------------------------------------ FindCoordinator
+
+    def find_coordinator(self, ctx: RequestContext, req: Any) -> Reply:
+        """Key type TRANSACTION: the leader of the id's `__transaction_state` partition (A8); the
+        other key types go to the group coordinator's lookup."""
+        if getattr(req, "key_type", KEY_TYPE_GROUP) != KEY_TYPE_TRANSACTION:
+            return self.group_api.find_coordinator(ctx, req)
+        if not self.runtimes:
+            self.create_state_topic()
+        view = self.broker.cluster
+        topic = self.broker.topics.get(TRANSACTION_STATE_TOPIC)
+
+        def entry(key: str) -> Body:
+            if not key:
+                return {"key": key, "error_code": Error.INVALID_REQUEST, "node_id": -1, "host": "", "port": -1,
+                        "error_message": "A transactional id must not be empty"}
+            node = view.leader(topic, partition_for(key, len(self.runtimes)))[0] if self.runtimes else -1
+            endpoint = view.endpoint(node) if node >= 0 else None
+            if endpoint is None:
+                return {"key": key, "error_code": Error.COORDINATOR_NOT_AVAILABLE, "node_id": -1, "host": "",
+                        "port": -1, "error_message": "The coordinator is not available."}
+            return {"key": key, "error_code": Error.NONE, "node_id": node, "host": endpoint[0],
+                    "port": endpoint[1], "error_message": None}
+
+        if ctx.version >= 4:
+            return {"coordinators": [entry(k) for k in req.coordinator_keys]}
+        return entry(req.key)
+
+    # ------------------------------------------------------------------ InitProducerId
+
+    def init_producer_id(self, ctx: RequestContext, req: Any) -> Reply:
+        """Without a transactional id: a fresh idempotent producer id (A2 rule 1)."""
+        if req.transactional_id is None:
+            return handle_init_producer_id(self.broker, req, ctx.version, self.clock())
+        version = ctx.version
+
+        def failure(code: int) -> Body:
+            return {"error_code": _fenced_code(code, version, 4), "producer_id": -1, "producer_epoch": -1}
+
+        if not req.transactional_id:
+            return failure(Error.INVALID_REQUEST)
+        runtime = self.runtime_for(req.transactional_id)
+        error = state_error(runtime)
+        if error:
+            if runtime is None:
+                self.create_state_topic()
+            return failure(error)
+        token = new_token()
+        runtime.submit(runtime.shard.init_producer_id(  # type: ignore[union-attr]
+            token, req.transactional_id, _ms(req.transaction_timeout), getattr(req, "producer_id", -1),
+            getattr(req, "producer_epoch", -1), version, self.clock()))
+        return _reply(token, failure, lambda body: {**body, "error_code": _fenced_code(body["error_code"], version, 4)})
+
+    # ---------------------------------------------------------------- AddPartitionsToTxn
+
+    def add_partitions_to_txn(self, ctx: RequestContext, req: Any) -> Reply:
+        if ctx.version >= 4:
+            return self._add_partitions_batched(ctx, req)
+        version = ctx.version
+        wanted = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
+
+        def shape(errors: dict[TopicPartition, int]) -> Body:
+            return {"results_by_topic_v3_and_below": _partition_results(wanted, errors)}
+
+        pending = self._add_partitions(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+                                       req.v3_and_below_producer_epoch, wanted, version)
+        return _then(pending, lambda errors: shape({tp: _fenced_code(code, version, 2) for tp, code in errors.items()}))
+
+    def _add_partitions_batched(self, ctx: RequestContext, req: Any) -> Reply:
+        """v4+ (the leaders' form): several transactions; VerifyOnly writes nothing (A3)."""
+        results: list[Any] = []
+        for txn in req.transactions:
+            wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
+            if txn.verify_only:
+                results.append(self._verify(txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted))
+            else:
+                results.append(self._add_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch,
+                                                    wanted, ctx.version))
+
+        def shape(all_errors: list[dict[TopicPartition, int]]) -> Body:
+            return {"error_code": Error.NONE, "results_by_transaction": [
+                {"transactional_id": txn.transactional_id,
+                 "topic_results": _partition_results([(t.name, p) for t in txn.topics for p in t.partitions], errors)}
+                for txn, errors in zip(req.transactions, all_errors)]}
+
+        if not any(asyncio.isfuture(r) for r in results):
+            return shape(results)
+
+        async def wait() -> Body:
+            return shape([await r if asyncio.isfuture(r) else r for r in results])
+        return wait()
+
+    def _verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                wanted: list[TopicPartition]) -> dict[TopicPartition, int]:
+        runtime = self.runtime_for(transactional_id)
+        error = state_error(runtime)
+        if error:
+            return {tp: error for tp in wanted}
+        return runtime.shard.verify_partitions(transactional_id, producer_id, producer_epoch, wanted)  # type: ignore
+
+    def _add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                        wanted: list[TopicPartition], version: int) -> Any:
+        """Per-partition errors now (a dict), or a future of them once the Ongoing record is durable.
+        Partitions that do not exist fail the whole request: the rest get OPERATION_NOT_ATTEMPTED (A3)."""
+        unknown = {tp for tp in wanted if self.broker.topics.partition(*tp) is None}
+        if unknown:
+            return {tp: Error.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else Error.OPERATION_NOT_ATTEMPTED
+                    for tp in wanted}
+        if not transactional_id:
+            return {tp: Error.INVALID_REQUEST for tp in wanted}
+        runtime = self.runtime_for(transactional_id)
+        error = state_error(runtime)
+        if error:
+            return {tp: error for tp in wanted}
+        token = new_token()
+        runtime.submit(runtime.shard.add_partitions(  # type: ignore[union-attr]
+            token, transactional_id, producer_id, producer_epoch, wanted, version, self.clock()))
+        return then(token, lambda errors: errors,
+                    lambda exc: _write_failure(exc, lambda code: {tp: code for tp in wanted}))
+
+    # ----------------------------------------------------------------- AddOffsetsToTxn
+
+    def add_offsets_to_txn(self, ctx: RequestContext, req: Any) -> Reply:
+        """Adds the group's `__consumer_offsets` partition to the transaction (A3)."""
+        offsets = (OFFSETS_TOPIC, partition_for(req.group_id, len(self.group_api.runtimes) or
+                                                self.config.get("offsets.topic.num.partitions")))
+        pending = self._add_partitions(req.transactional_id, req.producer_id, req.producer_epoch, [offsets],
+                                       ctx.version)
+        return _then(pending, lambda errors: {
+            "error_code": _fenced_code(errors.get(offsets, Error.NONE), ctx.version, 2)})
+
+    # -------------------------------------------------------------------------- EndTxn
+
+    def end_txn(self, ctx: RequestContext, req: Any) -> Reply:
+        version = ctx.version
+
+        def failure(code: int) -> Body:
+            return {"error_code": _fenced_code(code, version, 2), "producer_id": -1, "producer_epoch": -1}
+
+        if not req.transactional_id:
+            return failure(Error.INVALID_REQUEST)
+        runtime = self.runtime_for(req.transactional_id)
+        error = state_error(runtime)
+        if error:
+            return failure(error)
+        token = new_token()
+        runtime.submit(runtime.shard.end_txn(  # type: ignore[union-attr]
+            token, req.transactional_id, req.producer_id, req.producer_epoch, req.committed, version, self.clock()))
+        return _reply(token, failure, lambda body: {**body, "error_code": _fenced_code(body["error_code"], version, 2)})
+
+    # ----------------------------------------------------------------- WriteTxnMarkers
+
+    def write_txn_markers(self, ctx: RequestContext, req: Any) -> Reply:
+        """Append each marker to the partitions named (the admin abort path, and other
+        coordinators in cluster mode); per partition an error code (A7)."""
+        async def write() -> Body:
+            markers = []
+            for marker in req.markers:
+                wanted = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
+                codes = await asyncio.gather(*(self.markers.write_local(
+                    marker.producer_id, marker.producer_epoch, marker.transaction_result, marker.coordinator_epoch,
+                    topic, partition) for topic, partition in wanted))
+                by_topic: dict[str, list[Body]] = {}
+                for (topic, partition), code in zip(wanted, codes):
+                    by_topic.setdefault(topic, []).append({"partition_index": partition, "error_code": code})
+                markers.append({"producer_id": marker.producer_id, "topics": [
+                    {"name": name, "partitions": parts} for name, parts in by_topic.items()]})
+            return {"markers": markers}
+        return write()
+
+    # ------------------------------------------------------- Describe / List / Producers
+
+    def describe_transactions(self, ctx: RequestContext, req: Any) -> Body:
+        states = []
+        for transactional_id in req.transactional_ids:
+            runtime = self.runtime_for(transactional_id) if transactional_id else None
+            error = state_error(runtime) if transactional_id else Error.NONE
+            if error == Error.COORDINATOR_NOT_AVAILABLE:  # no __transaction_state: nobody has this id
+                error = Error.TRANSACTIONAL_ID_NOT_FOUND
+            described = {} if error else runtime.shard.describe(transactional_id)  # type: ignore[union-attr]
+            states.append({"error_code": error or described["error_code"], "transactional_id": transactional_id,
+                           "transaction_state": described.get("transaction_state", ""),
+                           "transaction_timeout": described.get("transaction_timeout_ms", 0),
+                           "transaction_start_time": described.get("transaction_start_time_ms", -1),
+                           "producer_id": described.get("producer_id", -1),
+                           "producer_epoch": described.get("producer_epoch", -1),
+                           "topics": described.get("topics", [])})
+        return {"transaction_states": states}
+
+    def list_transactions(self, ctx: RequestContext, req: Any) -> Body:
+        """Every transaction this broker coordinates, filtered (A8); Dead ones never."""
+        states = list(req.state_filters)
+        error = Error.NONE
+        listed: list[Body] = []
+        for runtime in self.runtimes:
+            code = state_error(runtime)
+            if code == Error.COORDINATOR_LOAD_IN_PROGRESS:
+                error = code
+            if not code:
+                listed.extend(runtime.shard.list_transactions(states, list(req.producer_id_filters),
+                                                              getattr(req, "duration_filter", -1), self.clock()))
+        return {"error_code": error, "unknown_state_filters": [s for s in states if s not in STATE_BY_NAME],
+                "transaction_states": [] if error else listed}
+
+    def describe_producers(self, ctx: RequestContext, req: Any) -> Body:
+        """Each partition's producers with their open transaction, if any (hanging-transaction tools)."""
+        topics = []
+        for topic in req.topics:
+            partitions = []
+            for index in topic.partition_indexes:
+                plog, error = self.broker.serving_partition(topic.name, index)
+                partitions.append({"partition_index": index, "error_code": error, "error_message": None,
+                                   "active_producers": [] if error else plog.producers()})
+            topics.append({"name": topic.name, "partitions": partitions})
+        return {"topics": topics}
+
+    # --------------------------------------------------------------------- verification
+
+    def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
+               partition: int) -> int:
+        """Is (topic, partition) part of the producer's open transaction? Asked before a
+        partition's first transactional batch (A4) and before a TxnOffsetCommit. A coordinator on
+        another broker (cluster mode) is not asked: NONE."""
+        if not self.verify_partitions:
+            return Error.NONE
+        runtime = self.runtime_for(transactional_id)
+        if runtime is None or not runtime.plog.leader:
+            return Error.NONE
+        error = state_error(runtime)
+        if error:
+            return error
+        return runtime.shard.verify_partitions(transactional_id, producer_id, producer_epoch,
+                                               [(topic, partition)]).get((topic, partition), Error.NONE)
+
+    def verify_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
+                       partition: int) -> int:
+        """verify() for TxnOffsetCommit, whose clients (v0-3) know INVALID_TXN_STATE, not
+        TRANSACTION_ABORTABLE (A5)."""
+        error = self.verify(transactional_id, producer_id, producer_epoch, topic, partition)
+        return Error.INVALID_TXN_STATE if error == Error.TRANSACTION_ABORTABLE else error
+
+
+def _ms(value: Any) -> int:
+    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
+
+
+def _then(pending: Any, shape: Callable[[Any], Body]) -> Reply:
+    """shape(value) now, or a future of it when `pending` is a future."""
+    if asyncio.isfuture(pending):
+        return then(pending, shape)
+    return shape(pending)
+
+
+def _partition_results(wanted: list[TopicPartition], errors: dict[TopicPartition, int]) -> list[Body]:
+    by_topic: dict[str, list[Body]] = {}
+    for topic, partition in wanted:
+        by_topic.setdefault(topic, []).append(
+            {"partition_index": partition, "partition_error_code": errors.get((topic, partition), Error.NONE)})
+    return [{"name": name, "results_by_partition": parts} for name, parts in by_topic.items()]

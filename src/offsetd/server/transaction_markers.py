@@ -1,0 +1,114 @@
+"""Writes a transaction's COMMIT / ABORT markers to every partition it touched (reference A7).
+
+A partition this broker leads gets its marker appended here: a data partition through its log, a
+`__consumer_offsets` partition through its group coordinator shard (which must replay the marker to
+apply or drop the pending offsets). A partition another broker leads (cluster mode) gets a
+WriteTxnMarkers v1 request sent to that broker. A marker job retries until every partition holds
+its marker — Kafka's coordinator does the same — unless the partition was deleted or this broker
+stopped coordinating the transaction (the next coordinator loads Prepare* and sends them again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from inspect import isawaitable
+from typing import Any, Awaitable, Callable
+
+from ..broker.broker import Broker
+from ..coordinator.write_errors import CoordinatorWriteError
+from ..protocol.errors import Error
+from ..records.batch import InvalidBatch
+from ..records.control import build_marker_batch
+from ..records.offsets import OFFSETS_TOPIC
+from ..storage.log_dir import NotLeader, StorageError
+from ..storage.producer_state import ProduceError
+from ..transaction.result import MarkerJob
+from .coordinator_runtime import ShardRuntime, ShardState
+
+log = logging.getLogger("offsetd.transactions")
+
+RETRY_BACKOFF_S = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0)  # then every second, as long as it takes
+
+# A group coordinator's "not here / not now" codes, reported by WriteTxnMarkers as
+# NOT_LEADER_OR_FOLLOWER (reference A7); the marker is retried.
+_COORDINATOR_MOVED = {Error.COORDINATOR_LOAD_IN_PROGRESS, Error.COORDINATOR_NOT_AVAILABLE, Error.NOT_COORDINATOR}
+
+# Sends one WriteTxnMarkers request to another broker (cluster mode): (node, markers body) ->
+# per (topic, partition) error code.
+RemoteWrite = Callable[[int, dict[str, Any]], Awaitable[dict[tuple[str, int], int]]]
+
+
+class MarkerWriter:
+    """Appends markers to the partitions this broker leads and forwards the rest."""
+
+    def __init__(self, broker: Broker, group_runtimes: list[ShardRuntime], clock: Callable[[], int],
+                 remote: RemoteWrite | None = None) -> None:
+        self.broker = broker
+        self.group_runtimes = group_runtimes
+        self.clock = clock
+        self.remote = remote
+
+    async def write_local(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                          topic: str, partition: int) -> int:
+        """Append one marker to a partition led here; its error code (NONE when written)."""
+        if topic == OFFSETS_TOPIC and partition < len(self.group_runtimes):
+            runtime = self.group_runtimes[partition]
+            if runtime.state is not ShardState.ACTIVE:
+                return Error.NOT_LEADER_OR_FOLLOWER
+            try:
+                await runtime.write_marker(producer_id, producer_epoch, commit, coordinator_epoch)
+            except CoordinatorWriteError as exc:
+                return Error.NOT_LEADER_OR_FOLLOWER if exc.error_code in _COORDINATOR_MOVED else exc.error_code
+            return Error.NONE
+        plog = self.broker.topics.partition(topic, partition)
+        if plog is None:
+            return Error.UNKNOWN_TOPIC_OR_PARTITION
+        if not plog.leader:
+            return Error.NOT_LEADER_OR_FOLLOWER
+        now = self.clock()
+        try:
+            appended = plog.append(build_marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now),
+                                   now)
+            if isawaitable(appended):
+                await appended
+        except (ProduceError, StorageError, NotLeader, InvalidBatch) as exc:
+            log.info("marker for producer %d on %s-%d refused: %s", producer_id, topic, partition, exc)
+            return exc.error_code  # type: ignore[attr-defined]
+        self.broker.on_append(topic, partition)  # read_committed fetchers wait for the LSO to move
+        return Error.NONE
+
+    async def run(self, job: MarkerJob, still_coordinator: Callable[[], bool]) -> None:
+        """Write every marker of `job`; returns when all are written (or their partitions are
+        gone), or when this broker stopped coordinating the transaction."""
+        pending = set(job.partitions)
+        for attempt in itertools.count():
+            results = await asyncio.gather(*(self._write(job, topic, partition) for topic, partition in pending))
+            for (topic, partition), error in zip(list(pending), results):
+                if error in (Error.NONE, Error.UNKNOWN_TOPIC_OR_PARTITION):
+                    pending.discard((topic, partition))
+                elif attempt == 5:
+                    log.warning("marker for %s (producer %d) on %s-%d still failing with error %d; retrying",
+                                job.transactional_id, job.producer_id, topic, partition, error)
+            if not pending or not still_coordinator():
+                return
+            await asyncio.sleep(RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)])
+
+    async def _write(self, job: MarkerJob, topic: str, partition: int) -> int:
+        plog = self.broker.topics.partition(topic, partition)
+        if plog is not None and not plog.leader and self.remote is not None:
+            node, _ = self.broker.cluster.leader(self.broker.topics.get(topic), partition)
+            if node < 0:
+                return Error.NOT_LEADER_OR_FOLLOWER
+            body = {"markers": [{"producer_id": job.producer_id, "producer_epoch": job.producer_epoch,
+                                 "transaction_result": job.commit, "coordinator_epoch": job.coordinator_epoch,
+                                 "topics": [{"name": topic, "partition_indexes": [partition]}]}]}
+            try:
+                errors = await self.remote(node, body)
+            except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
+                log.debug("WriteTxnMarkers to node %d failed: %s", node, exc)
+                return Error.NETWORK_EXCEPTION
+            return errors.get((topic, partition), Error.UNKNOWN_SERVER_ERROR)
+        return await self.write_local(job.producer_id, job.producer_epoch, job.commit, job.coordinator_epoch,
+                                      topic, partition)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Iterable
 
-from ..records.transaction_log import RecordDecodeError, TransactionLogValue
+from ..records.transaction_log import RecordDecodeError, TransactionLogValue, encode_value
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -86,8 +86,11 @@ class TransactionMetadata:
 
     `last_producer_id` is the producer id before the last InitProducerId (the previous pid after a
     rotation; KIP-360 accepts it with an exhausted epoch); `last_producer_epoch` the epoch a
-    KIP-360 retry may present (-1 = none). `pending` holds the metadata a record in flight will
-    install; while it is set, other requests for the id get CONCURRENT_TRANSACTIONS.
+    KIP-360 retry may present (-1 = none). `next_producer_id` is the id a TV2 EndTxn allocated
+    because the epoch ran out; Complete* switches to it. `client_transaction_version` is 2 for a
+    txn driven by TV2 requests (EndTxn v5, AddPartitions v4+), else 0. `pending` holds the
+    metadata a record in flight will install; while it is set, other requests for the id get
+    CONCURRENT_TRANSACTIONS.
     """
 
     transactional_id: str
@@ -101,6 +104,7 @@ class TransactionMetadata:
     start_timestamp: int = -1
     last_update_timestamp: int = -1
     client_transaction_version: int = 0
+    next_producer_id: int = NO_PRODUCER_ID
     pending: "TransactionMetadata | None" = None
 
     @property
@@ -128,6 +132,11 @@ class TransactionMetadata:
     def sorted_partitions(self) -> list[TopicPartition]:
         return sorted(self.partitions)
 
+    def record_value(self) -> bytes:
+        """The stored value: v0 (offsetd's cluster is TV0), or v1 with its tagged fields for a TV2
+        txn, so that a load keeps the producer id a TV2 EndTxn allocated."""
+        return encode_value(self.to_value(), 1 if self.client_transaction_version >= 2 else 0)
+
     def to_value(self) -> TransactionLogValue:
         """The `__transaction_state` value of this metadata (Empty has null partitions, A9)."""
         by_topic: dict[str, list[int]] = {}
@@ -137,8 +146,8 @@ class TransactionMetadata:
             (topic, tuple(sorted(parts))) for topic, parts in sorted(by_topic.items()))
         return TransactionLogValue(
             self.producer_id, self.producer_epoch, self.timeout_ms, int(self.state), partitions,
-            self.last_update_timestamp, self.start_timestamp,
-            client_transaction_version=self.client_transaction_version)
+            self.last_update_timestamp, self.start_timestamp, self.last_producer_id, self.next_producer_id,
+            self.client_transaction_version)
 
     @classmethod
     def from_value(cls, transactional_id: str, value: TransactionLogValue) -> "TransactionMetadata":
@@ -152,4 +161,4 @@ class TransactionMetadata:
         return cls(transactional_id, value.producer_id, value.previous_producer_id, value.producer_epoch,
                    NO_PRODUCER_EPOCH, value.transaction_timeout_ms, state, partitions,
                    value.start_timestamp_ms, value.last_update_timestamp_ms,
-                   value.client_transaction_version)
+                   value.client_transaction_version, value.next_producer_id)

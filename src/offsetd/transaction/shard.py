@@ -15,10 +15,10 @@ from __future__ import annotations
 import logging
 from typing import Callable, Hashable, Iterable
 
-from ..records.transaction_log import decode_key, decode_value, encode_key, encode_value
+from ..records.transaction_log import decode_key, decode_value, encode_key
 from .config import TransactionConfig
 from .metadata import (
-    COMPLETE_STATES, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, PREPARE_STATES, STATE_NAMES,
+    COMPLETE_STATES, MAX_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, PREPARE_STATES, STATE_NAMES,
     TopicPartition, TransactionMetadata, TxnState, is_epoch_exhausted, split_state_filters,
 )
 from .result import MarkerJob, TxnResult
@@ -58,6 +58,26 @@ END_TXN_TV1: dict[tuple[TxnState, bool], str | int] = {
     (S.COMPLETE_COMMIT, True): NONE, (S.COMPLETE_COMMIT, False): INVALID_TXN_STATE,
     (S.COMPLETE_ABORT, True): INVALID_TXN_STATE, (S.COMPLETE_ABORT, False): NONE,
     (S.EMPTY, True): INVALID_TXN_STATE, (S.EMPTY, False): INVALID_TXN_STATE,
+}
+
+# EndTxn v5, TV2 (A6). The sent epoch must be: CURRENT (Ongoing, Empty), RETRY = current - 1
+# (Prepare*, whose record bumped it), or ANY of those or the epoch-overflow retry (Complete*).
+CURRENT, RETRY, ANY = "current", "retry", "any"
+END_TXN_TV2_EPOCHS: dict[TxnState, str] = {
+    S.ONGOING: CURRENT, S.EMPTY: CURRENT,
+    S.PREPARE_COMMIT: RETRY, S.PREPARE_ABORT: RETRY,
+    S.COMPLETE_COMMIT: ANY, S.COMPLETE_ABORT: ANY,
+}
+# (state, commit, is a retry) -> error, or PREPARE (bump the epoch and write Prepare*).
+END_TXN_TV2: dict[tuple[TxnState, bool, bool], str | int] = {
+    (S.ONGOING, True, False): PREPARE, (S.ONGOING, False, False): PREPARE,
+    (S.EMPTY, True, False): INVALID_TXN_STATE, (S.EMPTY, False, False): PREPARE,
+    (S.COMPLETE_COMMIT, True, False): INVALID_TXN_STATE, (S.COMPLETE_COMMIT, True, True): NONE,
+    (S.COMPLETE_COMMIT, False, False): PREPARE, (S.COMPLETE_COMMIT, False, True): INVALID_TXN_STATE,
+    (S.COMPLETE_ABORT, True, False): INVALID_TXN_STATE, (S.COMPLETE_ABORT, True, True): INVALID_TXN_STATE,
+    (S.COMPLETE_ABORT, False, False): PREPARE, (S.COMPLETE_ABORT, False, True): NONE,
+    (S.PREPARE_COMMIT, True, True): CONCURRENT_TRANSACTIONS, (S.PREPARE_COMMIT, False, True): INVALID_TXN_STATE,
+    (S.PREPARE_ABORT, True, True): INVALID_TXN_STATE, (S.PREPARE_ABORT, False, True): CONCURRENT_TRANSACTIONS,
 }
 
 COMPLETE_OF = {S.PREPARE_COMMIT: S.COMPLETE_COMMIT, S.PREPARE_ABORT: S.COMPLETE_ABORT}
@@ -108,12 +128,11 @@ class TransactionCoordinatorShard:
         if value is None:
             self.transactions.pop(transactional_id, None)
             return
-        stored = decode_value(value)
         meta = self.transactions.get(transactional_id)
-        if meta is not None and meta.pending is not None and meta.pending.to_value() == stored:
+        if meta is not None and meta.pending is not None and meta.pending.record_value() == bytes(value):
             meta.apply(meta.pending)
         else:
-            self.transactions[transactional_id] = TransactionMetadata.from_value(transactional_id, stored)
+            self.transactions[transactional_id] = TransactionMetadata.from_value(transactional_id, decode_value(value))
 
     def on_loaded(self, now: int) -> TxnResult:
         """After load: start the timers, and re-send the markers of every txn in Prepare* (A7)."""
@@ -130,7 +149,7 @@ class TransactionCoordinatorShard:
     def _write(self, meta: TransactionMetadata, target: TransactionMetadata, result: TxnResult) -> None:
         """Append the record of `target` and make it the id's pending transition."""
         meta.pending = target
-        result.records.append((encode_key(meta.transactional_id), encode_value(target.to_value())))
+        result.records.append((encode_key(meta.transactional_id), target.record_value()))
 
     def _marker_job(self, meta: TransactionMetadata) -> MarkerJob:
         return MarkerJob(meta.transactional_id, meta.producer_id, meta.producer_epoch,
@@ -252,7 +271,8 @@ class TransactionCoordinatorShard:
         if error is None and meta is not None and wanted:
             # the start time is set when a txn begins, i.e. when leaving Empty or Complete*
             start = meta.start_timestamp if meta.state is S.ONGOING else now
-            target = meta.transit(S.ONGOING, now, partitions=meta.partitions | wanted, start_timestamp=start)
+            target = meta.transit(S.ONGOING, now, partitions=meta.partitions | wanted, start_timestamp=start,
+                                  client_transaction_version=2 if version >= 4 else 0)
             self._write(meta, target, result)
             error = NONE
         code = map_fenced(error if error is not None else NONE, "add_partitions", version)
@@ -271,16 +291,14 @@ class TransactionCoordinatorShard:
 
     def end_txn(self, token: Hashable, transactional_id: str | None, producer_id: int, producer_epoch: int,
                 commit: bool, version: int, now: int) -> TxnResult:
-        """EndTxn, TV1 (A6): write Prepare*, reply once it is durable, then markers (A1 step 5)."""
+        """EndTxn (A6): write Prepare*, reply once it is durable, then markers (A1 step 5).
+        v5 is TV2 (the epoch is bumped at Prepare*; the reply carries the pid/epoch to use next)."""
         result = TxnResult()
-        error = self._end_txn_tv1(transactional_id, producer_id, producer_epoch, commit, now, result)
-        response = {"error_code": map_fenced(error, "end_txn", version)}
         if version >= 5:
-            meta = self.transactions.get(transactional_id or "")
-            target = meta.pending or meta if meta is not None and error == NONE else None
-            response["producer_id"] = target.producer_id if target else NO_PRODUCER_ID
-            response["producer_epoch"] = target.producer_epoch if target else NO_PRODUCER_EPOCH
-        return result.respond(token, response)
+            error, pid, epoch = self._end_txn_tv2(transactional_id, producer_id, producer_epoch, commit, now, result)
+            return result.respond(token, {"error_code": error, "producer_id": pid, "producer_epoch": epoch})
+        error = self._end_txn_tv1(transactional_id, producer_id, producer_epoch, commit, now, result)
+        return result.respond(token, {"error_code": map_fenced(error, "end_txn", version)})
 
     def _end_txn_tv1(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
                      commit: bool, now: int, result: TxnResult) -> int:
@@ -299,6 +317,43 @@ class TransactionCoordinatorShard:
             return NONE
         return action  # type: ignore[return-value]
 
+    def _end_txn_tv2(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                     commit: bool, now: int, result: TxnResult) -> tuple[int, int, int]:
+        """EndTxn v5: (error, producer id, epoch) per A6's TV2 rules."""
+        failed = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
+        if not transactional_id:
+            return (INVALID_REQUEST, *failed)
+        meta = self.transactions.get(transactional_id)
+        if meta is None:
+            return (INVALID_PRODUCER_ID_MAPPING, *failed)
+        current = producer_id == meta.producer_id and producer_epoch == meta.producer_epoch
+        retry_on_bump = producer_id == meta.producer_id and producer_epoch + 1 == meta.producer_epoch
+        # the previous txn's Prepare* ran out of epochs and Complete* moved to a new producer id
+        retry_on_overflow = (producer_id == meta.last_producer_id and meta.producer_epoch == 0
+                             and producer_epoch == MAX_PRODUCER_EPOCH - 1)
+        if producer_id != meta.producer_id and not retry_on_overflow:
+            return (INVALID_PRODUCER_ID_MAPPING, *failed)
+        allowed = {CURRENT: current, RETRY: retry_on_bump, ANY: current or retry_on_bump or retry_on_overflow}
+        if not allowed[END_TXN_TV2_EPOCHS.get(meta.state, CURRENT)]:
+            return (PRODUCER_FENCED, *failed)
+        if meta.pending is not None:
+            return (CONCURRENT_TRANSACTIONS, *failed)
+        action = END_TXN_TV2.get((meta.state, commit, not current), INVALID_TXN_STATE)
+        if action == NONE:
+            return NONE, meta.producer_id, meta.producer_epoch  # a retry: the values to use now
+        if action != PREPARE:
+            return (action, *failed)  # type: ignore[return-value]
+        next_pid = self.allocate_producer_id() if is_epoch_exhausted(meta.producer_epoch) else NO_PRODUCER_ID
+        changes: dict[str, object] = {"producer_epoch": meta.producer_epoch + 1,
+                                      "last_producer_epoch": meta.producer_epoch,
+                                      "next_producer_id": next_pid, "client_transaction_version": 2}
+        if meta.state is not S.ONGOING:  # an abort with no partitions: the txn starts and ends now
+            changes.update(partitions=set(), start_timestamp=now)
+        self._write_prepare(meta, commit, now, result, **changes)
+        if next_pid != NO_PRODUCER_ID:
+            return NONE, next_pid, 0
+        return NONE, meta.producer_id, meta.producer_epoch + 1
+
     def markers_written(self, transactional_id: str, producer_id: int, producer_epoch: int, now: int) -> TxnResult:
         """Every marker of the txn is written: persist Complete* with the partitions cleared (A7).
         A call that no longer matches the id's Prepare* state (stale job) writes nothing."""
@@ -307,7 +362,11 @@ class TransactionCoordinatorShard:
         if (meta is None or meta.pending is not None or meta.state not in PREPARE_STATES
                 or meta.producer_id != producer_id or meta.producer_epoch != producer_epoch):
             return result
-        self._write(meta, meta.transit(COMPLETE_OF[meta.state], now, partitions=set()), result)
+        changes: dict[str, object] = {"partitions": set()}
+        if meta.next_producer_id != NO_PRODUCER_ID:  # TV2 epoch overflow: switch to the new producer id
+            changes.update(producer_id=meta.next_producer_id, producer_epoch=0, next_producer_id=NO_PRODUCER_ID,
+                           last_producer_id=meta.producer_id)
+        self._write(meta, meta.transit(COMPLETE_OF[meta.state], now, **changes), result)
         return result
 
     # ================================================================ Describe / List

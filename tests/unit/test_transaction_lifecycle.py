@@ -214,7 +214,8 @@ def test_describe() -> None:
     assert h.shard.describe("tx") == {
         "error_code": 0, "transactional_id": "tx", "transaction_state": "Ongoing",
         "transaction_timeout_ms": TIMEOUT, "transaction_start_time_ms": 33, "producer_id": pid,
-        "producer_epoch": epoch, "topics": [{"topic": "b", "partitions": [1, 2]}, {"topic": "topic", "partitions": [0]}]}
+        "producer_epoch": epoch,
+        "topics": [{"topic": "b", "partitions": [1, 2]}, {"topic": "topic", "partitions": [0]}]}
     h.init("empty")
     described = h.shard.describe("empty")
     assert (described["transaction_state"], described["transaction_start_time_ms"], described["topics"]) == (

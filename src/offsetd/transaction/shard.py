@@ -247,8 +247,9 @@ class TransactionCoordinatorShard:
     # =============================================================== AddPartitionsToTxn
 
     def _check_producer(self, transactional_id: str | None, producer_id: int,
-                        producer_epoch: int) -> tuple[int | None, TransactionMetadata | None]:
-        """The checks AddPartitions and its VerifyOnly form share (A3 step 3); None = passed."""
+                        producer_epoch: int) -> tuple[int, TransactionMetadata | None]:
+        """The checks AddPartitions and its VerifyOnly form share (A3 step 3): (error, metadata);
+        the metadata is set whenever the error is NONE."""
         if not transactional_id:
             return INVALID_REQUEST, None
         meta = self.transactions.get(transactional_id)
@@ -258,33 +259,33 @@ class TransactionCoordinatorShard:
             return PRODUCER_FENCED, meta
         if meta.pending is not None or meta.state in PREPARE_STATES:
             return CONCURRENT_TRANSACTIONS, meta
-        return None, meta
+        return NONE, meta
 
     def add_partitions(self, token: Hashable, transactional_id: str, producer_id: int, producer_epoch: int,
                        partitions: list[TopicPartition], version: int, now: int) -> TxnResult:
-        """AddPartitionsToTxn / AddOffsetsToTxn (A3): the completion is {(topic, partition): error}."""
+        """AddPartitionsToTxn / AddOffsetsToTxn (A3): the completion is {(topic, partition): error},
+        one error for all partitions. Partitions already in an Ongoing txn need no write."""
         result = TxnResult()
         wanted = set(partitions)
         error, meta = self._check_producer(transactional_id, producer_id, producer_epoch)
-        if error is None and meta is not None and meta.state is S.ONGOING and wanted <= meta.partitions:
-            error = NONE  # already in the txn: nothing to write
-        if error is None and meta is not None and wanted:
+        already_in = meta is not None and meta.state is S.ONGOING and wanted <= meta.partitions
+        if error == NONE and meta is not None and wanted and not already_in:
             # the start time is set when a txn begins, i.e. when leaving Empty or Complete*
             start = meta.start_timestamp if meta.state is S.ONGOING else now
             target = meta.transit(S.ONGOING, now, partitions=meta.partitions | wanted, start_timestamp=start,
                                   client_transaction_version=2 if version >= 4 else 0)
             self._write(meta, target, result)
-            error = NONE
-        code = map_fenced(error if error is not None else NONE, "add_partitions", version)
+        code = map_fenced(error, "add_partitions", version)
         return result.respond(token, {tp: code for tp in partitions})
 
     def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """AddPartitionsToTxn v4+ VerifyOnly (A3): nothing is written; NONE for a partition in the
-        txn, TRANSACTION_ABORTABLE otherwise (callers rewrite codes for older clients)."""
+        txn, TRANSACTION_ABORTABLE otherwise. Codes are raw: callers rewrite them for old clients
+        (120 -> 48, 90 -> 47)."""
         error, meta = self._check_producer(transactional_id, producer_id, producer_epoch)
-        if error is not None or meta is None:
-            return {tp: error for tp in partitions}  # type: ignore[misc]
+        if error != NONE or meta is None:
+            return {tp: error for tp in partitions}
         return {tp: NONE if tp in meta.partitions else TRANSACTION_ABORTABLE for tp in partitions}
 
     # ========================================================================== EndTxn
@@ -302,6 +303,7 @@ class TransactionCoordinatorShard:
 
     def _end_txn_tv1(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
                      commit: bool, now: int, result: TxnResult) -> int:
+        """EndTxn v0-4: the error per A6's TV1 checks and table (Prepare* written on success)."""
         if not transactional_id:
             return INVALID_REQUEST
         meta = self.transactions.get(transactional_id)

@@ -1,0 +1,124 @@
+"""Transactions in cluster mode: three brokers on one PostgreSQL, the transaction coordinator on one,
+data partitions and the group's offsets partition led by others (markers cross brokers as
+WriteTxnMarkers), and the coordinator's broker killed -9 in the middle of a transaction."""
+
+from __future__ import annotations
+
+import time
+
+from broker_process import wait_for
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from integration.clients import create_topic
+from integration.cluster_helpers import FAST, leader_of, wait_settled
+
+from offsetd.records.offsets import partition_for
+
+TXN = {**FAST, "transaction.state.log.num.partitions": "6"}
+INPUTS = 400
+
+
+def _fill(bootstrap: str, topic: str, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(count):
+        producer.produce(topic, str(i).encode(), partition=i % 4)
+    assert producer.flush(20) == 0
+
+
+def _read_committed(bootstrap: str, topic: str, expected: int, group: str) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "isolation.level": "read_committed", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(values) < expected and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and not message.error():
+                values.append(message.value())
+        # anything beyond `expected` would be a duplicate or aborted data: look a little longer
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            message = consumer.poll(0.2)
+            if message is not None and not message.error():
+                values.append(message.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def _committed(bootstrap: str, group: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed"})
+    try:
+        return sum(max(tp.offset, 0) for tp in consumer.committed([TopicPartition(topic, i) for i in range(4)], 20))
+    finally:
+        consumer.close()
+
+
+def _transform(bootstrap: str, group: str, txn_id: str, stop_after: int | None = None) -> tuple[int, Producer]:
+    """Consume 'in', produce to 'out' with the offsets in the same transaction; returns how many
+    inputs were committed, and the producer (a caller keeps a zombie alive with it). With
+    stop_after, leaves a transaction open after about that many."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
+    producer.init_transactions(30)
+    consumer.subscribe(["in"])
+    done = 0
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            batch = consumer.consume(50, 1.0)
+            if not batch:
+                if done and _committed(bootstrap, group, "in") == INPUTS:
+                    return done, producer
+                continue
+            producer.begin_transaction()
+            for message in batch:
+                producer.produce("out", message.value() + b"!", partition=message.partition())
+            producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                                 consumer.consumer_group_metadata())
+            if stop_after is not None and done + len(batch) > stop_after:
+                producer.flush(10)  # the open transaction's data is stored, undecided
+                return done, producer
+            producer.commit_transaction(30)
+            done += len(batch)
+    finally:
+        consumer.close()
+    return done, producer
+
+
+def test_exactly_once_across_brokers_survives_a_kill9_of_the_transaction_coordinator(pg_dsn, cluster_factory):
+    cluster = cluster_factory(pg_dsn, overrides=TXN)
+    wait_settled(cluster, 3)
+    for topic in ("in", "out"):
+        create_topic(cluster.bootstrap, topic, 4)
+    wait_for(lambda: all(leader_of(cluster.bootstrap, t, p) in (1, 2, 3) for t in ("in", "out") for p in range(4)),
+             timeout=20, message="every partition has a leader")
+    assert len({leader_of(cluster.bootstrap, "out", p) for p in range(4)}) > 1  # markers must cross brokers
+    _fill(cluster.bootstrap, "in", INPUTS)
+
+    # a first instance commits some transactions, then leaves one open and stops answering
+    done, zombie = _transform(cluster.bootstrap, "eos", "eos-app", stop_after=150)
+    assert 0 < done <= 150
+    coordinator = wait_for(lambda: _txn_coordinator(cluster.bootstrap, "eos-app"), timeout=20,
+                           message="the transaction coordinator is known")
+    cluster.kill9(coordinator)
+    # a second instance with the same transactional.id: its init fences the first and aborts its
+    # open transaction (on the new coordinator, which loaded the state from PostgreSQL)
+    _transform(cluster.bootstrap, "eos", "eos-app")
+    out = _read_committed(cluster.bootstrap, "out", INPUTS, "eos-reader")
+    assert sorted(out) == sorted(f"{i}!".encode() for i in range(INPUTS))  # each input exactly once
+    assert _committed(cluster.bootstrap, "eos", "in") == INPUTS
+    del zombie
+
+
+def _txn_coordinator(bootstrap: str, transactional_id: str) -> int | None:
+    """The leader of the id's __transaction_state partition (6 partitions here), from Metadata."""
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics("__transaction_state", timeout=10)
+    topic = metadata.topics.get("__transaction_state")
+    if topic is None or topic.error is not None:
+        return None
+    leader = topic.partitions[partition_for(transactional_id, 6)].leader
+    return leader if leader > 0 else None
+

@@ -255,3 +255,39 @@ def test_list_transactions_filters() -> None:
 
 def test_split_state_filters_echoes_unknown_names() -> None:
     assert split_state_filters(["Ongoing", "Nope", "Dead", "ongoing"]) == ({S.ONGOING, S.DEAD}, ["Nope", "ongoing"])
+
+
+# ======================================================================= config / cycles
+
+
+def test_config_defaults_and_kafka_property_names() -> None:
+    from offsetd.transaction import TransactionConfig
+    default = TransactionConfig()
+    assert (default.transaction_max_timeout_ms, default.transactional_id_expiration_ms,
+            default.abort_timed_out_transaction_cleanup_interval_ms,
+            default.remove_expired_transaction_cleanup_interval_ms,
+            default.transaction_state_log_num_partitions) == (900_000, 604_800_000, 10_000, 3_600_000, 50)
+    custom = TransactionConfig.from_properties({"transaction.max.timeout.ms": "1000",
+                                                "transactional.id.expiration.ms": 5, "log.dir": "/x"})
+    assert (custom.transaction_max_timeout_ms, custom.transactional_id_expiration_ms) == (1000, 5)
+
+
+def test_two_producers_interleave_through_full_cycles() -> None:
+    h = Harness()
+    a = h.init("a")
+    b = h.init("b")
+    pa, ea, pb, eb = a["producer_id"], a["producer_epoch"], b["producer_id"], b["producer_epoch"]
+    assert h.add(pa, ea, [("t", 0)], txn="a") == {("t", 0): 0}
+    assert h.add(pb, eb, [("t", 0), ("u", 1)], txn="b") == {("t", 0): 0, ("u", 1): 0}
+    assert h.add(pa, ea, [("__consumer_offsets", 3)], txn="a", version=0) == {("__consumer_offsets", 3): 0}
+    assert h.end(pa, ea, True, txn="a")["error_code"] == 0
+    assert h.end(pb, eb, False, txn="b")["error_code"] == 0
+    jobs = h.run_markers(now=5)
+    assert [(j.transactional_id, j.commit, j.partitions) for j in jobs] == [
+        ("a", True, [("__consumer_offsets", 3), ("t", 0)]), ("b", False, [("t", 0), ("u", 1)])]
+    assert (h.meta("a").state, h.meta("b").state) == (S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+    # the next txn of "a" begins from CompleteCommit with the same epoch
+    assert h.add(pa, ea, [("t", 1)], txn="a", now=9) == {("t", 1): 0}
+    assert (h.meta("a").state, h.meta("a").start_timestamp) == (S.ONGOING, 9)
+    h.reload()
+    assert h.shard.describe("a")["topics"] == [{"topic": "t", "partitions": [1]}]

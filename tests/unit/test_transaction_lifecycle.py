@@ -82,7 +82,8 @@ def test_load_last_record_wins_and_a_tombstone_removes() -> None:
 def test_load_skips_unknown_key_versions_and_fails_on_unknown_value_versions() -> None:
     h = Harness()
     h.shard.replay(b"\x00\x05\x00\x02tx", b"whatever")
-    assert h.shard.skipped_records == 1 and h.shard.transactions == {}
+    h.shard.replay(None, b"whatever")
+    assert h.shard.skipped_records == 2 and h.shard.transactions == {}
     with pytest.raises(RecordDecodeError):
         h.shard.replay(encode_key("tx"), b"\x00\x07" + bytes(40))
 

@@ -116,12 +116,13 @@ class TransactionCoordinatorShard:
 
     # ============================================================================ replay
 
-    def replay(self, key: bytes, value: bytes | None) -> None:
+    def replay(self, key: bytes | None, value: bytes | None) -> None:
         """Apply one `__transaction_state` record (the last record of an id wins, A9). A record
         that matches the id's pending transition installs that transition (which also carries
         the in-memory KIP-360 fields); any other is loaded as stored. Unknown key versions are
-        counted and skipped; an unknown value version raises RecordDecodeError."""
-        transactional_id = decode_key(key)
+        counted and skipped (so are records without a key); an unknown value version raises
+        RecordDecodeError: the load must stop there (A9)."""
+        transactional_id = None if key is None else decode_key(key)
         if transactional_id is None:
             self.skipped_records += 1
             return

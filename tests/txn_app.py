@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable
 
 #: Error names a fenced producer reports, by client (librdkafka's local _FENCED included).
-FENCED_NAMES = {"_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "ProducerFencedError",
+FENCED_NAMES = {"_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "ProducerFencedError", "ProducerFenced",
                 "InvalidProducerEpochError"}
 
 

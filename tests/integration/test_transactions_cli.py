@@ -261,15 +261,22 @@ def test_list_and_describe_an_open_then_committed_transaction(capsys, txn_broker
     code, out, _ = run(capsys, bootstrap, "list", "--transactional-id-pattern", "app-.*")
     assert code == 1 and "ListTransactions failed: UNSUPPORTED_VERSION: " in out and "ListTransactions v2" in out
 
+    started = described["start_time_ms"]
     producer.commit_transaction(15)
     described = run_json(capsys, bootstrap, "describe", "--transactional-id", txn_id)
-    assert (described["state"], described["start_time_ms"], described["topic_partitions"]) == ("CompleteCommit", None, [])
-    code, out, _ = run(capsys, bootstrap, "describe", "--transactional-id", txn_id)
-    row = table(out)[0]
-    assert (row["TransactionState"], row["CurrentTransactionStartTimeMs"], row["TransactionDurationMs"]) == (
-        "CompleteCommit", "None", "None")
+    # Kafka keeps the last transaction's start time in Complete* (only Empty has none)
+    assert (described["state"], described["start_time_ms"], described["topic_partitions"]) == (
+        "CompleteCommit", started, [])
     listed = {row["TransactionalId"]: row for row in table(run(capsys, bootstrap, "list")[1])}
     assert listed[txn_id]["TransactionState"] == "CompleteCommit"
+
+    idle_id = _unique("idle")
+    idle = txn_producer(bootstrap, idle_id)  # InitProducerId only: Empty, no start time, no partitions
+    code, out, _ = run(capsys, bootstrap, "describe", "--transactional-id", idle_id)
+    row = table(out)[0]
+    assert code == 0 and (row["TransactionState"], row["CurrentTransactionStartTimeMs"], row["TransactionDurationMs"],
+                          row["TopicPartitions"]) == ("Empty", "None", "None", "")
+    del idle
 
 
 def test_describe_an_unknown_transactional_id(capsys, txn_broker) -> None:
@@ -355,17 +362,17 @@ def test_abort_by_producer(capsys, txn_broker) -> None:
 
 
 def test_find_hanging_skips_a_transaction_its_coordinator_knows(capsys, txn_broker) -> None:
-    """An open transaction older than --max-transaction-timeout is a candidate, but its id lists
-    the partition as Ongoing: not hanging (every step of the search runs)."""
+    """An open transaction idle longer than --max-transaction-timeout (1 ms here) is a candidate,
+    but its id lists the partition as Ongoing: not hanging (every step of the search runs)."""
     bootstrap = txn_broker.bootstrap
     topic, txn_id = _unique("txf"), _unique("app")
     create_topic(bootstrap, topic)
     producer = txn_producer(bootstrap, txn_id)
     producer.begin_transaction()
-    send(producer, topic, ["old"], timestamp=int(time.time() * 1000) - 120_000)
+    send(producer, topic, ["old"])
     for argv in (["--topic", topic], ["--topic", topic, "--partition", "0"], ["--broker-id", "1"]):
-        assert run_json(capsys, bootstrap, "find-hanging", *argv, "--max-transaction-timeout", "60000") == {"hanging": []}
-    code, out, _ = run(capsys, bootstrap, "find-hanging", "--topic", topic, "--max-transaction-timeout", "60000")
+        assert run_json(capsys, bootstrap, "find-hanging", *argv, "--max-transaction-timeout", "1") == {"hanging": []}
+    code, out, _ = run(capsys, bootstrap, "find-hanging", "--topic", topic, "--max-transaction-timeout", "1")
     assert (code, out.split()) == (0, ["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch",
                                        "StartOffset", "LastTimestamp", "Duration(min)"])
     code, out, _ = run(capsys, bootstrap, "find-hanging", "--topic", topic, "--partition", "5")
@@ -373,16 +380,16 @@ def test_find_hanging_skips_a_transaction_its_coordinator_knows(capsys, txn_brok
     producer.abort_transaction(15)
 
 
-# A transactional producer in its own process: it opens a transaction on partition 0 (one record
-# stamped an hour ago), prints "open" and waits to be killed.
+# A transactional producer in its own process: it opens a transaction on partition 0 (one record),
+# prints "open" and waits to be killed.
 _PRODUCER = textwrap.dedent("""
-    import sys, time
+    import sys
     from confluent_kafka import Producer
     bootstrap, topic, txn_id = sys.argv[1:4]
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "transaction.timeout.ms": 60000})
     p.init_transactions(15)
     p.begin_transaction()
-    p.produce(topic, b"hanging", partition=0, timestamp=int(time.time() * 1000) - 3_600_000)
+    p.produce(topic, b"hanging", partition=0)
     assert p.flush(15) == 0
     print("open", flush=True)
     sys.stdin.read()
@@ -414,17 +421,20 @@ def test_find_and_abort_a_hanging_transaction(capsys, broker) -> None:
     broker.start()
 
     def hanging() -> list[dict]:
-        code, out, _ = run(capsys, bootstrap, "--output", "json", "find-hanging", "--topic", topic)
+        code, out, _ = run(capsys, bootstrap, "--output", "json", "find-hanging", "--topic", topic,
+                           "--max-transaction-timeout", "1")
         return json.loads(out)["hanging"] if code == 0 else []
 
     [found] = wait_for(hanging, timeout=20, message="find-hanging to report the transaction")
     assert (found["topic"], found["partition"], found["producer_id"], found["producer_epoch"]) == (
         topic, 0, state["producer_id"], state["producer_epoch"])
-    assert found["current_transaction_start_offset"] == 2 and found["duration_ms"] >= 3_600_000
-    code, out, _ = run(capsys, bootstrap, "find-hanging", "--broker-id", "1")
+    assert found["current_transaction_start_offset"] == 2 and found["duration_ms"] > 1
+    code, out, _ = run(capsys, bootstrap, "find-hanging", "--broker-id", "1", "--max-transaction-timeout", "1")
     rows = [r for r in table(out) if r["Topic"] == topic]
-    assert code == 0 and [(r["Partition"], r["StartOffset"]) for r in rows] == [("0", "2")]
-    assert int(rows[0]["Duration(min)"]) >= 60
+    assert code == 0 and [(r["Partition"], r["ProducerId"], r["StartOffset"], r["Duration(min)"]) for r in rows] == [
+        ("0", str(state["producer_id"]), "2", "0")]
+    # with the default maximum (15 minutes) a transaction opened seconds ago is not a candidate
+    assert run_json(capsys, bootstrap, "find-hanging", "--topic", topic) == {"hanging": []}
     assert stable_offset(bootstrap, topic) == 2
 
     code, out, err = run(capsys, bootstrap, "abort", "--topic", topic, "--partition", "0", "--start-offset", "2")

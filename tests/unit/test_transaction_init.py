@@ -203,3 +203,30 @@ def test_fencing_an_epoch_32766_txn_uses_32767_and_the_retry_rotates() -> None:
     assert h.markers == [MarkerJob("tx", 500, 32767, False, 3, [TP])]
     h.run_markers()
     assert h.init() == ok(FIRST_PID, 0)
+
+
+def test_a_fence_whose_write_failed_does_not_bump_twice() -> None:
+    # the append of PrepareAbort fails: the shell resets and replays the log, so the epoch the
+    # failed fence chose is forgotten and the next fence uses epoch + 1 again
+    h = Harness()
+    pid, epoch = h.to_state(S.ONGOING)
+    assert h.init(durable=False) == err(51)
+    h.shard.reset()
+    for key, value in h.log:
+        h.shard.replay(key, value)
+    assert (h.meta().state, h.meta().producer_epoch, h.meta().pending) == (S.ONGOING, epoch, None)
+    assert h.init() == err(51)
+    assert h.markers == [MarkerJob("tx", pid, epoch + 1, False, 3, [TP])]
+
+
+def test_the_fenced_producers_requests_fail_until_it_initialises_again() -> None:
+    h = Harness()
+    pid, epoch = h.to_state(S.ONGOING)
+    h.init()  # a new instance fences the old one
+    assert h.add(pid, epoch, [("late", 0)]) == {("late", 0): 90}
+    assert h.shard.verify_partitions("tx", pid, epoch, [TP]) == {TP: 90}
+    assert h.end(pid, epoch, False, version=1) == {"error_code": 47}
+    h.run_markers()
+    fresh = h.init()
+    assert fresh == ok(pid, epoch + 2)
+    assert h.add(pid, epoch + 2, [("late", 0)]) == {("late", 0): 0}

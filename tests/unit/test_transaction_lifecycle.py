@@ -269,8 +269,10 @@ def test_config_defaults_and_kafka_property_names() -> None:
             default.remove_expired_transaction_cleanup_interval_ms,
             default.transaction_state_log_num_partitions) == (900_000, 604_800_000, 10_000, 3_600_000, 50)
     custom = TransactionConfig.from_properties({"transaction.max.timeout.ms": "1000",
-                                                "transactional.id.expiration.ms": 5, "log.dir": "/x"})
-    assert (custom.transaction_max_timeout_ms, custom.transactional_id_expiration_ms) == (1000, 5)
+                                                "transactional.id.expiration.ms": 5, "log.dir": "/x",
+                                                "transaction.state.log.num.partitions": None})
+    assert (custom.transaction_max_timeout_ms, custom.transactional_id_expiration_ms,
+            custom.transaction_state_log_num_partitions) == (1000, 5, 50)
 
 
 def test_two_producers_interleave_through_full_cycles() -> None:

@@ -31,7 +31,8 @@ class TransactionConfig:
     }
 
     @classmethod
-    def from_properties(cls, props: dict[str, str | int]) -> "TransactionConfig":
-        """Build from Kafka property names (unknown names are ignored: they belong to others)."""
-        kwargs = {attr: int(props[name]) for name, attr in cls.PROPERTY_NAMES.items() if name in props}
+    def from_properties(cls, props: dict[str, str | int | None]) -> "TransactionConfig":
+        """Build from Kafka property names (other names are ignored; None keeps the default)."""
+        kwargs = {attr: int(value) for name, attr in cls.PROPERTY_NAMES.items()
+                  if (value := props.get(name)) is not None}
         return cls(**kwargs)

@@ -4,6 +4,7 @@ WriteTxnMarkers), and the coordinator's broker killed -9 in the middle of a tran
 
 from __future__ import annotations
 
+import datetime
 import time
 
 from broker_process import wait_for
@@ -11,6 +12,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from integration.clients import create_topic
 from integration.cluster_helpers import FAST, leader_of, wait_settled
+from kio.index import load_request_schema
+from raw_client import RawClient
+
+from offsetd.records.batch import build_batch
 
 from offsetd.records.offsets import partition_for
 
@@ -122,3 +127,53 @@ def _txn_coordinator(bootstrap: str, transactional_id: str) -> int | None:
     leader = topic.partitions[partition_for(transactional_id, 6)].leader
     return leader if leader > 0 else None
 
+
+
+def test_a_leader_asks_the_remote_coordinator_before_a_first_transactional_batch(pg_dsn, cluster_factory):
+    """Produce of a transactional batch to a partition the transaction did not add is refused
+    (INVALID_TXN_STATE) by its leader, which asked the coordinator on another broker (AddPartitionsToTxn
+    v4 VerifyOnly); once added, the same batch is stored."""
+    cluster = cluster_factory(pg_dsn, overrides=TXN)
+    wait_settled(cluster, 3)
+    create_topic(cluster.bootstrap, "verified", 3)
+    txn_id = "verify-me"
+    with RawClient(cluster.broker(1).bootstrap) as client:  # creates __transaction_state, then finds it
+        wait_for(lambda: client.call(10, 3, load_request_schema(10, 3)(key=txn_id, key_type=1)).error_code == 0,
+                 timeout=30, message="a transaction coordinator")
+    coordinator = wait_for(lambda: _txn_coordinator(cluster.bootstrap, txn_id), timeout=20,
+                           message="the coordinator in Metadata")
+    (partition,) = wait_for(lambda: next(((p,) for p in range(3) if leader_of(cluster.bootstrap, "verified", p)
+                                          not in (coordinator, -1)), None), timeout=20,
+                            message="a partition led by another broker")
+    leader = leader_of(cluster.bootstrap, "verified", partition)
+    with RawClient(cluster.broker(coordinator).bootstrap) as coord:
+        init = wait_for(lambda: _ok(coord.call(22, 3, load_request_schema(22, 3)(
+            transactional_id=txn_id, transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1,
+            producer_epoch=-1))), timeout=30, message="InitProducerId")
+        batch = build_batch([(None, b"v", 0, [])], producer_id=init.producer_id, producer_epoch=init.producer_epoch,
+                            base_sequence=0, attributes=0x10)
+        with RawClient(cluster.broker(leader).bootstrap) as data:
+            assert _produce(data, txn_id, "verified", partition, batch) == 48  # INVALID_TXN_STATE
+            request = load_request_schema(24, 0)
+            topic_cls = request.__dataclass_fields__["v3_and_below_topics"].type.__args__[0]
+            added = coord.call(24, 0, request(v3_and_below_transactional_id=txn_id,
+                                              v3_and_below_producer_id=init.producer_id,
+                                              v3_and_below_producer_epoch=init.producer_epoch,
+                                              v3_and_below_topics=(topic_cls(name="verified",
+                                                                             partitions=(partition,)),)))
+            assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+            assert _produce(data, txn_id, "verified", partition, batch) == 0
+
+
+def _ok(response):
+    return response if response.error_code == 0 else None
+
+
+def _produce(client: RawClient, txn_id: str, topic: str, partition: int, batch: bytes) -> int:
+    request = load_request_schema(0, 9)
+    topic_cls = request.__dataclass_fields__["topic_data"].type.__args__[0]
+    partition_cls = topic_cls.__dataclass_fields__["partition_data"].type.__args__[0]
+    response = client.call(0, 9, request(transactional_id=txn_id, acks=-1, timeout=datetime.timedelta(seconds=10),
+                                         topic_data=(topic_cls(name=topic, partition_data=(
+                                             partition_cls(index=partition, records=batch),)),)))
+    return response.responses[0].partition_responses[0].error_code

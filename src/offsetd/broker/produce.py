@@ -57,8 +57,12 @@ class _Appends:
             if legacy:
                 records = up_convert(records)
             headers = validate_batches(records, partition_log.config.max_message_bytes)
-            if headers[0].is_transactional:
-                self._verify(partition_log, topic, index, headers[0])
+            verdict = self._verify(partition_log, topic, index, headers[0]) if headers[0].is_transactional else 0
+            if isawaitable(verdict):  # cluster mode: the coordinator is another broker
+                self.pending = True
+                return asyncio.ensure_future(self._append_verified(verdict, entry, partition_log, topic, index,
+                                                                   records, headers))
+            self._check(verdict, topic, index, headers[0])
             result = partition_log.append(records, self.now_ms, validated=headers)
         except _REFUSED as exc:
             return self._refused(entry, partition_log, topic, index, exc)
@@ -67,20 +71,34 @@ class _Appends:
             return asyncio.ensure_future(self._appended_later(entry, partition_log, topic, index, result))
         return self._appended(entry, topic, index, result)
 
-    def _verify(self, partition_log: Any, topic: str, index: int, header: Any) -> None:
+    def _verify(self, partition_log: Any, topic: str, index: int, header: Any) -> Any:
         """The first transactional batch of a transaction on a partition must belong to a
-        transaction that added the partition (reference A4); later ones are not asked again."""
+        transaction that added the partition (reference A4); later ones are not asked again.
+        The coordinator's error code, or an awaitable of it."""
         verifier = self.broker.txn_verifier
         if verifier is None or self.transactional_id is None:
-            return
+            return Error.NONE
         if partition_log.ongoing_transaction(header.producer_id) is not None:
-            return
-        error = verifier(self.transactional_id, header.producer_id, header.producer_epoch, topic, index)
+            return Error.NONE
+        return verifier(self.transactional_id, header.producer_id, header.producer_epoch, topic, index)
+
+    def _check(self, error: int, topic: str, index: int, header: Any) -> None:
         if error == Error.TRANSACTION_ABORTABLE and self.version < 11:
             error = Error.INVALID_TXN_STATE  # older producers know only this one
         if error:
             raise ProduceError(error, f"{topic}-{index} is not part of the open transaction of "
                                       f"{self.transactional_id!r} (producer {header.producer_id})")
+
+    async def _append_verified(self, verdict: Any, entry: dict[str, Any], partition_log: Any, topic: str,
+                               index: int, records: bytes, headers: list[Any]) -> dict[str, Any]:
+        try:
+            self._check(await verdict, topic, index, headers[0])
+            result = partition_log.append(records, self.now_ms, validated=headers)
+            if isawaitable(result):
+                result = await result
+        except _REFUSED as exc:
+            return self._refused(entry, partition_log, topic, index, exc)
+        return self._appended(entry, topic, index, result)
 
     def _appended(self, entry: dict[str, Any], topic: str, index: int, result: Any) -> dict[str, Any]:
         entry.update(base_offset=result.base_offset, log_start_offset=result.log_start_offset)

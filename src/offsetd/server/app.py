@@ -226,7 +226,7 @@ class KafkaServer:
                                  self._apply_group_config, self.txn_api.runtimes,
                                  lambda topic: self.txn_api.add_runtimes(topic, owned=False))
         self.txn_api.create_state_topic = self._create_state_topic_in_cluster
-        self.txn_api.markers.remote = PeerClient(lambda node: self.broker.cluster.endpoint(node)).write_txn_markers
+        self.txn_api.markers.remote = PeerClient(lambda node: self.broker.cluster.endpoint(node))
         self._topics.on_deleted = lambda topic: self._offsets_of_deleted_topic(topic.name, len(topic.partitions))
         self.cluster = ClusterMember(self._store, self.config.get("node.id"), advertised.host, advertised.port,
                                      ttl_ms=self.config.get("broker.session.timeout.ms"),

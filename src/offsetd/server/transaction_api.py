@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from inspect import isawaitable
 from typing import Any, Awaitable, Callable
 
 from ..broker.broker import Broker
 from ..broker.produce import handle_init_producer_id
 from ..config import BrokerConfig
 from ..coordinator.write_errors import CoordinatorWriteError
+from ..protocol.api_versions import ApiKey
 from ..protocol.errors import Error
 from ..records.offsets import OFFSETS_TOPIC, partition_for
 from ..transaction.config import TransactionConfig
@@ -32,6 +34,11 @@ log = logging.getLogger("offsetd.transactions")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
+
+# A coordinator that cannot answer a verification right now: the append is retried by the
+# producer (Kafka's leaders answer NOT_ENOUGH_REPLICAS then).
+VERIFY_UNAVAILABLE = {code: Error.NOT_ENOUGH_REPLICAS for code in (
+    Error.COORDINATOR_LOAD_IN_PROGRESS, Error.COORDINATOR_NOT_AVAILABLE, Error.NOT_COORDINATOR)}
 
 Body = dict[str, Any]
 Reply = Body | Awaitable[Body]
@@ -335,27 +342,56 @@ class TransactionApi:
     # --------------------------------------------------------------------- verification
 
     def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
-               partition: int) -> int:
+               partition: int) -> int | Awaitable[int]:
         """Is (topic, partition) part of the producer's open transaction? Asked before a
-        partition's first transactional batch (A4) and before a TxnOffsetCommit. A coordinator on
-        another broker (cluster mode) is not asked: NONE."""
+        partition's first transactional batch (A4) and before a TxnOffsetCommit; a coordinator on
+        another broker (cluster mode) is asked with AddPartitionsToTxn v4 VerifyOnly."""
         if not self.verify_partitions:
             return Error.NONE
         runtime = self.runtime_for(transactional_id)
-        if runtime is None or not runtime.plog.leader:
-            return Error.NONE
+        if runtime is not None and not runtime.plog.leader and self.markers.remote is not None:
+            return self._verify_remote(transactional_id, producer_id, producer_epoch, topic, partition)
         error = state_error(runtime)
         if error:
-            return error
-        return runtime.shard.verify_partitions(transactional_id, producer_id, producer_epoch,
+            return VERIFY_UNAVAILABLE.get(error, error)
+        return runtime.shard.verify_partitions(transactional_id, producer_id, producer_epoch,  # type: ignore
                                                [(topic, partition)]).get((topic, partition), Error.NONE)
 
+    async def _verify_remote(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
+                             partition: int) -> int:
+        node = self.broker.cluster.leader(self.broker.topics.get(TRANSACTION_STATE_TOPIC),
+                                          partition_for(transactional_id, len(self.runtimes)))[0]
+        if node < 0:
+            return Error.NOT_ENOUGH_REPLICAS
+        body = {"transactions": [{"transactional_id": transactional_id, "producer_id": producer_id,
+                                  "producer_epoch": producer_epoch, "verify_only": True,
+                                  "topics": [{"name": topic, "partitions": [partition]}]}]}
+        try:
+            response = await self.markers.remote_request(node, ApiKey.ADD_PARTITIONS_TO_TXN, 4, body)
+        except (OSError, asyncio.TimeoutError, ConnectionError):
+            return Error.NOT_ENOUGH_REPLICAS
+        if response.error_code:
+            return VERIFY_UNAVAILABLE.get(int(response.error_code), int(response.error_code))
+        codes = [int(p.partition_error_code) for txn in response.results_by_transaction
+                 for t in txn.topic_results for p in t.results_by_partition]
+        code = codes[0] if codes else Error.UNKNOWN_SERVER_ERROR
+        return VERIFY_UNAVAILABLE.get(code, code)
+
     def verify_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
-                       partition: int) -> int:
+                       partition: int) -> int | Awaitable[int]:
         """verify() for TxnOffsetCommit, whose clients (v0-3) know INVALID_TXN_STATE, not
-        TRANSACTION_ABORTABLE (A5)."""
-        error = self.verify(transactional_id, producer_id, producer_epoch, topic, partition)
-        return Error.INVALID_TXN_STATE if error == Error.TRANSACTION_ABORTABLE else error
+        TRANSACTION_ABORTABLE (A5), and COORDINATOR_NOT_AVAILABLE rather than NOT_ENOUGH_REPLICAS."""
+        verdict = self.verify(transactional_id, producer_id, producer_epoch, topic, partition)
+        if isawaitable(verdict):
+            async def mapped() -> int:
+                return _for_offsets(await verdict)  # type: ignore[misc]
+            return mapped()
+        return _for_offsets(verdict)  # type: ignore[arg-type]
+
+
+def _for_offsets(error: int) -> int:
+    return {Error.TRANSACTION_ABORTABLE: Error.INVALID_TXN_STATE,
+            Error.NOT_ENOUGH_REPLICAS: Error.COORDINATOR_NOT_AVAILABLE}.get(error, error)
 
 
 def _ms(value: Any) -> int:

@@ -26,6 +26,7 @@ from ..storage.log_dir import NotLeader, StorageError
 from ..storage.producer_state import ProduceError
 from ..transaction.result import MarkerJob
 from .coordinator_runtime import ShardRuntime, ShardState
+from .peer_client import PeerClient
 
 log = logging.getLogger("offsetd.transactions")
 
@@ -35,20 +36,21 @@ RETRY_BACKOFF_S = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0)  # then every second, as long
 # NOT_LEADER_OR_FOLLOWER (reference A7); the marker is retried.
 _COORDINATOR_MOVED = {Error.COORDINATOR_LOAD_IN_PROGRESS, Error.COORDINATOR_NOT_AVAILABLE, Error.NOT_COORDINATOR}
 
-# Sends one WriteTxnMarkers request to another broker (cluster mode): (node, markers body) ->
-# per (topic, partition) error code.
-RemoteWrite = Callable[[int, dict[str, Any]], Awaitable[dict[tuple[str, int], int]]]
 
 
 class MarkerWriter:
     """Appends markers to the partitions this broker leads and forwards the rest."""
 
-    def __init__(self, broker: Broker, group_runtimes: list[ShardRuntime], clock: Callable[[], int],
-                 remote: RemoteWrite | None = None) -> None:
+    def __init__(self, broker: Broker, group_runtimes: list[ShardRuntime], clock: Callable[[], int]) -> None:
         self.broker = broker
         self.group_runtimes = group_runtimes
         self.clock = clock
-        self.remote = remote
+        self.remote: PeerClient | None = None  # cluster mode: requests to the other brokers
+
+    def remote_request(self, node: int, api_key: int, version: int, body: dict[str, Any]) -> Awaitable[Any]:
+        """A request to another broker of the cluster (decoded response)."""
+        assert self.remote is not None
+        return self.remote.request(node, api_key, version, body)
 
     async def write_local(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                           topic: str, partition: int) -> int:
@@ -105,7 +107,7 @@ class MarkerWriter:
                                  "transaction_result": job.commit, "coordinator_epoch": job.coordinator_epoch,
                                  "topics": [{"name": topic, "partition_indexes": [partition]}]}]}
             try:
-                errors = await self.remote(node, body)
+                errors = await self.remote.write_txn_markers(node, body)
             except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
                 log.debug("WriteTxnMarkers to node %d failed: %s", node, exc)
                 return Error.NETWORK_EXCEPTION

@@ -22,12 +22,14 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from broker_process import BrokerProcess, wait_for
 from clients import consume_all, create_topic, produce
+from integration.cluster_helpers import leader_of, wait_settled
 from offsetd.admin.errors import ToolError
 from offsetd.admin.transactions import (OpenTransaction, ProducerState, TopicPartition, TransactionDescription,
                                         TransactionListing, find_open_transaction, format_describe, format_hanging,
                                         format_list, format_producers, hanging_transactions, open_transactions)
 from offsetd.admin.transactions_cli import main
 from offsetd.admin.transactions_client import TxnCluster
+from offsetd.records.offsets import partition_for
 
 NOWHERE = "127.0.0.1:1"  # nothing listens: a test that reached the cluster would fail with exit 1
 
@@ -444,3 +446,54 @@ def test_find_and_abort_a_hanging_transaction(capsys, broker) -> None:
     produce(bootstrap, topic, [{"value": b"after"}])
     values = [m.value() for m in consume_all(bootstrap, topic, [0], 3, **{"isolation.level": "read_committed"})]
     assert values == [b"plain0", b"plain1", b"after"]
+
+
+# --- on three brokers (cluster mode on PostgreSQL) ----------------------------------------------------
+
+CLUSTER = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500",
+           "offsets.topic.num.partitions": "12", "transaction.state.log.num.partitions": "6"}
+
+
+def test_on_three_brokers_each_request_goes_where_kafka_sends_it(capsys, pg_dsn, cluster_factory) -> None:
+    """Transactional ids and partitions spread over three brokers (where rendezvous hashing puts
+    them): list asks every broker (Coordinator = the __transaction_state leader of the id),
+    describe asks the id's coordinator, describe-producers and abort ask each partition's leader."""
+    cluster = cluster_factory(pg_dsn, overrides=CLUSTER)
+    wait_settled(cluster, 3)
+    bootstrap = cluster.bootstrap
+    topic = _unique("txc")
+    create_topic(bootstrap, topic, partitions=3)
+    wait_for(lambda: all(leader_of(bootstrap, topic, p) in (1, 2, 3) for p in range(3)), timeout=20,
+             message="a leader for every partition")
+    txn_ids = [_unique("app") for _ in range(6)]
+    producers = []
+    for i, txn_id in enumerate(txn_ids):  # two open transactions per partition, at offsets 0 and 1
+        producer = txn_producer(bootstrap, txn_id)
+        producer.begin_transaction()
+        send(producer, topic, [txn_id], partition=i % 3)
+        producers.append(producer)
+
+    listed = {row["TransactionalId"]: row for row in table(run(capsys, bootstrap, "list")[1])}
+    for txn_id in txn_ids:
+        coordinator = leader_of(bootstrap, "__transaction_state", partition_for(txn_id, 6))
+        assert (listed[txn_id]["TransactionState"], listed[txn_id]["Coordinator"]) == ("Ongoing", str(coordinator))
+        described = run_json(capsys, bootstrap, "describe", "--transactional-id", txn_id)
+        assert (described["coordinator_id"], described["producer_id"]) == (coordinator,
+                                                                           int(listed[txn_id]["ProducerId"]))
+        assert described["topic_partitions"] == [{"topic": topic, "partition": txn_ids.index(txn_id) % 3}]
+
+    for node in (1, 2, 3):  # each broker's partitions, asked of it: all six are known to their ids
+        hanging = run_json(capsys, bootstrap, "find-hanging", "--broker-id", str(node), "--max-transaction-timeout", "1")
+        assert hanging == {"hanging": []}
+    leaders = {p: leader_of(bootstrap, topic, p) for p in range(3)}
+    for p in range(3):
+        found = run_json(capsys, bootstrap, "describe-producers", "--topic", topic, "--partition", str(p))["producers"]
+        assert sorted(s["current_transaction_start_offset"] for s in found) == [0, 1]
+        assert stable_offset(bootstrap, topic, p) == 0
+        for start in (1, 0):
+            code, out, err = run(capsys, bootstrap, "abort", "--topic", topic, "--partition", str(p),
+                                 "--start-offset", str(start))
+            assert code == 0, (leaders[p], out, err)
+        assert wait_for(lambda: stable_offset(bootstrap, topic, p) == 4, message=f"LSO of partition {p} at its end")
+    for producer in producers:
+        producer.abort_transaction(15)

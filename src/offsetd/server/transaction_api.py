@@ -299,7 +299,7 @@ class TransactionApi:
         states = []
         for transactional_id in req.transactional_ids:
             runtime = self.runtime_for(transactional_id) if transactional_id else None
-            error = state_error(runtime) if transactional_id else Error.NONE
+            error = state_error(runtime) if transactional_id else Error.INVALID_REQUEST
             if error == Error.COORDINATOR_NOT_AVAILABLE:  # no __transaction_state: nobody has this id
                 error = Error.TRANSACTIONAL_ID_NOT_FOUND
             described = {} if error else runtime.shard.describe(transactional_id)  # type: ignore[union-attr]

@@ -363,6 +363,29 @@ def test_abort_by_producer(capsys, txn_broker) -> None:
     producer.abort_transaction(15)
 
 
+def test_abort_with_a_stale_epoch_is_refused(capsys, txn_broker) -> None:
+    """A second producer with the same transactional id fences the first (a higher epoch: Kafka
+    aborts with epoch 1 and hands out 2); an abort naming epoch 0 is refused by the leader (INVALID_PRODUCER_EPOCH) and changes nothing."""
+    bootstrap = txn_broker.bootstrap
+    topic, txn_id = _unique("txe"), _unique("app")
+    create_topic(bootstrap, topic)
+    first = txn_producer(bootstrap, txn_id)
+    first.begin_transaction()
+    send(first, topic, ["zombie"])  # offset 0; aborted (marker at 1) when the second producer starts
+    second = txn_producer(bootstrap, txn_id)
+    second.begin_transaction()
+    send(second, topic, ["live"])  # offset 2
+    [state] = run_json(capsys, bootstrap, "describe-producers", "--topic", topic, "--partition", "0")["producers"]
+    assert state["producer_epoch"] >= 1 and state["current_transaction_start_offset"] == 2
+    code, out, _ = run(capsys, bootstrap, "abort", "--topic", topic, "--partition", "0", "--producer-id",
+                       str(state["producer_id"]), "--producer-epoch", "0", "--coordinator-epoch", "0")
+    assert code == 1
+    assert out == (f"Error: Aborting the transaction of producer {state['producer_id']} on {topic}-0 failed: "
+                   "INVALID_PRODUCER_EPOCH: Producer attempted to produce with an old epoch.\n")
+    assert stable_offset(bootstrap, topic) == 2
+    second.abort_transaction(15)
+
+
 def test_find_hanging_skips_a_transaction_its_coordinator_knows(capsys, txn_broker) -> None:
     """An open transaction idle longer than --max-transaction-timeout (1 ms here) is a candidate,
     but its id lists the partition as Ongoing: not hanging (every step of the search runs)."""

@@ -129,6 +129,7 @@ def _columns(*headers: str) -> list[Column]:
 
 
 def _table(columns: list[Column], rows: list[list[Any]]) -> str:
+    """Header and rows as printed text."""
     return "\n".join(render(columns, rows)) + "\n"
 
 
@@ -185,11 +186,13 @@ def format_hanging(hanging: Sequence[OpenTransaction]) -> str:
 
 
 def listing_json(t: TransactionListing) -> dict[str, Any]:
+    """A `list` row for --output json."""
     return {"transactional_id": t.transactional_id, "coordinator": t.coordinator, "producer_id": t.producer_id,
             "state": t.state}
 
 
 def description_json(d: TransactionDescription, now_ms: int) -> dict[str, Any]:
+    """The `describe` result for --output json (null where the table says None)."""
     started = d.start_time_ms >= 0
     return {"coordinator_id": d.coordinator_id, "transactional_id": d.transactional_id,
             "producer_id": d.producer_id, "producer_epoch": d.producer_epoch, "state": d.state,
@@ -199,6 +202,7 @@ def description_json(d: TransactionDescription, now_ms: int) -> dict[str, Any]:
 
 
 def producer_json(p: ProducerState) -> dict[str, Any]:
+    """A `describe-producers` row for --output json (no open transaction: null)."""
     return {"producer_id": p.producer_id, "producer_epoch": p.producer_epoch,
             "coordinator_epoch": p.coordinator_epoch, "last_sequence": p.last_sequence,
             "last_timestamp": p.last_timestamp,
@@ -206,5 +210,6 @@ def producer_json(p: ProducerState) -> dict[str, Any]:
 
 
 def hanging_json(h: OpenTransaction) -> dict[str, Any]:
+    """A `find-hanging` row for --output json."""
     return {"topic": h.partition.topic, "partition": h.partition.partition, **producer_json(h.producer),
             "duration_ms": h.duration_ms}

@@ -33,7 +33,10 @@ class _Parser(argparse.ArgumentParser):
 def _add_common(p: argparse.ArgumentParser, suppress: bool) -> None:
     """The connection options; accepted before and after the action (`suppress`: an option left
     out after the action keeps the value given before it)."""
-    default: Callable[[object], object] = (lambda _v: argparse.SUPPRESS) if suppress else (lambda v: v)
+
+    def default(value: object) -> object:
+        return argparse.SUPPRESS if suppress else value
+
     p.add_argument("--bootstrap-server", metavar="HOST:PORT", default=default(None),
                    help="REQUIRED: the server(s) to connect to")
     p.add_argument("--command-config", metavar="FILE", default=default(None),
@@ -82,10 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _missing(name: str, action: str) -> UsageError:
+    """The message for a required option left out."""
     return UsageError(f"Missing required argument --{name} for {action}")
 
 
 def _given(args: argparse.Namespace, name: str) -> bool:
+    """Whether option `name` (dashed spelling) was given (absent for other actions: not given)."""
     return getattr(args, name.replace("-", "_"), None) is not None
 
 
@@ -160,6 +165,7 @@ def main(argv: list[str]) -> int:
 
 
 def _now_ms() -> int:
+    """Wall-clock milliseconds, the clock the brokers' timestamps use."""
     return int(time.time() * 1000)
 
 
@@ -184,9 +190,12 @@ def run_describe(cluster: TxnCluster, args: argparse.Namespace, out: Output) -> 
 
 
 def _check_broker(cluster: TxnCluster, broker_id: int | None) -> None:
-    if broker_id is not None and broker_id not in cluster.broker_ids():
-        raise ToolError(f"Broker {broker_id} is not in the cluster (brokers: "
-                        + ", ".join(str(b) for b in cluster.broker_ids()) + ")")
+    """ToolError unless `broker_id` (when given) is one of the cluster's brokers."""
+    if broker_id is None:
+        return
+    brokers = cluster.broker_ids()
+    if broker_id not in brokers:
+        raise ToolError(f"Broker {broker_id} is not in the cluster (brokers: {', '.join(map(str, brokers))})")
 
 
 def run_describe_producers(cluster: TxnCluster, args: argparse.Namespace, out: Output) -> int:

@@ -59,6 +59,7 @@ class TxnCluster:
         self._versions = {int(key): value for key, value in self.admin.api_versions().items()}
 
     def close(self) -> None:
+        """Close the admin client's connections and its network thread."""
         self.admin.close()
 
     def require(self, api_key: int) -> None:
@@ -137,6 +138,7 @@ class TxnCluster:
     # --- topics ------------------------------------------------------------------------------------
 
     def _metadata(self, topics: list[str] | None) -> list[dict[str, Any]]:
+        """Metadata of `topics` (None: every topic, internal ones included)."""
         return self._call("Metadata", self.admin.describe_topics, topics)
 
     def topic_partitions(self, topic: str) -> list[TopicPartition]:

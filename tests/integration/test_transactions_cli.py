@@ -78,6 +78,12 @@ def test_connection_options_are_accepted_after_the_action(capsys) -> None:
     assert capsys.readouterr().out.startswith(f"Error: Connecting to {NOWHERE} failed: ")
 
 
+def test_command_config_must_be_readable(capsys, tmp_path) -> None:
+    assert main(["--bootstrap-server", NOWHERE, "--command-config", str(tmp_path / "absent.properties"), "list"]) == 2
+    assert capsys.readouterr().err == (f"offsetd transactions: Cannot read --command-config file "
+                                       f"'{tmp_path / 'absent.properties'}': No such file or directory\n")
+
+
 def test_a_broker_without_the_api_is_named() -> None:
     cluster = TxnCluster.__new__(TxnCluster)
     cluster._versions = {0: (0, 12), 27: (1, 1)}
@@ -279,6 +285,16 @@ def test_list_and_describe_an_open_then_committed_transaction(capsys, txn_broker
     assert code == 0 and (row["TransactionState"], row["CurrentTransactionStartTimeMs"], row["TransactionDurationMs"],
                           row["TopicPartitions"]) == ("Empty", "None", "None", "")
     del idle
+
+
+def test_command_config_properties_are_used(capsys, txn_broker, tmp_path) -> None:
+    """A Kafka client properties file (Java syntax; client.id overrides the tool's own) is read and
+    given to the client."""
+    config = tmp_path / "client.properties"
+    config.write_text("# the tool's client\nclient.id=offsetd-txn-test\nrequest.timeout.ms = 9000\n")
+    code, out, err = run(capsys, txn_broker.bootstrap, "--command-config", str(config), "list")
+    assert code == 0, err
+    assert out.splitlines()[0].split() == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
 
 
 def test_describe_an_unknown_transactional_id(capsys, txn_broker) -> None:

@@ -51,8 +51,9 @@ class TxnCluster:
         self.timeout_s = timeout_s
         timeout_ms = int(timeout_s * 1000)
         try:
-            self.admin = KafkaAdminClient(**kafka_python_config(client_config), request_timeout_ms=timeout_ms,
-                                          bootstrap_timeout_ms=timeout_ms, client_id="offsetd-transactions")
+            settings = {"client_id": "offsetd-transactions", **kafka_python_config(client_config),
+                        "request_timeout_ms": timeout_ms, "bootstrap_timeout_ms": timeout_ms}
+            self.admin = KafkaAdminClient(**settings)
         except Exception as exc:  # kafka-python raises a family of errors on connect
             raise ToolError(f"Connecting to {client_config.get('bootstrap.servers')} failed: "
                             f"{describe_error(exc)}") from None

@@ -24,6 +24,7 @@ from broker_process import BrokerProcess, wait_for
 from clients import consume_all, create_topic, produce
 from integration.cluster_helpers import leader_of, wait_settled
 from offsetd.admin.errors import ToolError
+from offsetd.cli import main as offsetd_main
 from offsetd.admin.transactions import (OpenTransaction, ProducerState, TopicPartition, TransactionDescription,
                                         TransactionListing, find_open_transaction, format_describe, format_hanging,
                                         format_list, format_producers, hanging_transactions, open_transactions)
@@ -82,6 +83,11 @@ def test_command_config_must_be_readable(capsys, tmp_path) -> None:
     assert main(["--bootstrap-server", NOWHERE, "--command-config", str(tmp_path / "absent.properties"), "list"]) == 2
     assert capsys.readouterr().err == (f"offsetd transactions: Cannot read --command-config file "
                                        f"'{tmp_path / 'absent.properties'}': No such file or directory\n")
+
+
+def test_offsetd_command_dispatches_to_the_tool(capsys) -> None:
+    assert offsetd_main(["transactions", "--bootstrap-server", NOWHERE, "describe"]) == 2
+    assert capsys.readouterr().err == "offsetd transactions: Missing required argument --transactional-id for describe\n"
 
 
 def test_a_broker_without_the_api_is_named() -> None:

@@ -337,6 +337,20 @@ def test_describe_producers_shows_the_open_transaction(capsys, txn_broker) -> No
     assert code == 1 and "Broker 9 is not in the cluster" in out
 
 
+def test_an_unknown_partition_fails_at_once(capsys, txn_broker) -> None:
+    """UNKNOWN_TOPIC_OR_PARTITION is an answer, not retried until --timeout (30 s here)."""
+    topic = _unique("absent")
+    for argv in (["describe-producers", "--topic", topic, "--partition", "0"],
+                 ["abort", "--topic", topic, "--partition", "0", "--start-offset", "0"],
+                 ["abort", "--topic", topic, "--partition", "0", "--producer-id", "1", "--producer-epoch", "0",
+                  "--coordinator-epoch", "0"],
+                 ["find-hanging", "--topic", topic]):
+        started = time.monotonic()
+        code, out, _ = run(capsys, txn_broker.bootstrap, "--timeout", "30000", *argv)
+        assert (code, "UNKNOWN_TOPIC_OR_PARTITION: " in out) == (1, True), out
+        assert time.monotonic() - started < 15
+
+
 def _open_transaction(bootstrap: str, topic: str, txn_id: str) -> Producer:
     """Two plain records (offsets 0, 1), then an open transaction of three (offsets 2-4)."""
     create_topic(bootstrap, topic)

@@ -24,6 +24,8 @@ from .transactions import ProducerState, TopicPartition, TransactionDescription,
 logging.getLogger("kafka").addHandler(logging.NullHandler())
 
 RETRY_BACKOFF_S = 0.1
+# Retriable in kafka-python's eyes, but for a tool an unknown topic or partition is an answer.
+NOT_RETRIED = (kafka_errors.UnknownTopicOrPartitionError,)
 
 T = TypeVar("T")
 
@@ -79,7 +81,8 @@ class TxnCluster:
             try:
                 return fn(*args, **kwargs)
             except kafka_errors.KafkaError as exc:
-                if not (exc.retriable and time.monotonic() + RETRY_BACKOFF_S < deadline):
+                retry = exc.retriable and not isinstance(exc, NOT_RETRIED)
+                if not (retry and time.monotonic() + RETRY_BACKOFF_S < deadline):
                     raise ToolError(f"{what} failed: {describe_error(exc)}") from None
             time.sleep(RETRY_BACKOFF_S)
 

@@ -3,14 +3,18 @@ transaction integration tests (so it can be killed with SIGKILL or frozen with S
 
     python tests/txn_app.py --client confluent|aiokafka|kafka-python --bootstrap HOST:PORT \
         --input IN --output OUT --group G --txn-id T --inputs N [--per-txn K] [--hold-after M]
+        [--hold-with-offsets] [--txn-timeout-ms MS]
 
 Each transaction: up to K records consumed (read_committed, no auto commit), each produced to
 the same partition of OUT with the same key and the value reversed, the consumer's positions
 sent to the transaction, commit. Lines on stdout (flushed), which the tests wait for:
 
-* ``COMMITTED <records>``: a transaction committed; <records>: the sum of the positions.
-* ``IN_TXN <n>`` (with --hold-after M, after M commits): a transaction is open with n records
-  produced and acknowledged, offsets not sent; the app then reads one line from stdin:
+* ``COMMITTED <records> <p>:<offset>,...``: a transaction committed; <records>: the sum of the
+  positions, then the position of each partition.
+* ``IN_TXN <n> <p>:<offset>,...`` (with --hold-after M, after M commits): a transaction is
+  open with n records produced and acknowledged, and the positions it would commit; offsets
+  not sent yet (with --hold-with-offsets (confluent only): sent, the transaction not
+  committed); the app then reads one line from stdin:
   ``commit`` sends the offsets and commits, ``exit`` exits at once. The outcome is printed as
   ``RESULT COMMITTED``, or ``RESULT FENCED <error name>`` for a fencing error, or
   ``RESULT ERROR <error name> <message>``; then the app exits.
@@ -32,6 +36,11 @@ FENCED_NAMES = {"_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "Produce
 def say(line: str) -> None:
     """One protocol line on stdout."""
     print(line, flush=True)
+
+
+def positions_text(positions: dict[int, int]) -> str:
+    """``p:offset`` of each partition, by partition."""
+    return ",".join(f"{p}:{o}" for p, o in sorted(positions.items()))
 
 
 def transform(value: bytes) -> bytes:
@@ -62,7 +71,7 @@ def run_confluent(a: argparse.Namespace) -> None:
                          "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
                          "heartbeat.interval.ms": 500})
     producer = Producer({"bootstrap.servers": a.bootstrap, "transactional.id": a.txn_id,
-                         "linger.ms": 5})
+                         "linger.ms": 5, "transaction.timeout.ms": a.txn_timeout_ms})
     producer.init_transactions(30)
     consumer.subscribe([a.input])
     commits = 0
@@ -83,21 +92,27 @@ def run_confluent(a: argparse.Namespace) -> None:
         for msg in batch:
             producer.produce(a.output, transform(msg.value()), msg.key(), partition=msg.partition())
         positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
+        by_partition = {tp.partition: tp.offset for tp in positions}
+        offsets_sent = False
 
         def commit() -> None:
-            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
+            if not offsets_sent:
+                producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
             producer.commit_transaction(30)
 
         if a.hold_after is not None and commits == a.hold_after:
             if producer.flush(30):
                 raise RuntimeError("held transaction's records not acknowledged")
-            say(f"IN_TXN {len(batch)}")
+            if a.hold_with_offsets:
+                producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
+                offsets_sent = True
+            say(f"IN_TXN {len(batch)} {positions_text(by_partition)}")
             held(commit, error_name)
             return
         commit()
         commits += 1
-        done = sum(tp.offset for tp in positions)
-        say(f"COMMITTED {done}")
+        done = sum(by_partition.values())
+        say(f"COMMITTED {done} {positions_text(by_partition)}")
         if done >= a.inputs:
             say(f"DONE {done}")
             consumer.close()
@@ -134,8 +149,9 @@ async def run_aiokafka(a: argparse.Namespace) -> None:
                 await producer.send_offsets_to_transaction(positions, a.group)
                 await producer.commit_transaction()
 
+            by_partition = {tp.partition: o for tp, o in positions.items()}
             if a.hold_after is not None and commits == a.hold_after:
-                say(f"IN_TXN {len(batch)}")
+                say(f"IN_TXN {len(batch)} {positions_text(by_partition)}")
                 word = await loop.run_in_executor(None, sys.stdin.readline)
                 if word.strip() != "commit":
                     sys.exit(3)
@@ -150,7 +166,7 @@ async def run_aiokafka(a: argparse.Namespace) -> None:
             await commit()
             commits += 1
             done = sum(positions.values())
-            say(f"COMMITTED {done}")
+            say(f"COMMITTED {done} {positions_text(by_partition)}")
             if done >= a.inputs:
                 say(f"DONE {done}")
                 return
@@ -188,14 +204,15 @@ def run_kafka_python(a: argparse.Namespace) -> None:
             producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
             producer.commit_transaction()
 
+        by_partition = {tp.partition: o for tp, o in positions.items()}
         if a.hold_after is not None and commits == a.hold_after:
-            say(f"IN_TXN {len(batch)}")
+            say(f"IN_TXN {len(batch)} {positions_text(by_partition)}")
             held(commit, lambda exc: type(exc).__name__)
             return
         commit()
         commits += 1
         done = sum(positions.values())
-        say(f"COMMITTED {done}")
+        say(f"COMMITTED {done} {positions_text(by_partition)}")
         if done >= a.inputs:
             say(f"DONE {done}")
             consumer.close()
@@ -214,6 +231,8 @@ def main() -> None:
     p.add_argument("--inputs", type=int, required=True)
     p.add_argument("--per-txn", type=int, default=20)
     p.add_argument("--hold-after", type=int)
+    p.add_argument("--hold-with-offsets", action="store_true")
+    p.add_argument("--txn-timeout-ms", type=int, default=60000)
     a = p.parse_args()
     if a.client == "confluent":
         run_confluent(a)

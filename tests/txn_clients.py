@@ -32,12 +32,17 @@ class TxnApp:
     """tests/txn_app.py running in its own process; its stdout lines read against deadlines."""
 
     def __init__(self, client: str, bootstrap: str, input_topic: str, output_topic: str, group: str,
-                 txn_id: str, inputs: int, per_txn: int = 20, hold_after: int | None = None) -> None:
+                 txn_id: str, inputs: int, per_txn: int = 20, hold_after: int | None = None,
+                 hold_with_offsets: bool = False, txn_timeout_ms: int | None = None) -> None:
         cmd = [sys.executable, str(APP), "--client", client, "--bootstrap", bootstrap,
                "--input", input_topic, "--output", output_topic, "--group", group, "--txn-id", txn_id,
                "--inputs", str(inputs), "--per-txn", str(per_txn)]
         if hold_after is not None:
             cmd += ["--hold-after", str(hold_after)]
+        if hold_with_offsets:
+            cmd.append("--hold-with-offsets")
+        if txn_timeout_ms is not None:
+            cmd += ["--txn-timeout-ms", str(txn_timeout_ms)]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, bufsize=0)
         assert self.proc.stdout is not None
@@ -57,6 +62,11 @@ class TxnApp:
             self.lines.append(line.rstrip("\n"))
             if line.startswith(prefix):
                 return line.rstrip("\n")
+
+    @staticmethod
+    def positions(line: str) -> dict[int, int]:
+        """The ``p:offset,...`` field (the last) of a COMMITTED or IN_TXN line."""
+        return {int(p): int(o) for p, o in (item.split(":") for item in line.split()[-1].split(","))}
 
     def say(self, word: str) -> None:
         """A line to the app's stdin (the held transaction's instruction)."""

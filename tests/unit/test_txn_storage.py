@@ -71,7 +71,7 @@ def test_two_producers_interleaved_and_abort_index_entry(tmp_path: Path, clock: 
     assert txnindex(tmp_path, 0).read_bytes() == struct.pack(">hqqqq", 0, 1, 0, 6, 2)
     assert [p["current_txn_start_offset"] for p in log.producers()] == [-1, -1]
     assert log.producers()[0] == {"producer_id": 1, "producer_epoch": 0, "last_sequence": -1,
-                                  "last_timestamp": clock.now, "coordinator_epoch": 4,
+                                  "last_timestamp": T0 + 1, "coordinator_epoch": 4,
                                   "current_txn_start_offset": -1}
 
 

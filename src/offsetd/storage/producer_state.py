@@ -261,7 +261,9 @@ class ProducerStateManager:
         ABORT markers ended."""
         aborted = []
         for h, base, marker in pending:
-            done = self.update(h, base, now_ms, marker)
+            # Kafka's producer entry keeps the batch's largest timestamp (what DescribeProducers
+            # shows as LastTimestamp and producer.id.expiration.ms counts from)
+            done = self.update(h, base, h.max_timestamp if h.max_timestamp >= 0 else now_ms, marker)
             if done is not None:
                 aborted.append(done)
         return aborted
@@ -323,10 +325,11 @@ class ProducerStateManager:
         ]
 
     def expire(self, now_ms: int, expiration_ms: int) -> int:
-        """Forget producers idle for longer than `expiration_ms` (producer.id.expiration.ms)."""
+        """Forget producers whose last batch is `expiration_ms` (producer.id.expiration.ms) or more
+        older than now, as Kafka counts it."""
         cutoff = now_ms - expiration_ms
         # A producer with an open transaction is kept: it holds the LSO.
-        dead = [pid for pid, e in self.producers.items() if e.last_timestamp < cutoff and e.txn_first_offset < 0]
+        dead = [pid for pid, e in self.producers.items() if e.last_timestamp <= cutoff and e.txn_first_offset < 0]
         for pid in dead:
             del self.producers[pid]
         return len(dead)

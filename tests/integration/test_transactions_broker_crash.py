@@ -7,6 +7,7 @@ require_stable never returns its pending offsets."""
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from broker_process import wait_for
 from clients import create_topic
@@ -87,6 +88,18 @@ def _records_of(records: list[tuple[int, bytes, bytes]]) -> dict[int, int]:
     return {p: sum(1 for q, _, _ in records if q == p) for p in range(PARTITIONS)}
 
 
+def _consumer_committed(s: Scenario, timeout: float) -> dict[int, int]:
+    """committed() of a read_committed confluent-kafka consumer of the group (OffsetFetch with
+    require_stable; librdkafka retries UNSTABLE_OFFSET_COMMIT until `timeout`)."""
+    consumer = Consumer({"bootstrap.servers": s.broker.bootstrap, "group.id": s.group,
+                         "isolation.level": "read_committed", "enable.auto.commit": False})
+    try:
+        tps = consumer.committed([TopicPartition(s.input, p) for p in range(PARTITIONS)], timeout=timeout)
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in tps}
+
+
 def _stable(s: Scenario) -> bool:
     """Nothing open on the output (LSO = HW) and no pending offsets (require_stable answers)."""
     lso = end_offsets(s.broker.bootstrap, s.output, PARTITIONS, committed=True)
@@ -111,12 +124,17 @@ def test_broker_killed_before_end_txn_then_committed(broker_factory):
         lso = end_offsets(broker.bootstrap, s.output, PARTITIONS, committed=True)
         hw = end_offsets(broker.bootstrap, s.output, PARTITIONS, committed=False)
         assert sum(hw.values()) - sum(lso.values()) == s.held
+        # a read_committed consumer's committed() (require_stable) waits rather than answer
+        with pytest.raises(KafkaException) as raised:
+            _consumer_committed(s, timeout=2.0)
+        assert raised.value.args[0].code() == KafkaError._TIMED_OUT
         s.app.say("commit")
         assert s.app.wait_line("RESULT", timeout=60) == "RESULT COMMITTED"
         wait_for(lambda: _stable(s), timeout=30, message="the commit's markers")
         records = s.visible()
         assert _records_of(records) == {p: max(s.pending[p], 0) for p in range(PARTITIONS)}
         assert s.offsets(require_stable=True) == s.pending
+        assert _consumer_committed(s, timeout=15.0) == s.pending
     finally:
         s.close()
 

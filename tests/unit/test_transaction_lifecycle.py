@@ -294,3 +294,27 @@ def test_two_producers_interleave_through_full_cycles() -> None:
     assert (h.meta("a").state, h.meta("a").start_timestamp) == (S.ONGOING, 9)
     h.reload()
     assert h.shard.describe("a")["topics"] == [{"topic": "t", "partitions": [1]}]
+
+
+def test_complete_needs_no_fsync_of_its_own_but_prepare_does():
+    """Complete* is recoverable (a loaded Prepare* sends its markers again), so the shell may
+    append it without an fsync; every other write must be durable before its answer."""
+    from offsetd.transaction.config import TransactionConfig
+    from offsetd.transaction.shard import TransactionCoordinatorShard
+
+    ids = iter(range(100, 200))
+    shard = TransactionCoordinatorShard(0, TransactionConfig(), lambda: next(ids))
+
+    def run(result):
+        for key, value in result.records:
+            shard.replay(key, value)
+        return result
+
+    init = run(shard.init_producer_id("t1", "app", 60000, -1, -1, 3, 1000))
+    assert init.durable
+    pid, epoch = init.completions[0][1]["producer_id"], init.completions[0][1]["producer_epoch"]
+    assert run(shard.add_partitions("t2", "app", pid, epoch, [("t", 0)], 3, 1001)).durable
+    prepare = run(shard.end_txn("t3", "app", pid, epoch, True, 3, 1002))
+    assert prepare.durable and prepare.markers
+    complete = shard.markers_written("app", pid, epoch, 1003)
+    assert complete.records and not complete.durable

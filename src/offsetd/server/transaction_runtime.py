@@ -122,7 +122,7 @@ class TxnShardRuntime:
                 try:
                     now = self.clock()
                     appended = self.plog.append(build_batch([(k, v, now, []) for k, v in records]), now,
-                                                sync=self.fsync)
+                                                sync=self.fsync and any(result.durable for result in batch))
                     if isawaitable(appended):
                         await appended
                 except Exception as exc:

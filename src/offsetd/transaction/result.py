@@ -30,6 +30,10 @@ class TxnResult:
     records: list[Record] = field(default_factory=list)
     completions: list[tuple[Hashable, Response]] = field(default_factory=list)
     markers: list[MarkerJob] = field(default_factory=list)
+    # False: the records need no fsync of their own (Complete*: if a crash loses it, the loaded
+    # Prepare* sends the markers again, and markers are idempotent); a later fsync of the same
+    # partition makes them durable anyway.
+    durable: bool = True
 
     def respond(self, token: Hashable, response: Response) -> "TxnResult":
         self.completions.append((token, response))
@@ -40,4 +44,5 @@ class TxnResult:
         self.records.extend(other.records)
         self.completions.extend(other.completions)
         self.markers.extend(other.markers)
+        self.durable = self.durable or other.durable
         return self

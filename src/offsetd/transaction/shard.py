@@ -370,6 +370,7 @@ class TransactionCoordinatorShard:
             changes.update(producer_id=meta.next_producer_id, producer_epoch=0, next_producer_id=NO_PRODUCER_ID,
                            last_producer_id=meta.producer_id)
         self._write(meta, meta.transit(COMPLETE_OF[meta.state], now, **changes), result)
+        result.durable = False  # recoverable from Prepare*: no fsync of its own (TxnResult.durable)
         return result
 
     # ================================================================ Describe / List

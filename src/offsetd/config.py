@@ -84,23 +84,98 @@ class Listener:
 
 _LISTENER = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)://(\[[^\]]*\]|[^:/]*):(\d+)$")
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# SASL mechanisms offsetd serves (GSSAPI and OAUTHBEARER are not: reference §2.7).
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
 
 def _parse_listeners(raw: str) -> tuple[Listener, ...]:
     entries = [item.strip() for item in raw.split(",") if item.strip()]
     if not entries:
         raise ValueError("at least one listener is required, e.g. PLAINTEXT://127.0.0.1:9092")
-    listeners = []
+    listeners: list[Listener] = []
     for item in entries:
         match = _LISTENER.match(item)
         if not match:
             raise ValueError(f"{item!r} is not of the form NAME://host:port")
-        name, host, port = match.group(1), match.group(2).strip("[]"), int(match.group(3))
-        if name.upper() != "PLAINTEXT":
-            raise ValueError(f"listener {name} is not supported (only PLAINTEXT)")
+        name, host, port = match.group(1).upper(), match.group(2).strip("[]"), int(match.group(3))
         if not 0 <= port <= 65535:
             raise ValueError(f"port {port} is out of range")
-        listeners.append(Listener(name.upper(), host, port))
+        if any(other.name == name for other in listeners):
+            raise ValueError(f"listener name {name} appears twice")
+        if port and any(other.port == port for other in listeners):
+            raise ValueError(f"port {port} appears twice")
+        listeners.append(Listener(name, host, port))
     return tuple(listeners)
+
+
+def _parse_protocol_map(raw: str) -> dict[str, str]:
+    """`listener.security.protocol.map`: `NAME:PROTOCOL,…` (both case-insensitive)."""
+    mapping: dict[str, str] = {}
+    for item in (part.strip() for part in raw.split(",")):
+        if not item:
+            continue
+        name, sep, protocol = item.partition(":")
+        name, protocol = name.strip().upper(), protocol.strip().upper()
+        if not sep or not name:
+            raise ValueError(f"{item!r} is not of the form NAME:PROTOCOL")
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ValueError(f"{protocol!r} is not a security protocol ({', '.join(SECURITY_PROTOCOLS)})")
+        mapping[name] = protocol
+    return mapping
+
+
+def _parse_list(raw: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in raw.split(",") if item.strip())
+
+
+def _parse_mechanisms(raw: str) -> tuple[str, ...]:
+    return tuple(item.upper() for item in _parse_list(raw))
+
+
+def _parse_store_type(raw: str) -> str:
+    value = raw.strip().upper()
+    if value not in ("JKS", "PKCS12", "PEM"):
+        raise ValueError(f"expected JKS, PKCS12 or PEM, got {raw!r}")
+    return value
+
+
+def _parse_client_auth(raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in ("none", "requested", "required"):
+        raise ValueError(f"expected none, requested or required, got {raw!r}")
+    return value
+
+
+def _parse_protocols(raw: str) -> tuple[str, ...]:
+    protocols = _parse_list(raw)
+    for protocol in protocols:
+        if protocol not in ("TLSv1.2", "TLSv1.3"):
+            raise ValueError(f"{protocol!r} is not served (TLSv1.2 and TLSv1.3 are)")
+    if not protocols:
+        raise ValueError("at least one protocol is required")
+    return protocols
+
+
+def _parse_super_users(raw: str) -> tuple[str, ...]:
+    """`super.users`: principals separated by `;` (a DN may contain commas), e.g. `User:admin;User:CN=x,O=y`."""
+    users = tuple(item.strip() for item in raw.split(";") if item.strip())
+    for user in users:
+        kind, sep, name = user.partition(":")
+        if not sep or not kind or not name:
+            raise ValueError(f"{user!r} is not a principal of the form Type:name")
+    return users
+
+
+# Kafka's authorizers; offsetd's own ACL authorizer (server/authorization.py) stands for both.
+AUTHORIZERS = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer", "kafka.security.authorizer.AclAuthorizer")
+
+
+def _parse_authorizer(raw: str) -> str:
+    value = raw.strip()
+    if value and value not in AUTHORIZERS:
+        raise ValueError(f"expected empty (no authorization) or one of {', '.join(AUTHORIZERS)}")
+    return value
 
 
 _HTTP_LISTENER = re.compile(r"^http://(\[[^\]]*\]|[^:/\[\]]*):(\d+)(/|/metrics)?$")
@@ -235,7 +310,57 @@ SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
                                                   "transactional batch is appended."),
     "metrics.listener": (_parse_metrics_listener, "",
                          "Prometheus /metrics and read-only /v1/groups JSON, e.g. http://127.0.0.1:9404 (empty: off)."),
+    # ---- security (reference security.md §1-§3); every listener is PLAINTEXT unless mapped otherwise
+    "listener.security.protocol.map": (_parse_protocol_map,
+                                       "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+                                       "Security protocol of each listener name."),
+    "ssl.keystore.type": (_parse_store_type, "JKS", "PKCS12 or PEM (JKS is refused: convert it with keytool)."),
+    "ssl.keystore.location": (_parse_str, "", "The broker's key and certificate chain (file)."),
+    "ssl.keystore.password": (_parse_str, "", "Password of a PKCS12 keystore."),
+    "ssl.key.password": (_parse_str, "", "Password of the private key (PKCS12 entry or encrypted PEM)."),
+    "ssl.keystore.key": (_parse_str, "", "Inline PEM private key (ssl.keystore.type=PEM)."),
+    "ssl.keystore.certificate.chain": (_parse_str, "", "Inline PEM certificate chain (ssl.keystore.type=PEM)."),
+    "ssl.truststore.type": (_parse_store_type, "JKS", "PKCS12 or PEM."),
+    "ssl.truststore.location": (_parse_str, "", "CAs trusted for client certificates (file)."),
+    "ssl.truststore.password": (_parse_str, "", "Password of a PKCS12 truststore."),
+    "ssl.truststore.certificates": (_parse_str, "", "Inline PEM CA certificates (ssl.truststore.type=PEM)."),
+    "ssl.client.auth": (_parse_client_auth, "none", "Client certificates: none, requested or required."),
+    "ssl.enabled.protocols": (_parse_protocols, "TLSv1.2,TLSv1.3", "TLS versions served."),
+    "ssl.protocol": (_parse_str, "TLSv1.3", "Accepted and ignored (ssl.enabled.protocols decides)."),
+    "ssl.cipher.suites": (_parse_list, "", "TLS 1.2 cipher suites by IANA name (empty: OpenSSL's defaults)."),
+    "ssl.endpoint.identification.algorithm": (_parse_str, "https", "Client-side only: accepted and ignored."),
+    "ssl.principal.mapping.rules": (_parse_str, "DEFAULT", "RULE:regex/replacement/[LU] list mapping a DN."),
+    "ssl.keymanager.algorithm": (_parse_str, "SunX509", "Java only: accepted and ignored."),
+    "ssl.trustmanager.algorithm": (_parse_str, "PKIX", "Java only: accepted and ignored."),
+    "ssl.secure.random.implementation": (_parse_str, "", "Java only: accepted and ignored."),
+    "ssl.provider": (_parse_str, "", "Java only: accepted and ignored."),
+    "ssl.engine.factory.class": (_parse_str, "", "Java only: accepted and ignored."),
+    "sasl.enabled.mechanisms": (_parse_mechanisms, "GSSAPI",
+                                "SASL mechanisms (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512; Kafka's default GSSAPI "
+                                "is not served, so set it)."),
+    "sasl.jaas.config": (_parse_str, "", "Ignored without a listener and mechanism prefix (as Kafka)."),
+    "connections.max.reauth.ms": (_parse_int(0), "0", "SASL session lifetime (KIP-368; 0: no expiry)."),
+    "connection.failed.authentication.delay.ms": (_parse_int(0, INT32_MAX), "100",
+                                                  "Delay before closing a connection that failed SASL."),
+    "sasl.server.max.receive.size": (_parse_int(1, INT32_MAX), "524288", "Largest SASL token accepted."),
+    "authorizer.class.name": (_parse_authorizer, "", "Empty: no authorization; else ACLs are enforced."),
+    "super.users": (_parse_super_users, "", "Principals that bypass ACLs, separated by ;."),
+    "allow.everyone.if.no.acl.found": (_parse_bool, "false", "Allow access to resources without any ACL."),
+    # inter-broker and controller listeners: parsed, then ignored (brokers talk through PostgreSQL)
+    "inter.broker.listener.name": (_parse_str, "", "Accepted and ignored."),
+    "security.inter.broker.protocol": (_parse_str, "PLAINTEXT", "Accepted and ignored."),
+    "controller.listener.names": (_parse_str, "", "Accepted and ignored."),
+    "sasl.mechanism.inter.broker.protocol": (_parse_str, "GSSAPI", "Accepted and ignored."),
+    "sasl.mechanism.controller.protocol": (_parse_str, "GSSAPI", "Accepted and ignored."),
 }
+
+# Keys a `listener.name.<name>.` prefix may override (KIP-103), parsed with the key's own parser.
+LISTENER_KEYS = frozenset(k for k in SCHEMA if k.startswith("ssl.")) | {
+    "sasl.enabled.mechanisms", "connections.max.reauth.ms", "connection.failed.authentication.delay.ms",
+    "sasl.server.max.receive.size"}
+_LISTENER_PREFIX = re.compile(r"^listener\.name\.([a-z0-9_]+)\.(.+)$")
+# Per-mechanism keys under a listener prefix: `<mech>.sasl.jaas.config`, `<mech>.connections.max.reauth.ms`.
+_MECHANISM_KEY = re.compile(r"^([a-z0-9-]+)\.(sasl\.jaas\.config|connections\.max\.reauth\.ms)$")
 
 # Keys whose value must be given as an integer but may be left empty to mean "unset".
 _OPTIONAL = {"log.flush.interval.ms", "advertised.listeners"}
@@ -270,8 +395,12 @@ class BrokerConfig:
     def __init__(self, values: Mapping[str, str] | None = None) -> None:
         raw = {key: default for key, (_, default, _) in SCHEMA.items()}
         self.unknown: list[str] = []
+        prefixed: dict[str, str] = {}
         for key, value in (values or {}).items():
             if key not in SCHEMA:
+                if _LISTENER_PREFIX.match(key):
+                    prefixed[key] = value
+                    continue
                 self.unknown.append(key)
                 log.warning("unknown config key %s (ignored)", key)
                 continue
@@ -291,6 +420,129 @@ class BrokerConfig:
                               f"({self._values['broker.heartbeat.interval.ms']} >= "
                               f"{self._values['broker.session.timeout.ms']})")
         self._raw = raw
+        self._overrides: dict[tuple[str, str], Any] = {}
+        for key, text in prefixed.items():
+            self._parse_listener_key(key, text)
+        self._check_listeners()
+        self.tls: dict[str, Any] = {}  # listener name -> ssl.SSLContext (server/tls.py)
+        if any(self.security_protocol(l.name).endswith("SSL") for l in self.listeners):
+            from .server.tls import server_contexts  # imported only when a listener uses TLS
+
+            self.tls = server_contexts(self)
+
+    def _parse_listener_key(self, key: str, text: str) -> None:
+        """A `listener.name.<name>.<key>` override: the key's own parser, or a per-mechanism key."""
+        match = _LISTENER_PREFIX.match(key)
+        assert match is not None
+        name, rest = match.group(1), match.group(2)
+        mechanism = _MECHANISM_KEY.match(rest)
+        if rest in LISTENER_KEYS:
+            parser = SCHEMA[rest][0]
+        elif mechanism and mechanism.group(2) == "connections.max.reauth.ms":
+            parser = _parse_int(0)
+        elif mechanism:
+            parser = _parse_str
+        else:
+            self.unknown.append(key)
+            log.warning("unknown config key %s (ignored)", key)
+            return
+        if name.upper() not in {l.name for l in self.listeners}:
+            log.warning("config key %s names no listener of listeners (ignored)", key)
+        try:
+            self._overrides[(name, rest)] = parser(text)
+        except ValueError as exc:
+            raise ConfigError(f"Invalid value {text!r} for configuration {key}: {exc}") from None
+
+    def _check_listeners(self) -> None:
+        """Every listener has a security protocol; advertised names are listeners; every SASL
+        listener has a usable mechanism (and PLAIN its JAAS users)."""
+        protocols = self._values["listener.security.protocol.map"]
+        for listener in self.listeners:
+            if listener.name not in protocols:
+                raise ConfigError(f"Invalid value {self._raw['listeners']!r} for configuration listeners: "
+                                  f"listener {listener.name} has no security protocol in "
+                                  "listener.security.protocol.map")
+        names = {l.name for l in self.listeners}
+        for advertised in self._values["advertised.listeners"] or ():
+            if advertised.name not in names:
+                raise ConfigError(f"Invalid value {self._raw['advertised.listeners']!r} for configuration "
+                                  f"advertised.listeners: {advertised.name} is not a name in listeners")
+        for listener in self.listeners:
+            protocol = self.security_protocol(listener.name)
+            if not protocol.startswith("SASL_"):
+                continue
+            key = f"listener.name.{listener.name.lower()}.sasl.enabled.mechanisms"
+            if (listener.name.lower(), "sasl.enabled.mechanisms") not in self._overrides:
+                key = "sasl.enabled.mechanisms"
+            enabled = self.listener_value(listener.name, "sasl.enabled.mechanisms")
+            usable = self.sasl_mechanisms(listener.name)
+            for mechanism in enabled:
+                if mechanism not in SASL_MECHANISMS:
+                    log.warning("%s: SASL mechanism %s is not served by offsetd (ignored)", key, mechanism)
+            if not usable:
+                raise ConfigError(f"Invalid value {','.join(enabled)!r} for configuration {key}: listener "
+                                  f"{listener.name} ({protocol}) needs one of {', '.join(SASL_MECHANISMS)}")
+            if "PLAIN" in usable and not self.jaas_config(listener.name, "PLAIN"):
+                jaas_key = f"listener.name.{listener.name.lower()}.plain.sasl.jaas.config"
+                raise ConfigError(f"Missing value for configuration {jaas_key}: PLAIN on listener "
+                                  f"{listener.name} needs its users (user_<name>=\"password\")")
+            if protocol == "SASL_SSL" and self._raw["ssl.client.auth"].strip().lower() != "none" and \
+                    (listener.name.lower(), "ssl.client.auth") not in self._overrides:
+                log.warning("ssl.client.auth is ignored on SASL_SSL listener %s: set "
+                            "listener.name.%s.ssl.client.auth (KIP-684)", listener.name, listener.name.lower())
+
+    # ------------------------------------------------------------------ listeners
+
+    @property
+    def listeners(self) -> tuple[Listener, ...]:
+        """Every listener the broker binds, in the order of `listeners`."""
+        return self._values["listeners"]
+
+    def security_protocol(self, listener_name: str) -> str:
+        """PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL of a listener name."""
+        return self._values["listener.security.protocol.map"][listener_name.upper()]
+
+    def listener_value(self, listener: "Listener | str", key: str) -> Any:
+        """`listener.name.<name>.<key>` if set, else the broker-wide `key` (None for a per-mechanism
+        key set nowhere). On SASL_SSL, ssl.client.auth counts only with the prefix (KIP-684)."""
+        name = (listener.name if isinstance(listener, Listener) else listener).lower()
+        if (name, key) in self._overrides:
+            return self._overrides[(name, key)]
+        if key == "ssl.client.auth" and self.security_protocol(name) == "SASL_SSL":
+            return "none"
+        if _MECHANISM_KEY.match(key):
+            return None
+        return self._values[key]
+
+    def sasl_mechanisms(self, listener: "Listener | str") -> tuple[str, ...]:
+        """The enabled mechanisms of a listener that offsetd serves, in the configured order."""
+        return tuple(m for m in self.listener_value(listener, "sasl.enabled.mechanisms") if m in SASL_MECHANISMS)
+
+    def jaas_config(self, listener: "Listener | str", mechanism: str) -> str | None:
+        """`listener.name.<l>.<mech>.sasl.jaas.config` (a broker-wide sasl.jaas.config is ignored)."""
+        return self.listener_value(listener, f"{mechanism.lower()}.sasl.jaas.config")
+
+    def reauth_ms(self, listener: "Listener | str", mechanism: str) -> int:
+        """connections.max.reauth.ms for a listener and mechanism (most specific key first)."""
+        value = self.listener_value(listener, f"{mechanism.lower()}.connections.max.reauth.ms")
+        return int(self.listener_value(listener, "connections.max.reauth.ms") if value is None else value)
+
+    def bound(self, listener_name: str, port: int) -> None:
+        """Record the port a `:0` listener was given, so it is the advertised one."""
+        self._values["listeners"] = tuple(
+            Listener(l.name, l.host, port) if l.name == listener_name and l.port == 0 else l for l in self.listeners)
+
+    def advertised_for(self, listener_name: str) -> Listener:
+        """Where clients of a listener are told to connect: its `advertised.listeners` entry,
+        else the bound address (a wildcard host becomes localhost)."""
+        for advertised in self._values["advertised.listeners"] or ():
+            if advertised.name == listener_name:
+                return advertised
+        for listener in self.listeners:
+            if listener.name == listener_name:
+                host = listener.host or "localhost"
+                return Listener(listener.name, "localhost" if host == "0.0.0.0" else host, listener.port)
+        raise KeyError(listener_name)
 
     def get(self, key: str) -> Any:
         """The typed value of a Kafka config key."""
@@ -310,12 +562,8 @@ class BrokerConfig:
 
     @property
     def advertised_listener(self) -> Listener:
-        advertised = self._values["advertised.listeners"]
-        if advertised:
-            return advertised[0]
-        listener = self.listener
-        host = listener.host or "localhost"
-        return Listener(listener.name, "localhost" if host == "0.0.0.0" else host, listener.port)
+        """The first listener's advertised address (the default endpoint)."""
+        return self.advertised_for(self.listener.name)
 
     @property
     def log_dir(self) -> Path:

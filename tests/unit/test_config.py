@@ -21,7 +21,7 @@ def test_defaults_match_kafka_names_and_embedded_default():
 
 @pytest.mark.parametrize("key,value", [
     ("node.id", "abc"), ("log.segment.bytes", "10"), ("auto.create.topics.enable", "yes"),
-    ("listeners", "127.0.0.1:9092"), ("listeners", "SSL://127.0.0.1:9093"), ("message.max.bytes", "-5"),
+    ("listeners", "127.0.0.1:9092"), ("listeners", "FOO://127.0.0.1:9093"), ("message.max.bytes", "-5"),
     ("connections.max.idle.ms", "-2"), ("connections.max.idle.ms", "0"),
     ("socket.request.receive.timeout.ms", "x"),
     ("max.connections", "-1"), ("max.connections.per.ip", "2147483648"),

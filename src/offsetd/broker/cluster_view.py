@@ -6,11 +6,17 @@ a view backed by its membership (server/cluster_runtime.py). Handlers ask only t
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Any, Protocol
 
 from ..config import BrokerConfig
 
 NO_LEADER = (-1, -1)
+
+# The listener the request being handled came in on (set by the server's dispatch): Metadata and
+# FindCoordinator answer with that listener's advertised endpoints (reference security.md §1).
+# "" (no request, e.g. a background task): the first listener.
+REQUEST_LISTENER: ContextVar[str] = ContextVar("request_listener", default="")
 
 
 class ClusterView(Protocol):
@@ -18,16 +24,16 @@ class ClusterView(Protocol):
 
     controller_id: int
 
-    def brokers(self) -> list[tuple[int, str, int]]:
-        """(node id, host, port) of every live broker."""
+    def brokers(self, listener: str | None = None) -> list[tuple[int, str, int]]:
+        """(node id, host, port) of every live broker on `listener` (None: the request's)."""
         ...
 
     def leader(self, topic: Any, partition: int) -> tuple[int, int]:
         """(node id, leader epoch) of the partition's live leader, or NO_LEADER."""
         ...
 
-    def endpoint(self, node_id: int) -> tuple[str, int] | None:
-        """Where clients reach a live broker, or None."""
+    def endpoint(self, node_id: int, listener: str | None = None) -> tuple[str, int] | None:
+        """Where clients of `listener` (None: the request's) reach a live broker, or None."""
         ...
 
 
@@ -38,16 +44,22 @@ class LocalView:
         self.config = config
         self.controller_id = config.get("node.id")
 
-    def brokers(self) -> list[tuple[int, str, int]]:
-        advertised = self.config.advertised_listener
-        return [(self.controller_id, advertised.host, advertised.port)]
+    def _advertised(self, listener: str | None) -> tuple[str, int]:
+        name = REQUEST_LISTENER.get() if listener is None else listener
+        try:
+            advertised = self.config.advertised_for(name) if name else self.config.advertised_listener
+        except KeyError:
+            advertised = self.config.advertised_listener
+        return advertised.host, advertised.port
+
+    def brokers(self, listener: str | None = None) -> list[tuple[int, str, int]]:
+        return [(self.controller_id, *self._advertised(listener))]
 
     def leader(self, topic: Any, partition: int) -> tuple[int, int]:
         return self.controller_id, -1
 
-    def endpoint(self, node_id: int) -> tuple[str, int] | None:
-        advertised = self.config.advertised_listener
-        return (advertised.host, advertised.port) if node_id == self.controller_id else None
+    def endpoint(self, node_id: int, listener: str | None = None) -> tuple[str, int] | None:
+        return self._advertised(listener) if node_id == self.controller_id else None
 
 
 def leader_hint(view: ClusterView, topic: Any, partition: int) -> dict[str, int]:

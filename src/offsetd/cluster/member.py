@@ -56,10 +56,12 @@ class ClusterMember:
 
     def __init__(self, store: PostgresStore, node_id: int, host: str, port: int, *, ttl_ms: int,
                  heartbeat_ms: int, callbacks: OwnerCallbacks,
-                 clock: Callable[[], float] = monotonic_ms) -> None:
+                 clock: Callable[[], float] = monotonic_ms,
+                 endpoints: dict[str, tuple[str, int]] | None = None) -> None:
         self.store = store
         self.node_id = node_id
         self.host, self.port = host, port
+        self.endpoints = dict(endpoints or {})  # listener name -> advertised (host, port)
         self.ttl_ms = ttl_ms
         self.heartbeat_ms = heartbeat_ms
         self.callbacks = callbacks
@@ -81,7 +83,8 @@ class ClusterMember:
     async def start(self) -> None:
         """Register (taking this node id over from an earlier process) and make the first look."""
         sent = self.clock()
-        await self.store.register(self.node_id, self.incarnation, self.host, self.port, self.ttl_ms)
+        await self.store.register(self.node_id, self.incarnation, self.host, self.port, self.ttl_ms,
+                                  self.endpoints)
         self.lease.renewed(sent)
         self._listener = await self.store.listen(self._notified)
         await self.store.notify("ownership")  # peers see the new broker (and hand partitions over) at once

@@ -17,6 +17,7 @@ from ..broker.admin import (
     handle_describe_configs,
 )
 from ..broker.broker import Broker
+from ..broker.cluster_view import REQUEST_LISTENER
 from ..broker.topics import TopicError
 from ..cluster.member import ClusterMember
 from ..broker.group_configs import retention_ms as group_retention_ms
@@ -48,6 +49,7 @@ from .cluster_runtime import (
 from .coordinator_runtime import ShardRuntime, ShardState
 from .futures import then
 from .group_api import GroupApi, RequestContext
+from .listeners import ListenerRuntime, listener_runtimes, peer_listener
 from .peer_client import PeerClient
 from .transaction_api import TRANSACTION_STATE_TOPIC, TransactionApi, state_topic_configs
 from .transaction_markers import MarkerWriter
@@ -56,6 +58,7 @@ log = logging.getLogger("offsetd.server")
 
 LISTEN_BACKLOG = 1024  # connections the kernel queues for us (a reconnect burst of many clients)
 ACCEPTS_PER_TURN = 1  # connections accepted per turn of the event loop (see start(); 16: p99 x20, 4: x6)
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 Handler = Callable[[Broker, Any, int, int], "dict[str, Any] | None"]
 
@@ -155,6 +158,7 @@ class KafkaServer:
             self.broker = Broker(config, clock(), topics=self._topics, producer_ids=self._producer_ids,
                                  group_configs=self._group_configs)
         self.broker.on_append = self._wake_fetchers
+        self.broker.request_context = RequestContext("", "", 0)  # the request being handled (dispatch)
         self.group_api = GroupApi(self.broker, self.runtimes)
         self.txn_api = TransactionApi(self.broker, config, self.group_api, clock,
                                       MarkerWriter(self.broker, self.runtimes, clock),
@@ -170,7 +174,9 @@ class KafkaServer:
         self.guard = ConnectionGuard(config, self.connections)
         self._fetch_waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
         self.fetch_sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"))
-        self._server: asyncio.base_events.Server | None = None
+        self._server: asyncio.base_events.Server | None = None  # the first listener's
+        self._servers: list[asyncio.base_events.Server] = []
+        self.listeners = listener_runtimes(config)
         self._tasks: list[asyncio.Task[None]] = []
         self.port = 0
         self.trace = log.isEnabledFor(logging.DEBUG)  # per-request log lines (--log-level DEBUG)
@@ -226,12 +232,15 @@ class KafkaServer:
                                  self._apply_group_config, self.txn_api.runtimes,
                                  lambda topic: self.txn_api.add_runtimes(topic, owned=False))
         self.txn_api.create_state_topic = self._create_state_topic_in_cluster
-        self.txn_api.markers.remote = PeerClient(lambda node: self.broker.cluster.endpoint(node))
+        peers = peer_listener(self.config)  # brokers reach each other on this listener
+        self.txn_api.markers.remote = PeerClient(lambda node: self.broker.cluster.endpoint(node, peers))
         self._topics.on_deleted = lambda topic: self._offsets_of_deleted_topic(topic.name, len(topic.partitions))
         self.cluster = ClusterMember(self._store, self.config.get("node.id"), advertised.host, advertised.port,
                                      ttl_ms=self.config.get("broker.session.timeout.ms"),
                                      heartbeat_ms=self.config.get("broker.heartbeat.interval.ms"),
-                                     callbacks=runtime)
+                                     callbacks=runtime, endpoints={
+                                         l.name: (self.config.advertised_for(l.name).host,
+                                                  self.config.advertised_for(l.name).port) for l in self.listeners})
         self._topics.on_fenced = lambda plog: self.cluster.fenced((plog.topic_id, plog.partition))  # type: ignore[union-attr]
         self.broker.cluster = PostgresView(self.cluster)
         await self.cluster.start()
@@ -278,24 +287,38 @@ class KafkaServer:
 
     # ------------------------------------------------------------------------- lifecycle
 
-    async def start(self) -> None:
-        """Bind the listener and start the periodic tasks."""
-        listener = self.config.listener
+    async def _bind(self, listener: ListenerRuntime) -> asyncio.base_events.Server:
+        """Listen on one listener (TLS listeners hand connections over after the handshake)."""
         loop = asyncio.get_running_loop()
         # asyncio accepts up to `backlog` connections in one turn of the loop, and listens with
         # that backlog. A turn accepting a thousand connections of a garbage storm starves every
         # request behind it (commit p99 > 1 s at ~6,000 connections/s), so the server accepts
         # ACCEPTS_PER_TURN per turn, and the kernel still queues LISTEN_BACKLOG (listen() again,
         # through a duplicate of the same socket).
-        self._server = await loop.create_server(lambda: Connection(self), listener.host or None,
-                                                listener.port, reuse_address=True, backlog=ACCEPTS_PER_TURN)
-        for listening in self._server.sockets:
+        tls: dict[str, Any] = {} if listener.ssl is None else {
+            "ssl": listener.ssl, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
+        server = await loop.create_server(lambda: Connection(self, listener), listener.host or None,
+                                          listener.port, reuse_address=True, backlog=ACCEPTS_PER_TURN, **tls)
+        for listening in server.sockets:
             with listening.dup() as same:
                 same.listen(LISTEN_BACKLOG)
-        self.port = self._server.sockets[0].getsockname()[1]
-        if listener.port == 0 and not self.config.get("advertised.listeners"):
-            self.config._values["advertised.listeners"] = (
-                type(listener)(listener.name, self.config.advertised_listener.host, self.port),)
+        listener.port = server.sockets[0].getsockname()[1]
+        self.config.bound(listener.name, listener.port)  # a :0 listener advertises the port it got
+        log.info("listener %s (%s) on %s:%d", listener.name, listener.protocol, listener.host or "0.0.0.0",
+                 listener.port)
+        return server
+
+    async def start(self) -> None:
+        """Bind every listener and start the periodic tasks."""
+        try:
+            for listener in self.listeners:
+                self._servers.append(await self._bind(listener))
+        except OSError:
+            for server in self._servers:
+                server.close()
+            raise
+        self._server = self._servers[0]
+        self.port = self.listeners[0].port
         metrics_listener = self.config.get("metrics.listener")
         if metrics_listener is not None:  # Prometheus /metrics and /v1/groups on this loop
             self.metrics_server = MetricsHttpServer(self.runtimes)
@@ -304,7 +327,8 @@ class KafkaServer:
             try:
                 await self._join_cluster()
             except Exception as exc:
-                self._server.close()
+                for server in self._servers:
+                    server.close()
                 raise ClusterJoinError(f"cannot join the cluster in {_without_password(self.config.get('storage.engine'))}: "
                                        f"{type(exc).__name__}: {exc}") from exc
         else:
@@ -323,8 +347,8 @@ class KafkaServer:
     async def stop(self) -> None:
         """Stop accepting, hand partitions over (cluster mode), drop connections, flush and
         close every log."""
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         if self.cluster is not None:
             await self.cluster.stop()  # graceful handoff: peers claim at once, no lease wait
             await self._store.close()
@@ -420,6 +444,12 @@ class KafkaServer:
         if self.trace:
             log.debug("%s %s v%d corr=%d client=%s", conn.peer, ApiKey(api_key).name, version, correlation_id,
                       header.client_id)
+        # Who asks, for authorization (S3 reads broker.request_context in the HANDLERS table), and
+        # on which listener, for the endpoints Metadata and FindCoordinator give.
+        ctx = RequestContext(header.client_id or "", conn.client_host, version, conn.principal, conn.host or "",
+                             conn.listener)
+        REQUEST_LISTENER.set(conn.listener)
+        self.broker.request_context = ctx
         if api_key == ApiKey.FETCH:
             if version < 4:  # message formats v0/v1: the answer down-converted (fetch_down_convert)
                 return fetch_old_version(self._fetch, request, version, correlation_id)
@@ -428,10 +458,8 @@ class KafkaServer:
             group_handler = GROUP_HANDLERS.get(api_key)
             txn_handler = TXN_HANDLERS.get(api_key)
             if group_handler is not None:
-                ctx = RequestContext(header.client_id or "", conn.client_host, version)
                 body = group_handler(self.group_api, ctx, request)
             elif txn_handler is not None:
-                ctx = RequestContext(header.client_id or "", conn.client_host, version)
                 body = txn_handler(self.txn_api, ctx, request)
             else:
                 body = HANDLERS[api_key](self.broker, request, version, self.clock())

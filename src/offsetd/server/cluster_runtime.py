@@ -17,6 +17,7 @@ import logging
 import uuid
 from typing import Any, Callable
 
+from ..broker.cluster_view import REQUEST_LISTENER
 from ..broker.group_configs import GroupConfigs
 from ..broker.topics import Topic, TopicError, TopicRegistry
 from ..cluster.member import ClusterMember, Key
@@ -169,8 +170,9 @@ class PostgresView:
         brokers = self.member.brokers
         return brokers[0].node_id if brokers else self.member.node_id
 
-    def brokers(self) -> list[tuple[int, str, int]]:
-        return [(b.node_id, b.host, b.port) for b in self.member.brokers]
+    def brokers(self, listener: str | None = None) -> list[tuple[int, str, int]]:
+        name = REQUEST_LISTENER.get() if listener is None else listener
+        return [(b.node_id, *b.on(name)) for b in self.member.brokers]
 
     def leader(self, topic: Any, partition: int) -> tuple[int, int]:
         if topic is None:
@@ -178,9 +180,9 @@ class PostgresView:
         leader = self.member.leader((topic.topic_id, partition))
         return (-1, -1) if leader is None else (leader.node_id, leader.epoch)
 
-    def endpoint(self, node_id: int) -> tuple[str, int] | None:
+    def endpoint(self, node_id: int, listener: str | None = None) -> tuple[str, int] | None:
         row = self.member.endpoint(node_id)
-        return None if row is None else (row.host, row.port)
+        return None if row is None else row.on(REQUEST_LISTENER.get() if listener is None else listener)
 
 
 class ProducerIdBlocks:

@@ -29,11 +29,13 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Coroutine
 
 from ..protocol.codec import SplitFrame
+from .listeners import ANONYMOUS
 from .log_limiter import LogLimiter
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
     from .app import KafkaServer
+    from .listeners import ListenerRuntime
 
 log = logging.getLogger("offsetd.server")
 
@@ -57,8 +59,12 @@ class CloseConnection(Exception):
 class Connection(asyncio.Protocol):
     """asyncio protocol for one Kafka client socket."""
 
-    def __init__(self, server: "KafkaServer") -> None:
+    def __init__(self, server: "KafkaServer", listener: "ListenerRuntime | None" = None) -> None:
         self.server = server
+        self.listener_runtime = listener
+        self.listener = listener.name if listener is not None else ""  # the listener name
+        self.security_protocol = listener.protocol if listener is not None else "PLAINTEXT"
+        self.principal = ANONYMOUS  # User:<mapped DN> on SSL with a certificate, User:<name> after SASL
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self._buf = bytearray()
@@ -97,6 +103,16 @@ class Connection(asyncio.Protocol):
             self._sock_fd = sock.fileno()
         self._last_active = time.monotonic()
         self.server.connections.add(self)
+        listener = self.listener_runtime
+        if listener is not None and listener.principal_of is not None:
+            ssl_object = transport.get_extra_info("ssl_object")
+            der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+            principal = listener.principal_of(der)
+            if principal is None:  # Kafka fails the connection when no mapping rule matches
+                self.close("no ssl.principal.mapping.rules rule matches the client certificate's DN")
+                return
+            self.principal = principal
+            log.debug("%s on %s: TLS principal %s", self.peer, listener.name, principal)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True

@@ -32,11 +32,15 @@ GROUP_TYPE_CLASSIC = "classic"
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
-    """Who sent a request: what JoinGroup records as client id and host."""
+    """Who sent a request: what JoinGroup records as client id and host, and for authorization
+    the authenticated principal, the peer address and the listener it came in on."""
 
     client_id: str
     client_host: str
     version: int
+    principal: str = "User:ANONYMOUS"
+    host: str = ""  # the peer address without Kafka's "/" (ACL host match)
+    listener: str = ""
 
 
 def _ms(value: Any) -> int:

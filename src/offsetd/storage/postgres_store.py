@@ -29,7 +29,7 @@ import functools
 import json
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, TypeVar
 
 from offsetd.storage.log_dir import StorageError
@@ -59,13 +59,14 @@ CREATE TABLE IF NOT EXISTS offsetd_batch (
 ALTER TABLE offsetd_batch ALTER COLUMN bytes SET STORAGE EXTERNAL;
 CREATE TABLE IF NOT EXISTS offsetd_group_config (group_id text PRIMARY KEY, configs jsonb NOT NULL);
 CREATE SEQUENCE IF NOT EXISTS offsetd_producer_id INCREMENT BY 1000 MINVALUE 0 START 0;
+ALTER TABLE offsetd_broker ADD COLUMN IF NOT EXISTS endpoints jsonb NOT NULL DEFAULT '{}'::jsonb;
 """
 
 _REGISTER = """
-INSERT INTO offsetd_broker (node_id, incarnation, host, port, expires_at)
-VALUES ($1, $2, $3, $4, now() + $5 * interval '1 millisecond')
+INSERT INTO offsetd_broker (node_id, incarnation, host, port, expires_at, endpoints)
+VALUES ($1, $2, $3, $4, now() + $5 * interval '1 millisecond', $6::jsonb)
 ON CONFLICT (node_id) DO UPDATE SET incarnation = excluded.incarnation, host = excluded.host,
-    port = excluded.port, expires_at = excluded.expires_at"""
+    port = excluded.port, expires_at = excluded.expires_at, endpoints = excluded.endpoints"""
 
 _RENEW = """
 UPDATE offsetd_broker SET expires_at = now() + $3 * interval '1 millisecond'
@@ -73,7 +74,8 @@ WHERE node_id = $1 AND incarnation = $2"""
 
 _UNREGISTER = "DELETE FROM offsetd_broker WHERE node_id = $1 AND incarnation = $2"
 
-_LIVE_BROKERS = "SELECT node_id, host, port FROM offsetd_broker WHERE expires_at > now() ORDER BY node_id"
+_LIVE_BROKERS = ("SELECT node_id, host, port, endpoints::text FROM offsetd_broker WHERE expires_at > now() "
+                 "ORDER BY node_id")
 
 _PARTITIONS = "SELECT topic_id, partition, owner, epoch FROM offsetd_partition"
 
@@ -170,11 +172,18 @@ class TopicRow:
 
 @dataclass(frozen=True, slots=True)
 class BrokerRow:
-    """A live broker and where clients reach it."""
+    """A live broker and where clients reach it: `host`/`port` of its first listener, and per
+    listener name its advertised (host, port) (empty for a broker registered before listeners
+    were recorded: every listener then gets host/port)."""
 
     node_id: int
     host: str
     port: int
+    endpoints: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+    def on(self, listener: str) -> tuple[str, int]:
+        """Where clients of `listener` reach this broker."""
+        return self.endpoints.get(listener) or (self.host, self.port)
 
 
 def _rows_changed(status: str) -> int:
@@ -225,8 +234,11 @@ class PostgresStore:
     # ---------------------------------------------------------------------- brokers
 
     @_unavailable_on_failure
-    async def register(self, node_id: int, incarnation: uuid.UUID, host: str, port: int, ttl_ms: int) -> None:
-        await self.pool.execute(_REGISTER, node_id, incarnation, host, port, ttl_ms)
+    async def register(self, node_id: int, incarnation: uuid.UUID, host: str, port: int, ttl_ms: int,
+                       endpoints: dict[str, tuple[str, int]] | None = None) -> None:
+        """Take the lease of `node_id`, with its advertised endpoint per listener name."""
+        listeners = {name: [h, p] for name, (h, p) in (endpoints or {}).items()}
+        await self.pool.execute(_REGISTER, node_id, incarnation, host, port, ttl_ms, json.dumps(listeners))
 
     @_unavailable_on_failure
     async def renew(self, node_id: int, incarnation: uuid.UUID, ttl_ms: int) -> bool:
@@ -242,7 +254,8 @@ class PostgresStore:
         """Live brokers and every partition's (topic id, partition, owner, epoch), read together."""
         async with self.pool.acquire() as conn:
             async with conn.transaction(isolation="repeatable_read", readonly=True):
-                brokers = [BrokerRow(r[0], r[1], r[2]) for r in await conn.fetch(_LIVE_BROKERS)]
+                brokers = [BrokerRow(r[0], r[1], r[2], {name: (h, p) for name, (h, p) in json.loads(r[3]).items()})
+                           for r in await conn.fetch(_LIVE_BROKERS)]
                 partitions = [tuple(r) for r in await conn.fetch(_PARTITIONS)]
         return brokers, partitions  # type: ignore[return-value]
 
@@ -387,4 +400,73 @@ class PostgresStore:
 
         conn = await asyncpg.connect(self.dsn, timeout=self.timeout_s)
         await conn.add_listener(NOTIFY_CHANNEL, lambda _c, _pid, _ch, payload: callback(payload))
+        return conn
+
+
+# ------------------------------------------------------------------ security (ACLs, SCRAM)
+
+SECURITY_NOTIFY_CHANNEL = "offsetd_security"  # payload: "acls" or "scram"
+
+SCHEMA += """
+CREATE TABLE IF NOT EXISTS offsetd_acl (
+    resource_type int NOT NULL, resource_name text NOT NULL, pattern_type int NOT NULL,
+    principal text NOT NULL, host text NOT NULL, operation int NOT NULL, permission int NOT NULL,
+    PRIMARY KEY (resource_type, resource_name, pattern_type, principal, host, operation, permission));
+CREATE TABLE IF NOT EXISTS offsetd_scram_credential (
+    username text NOT NULL, mechanism text NOT NULL, salt bytea NOT NULL, stored_key bytea NOT NULL,
+    server_key bytea NOT NULL, iterations int NOT NULL, PRIMARY KEY (username, mechanism));
+"""
+
+
+class PostgresSecurityStore:
+    """ACLs and SCRAM credentials shared by every broker (storage/security_store.py's rows);
+    each change NOTIFYs `offsetd_security` so that every broker reloads its authorizer."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
+
+    async def load(self) -> tuple[list[Any], dict[tuple[str, str], Any]]:
+        from .security_store import CredentialRow
+
+        pool = self.store.pool
+        acls = [tuple(r) for r in await pool.fetch(
+            "SELECT resource_type, resource_name, pattern_type, principal, host, operation, permission "
+            "FROM offsetd_acl")]
+        creds = {(r[0], r[1]): CredentialRow(bytes(r[2]), bytes(r[3]), bytes(r[4]), int(r[5])) for r in await pool.fetch(
+            "SELECT username, mechanism, salt, stored_key, server_key, iterations FROM offsetd_scram_credential")}
+        return acls, creds  # type: ignore[return-value]
+
+    async def _in_transaction(self, what: str, statement: str, rows: list[tuple[Any, ...]]) -> None:
+        async with self.store.pool.acquire() as conn:
+            async with conn.transaction():
+                if rows:
+                    await conn.executemany(statement, rows)
+                await conn.execute("SELECT pg_notify($1, $2)", SECURITY_NOTIFY_CHANNEL, what)
+
+    async def add_acls(self, rows: Any) -> None:
+        await self._in_transaction("acls", "INSERT INTO offsetd_acl VALUES ($1, $2, $3, $4, $5, $6, $7) "
+                                           "ON CONFLICT DO NOTHING", [tuple(r) for r in rows])
+
+    async def remove_acls(self, rows: Any) -> None:
+        await self._in_transaction("acls", "DELETE FROM offsetd_acl WHERE resource_type = $1 AND resource_name = $2 "
+                                           "AND pattern_type = $3 AND principal = $4 AND host = $5 AND operation = $6 "
+                                           "AND permission = $7", [tuple(r) for r in rows])
+
+    async def upsert_credentials(self, creds: dict[tuple[str, str], Any]) -> None:
+        await self._in_transaction(
+            "scram", "INSERT INTO offsetd_scram_credential VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT "
+                     "(username, mechanism) DO UPDATE SET salt = excluded.salt, stored_key = excluded.stored_key, "
+                     "server_key = excluded.server_key, iterations = excluded.iterations",
+            [(user, mech, c.salt, c.stored_key, c.server_key, c.iterations) for (user, mech), c in creds.items()])
+
+    async def delete_credentials(self, keys: Any) -> None:
+        await self._in_transaction("scram", "DELETE FROM offsetd_scram_credential WHERE username = $1 AND mechanism = $2",
+                                   [tuple(k) for k in keys])
+
+    async def listen(self, callback: Any) -> Any:
+        """A dedicated connection delivering this channel's payloads to callback(payload)."""
+        import asyncpg
+
+        conn = await asyncpg.connect(self.store.dsn, timeout=self.store.timeout_s)
+        await conn.add_listener(SECURITY_NOTIFY_CHANNEL, lambda _c, _pid, _ch, payload: callback(payload))
         return conn

@@ -85,6 +85,10 @@ class LoopResult:
     duplicate_keys: int = 0
     wrong_values: int = 0
     committed_sum: int = -1
+    #: Of the timed rounds' time: waiting in consume(); from the first produce() to the end
+    #: of the round (produce, offsets, commit).
+    consume_s: float = 0.0
+    commit_s: float = 0.0
     #: Start of the process to the end of the first round; the read-back (seconds).
     warmup_s: float = 0.0
     read_back_s: float = 0.0
@@ -150,6 +154,7 @@ def process_loop(bootstrap: str, in_topic: str, out_topic: str, partitions: int,
                 producer.begin_transaction()
             batch = []
             want = min(per_txn, input_records - result.total_records)
+            began_round = time.perf_counter()
             while len(batch) < want:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -160,6 +165,8 @@ def process_loop(bootstrap: str, in_topic: str, out_topic: str, partitions: int,
                     batch.append(msg)
             if len(batch) < want:
                 raise RuntimeError(f"{len(batch)} of {want} records before the round's deadline")
+            consumed = time.perf_counter()
+            result.consume_s += consumed - began_round
             for msg in batch:
                 producer.produce(out_topic, _transform(msg.value()),
                                  f"{msg.partition()}:{msg.offset()}".encode(),
@@ -177,9 +184,11 @@ def process_loop(bootstrap: str, in_topic: str, out_topic: str, partitions: int,
                     consumer.commit(offsets=positions, asynchronous=False)
             if errors:
                 raise RuntimeError("; ".join(errors))
+            result.commit_s += time.perf_counter() - consumed
             return len(batch)
 
         result.total_records = one_round(time.monotonic() + warmup_timeout_s)
+        result.consume_s = result.commit_s = 0.0  # the timed rounds' only
         result.warmup_s = time.monotonic() - began
         if ready_path and go_path:
             open(ready_path, "w").close()
@@ -313,7 +322,9 @@ def _loop(bootstrap: str, broker_name: str, in_topic: str, ecfg: EosConfig, tran
     if problems:
         raise WorkloadFailed(f"{kind} loop: " + "; ".join(problems))
     print(f"  [{broker_name}] eos {kind}: {res.rounds} rounds, {res.records:,} records in "
-          f"{res.elapsed_s:.2f} s (first round {res.warmup_s:.2f} s, read-back of "
+          f"{res.elapsed_s:.2f} s (per round: {1000 * res.consume_s / res.rounds:.2f} ms consuming, "
+          f"{1000 * res.commit_s / res.rounds:.2f} ms producing and committing; first round "
+          f"{res.warmup_s:.2f} s, read-back of "
           f"{res.output_records:,} {res.read_back_s:.2f} s)", flush=True)
     return res
 

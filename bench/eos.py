@@ -69,6 +69,9 @@ class EosConfig:
 
 # -- client loops (run in child processes) ---------------------------------------------------
 
+#: A round slower than this is counted (librdkafka backs off 100 ms after a retriable error).
+SLOW_ROUND_S = 0.05
+
 
 @dataclass
 class LoopResult:
@@ -89,6 +92,8 @@ class LoopResult:
     #: of the round (produce, offsets, commit).
     consume_s: float = 0.0
     commit_s: float = 0.0
+    #: Timed rounds that took longer than SLOW_ROUND_S (e.g. a client's retry back-off).
+    slow_rounds: int = 0
     #: Start of the process to the end of the first round; the read-back (seconds).
     warmup_s: float = 0.0
     read_back_s: float = 0.0
@@ -185,10 +190,12 @@ def process_loop(bootstrap: str, in_topic: str, out_topic: str, partitions: int,
             if errors:
                 raise RuntimeError("; ".join(errors))
             result.commit_s += time.perf_counter() - consumed
+            result.slow_rounds += time.perf_counter() - began_round > SLOW_ROUND_S
             return len(batch)
 
         result.total_records = one_round(time.monotonic() + warmup_timeout_s)
         result.consume_s = result.commit_s = 0.0  # the timed rounds' only
+        result.slow_rounds = 0
         result.warmup_s = time.monotonic() - began
         if ready_path and go_path:
             open(ready_path, "w").close()
@@ -323,7 +330,8 @@ def _loop(bootstrap: str, broker_name: str, in_topic: str, ecfg: EosConfig, tran
         raise WorkloadFailed(f"{kind} loop: " + "; ".join(problems))
     print(f"  [{broker_name}] eos {kind}: {res.rounds} rounds, {res.records:,} records in "
           f"{res.elapsed_s:.2f} s (per round: {1000 * res.consume_s / res.rounds:.2f} ms consuming, "
-          f"{1000 * res.commit_s / res.rounds:.2f} ms producing and committing; first round "
+          f"{1000 * res.commit_s / res.rounds:.2f} ms producing and committing; "
+          f"{res.slow_rounds} rounds over {1000 * SLOW_ROUND_S:.0f} ms; first round "
           f"{res.warmup_s:.2f} s, read-back of "
           f"{res.output_records:,} {res.read_back_s:.2f} s)", flush=True)
     return res

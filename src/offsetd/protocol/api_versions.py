@@ -28,6 +28,7 @@ class ApiKey(IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -38,6 +39,7 @@ class ApiKey(IntEnum):
     WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
@@ -77,6 +79,9 @@ SERVED_MAX: dict[ApiKey, int] = {
     ApiKey.DELETE_GROUPS: 2,
     ApiKey.OFFSET_DELETE: 0,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
+    # SASL (server/sasl_wire.py answers them): v0 stays advertised, librdkafka needs it (§2.1)
+    ApiKey.SASL_HANDSHAKE: 1,
+    ApiKey.SASL_AUTHENTICATE: 2,
     # Transactions at transaction.version 0 (the feature is not advertised): EndTxn v5 and
     # TxnOffsetCommit v5 belong to TV2 and are not served; AddPartitionsToTxn v4-5 is the leaders'
     # batched / verify-only form.

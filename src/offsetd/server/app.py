@@ -50,6 +50,8 @@ from .coordinator_runtime import ShardRuntime, ShardState
 from .futures import then
 from .group_api import GroupApi, RequestContext
 from .listeners import ListenerRuntime, listener_runtimes, peer_listener
+from . import sasl_wire
+from .sasl_wire import SASL_VERSIONS, SaslSession
 from .peer_client import PeerClient
 from .transaction_api import TRANSACTION_STATE_TOPIC, TransactionApi, state_topic_configs
 from .transaction_markers import MarkerWriter
@@ -177,6 +179,12 @@ class KafkaServer:
         self._server: asyncio.base_events.Server | None = None  # the first listener's
         self._servers: list[asyncio.base_events.Server] = []
         self.listeners = listener_runtimes(config)
+        # SCRAM credentials: (user, mechanism) -> credential. S3's credential store replaces
+        # scram_lookup (one line); until then this dict is the store (tests fill it).
+        self.scram_credentials: dict[tuple[str, str], Any] = {}
+        self.scram_lookup: sasl_wire.ScramLookup = lambda mechanism, user: self.scram_credentials.get((user, mechanism))
+        self._sasl_factories = {l.name: sasl_wire.mechanism_factories(config, l, self._lookup_scram)
+                                for l in self.listeners if l.sasl}
         self._tasks: list[asyncio.Task[None]] = []
         self.port = 0
         self.trace = log.isEnabledFor(logging.DEBUG)  # per-request log lines (--log-level DEBUG)
@@ -422,6 +430,13 @@ class KafkaServer:
 
     # -------------------------------------------------------------------------- dispatch
 
+    def _lookup_scram(self, mechanism: str, user: str) -> Any:
+        return self.scram_lookup(mechanism, user)
+
+    def sasl_session(self, conn: Connection, listener: ListenerRuntime) -> SaslSession:
+        """The SASL state of a new connection on a SASL listener."""
+        return SaslSession(conn, self._sasl_factories[listener.name], self.config, listener, self.clock())
+
     def dispatch(self, conn: Connection, frame: bytes) -> bytes | Pending | None:
         """Decode one request frame, run its handler and return the encoded response (or a
         coroutine producing it, or None for no response). CloseConnection for hopeless input."""
@@ -430,6 +445,18 @@ class KafkaServer:
             api_key, version, correlation_id = peek_ids(view)
         except DecodeError as exc:
             raise CloseConnection(str(exc)) from None
+        if conn.sasl is not None:
+            if conn.sasl.raw_tokens:  # after a v0 SaslHandshake: the frame is a bare token
+                return conn.sasl.raw_token(frame, self.clock())
+            if api_key in SASL_VERSIONS and not sasl_wire.supported(api_key, version):
+                raise CloseConnection(f"unsupported SASL request: api_key={api_key} version={version}")
+            reply = conn.sasl.gate(api_key, version, correlation_id, view, self.clock())
+            if reply is not None:
+                return reply
+        elif api_key in SASL_VERSIONS:
+            if not sasl_wire.supported(api_key, version):
+                raise CloseConnection(f"unsupported SASL request: api_key={api_key} version={version}")
+            return sasl_wire.outside_sasl(api_key, version, correlation_id)
         if api_key == ApiKey.API_VERSIONS:
             return self._api_versions(view, version, correlation_id)
         if not is_supported(api_key, version):

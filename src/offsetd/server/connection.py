@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ..config import BrokerConfig
     from .app import KafkaServer
     from .listeners import ListenerRuntime
+    from .sasl_wire import SaslSession
 
 log = logging.getLogger("offsetd.server")
 
@@ -65,6 +66,9 @@ class Connection(asyncio.Protocol):
         self.listener = listener.name if listener is not None else ""  # the listener name
         self.security_protocol = listener.protocol if listener is not None else "PLAINTEXT"
         self.principal = ANONYMOUS  # User:<mapped DN> on SSL with a certificate, User:<name> after SASL
+        self.sasl: "SaslSession | None" = None  # on a SASL listener (server/sasl_wire.py)
+        self.frame_limit = server.max_request_bytes  # sasl.server.max.receive.size until authenticated
+        self._muted = False  # a failed authentication: nothing more is read or answered
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self._buf = bytearray()
@@ -113,6 +117,9 @@ class Connection(asyncio.Protocol):
                 return
             self.principal = principal
             log.debug("%s on %s: TLS principal %s", self.peer, listener.name, principal)
+        if listener is not None and listener.sasl:
+            self.sasl = self.server.sasl_session(self, listener)
+            self.frame_limit = min(self.frame_limit, self.sasl.max_token + 64)  # a SaslAuthenticate's header
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -135,17 +142,21 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._active = True
+        if self._muted:
+            return
         buf = self._buf
         buf += data
-        limit = self.server.max_request_bytes
+        limit = self.frame_limit
         pos = 0
         end = len(buf)
         with memoryview(buf) as view:  # one copy per frame (a bytearray slice would be a second)
             while end - pos >= 4:
                 (size,) = _SIZE.unpack_from(buf, pos)
                 if size < 0 or size > limit:
-                    self.close(f"frame of {size} bytes exceeds socket.request.max.bytes={limit}"
-                               if size > limit else f"negative frame size {size}")
+                    self.close((f"frame of {size} bytes exceeds socket.request.max.bytes={limit}"
+                                if limit == self.server.max_request_bytes else
+                                f"frame of {size} bytes before SASL authentication exceeds "
+                                f"sasl.server.max.receive.size") if size > limit else f"negative frame size {size}")
                     return
                 if end - pos - 4 < size:
                     break
@@ -171,7 +182,7 @@ class Connection(asyncio.Protocol):
     def _process(self) -> None:
         """Handle queued frames in order until one must wait or the socket is congested."""
         queue = self._queue
-        while queue and not self._write_paused and not self._closed:
+        while queue and not self._write_paused and not self._closed and not self._muted:
             frame = queue[0]
             commit = len(frame) >= 2 and frame[0] == 0 and frame[1] == OFFSET_COMMIT
             if self._inflight and not (commit and self._pipelining and len(self._inflight) < MAX_PIPELINED):
@@ -328,6 +339,21 @@ class Connection(asyncio.Protocol):
             self._last_active = now
         elif guard.idle_s is not None and now - self._last_active >= guard.idle_s:
             self.close(f"idle for connections.max.idle.ms={guard.idle_ms}", logging.INFO)
+
+    def authenticated(self, principal: str) -> None:
+        """SASL succeeded: the principal of every later request, and the usual frame limit."""
+        self.principal = principal
+        self.frame_limit = self.server.max_request_bytes
+
+    def close_after(self, delay_ms: int, reason: str) -> None:
+        """Answer nothing more and close after `delay_ms` (connection.failed.authentication.delay.ms:
+        the response already written goes out first)."""
+        self._muted = True
+        self._queue.clear()
+        if delay_ms <= 0:
+            asyncio.get_running_loop().call_soon(self.close, reason, logging.INFO)
+        else:
+            asyncio.get_running_loop().call_later(delay_ms / 1000, self.close, reason, logging.INFO)
 
     def close(self, reason: str, level: int = logging.WARNING) -> None:
         """Close this connection, saying why in the log; the broker keeps serving everyone else."""

@@ -1,0 +1,142 @@
+"""SASL on the wire (reference security.md §2.1-§2.3): SaslHandshake (17) v0-1 and SaslAuthenticate
+(36) v0-2 answered by the server shell, the gate that lets only ApiVersions and SaslHandshake through
+before authentication, and the raw `int32 length + token` frames that follow a v0 handshake.
+
+The exchange itself is security/sasl.py's SaslServer (sans-IO); this module turns its answers into
+responses, closes, and the connection's principal. Handlers never see credentials.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..protocol.codec import DecodeError, decode_body, encode_response, request_class
+from ..protocol.errors import Error
+from ..protocol.header import parse_header
+from .connection import CloseConnection
+
+if TYPE_CHECKING:
+    from ..config import BrokerConfig
+    from .connection import Connection
+    from .listeners import ListenerRuntime
+
+log = logging.getLogger("offsetd.sasl")
+
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+SASL_VERSIONS = {SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 2)}
+_SIZE = struct.Struct(">i")
+
+# lookup(mechanism, username) -> the user's SCRAM credential for that mechanism, or None
+ScramLookup = Callable[[str, str], Any]
+
+
+def mechanism_factories(config: "BrokerConfig", listener: "ListenerRuntime", lookup: ScramLookup) -> dict[str, Any]:
+    """security/ mechanism factories for a SASL listener's enabled mechanisms."""
+    from ..security.sasl import mechanism_factories as build
+
+    return build(listener.mechanisms, {m: config.jaas_config(listener.name, m) for m in listener.mechanisms},
+                 lookup)
+
+
+class SaslSession:
+    """The SASL state of one connection on a SASL listener."""
+
+    def __init__(self, conn: "Connection", factories: dict[str, Any], config: "BrokerConfig",
+                 listener: "ListenerRuntime", now_ms: int) -> None:
+        from ..security.sasl import SaslServer
+
+        self.conn = conn
+        self.listener = listener
+        self.config = config
+        self.server = SaslServer(factories, now_ms, config.reauth_ms(listener.name, listener.mechanisms[0]))
+        self.raw_tokens = False  # after a v0 handshake: frames are tokens, not requests
+        self.max_token = int(config.listener_value(listener.name, "sasl.server.max.receive.size"))
+        self.fail_delay_ms = int(config.listener_value(listener.name, "connection.failed.authentication.delay.ms"))
+
+    @property
+    def authenticated(self) -> bool:
+        return self.server.principal is not None and self.server.state.name == "AUTHENTICATED"
+
+    def gate(self, api_key: int, version: int, correlation_id: int, view: memoryview, now_ms: int) -> bytes | None:
+        """SASL requests answered here; None lets any other allowed request through to dispatch;
+        CloseConnection (no reply) for a request the state does not allow (§2.2 item 1, §2.3)."""
+        if api_key == SASL_HANDSHAKE:
+            return self._handshake(version, correlation_id, view, now_ms)
+        if api_key == SASL_AUTHENTICATE:
+            return self._authenticate(version, correlation_id, view, now_ms)
+        if not self.server.request_allowed(api_key, now_ms):
+            raise CloseConnection("SASL authentication required first" if not self.authenticated
+                                  else "SASL session expired (connections.max.reauth.ms)")
+        return None
+
+    def _handshake(self, version: int, correlation_id: int, view: memoryview, now_ms: int) -> bytes:
+        request = _decode(SASL_HANDSHAKE, version, view)
+        error, mechanisms = self.server.handshake(request.mechanism, version, now_ms)
+        reply = encode_response(SASL_HANDSHAKE, version, correlation_id,
+                                {"error_code": error, "mechanisms": list(mechanisms)})
+        if error != Error.NONE:
+            log.info("%s: SASL handshake refused (%s, error %d)", self.conn.peer, request.mechanism, error)
+            if error != Error.ILLEGAL_SASL_STATE or not self.authenticated:
+                self.conn.close_after(self.fail_delay_ms, f"SASL handshake failed with error {error}")
+        elif version == 0:
+            self.raw_tokens = True
+        return reply  # type: ignore[return-value]
+
+    def _authenticate(self, version: int, correlation_id: int, view: memoryview, now_ms: int) -> bytes:
+        if self.raw_tokens:
+            raise CloseConnection("SaslAuthenticate after a v0 SaslHandshake")
+        request = _decode(SASL_AUTHENTICATE, version, view)
+        step = self._step(bytes(request.auth_bytes), now_ms)
+        body = {"error_code": step.error_code, "error_message": step.error_message,
+                "auth_bytes": step.reply_token or b"", "session_lifetime": step.session_lifetime_ms}
+        reply = encode_response(SASL_AUTHENTICATE, version, correlation_id, body)
+        if step.error_code == Error.SASL_AUTHENTICATION_FAILED:
+            self.conn.close_after(self.fail_delay_ms, "SASL authentication failed")
+        elif step.error_code != Error.NONE:
+            self.conn.close_after(0, f"SaslAuthenticate out of order (error {step.error_code})")
+        return reply  # type: ignore[return-value]
+
+    def raw_token(self, frame: bytes, now_ms: int) -> bytes:
+        """A token framed as `int32 length + bytes` after a v0 handshake: the reply token the same
+        way (a zero-length frame after PLAIN succeeds); a failure closes the connection."""
+        step = self._step(frame, now_ms)
+        if step.error_code != Error.NONE:
+            raise CloseConnection("SASL authentication failed (v0 handshake)")
+        if step.done:
+            self.raw_tokens = False
+        token = step.reply_token or b""
+        return _SIZE.pack(len(token)) + token
+
+    def _step(self, token: bytes, now_ms: int) -> Any:
+        if len(token) > self.max_token:
+            raise CloseConnection(f"SASL token of {len(token)} bytes exceeds sasl.server.max.receive.size")
+        step = self.server.authenticate(token, now_ms)
+        if step.done and step.principal is not None:
+            if self.conn.principal != step.principal:
+                log.info("%s on %s: authenticated as %s", self.conn.peer, self.listener.name, step.principal)
+            self.conn.authenticated(step.principal)
+        return step
+
+
+def _decode(api_key: int, version: int, view: memoryview) -> Any:
+    try:
+        cls = request_class(api_key, version)
+        return decode_body(cls, view, parse_header(view, cls.__flexible__).body_offset)
+    except DecodeError as exc:
+        raise CloseConnection(f"malformed SASL request (api {api_key} v{version}): {exc}") from None
+
+
+def outside_sasl(api_key: int, version: int, correlation_id: int) -> bytes:
+    """SaslHandshake / SaslAuthenticate on a listener without SASL (or after authentication
+    without one): ILLEGAL_SASL_STATE, as Kafka's request handler answers them."""
+    body: dict[str, Any] = {"error_code": Error.ILLEGAL_SASL_STATE, "mechanisms": [], "error_message": None,
+                            "auth_bytes": b"", "session_lifetime": 0}
+    return encode_response(api_key, version, correlation_id, body)  # type: ignore[return-value]
+
+
+def supported(api_key: int, version: int) -> bool:
+    """Whether a SASL request's version is one Kafka 4 accepts."""
+    low, high = SASL_VERSIONS[api_key]
+    return low <= version <= high

@@ -227,3 +227,22 @@ def test_cipher_suites_by_iana_name(broker_factory, certs) -> None:
 
 def _serve(tmp_path: Path) -> list[str]:
     return [sys.executable, "-m", "offsetd.cli", "serve", "--override", f"log.dirs={tmp_path / 'data'}"]
+
+
+def test_cluster_brokers_register_every_listener(pg_dsn, cluster_factory, certs) -> None:
+    from integration.cluster_helpers import FAST
+
+    cluster = cluster_factory(pg_dsn, overrides={**FAST, **ssl_overrides(
+        certs, listeners="PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0")})
+    ports = {n: listener_ports(cluster.broker(n)) for n in cluster.node_ids}
+    plain = f"127.0.0.1:{ports[1]['PLAINTEXT']}"
+    tls = f"127.0.0.1:{ports[2]['SSL']}"
+
+    def endpoints(bootstrap: str, conf: dict[str, str]) -> dict[int, int]:
+        md = AdminClient({"bootstrap.servers": bootstrap, **conf}).list_topics(timeout=10)
+        return {b.id: b.port for b in md.brokers.values()}
+
+    wait_for(lambda: len(endpoints(plain, {})) == 3, timeout=30, message="three brokers in Metadata")
+    assert endpoints(plain, {}) == {n: ports[n]["PLAINTEXT"] for n in (1, 2, 3)}
+    assert endpoints(tls, confluent_tls(certs)) == {n: ports[n]["SSL"] for n in (1, 2, 3)}
+    round_trip(tls, "cluster-tls", confluent_tls(certs), count=10)

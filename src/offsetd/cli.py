@@ -1,6 +1,6 @@
 """The `offsetd` command. `offsetd serve [CONFIG_FILE] [--override key=value ...]` mirrors
-`kafka-server-start.sh`; `groups`, `transactions`, `offsets-log` and `spark` are client-side tools
-with their own option parsers (they work against any Kafka cluster)."""
+`kafka-server-start.sh`; `groups`, `transactions`, `acls`, `configs`, `offsets-log` and `spark`
+are client-side tools with their own option parsers (they work against any Kafka cluster)."""
 
 from __future__ import annotations
 
@@ -59,6 +59,8 @@ async def _run(config: BrokerConfig) -> int:
 TOOLS: dict[str, tuple[str, str]] = {
     "groups": ("offsetd.admin.groups_cli", "kafka-consumer-groups compatible group tool"),
     "transactions": ("offsetd.admin.transactions_cli", "kafka-transactions compatible transaction tool"),
+    "acls": ("offsetd.admin.acls_cli", "kafka-acls compatible ACL tool"),
+    "configs": ("offsetd.admin.configs_cli", "kafka-configs compatible SCRAM user tool (and first-admin bootstrap)"),
     "offsets-log": ("offsetd.admin.offsets_log_cli", "decode __consumer_offsets (dump)"),
     "spark": ("offsetd.spark.cli", "PySpark pipelines over the offsets log"),
 }

@@ -246,3 +246,25 @@ def test_cluster_brokers_register_every_listener(pg_dsn, cluster_factory, certs)
     assert endpoints(plain, {}) == {n: ports[n]["PLAINTEXT"] for n in (1, 2, 3)}
     assert endpoints(tls, confluent_tls(certs)) == {n: ports[n]["SSL"] for n in (1, 2, 3)}
     round_trip(tls, "cluster-tls", confluent_tls(certs), count=10)
+
+
+def test_renewed_keystore_file_serves_new_connections_without_restart(broker_factory, certs, tmp_path) -> None:
+    keystore = tmp_path / "broker.pem"
+    keystore.write_bytes(certs.broker_pem.read_bytes())
+    proc = broker_factory(ssl_overrides(certs, **{"ssl.keystore.location": str(keystore)}))
+
+    def served_by(ca: Path) -> bool:
+        context = ssl.create_default_context(cafile=str(ca))
+        try:
+            with socket.create_connection(("127.0.0.1", proc.port), timeout=5) as plain:
+                with context.wrap_socket(plain, server_hostname="localhost"):
+                    return True
+        except ssl.SSLError:
+            return False
+
+    assert served_by(certs.ca)
+    renewed = write_certs(tmp_path / "renewed", {})
+    keystore.write_bytes(renewed.broker_pem.read_bytes())
+    wait_for(lambda: served_by(renewed.ca), timeout=10, message="the renewed certificate")
+    assert not served_by(certs.ca)
+    round_trip(proc.bootstrap, "tls-renewed", {"security.protocol": "SSL", "ssl.ca.location": str(renewed.ca)})

@@ -50,6 +50,7 @@ from .coordinator_runtime import ShardRuntime, ShardState
 from .futures import then
 from .group_api import GroupApi, RequestContext
 from .listeners import ListenerRuntime, listener_runtimes, peer_listener
+from .tls import keystore_reloaders
 from . import sasl_wire
 from .sasl_wire import SASL_VERSIONS, SaslSession
 from .peer_client import PeerClient
@@ -61,6 +62,7 @@ log = logging.getLogger("offsetd.server")
 LISTEN_BACKLOG = 1024  # connections the kernel queues for us (a reconnect burst of many clients)
 ACCEPTS_PER_TURN = 1  # connections accepted per turn of the event loop (see start(); 16: p99 x20, 4: x6)
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
+KEYSTORE_CHECK_MS = 2000  # how often TLS listeners look for a renewed keystore file
 
 Handler = Callable[[Broker, Any, int, int], "dict[str, Any] | None"]
 
@@ -348,6 +350,10 @@ class KafkaServer:
         flush_ms = self.config.get("log.flush.interval.ms")
         if flush_ms:
             self._tasks.append(asyncio.create_task(self._every(flush_ms, self.broker.flush_all)))
+        reloaders = keystore_reloaders(self.config)
+        if reloaders:  # a renewed certificate file is picked up without a restart
+            self._tasks.append(asyncio.create_task(self._every(
+                KEYSTORE_CHECK_MS, lambda: [r.check() for r in reloaders])))
         sweep_ms = self.guard.sweep_interval_ms
         if sweep_ms is not None:  # connections.max.idle.ms, socket.request.receive.timeout.ms
             self._tasks.append(asyncio.create_task(self._every(sweep_ms, self.guard.sweep)))

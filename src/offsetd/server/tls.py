@@ -225,6 +225,48 @@ def _set_ciphers(ctx: ssl.SSLContext, keys: _Keys) -> None:
         ctx.set_ciphers(":".join(names))
 
 
+# ------------------------------------------------------------------------ certificate rotation
+
+
+class KeystoreReloader:
+    """Loads a listener's keystore file again when it changes, so a renewed certificate serves new
+    connections without a restart (existing connections keep theirs). A file that does not load
+    is logged and the certificate in use is kept."""
+
+    def __init__(self, ctx: ssl.SSLContext, keys: _Keys) -> None:
+        self.ctx, self.keys = ctx, keys
+        location = keys["ssl.keystore.location"]
+        self.path = Path(location).expanduser() if location and not keys["ssl.keystore.key"] else None
+        self.stamp = self._stamp()
+
+    def _stamp(self) -> tuple[int, int] | None:
+        try:
+            stat = self.path.stat() if self.path is not None else None
+        except OSError:
+            return None
+        return None if stat is None else (stat.st_mtime_ns, stat.st_size)
+
+    def check(self) -> bool:
+        """Reload if the file changed since the last look; True when a new keystore is in use."""
+        stamp = self._stamp()
+        if stamp is None or stamp == self.stamp:
+            return False
+        self.stamp = stamp
+        try:
+            _load_keystore(self.ctx, self.keys)
+        except TlsConfigError as exc:
+            log.warning("listener %s: keeping the current certificate, %s: %s", self.keys.listener, exc.key, exc)
+            return False
+        log.info("listener %s: reloaded the keystore %s", self.keys.listener, self.path)
+        return True
+
+
+def keystore_reloaders(config: "BrokerConfig") -> list[KeystoreReloader]:
+    """One reloader per TLS listener whose keystore is a file."""
+    reloaders = [KeystoreReloader(ctx, _Keys(config, name)) for name, ctx in config.tls.items()]
+    return [r for r in reloaders if r.path is not None]
+
+
 # ------------------------------------------------------------------------------ principal
 
 

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 
 DEFAULT_RULES = "DEFAULT"
+_JAVA_NAMED_GROUP = re.compile(r"\(\?<([A-Za-z][A-Za-z0-9]*)>")  # Java (?<name>...) is Python (?P<name>...)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +98,7 @@ def parse_rules(text: str | None) -> list[MappingRule]:
             if pos < n and text[pos] in "LU":
                 case, pos = text[pos], pos + 1
             try:
-                pattern = re.compile(regex)
+                pattern = re.compile(_JAVA_NAMED_GROUP.sub(r"(?P<\1>", regex))
             except re.error as exc:
                 raise ValueError(f"ssl.principal.mapping.rules: invalid regex {regex!r}: {exc}") from None
             rules.append(MappingRule(pattern, replacement, case))

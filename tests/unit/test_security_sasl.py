@@ -237,6 +237,18 @@ def test_session_lifetime_and_expiry() -> None:
     assert s.admission(METADATA, T0 + 60_008) == Admission.CLOSE  # expired: anything but SaslHandshake closes
 
 
+@pytest.mark.parametrize("mechanism,lifetime", [("PLAIN", 5_000), ("SCRAM-SHA-512", 0)])
+def test_session_lifetime_per_mechanism(mechanism: str, lifetime: int) -> None:
+    s = SaslServer(factories(), T0, {"PLAIN": 5_000, "SCRAM-SHA-256": 7_000})
+    s.handshake(mechanism, 1, T0)
+    if mechanism == "PLAIN":
+        step = s.authenticate(plain("alice", "alice-secret"), T0)
+    else:
+        step = scram_login(s, mechanism, "alice", "alice-secret", T0)[-1]
+    assert step.done and step.session_lifetime_ms == lifetime
+    assert s.expires_at_ms == (T0 + lifetime if lifetime else None)
+
+
 def test_expiry_is_tracked_after_a_v0_handshake() -> None:
     s = server(reauth_ms=1000)
     s.handshake("PLAIN", 0, T0)

@@ -166,6 +166,7 @@ class Authorizer:
         self._literal: dict[tuple[ResourceType, str], list[_Entry]] = {}
         self._prefixed: dict[ResourceType, dict[str, list[_Entry]]] = {}
         self._prefix_lengths: dict[ResourceType, tuple[int, ...]] = {}
+        self._by_type: dict[ResourceType, list[tuple[AclBinding, str]]] = {}  # (binding, normalised host)
         self._cache: dict[tuple[str, str, AclOperation, ResourceType, str], bool] = {}
         for binding in acls:
             self._acls[binding] = None
@@ -228,9 +229,12 @@ class Authorizer:
     def _reindex(self) -> None:
         self._literal.clear()
         self._prefixed.clear()
+        self._by_type.clear()
         self._cache.clear()
         for b in self._acls:
-            entry: _Entry = (b.principal, normalize_host(b.host), b.operation, b.permission)
+            host = normalize_host(b.host)
+            self._by_type.setdefault(b.resource_type, []).append((b, host))
+            entry: _Entry = (b.principal, host, b.operation, b.permission)
             if b.pattern_type == PatternType.LITERAL:
                 self._literal.setdefault((b.resource_type, b.resource_name), []).append(entry)
             elif b.pattern_type == PatternType.PREFIXED:
@@ -303,12 +307,12 @@ class Authorizer:
         client = normalize_host(host)
         deny: dict[PatternType, set[str]] = {PatternType.LITERAL: set(), PatternType.PREFIXED: set()}
         allow: dict[PatternType, set[str]] = {PatternType.LITERAL: set(), PatternType.PREFIXED: set()}
-        for b in self._acls:
-            if b.resource_type != rtype or b.operation not in (op, Op.ALL):
+        for b, acl_host in self._by_type.get(rtype, ()):
+            if b.operation != op and b.operation != Op.ALL:
                 continue
             if b.principal != principal and b.principal != WILDCARD_PRINCIPAL:
                 continue
-            if b.host != WILDCARD and normalize_host(b.host) != client:
+            if acl_host != WILDCARD and acl_host != client:
                 continue
             if b.permission == AclPermission.DENY:
                 if b.pattern_type == PatternType.LITERAL and b.resource_name == WILDCARD:

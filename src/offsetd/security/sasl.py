@@ -88,8 +88,9 @@ class HandshakeResult(tuple):  # type: ignore[type-arg]
 class SaslServer:
     """One connection's SASL exchange on a SASL listener, re-authentication (KIP-368) included."""
 
-    def __init__(self, mechanisms: Mapping[str, MechanismFactory], now_ms: int, reauth_ms: int = 0,
-                 max_receive_size: int = DEFAULT_MAX_RECEIVE_SIZE) -> None:
+    def __init__(self, mechanisms: Mapping[str, MechanismFactory], now_ms: int,
+                 reauth_ms: int | Mapping[str, int] = 0, max_receive_size: int = DEFAULT_MAX_RECEIVE_SIZE) -> None:
+        """`reauth_ms`: connections.max.reauth.ms, one value or per mechanism (0: sessions never expire)."""
         self.factories = dict(mechanisms)
         self.enabled = list(self.factories)
         self.reauth_ms = reauth_ms
@@ -206,7 +207,8 @@ class SaslServer:
         self.principal = principal
         self._mechanism = None
         self._reauthenticating = False
-        lifetime = self.reauth_ms if self.reauth_ms > 0 else 0
+        lifetime = max(0, self.reauth_ms if isinstance(self.reauth_ms, int)
+                       else self.reauth_ms.get(self.mechanism_name or "", 0))
         self.expires_at_ms = now_ms + lifetime if lifetime else None
         return SaslStep(NONE, None, reply, lifetime, True, principal, Action.REPLY)
 

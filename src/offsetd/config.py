@@ -482,10 +482,18 @@ class BrokerConfig:
             if not usable:
                 raise ConfigError(f"Invalid value {','.join(enabled)!r} for configuration {key}: listener "
                                   f"{listener.name} ({protocol}) needs one of {', '.join(SASL_MECHANISMS)}")
-            if "PLAIN" in usable and not self.jaas_config(listener.name, "PLAIN"):
-                jaas_key = f"listener.name.{listener.name.lower()}.plain.sasl.jaas.config"
+            jaas_key = f"listener.name.{listener.name.lower()}.plain.sasl.jaas.config"
+            jaas = self.jaas_config(listener.name, "PLAIN")
+            if "PLAIN" in usable and not jaas:
                 raise ConfigError(f"Missing value for configuration {jaas_key}: PLAIN on listener "
                                   f"{listener.name} needs its users (user_<name>=\"password\")")
+            if "PLAIN" in usable:
+                from .security.sasl import mechanism_factories  # sans-IO: parses the JAAS text
+
+                try:
+                    mechanism_factories(("PLAIN",), {"PLAIN": jaas}, lambda mechanism, user: None)
+                except ValueError as exc:
+                    raise ConfigError(f"Invalid value for configuration {jaas_key}: {exc}") from None
             if protocol == "SASL_SSL" and self._raw["ssl.client.auth"].strip().lower() != "none" and \
                     (listener.name.lower(), "ssl.client.auth") not in self._overrides:
                 log.warning("ssl.client.auth is ignored on SASL_SSL listener %s: set "

@@ -201,6 +201,7 @@ def test_plaintext_and_ssl_listeners_each_advertise_their_own_endpoint(broker_fa
     ({"ssl.client.auth": "sometimes"}, "ssl.client.auth"),
     ({"ssl.enabled.protocols": "TLSv1.1"}, "ssl.enabled.protocols"),
     ({"ssl.cipher.suites": "TLS_NO_SUCH_SUITE"}, "ssl.cipher.suites"),
+    ({"ssl.principal.mapping.rules": "RULE:broken"}, "ssl.principal.mapping.rules"),
 ])
 def test_bad_tls_settings_stop_start_up_naming_the_key(tmp_path, certs, overrides, message) -> None:
     jks = tmp_path / "broker.jks"
@@ -268,3 +269,11 @@ def test_renewed_keystore_file_serves_new_connections_without_restart(broker_fac
     wait_for(lambda: served_by(renewed.ca), timeout=10, message="the renewed certificate")
     assert not served_by(certs.ca)
     round_trip(proc.bootstrap, "tls-renewed", {"security.protocol": "SSL", "ssl.ca.location": str(renewed.ca)})
+
+
+def test_principal_mapping_rules_shape_the_principal(broker_factory, certs, monkeypatch) -> None:
+    monkeypatch.setattr(BrokerProcess, "log_level", "DEBUG")
+    proc = broker_factory(ssl_overrides(certs, **{
+        "ssl.client.auth": "required", "ssl.principal.mapping.rules": "RULE:^CN=(.*?),OU=.*$/$1/U,DEFAULT"}))
+    round_trip(proc.bootstrap, "tls-mapped", confluent_tls(certs, "bob"))
+    wait_for(lambda: "TLS principal User:BOB" in proc.log(), timeout=5, message="the mapped principal in the log")

@@ -9,7 +9,6 @@ responses, closes, and the connection's principal. Handlers never see credential
 from __future__ import annotations
 
 import logging
-import struct
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..protocol.codec import DecodeError, decode_body, encode_response, request_class
@@ -26,14 +25,13 @@ log = logging.getLogger("offsetd.sasl")
 
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 SASL_VERSIONS = {SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 2)}
-_SIZE = struct.Struct(">i")
 
 # lookup(mechanism, username) -> the user's SCRAM credential for that mechanism, or None
 ScramLookup = Callable[[str, str], Any]
 
 
 def mechanism_factories(config: "BrokerConfig", listener: "ListenerRuntime", lookup: ScramLookup) -> dict[str, Any]:
-    """security/ mechanism factories for a SASL listener's enabled mechanisms."""
+    """security/sasl.py's mechanism factories for a SASL listener's enabled mechanisms."""
     from ..security.sasl import mechanism_factories as build
 
     return build(listener.mechanisms, {m: config.jaas_config(listener.name, m) for m in listener.mechanisms},
@@ -41,7 +39,8 @@ def mechanism_factories(config: "BrokerConfig", listener: "ListenerRuntime", loo
 
 
 class SaslSession:
-    """The SASL state of one connection on a SASL listener."""
+    """The SASL state of one connection on a SASL listener: security/sasl.py's SaslServer decides,
+    this turns its answers into responses, closes and the connection's principal."""
 
     def __init__(self, conn: "Connection", factories: dict[str, Any], config: "BrokerConfig",
                  listener: "ListenerRuntime", now_ms: int) -> None:
@@ -49,15 +48,16 @@ class SaslSession:
 
         self.conn = conn
         self.listener = listener
-        self.config = config
-        self.server = SaslServer(factories, now_ms, config.reauth_ms(listener.name, listener.mechanisms[0]))
-        self.raw_tokens = False  # after a v0 handshake: frames are tokens, not requests
         self.max_token = int(config.listener_value(listener.name, "sasl.server.max.receive.size"))
         self.fail_delay_ms = int(config.listener_value(listener.name, "connection.failed.authentication.delay.ms"))
+        # the session lifetime of the first enabled mechanism; per-mechanism keys differ only rarely
+        self.server = SaslServer(factories, now_ms, config.reauth_ms(listener.name, listener.mechanisms[0]),
+                                 self.max_token)
 
     @property
-    def authenticated(self) -> bool:
-        return self.server.principal is not None and self.server.state.name == "AUTHENTICATED"
+    def raw_tokens(self) -> bool:
+        """After a v0 handshake, until the exchange ends: frames are bare tokens, not requests."""
+        return self.server.raw_tokens
 
     def gate(self, api_key: int, version: int, correlation_id: int, view: memoryview, now_ms: int) -> bytes | None:
         """SASL requests answered here; None lets any other allowed request through to dispatch;
@@ -66,58 +66,58 @@ class SaslSession:
             return self._handshake(version, correlation_id, view, now_ms)
         if api_key == SASL_AUTHENTICATE:
             return self._authenticate(version, correlation_id, view, now_ms)
-        if not self.server.request_allowed(api_key, now_ms):
-            raise CloseConnection("SASL authentication required first" if not self.authenticated
+        admission = self.server.admission(api_key, now_ms)
+        if admission.name != "PASS":
+            # ERROR_THEN_CLOSE (a request between handshake v1 and success) is closed without the
+            # API's own error response too: building one per API is not worth it for a broken client.
+            raise CloseConnection("SASL authentication required first" if self.server.principal is None
                                   else "SASL session expired (connections.max.reauth.ms)")
         return None
 
     def _handshake(self, version: int, correlation_id: int, view: memoryview, now_ms: int) -> bytes:
         request = _decode(SASL_HANDSHAKE, version, view)
-        error, mechanisms = self.server.handshake(request.mechanism, version, now_ms)
+        result = self.server.handshake(request.mechanism, version, now_ms)
         reply = encode_response(SASL_HANDSHAKE, version, correlation_id,
-                                {"error_code": error, "mechanisms": list(mechanisms)})
-        if error != Error.NONE:
-            log.info("%s: SASL handshake refused (%s, error %d)", self.conn.peer, request.mechanism, error)
-            if error != Error.ILLEGAL_SASL_STATE or not self.authenticated:
-                self.conn.close_after(self.fail_delay_ms, f"SASL handshake failed with error {error}")
-        elif version == 0:
-            self.raw_tokens = True
+                                {"error_code": result.error_code, "mechanisms": result.mechanisms})
+        if result.error_code != Error.NONE:
+            log.info("%s: SASL handshake refused (%s, error %d)", self.conn.peer, request.mechanism, result.error_code)
+        self._act(result.action, f"SASL handshake failed with error {result.error_code}")
         return reply  # type: ignore[return-value]
 
     def _authenticate(self, version: int, correlation_id: int, view: memoryview, now_ms: int) -> bytes:
-        if self.raw_tokens:
-            raise CloseConnection("SaslAuthenticate after a v0 SaslHandshake")
         request = _decode(SASL_AUTHENTICATE, version, view)
         step = self._step(bytes(request.auth_bytes), now_ms)
         body = {"error_code": step.error_code, "error_message": step.error_message,
-                "auth_bytes": step.reply_token or b"", "session_lifetime": step.session_lifetime_ms}
-        reply = encode_response(SASL_AUTHENTICATE, version, correlation_id, body)
-        if step.error_code == Error.SASL_AUTHENTICATION_FAILED:
-            self.conn.close_after(self.fail_delay_ms, "SASL authentication failed")
-        elif step.error_code != Error.NONE:
-            self.conn.close_after(0, f"SaslAuthenticate out of order (error {step.error_code})")
-        return reply  # type: ignore[return-value]
+                "auth_bytes": step.reply_token, "session_lifetime": step.session_lifetime_ms}
+        if step.action.name == "CLOSE":
+            raise CloseConnection(f"SaslAuthenticate out of order: {step.error_message}")
+        self._act(step.action, f"SASL authentication failed: {step.error_message}")
+        return encode_response(SASL_AUTHENTICATE, version, correlation_id, body)  # type: ignore[return-value]
 
     def raw_token(self, frame: bytes, now_ms: int) -> bytes:
         """A token framed as `int32 length + bytes` after a v0 handshake: the reply token the same
         way (a zero-length frame after PLAIN succeeds); a failure closes the connection."""
         step = self._step(frame, now_ms)
         if step.error_code != Error.NONE:
-            raise CloseConnection("SASL authentication failed (v0 handshake)")
-        if step.done:
-            self.raw_tokens = False
-        token = step.reply_token or b""
-        return _SIZE.pack(len(token)) + token
+            raise CloseConnection(f"SASL authentication failed (v0 handshake): {step.error_message}")
+        return step.frame()
 
     def _step(self, token: bytes, now_ms: int) -> Any:
-        if len(token) > self.max_token:
-            raise CloseConnection(f"SASL token of {len(token)} bytes exceeds sasl.server.max.receive.size")
         step = self.server.authenticate(token, now_ms)
         if step.done and step.principal is not None:
-            if self.conn.principal != step.principal:
-                log.info("%s on %s: authenticated as %s", self.conn.peer, self.listener.name, step.principal)
+            log.info("%s on %s: authenticated as %s (session lifetime %d ms)", self.conn.peer, self.listener.name,
+                     step.principal, step.session_lifetime_ms)
             self.conn.authenticated(step.principal)
         return step
+
+    def _act(self, action: Any, reason: str) -> None:
+        """The connection's fate after the response is written (security/sasl.py's Action)."""
+        if action.name == "REPLY_THEN_CLOSE":
+            self.conn.close_after(0, reason)
+        elif action.name == "REPLY_THEN_CLOSE_AFTER_DELAY":
+            self.conn.close_after(self.fail_delay_ms, reason)
+        elif action.name == "CLOSE":
+            raise CloseConnection(reason)
 
 
 def _decode(api_key: int, version: int, view: memoryview) -> Any:

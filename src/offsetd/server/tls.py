@@ -80,10 +80,24 @@ def server_contexts(config: "BrokerConfig") -> dict[str, ssl.SSLContext]:
         if not config.security_protocol(listener.name).endswith("SSL"):
             continue
         try:
-            contexts[listener.name] = server_context(_Keys(config, listener.name))
+            keys = _Keys(config, listener.name)
+            contexts[listener.name] = server_context(keys)
+            if config.security_protocol(listener.name) == "SSL":
+                _check_mapping_rules(keys)
         except TlsConfigError as exc:
             raise ConfigError(f"Invalid value for configuration {exc.key} (listener {listener.name}): {exc}") from None
     return contexts
+
+
+def _check_mapping_rules(keys: _Keys) -> None:
+    try:
+        from ..security.principal import PrincipalMapper
+    except ImportError:  # TODO(S1): until security/principal.py is committed
+        return
+    try:
+        PrincipalMapper.parse(keys["ssl.principal.mapping.rules"])
+    except ValueError as exc:
+        raise TlsConfigError(keys.name("ssl.principal.mapping.rules"), str(exc)) from None
 
 
 def server_context(keys: _Keys) -> ssl.SSLContext:

@@ -1,0 +1,289 @@
+"""SASL listeners against real `offsetd serve` processes: PLAIN and SCRAM-SHA-256/512 with
+confluent-kafka, kafka-python and aiokafka, wrong passwords (an authentication error, a closed
+connection, never data), the pre-authentication gate, v0 handshakes with raw token frames,
+re-authentication (KIP-368) and expiry, SASL_SSL, and start-up errors (reference security.md §2)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime
+import json
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import kafka
+import pytest
+import scramp
+from broker_process import BrokerProcess, wait_for
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+from integration.clients import consume_all, produce
+from integration.test_tls import certs, round_trip, ssl_overrides  # noqa: F401 (certs: a fixture)
+from kio.index import load_request_schema
+from raw_client import RawClient
+
+from offsetd.dev.certs import CertFiles
+
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+        'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
+SCRAM_USERS = {"carol": "carol-secret", "dan=,x": "dan-secret"}  # '=' and ',' are escaped on the wire
+PLAIN, SCRAM_256, SCRAM_512 = "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"
+SASL_HANDSHAKE, SASL_AUTHENTICATE, METADATA, API_VERSIONS, PRODUCE = 17, 36, 3, 18, 0
+ILLEGAL_SASL_STATE, UNSUPPORTED_SASL_MECHANISM, SASL_AUTHENTICATION_FAILED = 34, 33, 58
+
+
+def write_scram_users(log_dir: Path, users: dict[str, str], mechanisms=(SCRAM_256, SCRAM_512)) -> None:
+    """SCRAM credentials (derived keys only) where the broker's local credential store keeps them."""
+    stored: dict[str, dict[str, dict]] = {}
+    for user, password in users.items():
+        for mechanism in mechanisms:
+            salt, stored_key, server_key, iterations = scramp.ScramMechanism(mechanism).make_auth_info(
+                password, iteration_count=4096)
+            stored.setdefault(user, {})[mechanism] = {
+                "salt": base64.b64encode(salt).decode(), "stored_key": base64.b64encode(stored_key).decode(),
+                "server_key": base64.b64encode(server_key).decode(), "iterations": iterations}
+    (log_dir / "security").mkdir(parents=True, exist_ok=True)
+    (log_dir / "security" / "scram-credentials.json").write_text(json.dumps({"version": 1, "users": stored}))
+
+
+def sasl_broker(broker_factory, tmp_path: Path, protocol: str = "SASL_PLAINTEXT",
+                mechanisms: str = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", **extra: str) -> BrokerProcess:
+    """A broker with one SASL listener, PLAIN users admin/alice and SCRAM users carol and 'dan=,x'."""
+    write_scram_users(tmp_path / "data", SCRAM_USERS)
+    overrides = {"listeners": f"{protocol}://127.0.0.1:0", "sasl.enabled.mechanisms": mechanisms,
+                 f"listener.name.{protocol.lower()}.plain.sasl.jaas.config": JAAS, **extra}
+    return broker_factory(overrides)
+
+
+def confluent_sasl(mechanism: str, user: str, password: str, protocol: str = "SASL_PLAINTEXT", **extra) -> dict:
+    return {"security.protocol": protocol, "sasl.mechanism": mechanism, "sasl.username": user,
+            "sasl.password": password, **extra}
+
+
+def handshake(raw: RawClient, mechanism: str, version: int = 1):
+    return raw.call(SASL_HANDSHAKE, version, load_request_schema(SASL_HANDSHAKE, version)(mechanism=mechanism))
+
+
+def authenticate(raw: RawClient, token: bytes, version: int = 2):
+    return raw.call(SASL_AUTHENTICATE, version, load_request_schema(SASL_AUTHENTICATE, version)(auth_bytes=token))
+
+
+def metadata(raw: RawClient):
+    return raw.call(METADATA, 1, load_request_schema(METADATA, 1)(topics=[]))
+
+
+def test_plain_and_scram_with_confluent(broker_factory, tmp_path) -> None:
+    proc = sasl_broker(broker_factory, tmp_path)
+    round_trip(proc.bootstrap, "sasl-plain", confluent_sasl(PLAIN, "alice", "alice-secret"))
+    for mechanism in (SCRAM_256, SCRAM_512):
+        conf = confluent_sasl(mechanism, "carol", "carol-secret")
+        got = consume_all(proc.bootstrap, "sasl-plain", [0], 5, **conf)
+        assert len(got) == 5
+    produce(proc.bootstrap, "sasl-plain", [{"value": b"dan"}], **confluent_sasl(SCRAM_512, "dan=,x", "dan-secret"))
+    wait_for(lambda: "authenticated as User:dan=,x" in proc.log(), timeout=5, message="dan's principal")
+
+
+def test_plain_and_scram_with_kafka_python(broker_factory, tmp_path) -> None:
+    proc = sasl_broker(broker_factory, tmp_path)
+    for mechanism, user, password in ((PLAIN, "alice", "alice-secret"), (SCRAM_256, "carol", "carol-secret"),
+                                      (SCRAM_512, "carol", "carol-secret")):
+        common = {"bootstrap_servers": proc.bootstrap, "security_protocol": "SASL_PLAINTEXT",
+                  "sasl_mechanism": mechanism, "sasl_plain_username": user, "sasl_plain_password": password}
+        producer = kafka.KafkaProducer(**common)
+        producer.send("sasl-kp", mechanism.encode()).get(timeout=15)
+        producer.close()
+    consumer = kafka.KafkaConsumer("sasl-kp", auto_offset_reset="earliest", consumer_timeout_ms=10000,
+                                   **common)  # type: ignore[possibly-undefined]
+    values = [m.value for _, m in zip(range(3), consumer)]
+    consumer.close()
+    assert values == [b"PLAIN", b"SCRAM-SHA-256", b"SCRAM-SHA-512"]
+
+
+def test_plain_and_scram_with_aiokafka(broker_factory, tmp_path) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    proc = sasl_broker(broker_factory, tmp_path)
+
+    async def run() -> list[bytes]:
+        for mechanism, user, password in ((PLAIN, "alice", "alice-secret"), (SCRAM_256, "carol", "carol-secret")):
+            producer = AIOKafkaProducer(bootstrap_servers=proc.bootstrap, security_protocol="SASL_PLAINTEXT",
+                                        sasl_mechanism=mechanism, sasl_plain_username=user,
+                                        sasl_plain_password=password)
+            await producer.start()
+            try:
+                await producer.send_and_wait("sasl-aio", mechanism.encode())
+            finally:
+                await producer.stop()
+        consumer = AIOKafkaConsumer("sasl-aio", bootstrap_servers=proc.bootstrap, security_protocol="SASL_PLAINTEXT",
+                                    sasl_mechanism=SCRAM_512, sasl_plain_username="carol",
+                                    sasl_plain_password="carol-secret", auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            got: list[bytes] = []
+            async with asyncio.timeout(20):
+                while len(got) < 2:
+                    batch = await consumer.getmany(timeout_ms=1000)
+                    got += [m.value for messages in batch.values() for m in messages]
+            return got
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(run()) == [b"PLAIN", b"SCRAM-SHA-256"]
+
+
+def test_wrong_password_fails_and_closes_without_data(broker_factory, tmp_path) -> None:
+    proc = sasl_broker(broker_factory, tmp_path, **{"connection.failed.authentication.delay.ms": "200"})
+    for mechanism, user in ((PLAIN, "alice"), (SCRAM_256, "carol"), (SCRAM_512, "nobody")):
+        errors: list = []
+        producer = Producer({"bootstrap.servers": proc.bootstrap, "error_cb": errors.append,
+                             **confluent_sasl(mechanism, user, "wrong")})
+        wait_for(lambda: producer.poll(0.2) is not None and errors or errors, timeout=15,
+                 message=f"{mechanism} authentication error")
+        assert any("uthentication" in e.str() for e in errors), errors
+    with pytest.raises(kafka.errors.KafkaError):
+        kafka.KafkaProducer(bootstrap_servers=proc.bootstrap, security_protocol="SASL_PLAINTEXT",
+                            sasl_mechanism=SCRAM_512, sasl_plain_username="carol", sasl_plain_password="wrong",
+                            max_block_ms=5000).send("x", b"x").get(5)
+    with RawClient(proc.bootstrap) as raw:
+        assert handshake(raw, PLAIN).error_code == 0
+        started = time.monotonic()
+        reply = authenticate(raw, b"\0alice\0wrong")
+        assert reply.error_code == SASL_AUTHENTICATION_FAILED and reply.auth_bytes == b""
+        assert "Invalid username or password" in (reply.error_message or "")
+        raw.send_frame(raw.encode_request(METADATA, 1, load_request_schema(METADATA, 1)(topics=None)))
+        assert raw.is_closed_by_peer(5) and time.monotonic() - started >= 0.19  # after the delay, no answer
+
+
+def test_requests_before_authentication_close_the_socket(broker_factory, tmp_path) -> None:
+    proc = sasl_broker(broker_factory, tmp_path)
+    with RawClient(proc.bootstrap) as raw:  # a Produce first: closed, no reply
+        body = load_request_schema(PRODUCE, 3)(transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=1),
+                                                topic_data=())
+        raw.send_frame(raw.encode_request(PRODUCE, 3, body))
+        assert raw.read_frame() is None
+    with RawClient(proc.bootstrap) as raw:  # ApiVersions is allowed (and lists SASL), then nothing else
+        versions = raw.call(API_VERSIONS, 0, load_request_schema(API_VERSIONS, 0)())
+        keys = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
+        assert keys[SASL_HANDSHAKE] == (0, 1) and keys[SASL_AUTHENTICATE] == (0, 2)
+        raw.send_frame(raw.encode_request(METADATA, 1, load_request_schema(METADATA, 1)(topics=[])))
+        assert raw.read_frame() is None
+    with RawClient(proc.bootstrap) as raw:  # after a v1 handshake, anything but SaslAuthenticate closes
+        assert handshake(raw, PLAIN).error_code == 0
+        raw.send_frame(raw.encode_request(METADATA, 1, load_request_schema(METADATA, 1)(topics=[])))
+        assert raw.is_closed_by_peer(5)
+    with RawClient(proc.bootstrap) as raw:  # an unknown mechanism: 33 with the enabled list, then closed
+        reply = handshake(raw, "GSSAPI")
+        assert reply.error_code == UNSUPPORTED_SASL_MECHANISM
+        assert list(reply.mechanisms) == [PLAIN, SCRAM_256, SCRAM_512]
+        assert raw.is_closed_by_peer(5)
+    with RawClient(proc.bootstrap) as raw:  # success, then a second SaslAuthenticate is out of order
+        assert handshake(raw, PLAIN).error_code == 0
+        ok = authenticate(raw, b"\0alice\0alice-secret", version=1)
+        assert ok.error_code == 0 and ok.session_lifetime.total_seconds() == 0
+        assert [b.node_id for b in metadata(raw).brokers] == [1]
+        assert authenticate(raw, b"\0alice\0alice-secret").error_code == ILLEGAL_SASL_STATE
+
+
+def test_v0_handshake_switches_to_raw_token_frames(broker_factory, tmp_path) -> None:
+    proc = sasl_broker(broker_factory, tmp_path)
+    with RawClient(proc.bootstrap) as raw:  # PLAIN: the success is a zero-length frame
+        assert handshake(raw, PLAIN, version=0).error_code == 0
+        raw.send_frame(b"\0alice\0alice-secret")
+        assert raw.read_frame() == b""
+        assert [b.node_id for b in metadata(raw).brokers] == [1]
+    with RawClient(proc.bootstrap) as raw:  # a wrong password: just closed
+        assert handshake(raw, PLAIN, version=0).error_code == 0
+        raw.send_frame(b"\0alice\0nope")
+        assert raw.read_frame() is None
+    with RawClient(proc.bootstrap) as raw:  # SCRAM: every challenge in a raw frame (scramp is the client)
+        assert handshake(raw, SCRAM_256, version=0).error_code == 0
+        client = scramp.ScramClient([SCRAM_256], "carol", "carol-secret")
+        raw.send_frame(client.get_client_first().encode())
+        client.set_server_first(raw.read_frame().decode())
+        raw.send_frame(client.get_client_final().encode())
+        client.set_server_final(raw.read_frame().decode())  # raises unless the server proved the password
+        assert [b.node_id for b in metadata(raw).brokers] == [1]
+
+
+def test_scram_over_raw_v1_and_session_expiry(broker_factory, tmp_path) -> None:
+    proc = sasl_broker(broker_factory, tmp_path, **{"connections.max.reauth.ms": "1500"})
+    with RawClient(proc.bootstrap) as raw:
+        assert handshake(raw, SCRAM_512).error_code == 0
+        client = scramp.ScramClient([SCRAM_512], "carol", "carol-secret")
+        first = authenticate(raw, client.get_client_first().encode())
+        assert first.error_code == 0 and first.session_lifetime.total_seconds() == 0
+        client.set_server_first(first.auth_bytes.decode())
+        final = authenticate(raw, client.get_client_final().encode())
+        assert final.error_code == 0 and final.session_lifetime.total_seconds() * 1000 == pytest.approx(1500, abs=5)
+        client.set_server_final(final.auth_bytes.decode())
+        started = time.monotonic()
+        assert metadata(raw).brokers
+        wait_for(lambda: time.monotonic() - started > 1.6, timeout=5, message="the session to expire")
+        raw.send_frame(raw.encode_request(METADATA, 1, load_request_schema(METADATA, 1)(topics=[])))
+        assert raw.read_frame() is None  # expired: closed without a reply
+
+
+def test_librdkafka_reauthenticates_and_keeps_working(broker_factory, tmp_path) -> None:
+    proc = sasl_broker(broker_factory, tmp_path, **{"connections.max.reauth.ms": "2000"})
+    conf = confluent_sasl(SCRAM_256, "carol", "carol-secret")
+    delivered: list = []
+    producer = Producer({"bootstrap.servers": proc.bootstrap, "linger.ms": 0, **conf})
+    deadline = time.monotonic() + 7
+    while time.monotonic() < deadline:
+        producer.produce("sasl-reauth", b"x", on_delivery=lambda err, msg: delivered.append(err))
+        producer.poll(0.25)
+    assert producer.flush(15) == 0
+    assert delivered and all(err is None for err in delivered), delivered[:3]
+    # one connection authenticated again and again (librdkafka at 85-95% of the 2 s lifetime)
+    per_connection = Counter(re.findall(r"(\S+) on SASL_PLAINTEXT: authenticated as User:carol", proc.log()))
+    assert max(per_connection.values()) >= 3, per_connection
+
+
+def test_sasl_ssl_with_scram(broker_factory, tmp_path, certs: CertFiles) -> None:  # noqa: F811
+    proc = sasl_broker(broker_factory, tmp_path, protocol="SASL_SSL", mechanisms="SCRAM-SHA-512,PLAIN",
+                       **{k: v for k, v in ssl_overrides(certs).items() if k != "listeners"})
+    conf = confluent_sasl(SCRAM_512, "carol", "carol-secret", protocol="SASL_SSL", **{"ssl.ca.location": str(certs.ca)})
+    round_trip(proc.bootstrap, "sasl-ssl", conf)
+
+
+def test_saslhandshake_on_a_plaintext_listener_is_illegal_state(broker) -> None:
+    with RawClient(broker.bootstrap) as raw:
+        assert handshake(raw, PLAIN).error_code == ILLEGAL_SASL_STATE
+        assert metadata(raw).brokers  # and the connection goes on
+
+
+@pytest.mark.parametrize("overrides,key", [
+    ({"sasl.enabled.mechanisms": "GSSAPI"}, "sasl.enabled.mechanisms"),
+    ({"sasl.enabled.mechanisms": "PLAIN"}, "listener.name.sasl_plaintext.plain.sasl.jaas.config"),
+    ({"listener.name.sasl_plaintext.sasl.enabled.mechanisms": "OAUTHBEARER", "sasl.enabled.mechanisms": "PLAIN"},
+     "listener.name.sasl_plaintext.sasl.enabled.mechanisms"),
+    ({"sasl.server.max.receive.size": "0"}, "sasl.server.max.receive.size"),
+])
+def test_sasl_listener_without_usable_mechanism_stops_start_up(tmp_path, overrides, key) -> None:
+    settings = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path / "data"), **overrides}
+    args = [a for k, v in settings.items() for a in ("--override", f"{k}={v}")]
+    out = subprocess.run([sys.executable, "-m", "offsetd.cli", "serve", *args], capture_output=True, text=True,
+                         timeout=30)
+    lines = [line for line in out.stderr.splitlines() if line.strip() and "WARNING" not in line]
+    assert out.returncode == 2 and len(lines) == 1 and key in lines[0], out.stderr
+
+
+def test_three_brokers_with_sasl_listeners(pg_dsn, cluster_factory) -> None:
+    from integration.cluster_helpers import FAST
+
+    cluster = cluster_factory(pg_dsn, overrides={
+        **FAST, "listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS})
+    conf = confluent_sasl(PLAIN, "alice", "alice-secret")
+    wait_for(lambda: sorted(AdminClient({"bootstrap.servers": cluster.bootstrap, **conf}).list_topics(
+        timeout=10).brokers) == [1, 2, 3], timeout=30, message="three brokers in Metadata over SASL")
+    md = AdminClient({"bootstrap.servers": cluster.bootstrap, **conf}).list_topics(timeout=10)
+    assert {b.id: b.port for b in md.brokers.values()} == {n: cluster.broker(n).port for n in (1, 2, 3)}
+    round_trip(cluster.bootstrap, "sasl-cluster", conf, count=20)
+    with pytest.raises(KafkaException):  # and no data without authenticating
+        AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=3)

@@ -201,6 +201,8 @@ BY_TYPE_CASES: list[ByTypeCase] = [
     ByTypeCase("one-undominated-allow-is-enough", ("ALLOW User:alice * WRITE TOPIC LITERAL t",
                                                    "ALLOW User:alice * WRITE TOPIC LITERAL u",
                                                    "DENY User:alice * WRITE TOPIC LITERAL t"), "WRITE", "TOPIC", True),
+    ByTypeCase("allow-star-not-dominated-by-prefix", ("ALLOW User:alice * WRITE TOPIC LITERAL *",
+                                                      "DENY User:alice * WRITE TOPIC PREFIXED *"), "WRITE", "TOPIC", True),
     ByTypeCase("deny-other-principal-ignored", ("ALLOW User:alice * WRITE TOPIC LITERAL t",
                                                 "DENY User:bob * WRITE TOPIC LITERAL *"), "WRITE", "TOPIC", True),
     ByTypeCase("deny-other-op-ignored", ("ALLOW User:alice * WRITE TOPIC LITERAL t",

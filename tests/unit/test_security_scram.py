@@ -118,6 +118,11 @@ def test_bad_client_first(first: bytes) -> None:
         rfc_server().evaluate(first)
 
 
+def test_authzid_mismatch_message_is_specific() -> None:
+    with pytest.raises(AuthenticationFailed, match="authorization id differs"):
+        rfc_server().evaluate(b"n,a=other,n=user,r=abc")
+
+
 def test_authzid_equal_to_user_and_extensions_are_accepted() -> None:
     server = rfc_server()
     reply = server.evaluate(b"n,a=user,n=user,r=rOprNGfwEbeRWgbNEkqO,tokenauth=true,x=1")
@@ -129,6 +134,7 @@ def test_authzid_equal_to_user_and_extensions_are_accepted() -> None:
     RFC_CLIENT_FINAL.replace(b"r=rOprNGfwEbeRWgbNEkqO%hvY", b"r=rOprNGfwEbeRWgbNEkqO%hvZ"),  # wrong nonce
     RFC_CLIENT_FINAL.split(b",p=")[0],                                     # no proof
     b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=AAAA",  # short proof
+    RFC_CLIENT_FINAL.replace(b"r=", b"r=x"),                             # nonce with a prefix
     b"c=!!!,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=",
     b"garbage",
 ])

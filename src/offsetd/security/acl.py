@@ -322,6 +322,8 @@ class Authorizer:
                 allow[b.pattern_type].add(b.resource_name)
 
         def dominated(name: str, pattern: PatternType) -> bool:
+            if pattern == PatternType.LITERAL and name == WILDCARD:
+                return False  # a LITERAL `*` ALLOW is dominated only by a LITERAL `*` DENY (handled above)
             if pattern == PatternType.LITERAL and name in deny[PatternType.LITERAL]:
                 return True
             return any(name.startswith(prefix) for prefix in deny[PatternType.PREFIXED])

@@ -122,8 +122,8 @@ class ScramServer:
         credential = self._lookup(self.name, user)
         if credential is None:
             raise self._fail(f"unknown user {user!r}")
-        if authzid and authzid != user:
-            raise self._fail("authorization id differs from the user name")
+        if authzid and authzid != user:  # the one failure whose message is specific
+            raise AuthenticationFailed("Authentication failed: the authorization id differs from the username")
         if credential.iterations < MIN_ITERATIONS:
             raise self._fail(f"stored iterations {credential.iterations} < {MIN_ITERATIONS}")
         server_nonce = self._nonce_factory()
@@ -144,7 +144,7 @@ class ScramServer:
             raise ValueError("client-final needs c= and r=")
         _b64decode(_attribute(parts[0], "c"))  # the channel binding is covered by the proof
         nonce = _attribute(parts[1], "r")
-        if not nonce.endswith(self._nonce):
+        if nonce != self._nonce:  # client nonce + server nonce, exactly
             raise self._fail("nonce mismatch")
         proof = _b64decode(proof_b64)
         credential = self._credential

@@ -175,6 +175,14 @@ def test_request_allowed_is_admission_pass() -> None:
     assert s.state == SaslState.FAILED
 
 
+def test_api_versions_with_an_unsupported_version_may_be_retried() -> None:
+    s = server()
+    assert s.admission(API_VERSIONS, T0) == Admission.PASS
+    s.api_versions_retry()
+    assert s.admission(API_VERSIONS, T0) == Admission.PASS
+    assert s.handshake("PLAIN", 1, T0).error_code == 0
+
+
 def test_authenticate_before_handshake_closes() -> None:
     s = server()
     step = s.authenticate(plain("alice", "alice-secret"), T0)

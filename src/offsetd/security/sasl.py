@@ -134,6 +134,11 @@ class SaslServer:
         self.state = SaslState.FAILED
         return Admission.CLOSE
 
+    def api_versions_retry(self) -> None:
+        """An ApiVersions answered with UNSUPPORTED_VERSION (35) does not count: the client may retry."""
+        if self.state == SaslState.NEED_HANDSHAKE:
+            self._api_versions_seen = False
+
     def request_allowed(self, api_key: int, now_ms: int) -> bool:
         """Whether a request may be dispatched now (anything but PASS means the connection ends)."""
         return self.admission(api_key, now_ms) == Admission.PASS

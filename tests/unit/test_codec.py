@@ -78,5 +78,6 @@ def test_api_versions_table_only_advertises_decodable_versions():
         for version in range(entry["min_version"], entry["max_version"] + 1):
             request_class(entry["api_key"], version)  # raises if neither kio nor legacy_schemas has it
             response_class(entry["api_key"], version)
-    # Kafka 3.9's floors (Produce/Fetch: formats v0/v1); WriteTxnMarkers v0 is gone (reference A7)
-    assert {key: lo for key, (lo, hi) in SUPPORTED.items() if lo != 0} == {27: 1}
+    # Kafka 3.9's floors (Produce/Fetch: formats v0/v1); WriteTxnMarkers v0 is gone (reference A7),
+    # and so are the ACL APIs' v0 (KIP-896, security.md §3)
+    assert {key: lo for key, (lo, hi) in SUPPORTED.items() if lo != 0} == {27: 1, 29: 1, 30: 1, 31: 1}

@@ -6,6 +6,7 @@ from inspect import isawaitable
 from typing import Any, Awaitable, Callable
 
 from ..protocol.errors import Error
+from ..server.authorization import Access, Op, Res, access
 from .broker import Broker
 from .group_configs import GROUP_KEYS, group_config_problem
 from .topic_config import (
@@ -27,6 +28,27 @@ SET, DELETE = 0, 1  # IncrementalAlterConfigs operations
 
 
 Later = list[tuple[Awaitable[Any], Callable[[Any], None], dict[str, Any]]]
+
+AUTHORIZATION_FAILED = "Authorization failed."
+# Config resource type -> the ACL resource checked and the error when denied (reference §4
+# DescribeConfigs/IncrementalAlterConfigs: BROKER 4, BROKER_LOGGER 8, CLIENT_METRICS 16 are CLUSTER's).
+CONFIG_RESOURCES: dict[int, tuple[Any, int]] = {
+    RESOURCE_TOPIC: (Res.TOPIC, Error.TOPIC_AUTHORIZATION_FAILED),
+    RESOURCE_GROUP: (Res.GROUP, Error.GROUP_AUTHORIZATION_FAILED),
+    RESOURCE_BROKER: (Res.CLUSTER, Error.CLUSTER_AUTHORIZATION_FAILED),
+    8: (Res.CLUSTER, Error.CLUSTER_AUTHORIZATION_FAILED),
+    16: (Res.CLUSTER, Error.CLUSTER_AUTHORIZATION_FAILED),
+}
+
+
+def _config_denied(acc: Access | None, op: Any, resource_type: int, name: str) -> int:
+    """The error of a config resource the principal may not `op` (0: allowed, or not checked)."""
+    if acc is None or resource_type not in CONFIG_RESOURCES:
+        return Error.NONE
+    rtype, error = CONFIG_RESOURCES[resource_type]
+    if rtype == Res.CLUSTER:
+        return Error.NONE if acc.cluster(op) else error
+    return Error.NONE if acc.allows(op, rtype, name) else error
 
 
 def _body_when_done(body: dict[str, Any], later: Later) -> Any:
@@ -50,8 +72,14 @@ def handle_create_topics(broker: Broker, req: Any, version: int, now_ms: int) ->
     """Create each topic or report why not; v5+ echoes partitions, replication factor and configs."""
     results = []
     later: Later = []
+    acc = access(broker)
+    create_any = acc is None or acc.cluster(Op.CREATE)  # CREATE on CLUSTER: every name
     for item in req.topics:
         result: dict[str, Any] = {"name": item.name, "error_code": Error.NONE, "error_message": None}
+        if not create_any and not acc.allows(Op.CREATE, Res.TOPIC, item.name):  # type: ignore[union-attr]
+            result.update(error_code=Error.TOPIC_AUTHORIZATION_FAILED, error_message=AUTHORIZATION_FAILED)
+            results.append(result)
+            continue
         configs = {c.name: c.value for c in item.configs}
         partitions = len(item.assignments) if item.assignments else item.num_partitions
         if partitions == -1:
@@ -80,9 +108,12 @@ def handle_create_topics(broker: Broker, req: Any, version: int, now_ms: int) ->
             else:
                 def done(topic: Any, result: dict[str, Any] = result, partitions: int = partitions,
                          configs: dict[str, str] = configs) -> None:
-                    result.update(topic_id=topic.topic_id, num_partitions=partitions, replication_factor=1,
-                                  configs=[_config_entry(k, *effective_value(k, configs, broker.config))
-                                           for k in sorted(TOPIC_KEYS)])
+                    result.update(topic_id=topic.topic_id, num_partitions=partitions, replication_factor=1)
+                    if acc is not None and not acc.allows(Op.DESCRIBE_CONFIGS, Res.TOPIC, result["name"]):
+                        result["topic_config_error_code"] = Error.TOPIC_AUTHORIZATION_FAILED  # created all the same
+                        return
+                    result["configs"] = [_config_entry(k, *effective_value(k, configs, broker.config))
+                                         for k in sorted(TOPIC_KEYS)]
 
                 if isawaitable(topic):
                     later.append((topic, done, result))
@@ -100,10 +131,17 @@ def handle_delete_topics(broker: Broker, req: Any, version: int, now_ms: int) ->
         wanted = [(t.name, t.topic_id) for t in req.topics]
     responses = []
     later: Later = []
+    acc = access(broker)
+    delete_any = acc is None or acc.cluster(Op.DELETE)  # DELETE on CLUSTER: every topic
     for name, topic_id in wanted:
         topic = broker.topics.get(name) if name is not None else broker.topics.by_id(topic_id)
         response: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": Error.NONE}
-        if topic is None:
+        shown = name if topic is None else topic.name
+        if not delete_any and shown is not None and (not acc.allows(Op.DESCRIBE, Res.TOPIC, shown)  # type: ignore[union-attr]
+                                                     or (topic is not None and not acc.allows(Op.DELETE, Res.TOPIC, shown))):  # type: ignore[union-attr]
+            # not describable: 29 even if missing; describable and missing: 3 below
+            response.update(error_code=Error.TOPIC_AUTHORIZATION_FAILED, error_message=AUTHORIZATION_FAILED)
+        elif topic is None:
             response["error_code"] = Error.UNKNOWN_TOPIC_OR_PARTITION if name is not None else Error.UNKNOWN_TOPIC_ID
         elif not broker.config.get("delete.topic.enable"):
             response.update(error_code=Error.TOPIC_DELETION_DISABLED, error_message="Topic deletion is disabled.")
@@ -129,8 +167,13 @@ def handle_create_partitions(broker: Broker, req: Any, version: int, now_ms: int
     """Grow topics to the requested partition counts."""
     results = []
     later: Later = []
+    acc = access(broker)
     for item in req.topics:
         result: dict[str, Any] = {"name": item.name, "error_code": Error.NONE}
+        if acc is not None and not acc.allows(Op.ALTER, Res.TOPIC, item.name):
+            result.update(error_code=Error.TOPIC_AUTHORIZATION_FAILED, error_message=AUTHORIZATION_FAILED)
+            results.append(result)
+            continue
         try:
             grown = broker.topics.add_partitions(item.name, item.count, now_ms, validate_only=req.validate_only)
         except TopicError as exc:
@@ -152,12 +195,16 @@ def _config_entry(name: str, value: str, source: int, config_type: int = STRING,
 def handle_describe_configs(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any]:
     """Configs of topics (overrides, broker defaults, built-in defaults) and of this broker."""
     results = []
+    acc = access(broker)
     for res in req.resources:
         keys = set(res.configuration_keys) if res.configuration_keys else None
         result: dict[str, Any] = {"error_code": Error.NONE, "error_message": None,
                                   "resource_type": res.resource_type, "resource_name": res.resource_name,
                                   "configs": ()}
-        if res.resource_type == RESOURCE_TOPIC:
+        denied = _config_denied(acc, Op.DESCRIBE_CONFIGS, res.resource_type, res.resource_name)
+        if denied:
+            result.update(error_code=denied, error_message=AUTHORIZATION_FAILED)
+        elif res.resource_type == RESOURCE_TOPIC:
             topic = broker.topics.get(res.resource_name)
             if topic is None:
                 result.update(error_code=Error.UNKNOWN_TOPIC_OR_PARTITION,
@@ -196,12 +243,16 @@ def handle_incremental_alter_configs(broker: Broker, req: Any, version: int, now
     """Per-group `offsets.retention.minutes` (GROUP resources); SET and DELETE operations."""
     responses = []
     later: Later = []
+    acc = access(broker)
     for res in req.resources:
         response: dict[str, Any] = {"error_code": Error.NONE, "error_message": None,
                                     "resource_type": res.resource_type, "resource_name": res.resource_name}
         changes: dict[str, str | None] = {}
         problem = None
-        if res.resource_type != RESOURCE_GROUP:
+        denied = _config_denied(acc, Op.ALTER_CONFIGS, res.resource_type, res.resource_name)
+        if denied:
+            problem = (denied, AUTHORIZATION_FAILED)
+        elif res.resource_type != RESOURCE_GROUP:
             problem = (Error.INVALID_REQUEST, f"Altering resource type {res.resource_type} is not supported; "
                                               "only groups (offsets.retention.minutes)")
         elif not res.resource_name:

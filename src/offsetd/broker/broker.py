@@ -45,6 +45,10 @@ class Broker:
         # in the producer's open transaction? Asked before its first transactional batch (the
         # transaction coordinator's answer; None: not checked).
         self.txn_verifier: Callable[[str, int, int, str, int], int] | None = None
+        # security/acl.py's Authorizer when authorizer.class.name is set (server/security_api.py
+        # replaces it when the ACLs change); None: authorization off, everything allowed.
+        self.authorizer: Any = None
+        self.security: Any = None  # server/security_api.SecurityRuntime (the ACL and SCRAM APIs)
 
     def serving_partition(self, topic: str, index: int) -> "tuple[Any, int]":
         """(log, NONE) of a partition this broker can serve reads of, or (log or None, error):

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from ..protocol.errors import Error
 from ..storage.partition_log import OffsetOutOfRange
+from ..server.authorization import Op, Res, access
 from .broker import Broker
 from .cluster_view import leader_hint, node_endpoints
 from .fetch_sessions import (
@@ -76,7 +77,8 @@ class _Reader:
     the partitions read (to wait on) and the leaders named in NOT_LEADER_OR_FOLLOWER entries (their
     endpoints go into the body, KIP-951), shared by sessionless and incremental fetches."""
 
-    __slots__ = ("broker", "by_id", "committed", "zero_copy", "budget", "total", "read_keys", "led_elsewhere")
+    __slots__ = ("broker", "by_id", "committed", "zero_copy", "budget", "total", "read_keys", "led_elsewhere",
+                 "access")
 
     def __init__(self, broker: Broker, req: Any, version: int, by_id: bool) -> None:
         self.broker = broker
@@ -87,12 +89,20 @@ class _Reader:
         self.total = 0
         self.read_keys: list[tuple[str, int]] = []
         self.led_elsewhere: set[int] = set()
+        self.access = access(broker)
 
-    def read(self, topic: Any, index: int, fetch_offset: int, max_bytes: int) -> dict[str, Any]:
+    def read(self, topic: Any, index: int, fetch_offset: int, max_bytes: int, name: str | None = None) -> dict[str, Any]:
         """One partition's response entry: watermarks and records, or its error. `topic` is
-        None when unknown. With zero_copy the records may be FileRecords (module docstring)."""
+        None when unknown (`name`: the name asked for, by-name fetches). With zero_copy the records
+        may be FileRecords (module docstring). Without READ on the topic: 29, before its existence
+        is told, but after an unknown topic id (v13+: 100 first, reference security.md §4)."""
         entry: dict[str, Any] = {"partition_index": index, "error_code": Error.NONE, "high_watermark": -1,
                                  "records": b"", "aborted_transactions": () if self.committed else None}
+        acc = self.access
+        if acc is not None and (topic is not None or not self.by_id) and not acc.allows(
+                Op.READ, Res.TOPIC, topic.name if topic is not None else name):
+            entry["error_code"] = Error.TOPIC_AUTHORIZATION_FAILED
+            return entry
         if topic is None:
             entry["error_code"] = Error.UNKNOWN_TOPIC_ID if self.by_id else Error.UNKNOWN_TOPIC_OR_PARTITION
             return entry
@@ -156,7 +166,8 @@ def read_fetch(broker: Broker, req: Any, version: int, context: FetchContext | N
     for topic_req in req.topics:
         topic = topics.by_id(topic_req.topic_id) if by_id else topics.get(topic_req.topic)
         responses.append({key: topic_req.topic_id if by_id else topic_req.topic, "partitions": [
-            reader.read(topic, p.partition, p.fetch_offset, p.partition_max_bytes) for p in topic_req.partitions]})
+            reader.read(topic, p.partition, p.fetch_offset, p.partition_max_bytes, None if by_id else topic_req.topic)
+            for p in topic_req.partitions]})
     return reader.result(0, responses, context)
 
 
@@ -175,7 +186,7 @@ def _read_session(broker: Broker, req: Any, version: int, context: FetchContext)
     for key, cached in session.partitions.items():
         topic_key, index = key
         topic = topics.by_id(topic_key) if by_id else topics.get(topic_key)  # type: ignore[arg-type]
-        entry = reader.read(topic, index, cached.fetch_offset, cached.max_bytes)
+        entry = reader.read(topic, index, cached.fetch_offset, cached.max_bytes, None if by_id else topic_key)  # type: ignore[arg-type]
         if not cached.must_respond(entry):
             continue
         responded.append((key, entry))

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..protocol.errors import Error
 from ..records.batch import InvalidBatch
+from ..server.authorization import Op, Res, access
 from .broker import Broker
 from .list_offsets_v0 import handle_list_offsets_v0
 
@@ -19,18 +20,29 @@ LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 READ_COMMITTED = 1
 
 
+def denied_topics(broker: Broker, req: Any) -> set[str]:
+    """The requested topics without DESCRIBE (reference security.md §4: 29 per partition, offset and
+    timestamp -1, before existence); empty when authorization is off."""
+    acc = access(broker)
+    return set() if acc is None else acc.denied(Op.DESCRIBE, Res.TOPIC, {t.name for t in req.topics})
+
+
 def handle_list_offsets(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any]:
     """Offsets by timestamp: -1 latest, -2 earliest, -3 max timestamp, else the time index."""
     if version == 0:  # an array of up to max_num_offsets offsets per partition
-        return handle_list_offsets_v0(broker, req, now_ms)
+        return handle_list_offsets_v0(broker, req, now_ms, denied_topics(broker, req))
     committed = getattr(req, "isolation_level", 0) == READ_COMMITTED  # v1 has none: uncommitted
     topics = []
+    denied = denied_topics(broker, req)
     for topic_req in req.topics:
         partitions = []
         for p in topic_req.partitions:
             entry: dict[str, Any] = {"partition_index": p.partition_index, "error_code": Error.NONE,
                                      "timestamp": -1, "offset": -1, "leader_epoch": -1}
-            plog, error = broker.serving_partition(topic_req.name, p.partition_index)
+            if denied and topic_req.name in denied:
+                plog, error = None, Error.TOPIC_AUTHORIZATION_FAILED
+            else:
+                plog, error = broker.serving_partition(topic_req.name, p.partition_index)
             if error:
                 entry["error_code"] = error
             elif p.timestamp == LATEST:

@@ -12,7 +12,7 @@ the log end offset on this single broker.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import AbstractSet, Any
 
 from ..protocol.errors import Error
 from .broker import Broker
@@ -40,15 +40,17 @@ def offsets_before(plog: Any, timestamp: int, max_num_offsets: int, now_ms: int)
     return [rows[start - j][0] for j in range(count)]  # rows ascend, so this descends
 
 
-def handle_list_offsets_v0(broker: Broker, req: Any, now_ms: int) -> dict[str, Any]:
-    """The v0 response: per partition an error code and old_style_offsets."""
+def handle_list_offsets_v0(broker: Broker, req: Any, now_ms: int, denied: AbstractSet[str] = frozenset()) -> dict[str, Any]:
+    """The v0 response: per partition an error code and old_style_offsets (`denied`: topics
+    without DESCRIBE, answered 29)."""
     topics = []
     for topic_req in req.topics:
         partitions = []
         for p in topic_req.partitions:
             entry: dict[str, Any] = {"partition_index": p.partition_index, "error_code": Error.NONE,
                                      "old_style_offsets": ()}
-            plog, error = broker.serving_partition(topic_req.name, p.partition_index)
+            plog, error = (None, Error.TOPIC_AUTHORIZATION_FAILED) if topic_req.name in denied else \
+                broker.serving_partition(topic_req.name, p.partition_index)
             if error:
                 entry["error_code"] = error
             else:

@@ -12,6 +12,7 @@ from ..records.batch import InvalidBatch, validate_batches
 from ..records.legacy_messages import up_convert
 from ..storage.log_dir import NotLeader, StorageError
 from ..storage.producer_state import ProduceError
+from ..server.authorization import Op, Res, access
 from .broker import Broker
 from .cluster_view import leader_hint, node_endpoints
 
@@ -138,13 +139,40 @@ class _Appends:
         return self.finish(body)
 
 
+def _is_transactional(records: bytes | None) -> bool:
+    """The first batch's transactional bit (v2 batches: magic at byte 16, attributes at 21-22)."""
+    return bool(records) and len(records) > 22 and records[16] == 2 and bool(records[22] & 0x10)  # type: ignore[arg-type,index]
+
+
+def _denied(broker: Broker, req: Any) -> dict[str, int] | None:
+    """Per topic, the authorization error of its partitions (reference security.md §4 Produce):
+    a transactional request without WRITE on its transactional id fails everywhere with 53; else
+    each topic without WRITE gets 29, before it is known to exist. None: all allowed."""
+    acc = access(broker)
+    if acc is None:
+        return None
+    txn_id = getattr(req, "transactional_id", None)
+    if any(_is_transactional(p.records) for t in req.topic_data for p in t.partition_data) and (
+            txn_id is None or not acc.allows(Op.WRITE, Res.TRANSACTIONAL_ID, txn_id)):
+        return {t.name: Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for t in req.topic_data}
+    return {name: Error.TOPIC_AUTHORIZATION_FAILED for name in acc.denied(Op.WRITE, Res.TOPIC,
+                                                                          {t.name for t in req.topic_data})}
+
+
 def handle_produce(broker: Broker, req: Any, version: int, now_ms: int) -> Any:
     """Append every partition's batches; acks=0 gets no response at all (Kafka's rule)."""
     appends = _Appends(broker, now_ms, getattr(req, "transactional_id", None), version)  # v3+
     legacy = version < 3
-    responses = [{"name": topic.name, "partition_responses": [
-        appends.append(topic.name, p.index, p.records, legacy) for p in topic.partition_data]}
-        for topic in req.topic_data]
+    denied = _denied(broker, req)
+    if denied:
+        responses = [{"name": topic.name, "partition_responses": [
+            {"index": p.index, "error_code": denied[topic.name], "base_offset": -1} if topic.name in denied
+            else appends.append(topic.name, p.index, p.records, legacy) for p in topic.partition_data]}
+            for topic in req.topic_data]
+    else:
+        responses = [{"name": topic.name, "partition_responses": [
+            appends.append(topic.name, p.index, p.records, legacy) for p in topic.partition_data]}
+            for topic in req.topic_data]
     body = {"responses": responses}
     if req.acks == 0:
         if appends.pending:  # nobody waits for the answer, but the appends must still run

@@ -38,12 +38,18 @@ class ApiKey(IntEnum):
     END_TXN = 26
     WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
@@ -93,6 +99,14 @@ SERVED_MAX: dict[ApiKey, int] = {
     ApiKey.DESCRIBE_PRODUCERS: 0,
     ApiKey.DESCRIBE_TRANSACTIONS: 0,
     ApiKey.LIST_TRANSACTIONS: 1,
+    # Security (reference security.md §2-§3): the ACL APIs from v1 (KIP-896 removed v0), SCRAM
+    # credentials, and DescribeClientQuotas as an empty stub (kafka-configs --describe asks it).
+    ApiKey.DESCRIBE_ACLS: 3,
+    ApiKey.CREATE_ACLS: 3,
+    ApiKey.DELETE_ACLS: 3,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: 0,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: 1,
 }
 
 

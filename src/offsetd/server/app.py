@@ -37,7 +37,7 @@ from ..coordinator.shard import GroupCoordinatorShard
 from ..metrics.http import MetricsHttpServer
 from ..records.offsets import OFFSETS_TOPIC
 from ..storage.cleaner import LogCleaner
-from ..storage.postgres_store import PostgresStore
+from ..storage.postgres_store import PostgresSecurityStore, PostgresStore
 from .connection import CloseConnection, Connection, ConnectionGuard, Pending
 from .cluster_runtime import (
     ClusterGroupConfigs,
@@ -56,6 +56,8 @@ from .sasl_wire import SASL_VERSIONS, SaslSession
 from .peer_client import PeerClient
 from .transaction_api import TRANSACTION_STATE_TOPIC, TransactionApi, state_topic_configs
 from .transaction_markers import MarkerWriter
+from . import security_api
+from .authorization import REQUEST_CONTEXT
 
 log = logging.getLogger("offsetd.server")
 
@@ -75,6 +77,12 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.CREATE_PARTITIONS: handle_create_partitions,
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
+    ApiKey.CREATE_ACLS: security_api.handle_create_acls,
+    ApiKey.DESCRIBE_ACLS: security_api.handle_describe_acls,
+    ApiKey.DELETE_ACLS: security_api.handle_delete_acls,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: security_api.handle_describe_user_scram_credentials,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: security_api.handle_alter_user_scram_credentials,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: security_api.handle_describe_client_quotas,
 }
 
 
@@ -163,6 +171,7 @@ class KafkaServer:
                                  group_configs=self._group_configs)
         self.broker.on_append = self._wake_fetchers
         self.broker.request_context = RequestContext("", "", 0)  # the request being handled (dispatch)
+        self.security = security_api.install(self)  # ACLs (broker.authorizer) and SCRAM credentials
         self.group_api = GroupApi(self.broker, self.runtimes)
         self.txn_api = TransactionApi(self.broker, config, self.group_api, clock,
                                       MarkerWriter(self.broker, self.runtimes, clock),
@@ -185,6 +194,7 @@ class KafkaServer:
         # scram_lookup (one line); until then this dict is the store (tests fill it).
         self.scram_credentials: dict[tuple[str, str], Any] = {}
         self.scram_lookup: sasl_wire.ScramLookup = lambda mechanism, user: self.scram_credentials.get((user, mechanism))
+        self.scram_lookup = self.security.scram_lookup  # the credential store (server/security_api.py)
         self._sasl_factories = {l.name: sasl_wire.mechanism_factories(config, l, self._lookup_scram)
                                 for l in self.listeners if l.sasl}
         self._tasks: list[asyncio.Task[None]] = []
@@ -236,6 +246,7 @@ class KafkaServer:
         """Cluster mode: connect to PostgreSQL, register, follow the catalogue (creating
         `__consumer_offsets` if this is the first broker) and start claiming partitions."""
         self._topics.cluster_id = await self._store.open()
+        await self.security.start_cluster(PostgresSecurityStore(self._store))
         await self._producer_ids.start()
         advertised = self.config.advertised_listener
         runtime = ClusterRuntime(self._topics, self._group_configs, self.runtimes, self.clock, self._offsets_known,
@@ -365,6 +376,7 @@ class KafkaServer:
             server.close()
         if self.cluster is not None:
             await self.cluster.stop()  # graceful handoff: peers claim at once, no lease wait
+            await self.security.stop()
             await self._store.close()
         if self.metrics_server is not None:
             await self.metrics_server.stop()
@@ -483,6 +495,7 @@ class KafkaServer:
                              conn.listener)
         REQUEST_LISTENER.set(conn.listener)
         self.broker.request_context = ctx
+        REQUEST_CONTEXT.set(ctx)  # a Fetch long poll's task keeps it (server/authorization.py)
         if api_key == ApiKey.FETCH:
             if version < 4:  # message formats v0/v1: the answer down-converted (fetch_down_convert)
                 return fetch_old_version(self._fetch, request, version, correlation_id)

@@ -16,6 +16,7 @@ from ..coordinator.shard import JoinRequest
 from ..coordinator.write_errors import WRITE_ERROR_REMAP, CoordinatorWriteError
 from ..protocol.errors import Error
 from ..records.offsets import OFFSETS_TOPIC, partition_for
+from .authorization import Access, Op, Res, access
 from .coordinator_runtime import ShardRuntime, ShardState, new_token
 from .futures import then
 
@@ -114,7 +115,15 @@ class GroupApi:
 
     # ------------------------------------------------------------------- membership
 
+    def _read_denied(self, ctx: RequestContext, group_id: str) -> bool:
+        """READ on the group refused (JoinGroup, SyncGroup, Heartbeat, LeaveGroup: 30 at top level,
+        before any coordinator state, reference security.md §4)."""
+        acc = access(self.broker, ctx)
+        return acc is not None and not acc.allows(Op.READ, Res.GROUP, group_id or "")
+
     def join_group(self, ctx: RequestContext, req: Any) -> Reply:
+        if self._read_denied(ctx, req.group_id):
+            return _join_failure(Error.GROUP_AUTHORIZATION_FAILED, req.member_id)
         runtime = self.runtime_for(req.group_id)
         error = self._state_error(runtime)
         if error:
@@ -134,6 +143,8 @@ class GroupApi:
                       lambda body: _shape_join(body, ctx.version))
 
     def sync_group(self, ctx: RequestContext, req: Any) -> Reply:
+        if self._read_denied(ctx, req.group_id):
+            return _sync_failure(Error.GROUP_AUTHORIZATION_FAILED)
         runtime = self.runtime_for(req.group_id)
         error = self._state_error(runtime)
         if error:
@@ -148,6 +159,8 @@ class GroupApi:
         return _reply(token, _sync_failure)
 
     def heartbeat(self, ctx: RequestContext, req: Any) -> Reply:
+        if self._read_denied(ctx, req.group_id):
+            return {"error_code": Error.GROUP_AUTHORIZATION_FAILED}
         runtime = self.runtime_for(req.group_id)
         if runtime.state is ShardState.LOADING:
             return {"error_code": Error.NONE}  # Heartbeat answers NONE while loading (§0.2)
@@ -162,6 +175,9 @@ class GroupApi:
     def leave_group(self, ctx: RequestContext, req: Any) -> Reply:
         runtime = self.runtime_for(req.group_id)
         legacy = ctx.version <= 2
+        if self._read_denied(ctx, req.group_id):  # the whole batch fails
+            return {"error_code": Error.GROUP_AUTHORIZATION_FAILED} if legacy else \
+                {"error_code": Error.GROUP_AUTHORIZATION_FAILED, "members": ()}
         error = self._state_error(runtime)
         if error:
             return {"error_code": error, "members": ()}
@@ -186,9 +202,12 @@ class GroupApi:
         known: list[tuple[str, int, int, int, str | None]] = []
         errors: dict[tuple[str, int], int] = {}
         stamped = ctx.version == 1  # v1 only: a per-partition commit timestamp (-1 = now)
+        denied = _commit_denied(access(self.broker, ctx), req.topics, req.group_id)
         for topic in req.topics:
             for p in topic.partitions:
-                if self.broker.topics.partition(topic.name, p.partition_index) is None:
+                if denied and topic.name in denied:
+                    errors[(topic.name, p.partition_index)] = denied[topic.name]
+                elif self.broker.topics.partition(topic.name, p.partition_index) is None:
                     errors[(topic.name, p.partition_index)] = Error.UNKNOWN_TOPIC_OR_PARTITION
                 elif stamped:
                     known.append((topic.name, p.partition_index, p.committed_offset, -1, p.committed_metadata,
@@ -229,7 +248,10 @@ class GroupApi:
             groups = [(req.group_id, None if req.topics is None else [(t.name, list(t.partition_indexes))
                                                                       for t in req.topics])]
         require_stable = getattr(req, "require_stable", False)
-        answers: list[Any] = [self._fetch_group(group_id, topics, require_stable) for group_id, topics in groups]
+        acc = access(self.broker, ctx)
+        answers: list[Any] = [self._fetch_group(group_id, topics, require_stable) if acc is None else
+                              self._fetch_authorized(acc, group_id, topics, require_stable)
+                              for group_id, topics in groups]
 
         def shape(results: list[tuple[int, list]]) -> Body:
             if ctx.version >= 8:
@@ -249,6 +271,24 @@ class GroupApi:
             return shape([await a if isinstance(a, asyncio.Future) else a for a in answers])
 
         return wait_all()
+
+    def _fetch_authorized(self, acc: Access, group_id: str, topics: list[tuple[str, list[int]]] | None,
+                          require_stable: bool) -> Any:
+        """_fetch_group under authorization (reference security.md §4 OffsetFetch): no DESCRIBE on
+        the group: 30; a listed topic without DESCRIBE: 29 and offset -1 per partition, after
+        the coordinator's topics; all topics (null): those without DESCRIBE are left out."""
+        if not acc.allows(Op.DESCRIBE, Res.GROUP, group_id or ""):
+            return (Error.GROUP_AUTHORIZATION_FAILED, [])
+        if topics is None:
+            def keep(rows: list[Any]) -> list[Any]:
+                return [row for row in rows if acc.allows(Op.DESCRIBE, Res.TOPIC, row[0])]
+            return _rows_then(self._fetch_group(group_id, None, require_stable), keep)
+        allowed = [(t, parts) for t, parts in topics if acc.allows(Op.DESCRIBE, Res.TOPIC, t)]
+        if len(allowed) == len(topics):
+            return self._fetch_group(group_id, topics, require_stable)
+        refused = [(t, [(p, -1, -1, "", Error.TOPIC_AUTHORIZATION_FAILED) for p in parts])
+                   for t, parts in topics if not acc.allows(Op.DESCRIBE, Res.TOPIC, t)]
+        return _rows_then(self._fetch_group(group_id, allowed, require_stable), lambda rows: rows + refused)
 
     def _fetch_group(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
                      require_stable: bool) -> Any:
@@ -276,9 +316,12 @@ class GroupApi:
         partition, nothing written); then the shard's KIP-447 checks. v0-1 see 15 for 14."""
         known: list[tuple[str, int, int, int, str | None]] = []
         errors: dict[tuple[str, int], int] = {}
+        denied = _commit_denied(access(self.broker, ctx), req.topics, req.group_id, req.transactional_id)
         for topic in req.topics:
             for p in topic.partitions:
-                if self.broker.topics.partition(topic.name, p.partition_index) is None:
+                if denied and topic.name in denied:
+                    errors[(topic.name, p.partition_index)] = denied[topic.name]
+                elif self.broker.topics.partition(topic.name, p.partition_index) is None:
                     errors[(topic.name, p.partition_index)] = Error.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     known.append((topic.name, p.partition_index, p.committed_offset,
@@ -335,8 +378,14 @@ class GroupApi:
     # ------------------------------------------------------------------------ admin
 
     def describe_groups(self, ctx: RequestContext, req: Any) -> Reply:
+        acc = access(self.broker, ctx)
+        if acc is not None:
+            return self._describe_authorized(acc, req)
+        return {"groups": self._describe(req.groups)}
+
+    def _describe(self, group_ids: list[str]) -> list[Body]:
         groups = []
-        for group_id in req.groups:
+        for group_id in group_ids:
             runtime = self.runtime_for(group_id)
             error = self._state_error(runtime)
             if error:
@@ -344,13 +393,30 @@ class GroupApi:
                                "protocol_type": "", "protocol_data": "", "members": ()})
             else:
                 groups.append(runtime.shard.describe_group(group_id))
-        return {"groups": groups}
+        return groups
+
+    def _describe_authorized(self, acc: Access, req: Any) -> Reply:
+        """DescribeGroups under authorization (§4): a group without DESCRIBE answers 30, these
+        entries first; v3+ asked for it: each described group's authorized_operations."""
+        refused = [{"error_code": Error.GROUP_AUTHORIZATION_FAILED, "group_id": g, "group_state": "",
+                    "protocol_type": "", "protocol_data": "", "members": ()}
+                   for g in req.groups if not acc.allows(Op.DESCRIBE, Res.GROUP, g)]
+        described = self._describe([g for g in req.groups if acc.allows(Op.DESCRIBE, Res.GROUP, g)])
+        if getattr(req, "include_authorized_operations", False):
+            described = [{**group, "authorized_operations": acc.operations(Res.GROUP, group["group_id"])}
+                         for group in described]
+        return {"groups": refused + described}
 
     def list_groups(self, ctx: RequestContext, req: Any) -> Reply:
         """§1.10: any loading shard makes the whole answer 14; filters are case-insensitive."""
         if any(r.state is ShardState.LOADING for r in self.runtimes):
             return {"error_code": Error.COORDINATOR_LOAD_IN_PROGRESS, "groups": ()}
         states = {s.lower() for s in getattr(req, "states_filter", ())}
+        acc = access(self.broker, ctx)
+        # DESCRIBE on the cluster lists every group; else only those the principal may DESCRIBE,
+        # the others left out silently (§4)
+        visible = None if acc is None or acc.cluster(Op.DESCRIBE) else \
+            (lambda group_id: acc.allows(Op.DESCRIBE, Res.GROUP, group_id))  # type: ignore[union-attr]
         types = {t.lower() for t in getattr(req, "types_filter", ())}
         groups = []
         if not types or GROUP_TYPE_CLASSIC in types:
@@ -358,7 +424,7 @@ class GroupApi:
                 if runtime.state is not ShardState.ACTIVE:
                     continue
                 for group_id, protocol_type, state in runtime.shard.list_groups():
-                    if not states or state.lower() in states:
+                    if (not states or state.lower() in states) and (visible is None or visible(group_id)):
                         groups.append({"group_id": group_id, "protocol_type": protocol_type,
                                        "group_state": state, "group_type": GROUP_TYPE_CLASSIC})
         return {"error_code": Error.NONE, "groups": groups}
@@ -368,7 +434,11 @@ class GroupApi:
         wanted = list(dict.fromkeys(req.groups_names))
         by_runtime: dict[int, list[str]] = {}
         errors: dict[str, int] = {}
+        acc = access(self.broker, ctx)
         for group_id in wanted:
+            if acc is not None and not acc.allows(Op.DELETE, Res.GROUP, group_id):
+                errors[group_id] = Error.GROUP_AUTHORIZATION_FAILED
+                continue
             runtime = self.runtime_for(group_id)
             error = self._state_error(runtime)
             if error:
@@ -396,10 +466,18 @@ class GroupApi:
         """§1.4/§3: unknown partitions 3 (dropped first); a top-level error empties the topics."""
         known: list[tuple[str, list[int]]] = []
         unknown: dict[tuple[str, int], int] = {}
+        acc = access(self.broker, ctx)
+        denied: set[str] = set()
+        if acc is not None:  # DELETE on the group (30, top level), then READ on each topic (29), §4
+            if not acc.allows(Op.DELETE, Res.GROUP, req.group_id or ""):
+                return {"error_code": Error.GROUP_AUTHORIZATION_FAILED, "topics": ()}
+            denied = acc.denied(Op.READ, Res.TOPIC, {t.name for t in req.topics})
         for topic in req.topics:
             parts = []
             for p in topic.partitions:
-                if self.broker.topics.partition(topic.name, p.partition_index) is None:
+                if topic.name in denied:
+                    unknown[(topic.name, p.partition_index)] = Error.TOPIC_AUTHORIZATION_FAILED
+                elif self.broker.topics.partition(topic.name, p.partition_index) is None:
                     unknown[(topic.name, p.partition_index)] = Error.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     parts.append(p.partition_index)
@@ -427,6 +505,28 @@ class GroupApi:
                 for p in t.partitions]} for t in req.topics]}
 
         return _reply(token, failure, shape)
+
+
+def _rows_then(answer: Any, fn: Callable[[list[Any]], list[Any]]) -> Any:
+    """An OffsetFetch group answer (error, rows), or a future of it, with fn applied to its rows
+    when it has no error."""
+    def apply(result: tuple[int, list[Any]]) -> tuple[int, list[Any]]:
+        return result if result[0] else (result[0], fn(result[1]))
+    return then(answer, apply) if isinstance(answer, asyncio.Future) else apply(answer)
+
+
+def _commit_denied(acc: Access | None, topics: Any, group_id: str, transactional_id: str | None = None) -> dict[str, int]:
+    """Per topic, the authorization error of its partitions in OffsetCommit / TxnOffsetCommit
+    (reference security.md §4, in order): no WRITE on the transactional id: 53 everywhere; no READ
+    on the group: 30 everywhere; else 29 on each topic without READ. Empty: all allowed."""
+    if acc is None:
+        return {}
+    names = {t.name for t in topics}
+    if transactional_id is not None and not acc.allows(Op.WRITE, Res.TRANSACTIONAL_ID, transactional_id):
+        return dict.fromkeys(names, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not acc.allows(Op.READ, Res.GROUP, group_id or ""):
+        return dict.fromkeys(names, Error.GROUP_AUTHORIZATION_FAILED)
+    return dict.fromkeys(acc.denied(Op.READ, Res.TOPIC, names), Error.TOPIC_AUTHORIZATION_FAILED)
 
 
 def _fetch_topics(rows: list[tuple[str, list[tuple[int, int, int, str, int]]]]) -> list[Body]:

@@ -24,6 +24,7 @@ from ..records.offsets import OFFSETS_TOPIC, partition_for
 from ..transaction.config import TransactionConfig
 from ..transaction.metadata import STATE_BY_NAME
 from ..transaction.shard import TransactionCoordinatorShard
+from .authorization import Access, Op, Res, access
 from .coordinator_runtime import new_token
 from .futures import then
 from .group_api import GroupApi, RequestContext
@@ -128,6 +129,33 @@ class TransactionApi:
     def find_coordinator(self, ctx: RequestContext, req: Any) -> Reply:
         """Key type TRANSACTION: the leader of the id's `__transaction_state` partition (A8); the
         other key types go to the group coordinator's lookup."""
+        acc = access(self.broker, ctx)
+        if acc is not None:
+            return self._find_authorized(acc, ctx, req)
+        return self._find(ctx, req)
+
+    def _find_authorized(self, acc: Access, ctx: RequestContext, req: Any) -> Reply:
+        """DESCRIBE on the group (key type 0, else 30) or the transactional id (type 1, else 53),
+        per key from v4, at top level before (reference security.md §4)."""
+        key_type = getattr(req, "key_type", KEY_TYPE_GROUP)
+        rtype, error = FIND_COORDINATOR_CHECKS.get(key_type, (None, Error.NONE))
+        if rtype is None:
+            return self._find(ctx, req)
+
+        def refused(key: str) -> Body:
+            return {"key": key, "error_code": error, "node_id": -1, "host": "", "port": -1,
+                    "error_message": None}
+
+        if ctx.version < 4:
+            return refused(req.key) if not acc.allows(Op.DESCRIBE, rtype, req.key) else self._find(ctx, req)
+        denied = acc.denied(Op.DESCRIBE, rtype, req.coordinator_keys)
+        if not denied:
+            return self._find(ctx, req)
+        allowed = [k for k in req.coordinator_keys if k not in denied]
+        found = {e["key"]: e for e in self._find(ctx, _Keys(key_type, allowed))["coordinators"]} if allowed else {}  # type: ignore[index]
+        return {"coordinators": [found[k] if k in found else refused(k) for k in req.coordinator_keys]}
+
+    def _find(self, ctx: RequestContext, req: Any) -> Reply:
         if getattr(req, "key_type", KEY_TYPE_GROUP) != KEY_TYPE_TRANSACTION:
             return self.group_api.find_coordinator(ctx, req)
         if not self.runtimes:
@@ -154,13 +182,23 @@ class TransactionApi:
     # ------------------------------------------------------------------ InitProducerId
 
     def init_producer_id(self, ctx: RequestContext, req: Any) -> Reply:
-        """Without a transactional id: a fresh idempotent producer id (A2 rule 1)."""
-        if req.transactional_id is None:
-            return handle_init_producer_id(self.broker, req, ctx.version, self.clock())
+        """Without a transactional id: a fresh idempotent producer id (A2 rule 1). Authorization
+        (§4): WRITE on the transactional id (53), else IDEMPOTENT_WRITE on the cluster or WRITE on
+        some topic (authorize_by_type; 31)."""
         version = ctx.version
 
         def failure(code: int) -> Body:
             return {"error_code": _fenced_code(code, version, 4), "producer_id": -1, "producer_epoch": -1}
+
+        acc = access(self.broker, ctx)
+        if acc is not None:
+            if req.transactional_id is not None:
+                if not acc.allows(Op.WRITE, Res.TRANSACTIONAL_ID, req.transactional_id):
+                    return failure(Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            elif not (acc.cluster(Op.IDEMPOTENT_WRITE) or acc.by_type(Op.WRITE, Res.TOPIC)):
+                return failure(Error.CLUSTER_AUTHORIZATION_FAILED)
+        if req.transactional_id is None:
+            return handle_init_producer_id(self.broker, req, ctx.version, self.clock())
 
         if not req.transactional_id:
             return failure(Error.INVALID_REQUEST)
@@ -187,6 +225,9 @@ class TransactionApi:
         def shape(errors: dict[TopicPartition, int]) -> Body:
             return {"results_by_topic_v3_and_below": _partition_results(wanted, errors)}
 
+        refused = _add_partitions_denied(access(self.broker, ctx), req.v3_and_below_transactional_id, wanted)
+        if refused:
+            return shape(refused)
         pending = self._add_partitions(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
                                        req.v3_and_below_producer_epoch, wanted, version)
         return _then(pending, lambda errors: shape({tp: _fenced_code(code, version, 2) for tp, code in errors.items()}))
@@ -194,9 +235,14 @@ class TransactionApi:
     def _add_partitions_batched(self, ctx: RequestContext, req: Any) -> Reply:
         """v4+ (the leaders' form): several transactions; VerifyOnly writes nothing (A3)."""
         results: list[Any] = []
+        acc = access(self.broker, ctx)
         for txn in req.transactions:
             wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
-            if txn.verify_only:
+            # verify-only asks come from the leaders, for a Produce already authorized
+            refused = None if txn.verify_only else _add_partitions_denied(acc, txn.transactional_id, wanted)
+            if refused:
+                results.append(refused)
+            elif txn.verify_only:
                 results.append(self._verify(txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted))
             else:
                 results.append(self._add_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch,
@@ -246,7 +292,14 @@ class TransactionApi:
     # ----------------------------------------------------------------- AddOffsetsToTxn
 
     def add_offsets_to_txn(self, ctx: RequestContext, req: Any) -> Reply:
-        """Adds the group's `__consumer_offsets` partition to the transaction (A3)."""
+        """Adds the group's `__consumer_offsets` partition to the transaction (A3), once WRITE on
+        the transactional id (53) and READ on the group (30) are allowed (§4)."""
+        acc = access(self.broker, ctx)
+        if acc is not None:
+            if not acc.allows(Op.WRITE, Res.TRANSACTIONAL_ID, req.transactional_id or ""):
+                return {"error_code": Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+            if not acc.allows(Op.READ, Res.GROUP, req.group_id or ""):
+                return {"error_code": Error.GROUP_AUTHORIZATION_FAILED}
         offsets = (OFFSETS_TOPIC, partition_for(req.group_id, len(self.group_api.runtimes) or
                                                 self.config.get("offsets.topic.num.partitions")))
         pending = self._add_partitions(req.transactional_id, req.producer_id, req.producer_epoch, [offsets],
@@ -262,6 +315,9 @@ class TransactionApi:
         def failure(code: int) -> Body:
             return {"error_code": _fenced_code(code, version, 2), "producer_id": -1, "producer_epoch": -1}
 
+        acc = access(self.broker, ctx)
+        if acc is not None and not acc.allows(Op.WRITE, Res.TRANSACTIONAL_ID, req.transactional_id or ""):
+            return failure(Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         if not req.transactional_id:
             return failure(Error.INVALID_REQUEST)
         runtime = self.runtime_for(req.transactional_id)
@@ -277,7 +333,14 @@ class TransactionApi:
 
     def write_txn_markers(self, ctx: RequestContext, req: Any) -> Reply:
         """Append each marker to the partitions named (the admin abort path, and other
-        coordinators in cluster mode); per partition an error code (A7)."""
+        coordinators in cluster mode); per partition an error code (A7). Needs CLUSTER_ACTION on
+        the cluster, else 31 on every partition (§4)."""
+        acc = access(self.broker, ctx)
+        if acc is not None and not acc.cluster(Op.CLUSTER_ACTION):
+            return {"markers": [{"producer_id": m.producer_id, "topics": [
+                {"name": t.name, "partitions": [{"partition_index": p, "error_code": Error.CLUSTER_AUTHORIZATION_FAILED}
+                                                for p in t.partition_indexes]} for t in m.topics]} for m in req.markers]}
+
         async def write() -> Body:
             markers = []
             for marker in req.markers:
@@ -296,8 +359,16 @@ class TransactionApi:
     # ------------------------------------------------------- Describe / List / Producers
 
     def describe_transactions(self, ctx: RequestContext, req: Any) -> Body:
+        """Without DESCRIBE on an id: 53 in its entry; topics without DESCRIBE are left out (§4)."""
         states = []
+        acc = access(self.broker, ctx)
         for transactional_id in req.transactional_ids:
+            if acc is not None and not acc.allows(Op.DESCRIBE, Res.TRANSACTIONAL_ID, transactional_id):
+                states.append({"error_code": Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                               "transactional_id": transactional_id, "transaction_state": "",
+                               "transaction_timeout": 0, "transaction_start_time": -1, "producer_id": -1,
+                               "producer_epoch": -1, "topics": []})
+                continue
             runtime = self.runtime_for(transactional_id) if transactional_id else None
             error = state_error(runtime) if transactional_id else Error.INVALID_REQUEST
             if error == Error.COORDINATOR_NOT_AVAILABLE:  # no __transaction_state: nobody has this id
@@ -309,7 +380,8 @@ class TransactionApi:
                            "transaction_start_time": described.get("transaction_start_time_ms", -1),
                            "producer_id": described.get("producer_id", -1),
                            "producer_epoch": described.get("producer_epoch", -1),
-                           "topics": described.get("topics", [])})
+                           "topics": [t for t in described.get("topics", []) if acc is None
+                                      or acc.allows(Op.DESCRIBE, Res.TOPIC, t["topic"])]})
         return {"transaction_states": states}
 
     def list_transactions(self, ctx: RequestContext, req: Any) -> Body:
@@ -324,16 +396,23 @@ class TransactionApi:
             if not code:
                 listed.extend(runtime.shard.list_transactions(states, list(req.producer_id_filters),
                                                               getattr(req, "duration_filter", -1), self.clock()))
+        acc = access(self.broker, ctx)
+        if acc is not None:  # ids the principal may not DESCRIBE are left out silently (§4)
+            listed = [t for t in listed if acc.allows(Op.DESCRIBE, Res.TRANSACTIONAL_ID, t["transactional_id"])]
         return {"error_code": error, "unknown_state_filters": [s for s in states if s not in STATE_BY_NAME],
                 "transaction_states": [] if error else listed}
 
     def describe_producers(self, ctx: RequestContext, req: Any) -> Body:
         """Each partition's producers with their open transaction, if any (hanging-transaction tools)."""
         topics = []
+        acc = access(self.broker, ctx)
         for topic in req.topics:
             partitions = []
             for index in topic.partition_indexes:
-                plog, error = self.broker.serving_partition(topic.name, index)
+                if acc is not None and not acc.allows(Op.READ, Res.TOPIC, topic.name):  # 29, before existence
+                    plog, error = None, Error.TOPIC_AUTHORIZATION_FAILED
+                else:
+                    plog, error = self.broker.serving_partition(topic.name, index)
                 partitions.append({"partition_index": index, "error_code": error, "error_message": None,
                                    "active_producers": [] if error else plog.producers()})
             topics.append({"name": topic.name, "partitions": partitions})
@@ -396,6 +475,35 @@ def _for_offsets(error: int) -> int:
 
 def _ms(value: Any) -> int:
     return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
+
+
+# FindCoordinator key type -> the resource DESCRIBE is checked on and the error when denied
+FIND_COORDINATOR_CHECKS: dict[int, tuple[Any, int]] = {
+    KEY_TYPE_GROUP: (Res.GROUP, Error.GROUP_AUTHORIZATION_FAILED),
+    KEY_TYPE_TRANSACTION: (Res.TRANSACTIONAL_ID, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+}
+
+
+class _Keys:
+    """A FindCoordinator v4+ request narrowed to the keys that passed authorization."""
+
+    def __init__(self, key_type: int, keys: list[str]) -> None:
+        self.key_type = key_type
+        self.coordinator_keys = keys
+
+
+def _add_partitions_denied(acc: Access | None, transactional_id: str | None,
+                           wanted: list[TopicPartition]) -> dict[TopicPartition, int] | None:
+    """AddPartitionsToTxn authorization (§4): no WRITE on the transactional id: 53 everywhere;
+    topics without WRITE: 29, the other partitions OPERATION_NOT_ATTEMPTED. None: allowed."""
+    if acc is None:
+        return None
+    if not acc.allows(Op.WRITE, Res.TRANSACTIONAL_ID, transactional_id or ""):
+        return dict.fromkeys(wanted, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    denied = acc.denied(Op.WRITE, Res.TOPIC, {topic for topic, _ in wanted})
+    if not denied:
+        return None
+    return {tp: Error.TOPIC_AUTHORIZATION_FAILED if tp[0] in denied else Error.OPERATION_NOT_ATTEMPTED for tp in wanted}
 
 
 def _then(pending: Any, shape: Callable[[Any], Body]) -> Reply:

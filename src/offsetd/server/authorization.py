@@ -1,0 +1,218 @@
+"""Authorization at the edge (reference security.md §3-§4): which check each served API makes, as
+data (API_CHECKS, shared with the tests), and the small helpers handlers call where Kafka checks.
+
+Authorization is on when `authorizer.class.name` is non-empty (config.py accepts Kafka's
+StandardAuthorizer and AclAuthorizer names, both served by security/acl.py's Authorizer). Off,
+`broker.authorizer` is None and every handler pays one attribute test. On, each check is one call
+of Authorizer.authorize(principal, host, operation, resource type, name)."""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Iterable
+
+from ..protocol.api_versions import ApiKey
+from ..protocol.errors import Error
+from ..security.acl import CLUSTER_NAME, AclOperation, Authorizer, ResourceType
+
+Op = AclOperation
+Res = ResourceType
+
+# Kafka's value of an authorized_operations field that was not asked for (§3 item 7).
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+
+# The client id Kafka's own admin tools use: it may produce to internal topics (§4 Produce).
+ADMIN_CLIENT_ID = "__admin_client"
+
+
+class Where(str, Enum):
+    """Where a denied check's error goes in the response."""
+
+    TOP = "top level"
+    PARTITION = "every partition of the resource"
+    ALL_PARTITIONS = "every partition of the request"
+    RESOURCE = "that resource's entry"
+    KEY = "that key's entry (v4+), top level before"
+    GROUP = "that group's entry (top level in single-group versions)"
+    FILTERED = "omitted silently"
+    CONFIG_ERROR = "the created topic's config error, configs omitted"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One authorization step of an API: `operation` on `resource`, else `error` at `where`."""
+
+    resource: ResourceType
+    operation: AclOperation
+    error: int
+    where: Where
+    note: str = ""
+
+
+def _c(resource: ResourceType, operation: AclOperation, error: int, where: Where, note: str = "") -> Check:
+    return Check(resource, operation, error, where, note)
+
+
+_TXN_DENIED = Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+_TOPIC_DENIED = Error.TOPIC_AUTHORIZATION_FAILED
+_GROUP_DENIED = Error.GROUP_AUTHORIZATION_FAILED
+_CLUSTER_DENIED = Error.CLUSTER_AUTHORIZATION_FAILED
+
+# THE TABLE (§4), in check order. Handlers implement exactly these steps; the unit tests hold this
+# table against the reference. APIs with no check (ApiVersions, SaslHandshake, SaslAuthenticate)
+# are absent.
+API_CHECKS: dict[int, tuple[Check, ...]] = {
+    ApiKey.PRODUCE: (
+        _c(Res.TRANSACTIONAL_ID, Op.WRITE, _TXN_DENIED, Where.ALL_PARTITIONS, "only with a transactional batch"),
+        _c(Res.TOPIC, Op.WRITE, _TOPIC_DENIED, Where.PARTITION, "before unknown-topic")),
+    ApiKey.FETCH: (_c(Res.TOPIC, Op.READ, _TOPIC_DENIED, Where.PARTITION, "consumers (replica_id < 0)"),),
+    ApiKey.LIST_OFFSETS: (_c(Res.TOPIC, Op.DESCRIBE, _TOPIC_DENIED, Where.PARTITION),),
+    ApiKey.METADATA: (
+        _c(Res.TOPIC, Op.DESCRIBE, _TOPIC_DENIED, Where.RESOURCE, "all-topics requests: omitted silently"),
+        _c(Res.CLUSTER, Op.CREATE, _TOPIC_DENIED, Where.RESOURCE, "auto-create; else CREATE on the topic")),
+    ApiKey.CREATE_TOPICS: (
+        _c(Res.CLUSTER, Op.CREATE, _TOPIC_DENIED, Where.RESOURCE, "else CREATE on each topic"),
+        _c(Res.TOPIC, Op.DESCRIBE_CONFIGS, _TOPIC_DENIED, Where.CONFIG_ERROR)),
+    ApiKey.DELETE_TOPICS: (
+        _c(Res.CLUSTER, Op.DELETE, _TOPIC_DENIED, Where.RESOURCE, "allows every topic"),
+        _c(Res.TOPIC, Op.DESCRIBE, _TOPIC_DENIED, Where.RESOURCE, "before existence"),
+        _c(Res.TOPIC, Op.DELETE, _TOPIC_DENIED, Where.RESOURCE)),
+    ApiKey.CREATE_PARTITIONS: (_c(Res.TOPIC, Op.ALTER, _TOPIC_DENIED, Where.RESOURCE),),
+    ApiKey.DESCRIBE_CONFIGS: (
+        _c(Res.TOPIC, Op.DESCRIBE_CONFIGS, _TOPIC_DENIED, Where.RESOURCE, "TOPIC resources"),
+        _c(Res.GROUP, Op.DESCRIBE_CONFIGS, _GROUP_DENIED, Where.RESOURCE, "GROUP resources"),
+        _c(Res.CLUSTER, Op.DESCRIBE_CONFIGS, _CLUSTER_DENIED, Where.RESOURCE, "BROKER, BROKER_LOGGER, CLIENT_METRICS")),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (
+        _c(Res.TOPIC, Op.ALTER_CONFIGS, _TOPIC_DENIED, Where.RESOURCE, "TOPIC resources"),
+        _c(Res.GROUP, Op.ALTER_CONFIGS, _GROUP_DENIED, Where.RESOURCE, "GROUP resources"),
+        _c(Res.CLUSTER, Op.ALTER_CONFIGS, _CLUSTER_DENIED, Where.RESOURCE, "BROKER, BROKER_LOGGER, CLIENT_METRICS")),
+    ApiKey.INIT_PRODUCER_ID: (
+        _c(Res.TRANSACTIONAL_ID, Op.WRITE, _TXN_DENIED, Where.TOP, "with a transactional id"),
+        _c(Res.CLUSTER, Op.IDEMPOTENT_WRITE, _CLUSTER_DENIED, Where.TOP,
+           "without one; or authorize_by_type(WRITE, TOPIC)")),
+    ApiKey.FIND_COORDINATOR: (
+        _c(Res.GROUP, Op.DESCRIBE, _GROUP_DENIED, Where.KEY, "key type 0"),
+        _c(Res.TRANSACTIONAL_ID, Op.DESCRIBE, _TXN_DENIED, Where.KEY, "key type 1")),
+    ApiKey.JOIN_GROUP: (_c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.TOP),),
+    ApiKey.SYNC_GROUP: (_c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.TOP),),
+    ApiKey.HEARTBEAT: (_c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.TOP),),
+    ApiKey.LEAVE_GROUP: (_c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.TOP),),
+    ApiKey.OFFSET_COMMIT: (
+        _c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.ALL_PARTITIONS),
+        _c(Res.TOPIC, Op.READ, _TOPIC_DENIED, Where.PARTITION, "before unknown-topic")),
+    ApiKey.OFFSET_FETCH: (
+        _c(Res.GROUP, Op.DESCRIBE, _GROUP_DENIED, Where.GROUP),
+        _c(Res.TOPIC, Op.DESCRIBE, _TOPIC_DENIED, Where.PARTITION, "appended; all-topics: omitted silently")),
+    ApiKey.OFFSET_DELETE: (
+        _c(Res.GROUP, Op.DELETE, _GROUP_DENIED, Where.TOP),
+        _c(Res.TOPIC, Op.READ, _TOPIC_DENIED, Where.PARTITION)),
+    ApiKey.DESCRIBE_GROUPS: (_c(Res.GROUP, Op.DESCRIBE, _GROUP_DENIED, Where.RESOURCE),),
+    ApiKey.LIST_GROUPS: (
+        _c(Res.CLUSTER, Op.DESCRIBE, Error.NONE, Where.FILTERED, "shows every group"),
+        _c(Res.GROUP, Op.DESCRIBE, Error.NONE, Where.FILTERED, "else per group")),
+    ApiKey.DELETE_GROUPS: (_c(Res.GROUP, Op.DELETE, _GROUP_DENIED, Where.RESOURCE),),
+    ApiKey.TXN_OFFSET_COMMIT: (
+        _c(Res.TRANSACTIONAL_ID, Op.WRITE, _TXN_DENIED, Where.ALL_PARTITIONS),
+        _c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.ALL_PARTITIONS),
+        _c(Res.TOPIC, Op.READ, _TOPIC_DENIED, Where.PARTITION)),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (
+        _c(Res.TRANSACTIONAL_ID, Op.WRITE, _TXN_DENIED, Where.ALL_PARTITIONS, "v4+ per transaction"),
+        _c(Res.TOPIC, Op.WRITE, _TOPIC_DENIED, Where.PARTITION, "the others: OPERATION_NOT_ATTEMPTED")),
+    ApiKey.ADD_OFFSETS_TO_TXN: (
+        _c(Res.TRANSACTIONAL_ID, Op.WRITE, _TXN_DENIED, Where.TOP),
+        _c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.TOP)),
+    ApiKey.END_TXN: (_c(Res.TRANSACTIONAL_ID, Op.WRITE, _TXN_DENIED, Where.TOP),),
+    ApiKey.WRITE_TXN_MARKERS: (_c(Res.CLUSTER, Op.CLUSTER_ACTION, _CLUSTER_DENIED, Where.ALL_PARTITIONS),),
+    ApiKey.DESCRIBE_TRANSACTIONS: (_c(Res.TRANSACTIONAL_ID, Op.DESCRIBE, _TXN_DENIED, Where.RESOURCE),),
+    ApiKey.LIST_TRANSACTIONS: (_c(Res.TRANSACTIONAL_ID, Op.DESCRIBE, Error.NONE, Where.FILTERED),),
+    ApiKey.DESCRIBE_PRODUCERS: (_c(Res.TOPIC, Op.READ, _TOPIC_DENIED, Where.PARTITION),),
+    ApiKey.DESCRIBE_ACLS: (_c(Res.CLUSTER, Op.DESCRIBE, _CLUSTER_DENIED, Where.TOP),),
+    ApiKey.CREATE_ACLS: (_c(Res.CLUSTER, Op.ALTER, _CLUSTER_DENIED, Where.RESOURCE),),
+    ApiKey.DELETE_ACLS: (_c(Res.CLUSTER, Op.ALTER, _CLUSTER_DENIED, Where.RESOURCE),),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (_c(Res.CLUSTER, Op.DESCRIBE, _CLUSTER_DENIED, Where.TOP),),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (_c(Res.CLUSTER, Op.ALTER, _CLUSTER_DENIED, Where.RESOURCE),),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (_c(Res.CLUSTER, Op.DESCRIBE_CONFIGS, _CLUSTER_DENIED, Where.TOP),),
+}
+
+
+def check(api_key: int, resource: ResourceType) -> Check:
+    """The table's check of `api_key` on `resource` (the first one, when there are several)."""
+    return next(c for c in API_CHECKS[api_key] if c.resource == resource)
+
+
+class _Anonymous:
+    """What current_context() answers before any request set one (tests driving handlers)."""
+
+    client_id = ""
+    principal = "User:ANONYMOUS"
+    host = ""
+
+
+ANONYMOUS = _Anonymous()
+
+
+# The request being handled, as the server sets it in dispatch. A ContextVar, so that a Fetch
+# long poll re-reading later (in its own task, which copied the context) still sees its request.
+REQUEST_CONTEXT: ContextVar[Any] = ContextVar("request_context", default=None)
+
+
+def current_context(broker: Any) -> Any:
+    """The context of the request being handled: REQUEST_CONTEXT, else `broker.request_context`
+    (set right before a handler runs; dispatch is synchronous until the handler returns)."""
+    ctx = REQUEST_CONTEXT.get()
+    return ctx if ctx is not None else getattr(broker, "request_context", ANONYMOUS)
+
+
+def _host(ctx: Any) -> str:
+    host = getattr(ctx, "host", "")
+    if host:
+        return host
+    return getattr(ctx, "client_host", "").lstrip("/")
+
+
+class Access:
+    """One request's view of the authorizer: its principal and host, and the decisions already
+    made (a request naming a topic in many partitions asks once)."""
+
+    __slots__ = ("authorizer", "principal", "host", "_memo")
+
+    def __init__(self, authorizer: Authorizer, ctx: Any) -> None:
+        self.authorizer = authorizer
+        self.principal: str = getattr(ctx, "principal", "User:ANONYMOUS")
+        self.host = _host(ctx)
+        self._memo: dict[tuple[int, int, str], bool] = {}
+
+    def allows(self, op: AclOperation, rtype: ResourceType, name: str) -> bool:
+        key = (op, rtype, name)
+        decision = self._memo.get(key)
+        if decision is None:
+            decision = self._memo[key] = self.authorizer.authorize(self.principal, self.host, op, rtype, name)
+        return decision
+
+    def cluster(self, op: AclOperation) -> bool:
+        return self.allows(op, Res.CLUSTER, CLUSTER_NAME)
+
+    def by_type(self, op: AclOperation, rtype: ResourceType) -> bool:
+        return self.authorizer.authorize_by_type(self.principal, self.host, op, rtype)
+
+    def operations(self, rtype: ResourceType, name: str) -> int:
+        """The authorized_operations bit field of a resource (§3 item 7)."""
+        return self.authorizer.authorized_operations(self.principal, self.host, rtype, name)
+
+    def denied(self, op: AclOperation, rtype: ResourceType, names: Iterable[str]) -> set[str]:
+        return {name for name in names if not self.allows(op, rtype, name)}
+
+
+def access(broker: Any, ctx: Any = None) -> Access | None:
+    """The request's Access, or None when authorization is off (one attribute test)."""
+    authorizer = getattr(broker, "authorizer", None)  # unit tests drive handlers with stand-in brokers
+    if authorizer is None:
+        return None
+    return Access(authorizer, current_context(broker) if ctx is None else ctx)
+
+
+def authorizer_enabled(config: Any) -> bool:
+    """`authorizer.class.name` set (to any value config.py accepts): ACLs are enforced."""
+    return bool(config.get("authorizer.class.name"))

@@ -27,6 +27,7 @@ from integration.test_tls import certs, round_trip, ssl_overrides  # noqa: F401 
 from kio.index import load_request_schema
 from raw_client import RawClient
 
+from offsetd.dev.broker import LineReader
 from offsetd.dev.certs import CertFiles
 
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
@@ -287,3 +288,31 @@ def test_three_brokers_with_sasl_listeners(pg_dsn, cluster_factory) -> None:
     round_trip(cluster.bootstrap, "sasl-cluster", conf, count=20)
     with pytest.raises(KafkaException):  # and no data without authenticating
         AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=3)
+
+
+def test_secure_example_config_starts_as_documented(tmp_path) -> None:
+    """config/secure.properties run from a directory holding `python -m offsetd.dev.certs secure-certs`
+    (its listeners moved to free ports): the PLAIN admin works over SASL_SSL, a wrong password does not."""
+    example = Path(__file__).resolve().parents[2] / "config" / "secure.properties"
+    subprocess.run([sys.executable, "-m", "offsetd.dev.certs", "secure-certs"], cwd=tmp_path, check=True,
+                   capture_output=True, timeout=60)
+    server = subprocess.Popen([sys.executable, "-m", "offsetd.cli", "serve", str(example), "--override",
+                               "listeners=SASL_SSL://127.0.0.1:0,PLAINTEXT://127.0.0.1:0"],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        lines = LineReader(server.stdout)  # type: ignore[arg-type]
+        deadline = time.monotonic() + 30
+        while (line := lines.readline(deadline)) is not None and "offsetd listening on" not in line:
+            pass
+        assert line is not None, "the secure example did not start"
+        port = int(re.search(r"listening on [^:]+:(\d+)", line).group(1))  # type: ignore[union-attr]
+        conf = confluent_sasl(PLAIN, "admin", "admin-secret", protocol="SASL_SSL",
+                              **{"ssl.ca.location": str(tmp_path / "secure-certs" / "ca.pem")})
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", **conf})
+        assert list(admin.list_topics(timeout=10).brokers) == [1]
+        with pytest.raises(KafkaException):
+            AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", **{**conf, "sasl.password": "no"}}).list_topics(
+                timeout=3)
+    finally:
+        server.terminate()
+        server.wait(20)

@@ -90,10 +90,8 @@ def server_contexts(config: "BrokerConfig") -> dict[str, ssl.SSLContext]:
 
 
 def _check_mapping_rules(keys: _Keys) -> None:
-    try:
-        from ..security.principal import PrincipalMapper
-    except ImportError:  # TODO(S1): until security/principal.py is committed
-        return
+    from ..security.principal import PrincipalMapper
+
     try:
         PrincipalMapper.parse(keys["ssl.principal.mapping.rules"])
     except ValueError as exc:
@@ -295,12 +293,9 @@ def principal_builder(config: "BrokerConfig", listener: str) -> Callable[[bytes 
     """For an SSL listener: peer certificate (DER, or None) -> `User:<mapped DN>`, `User:ANONYMOUS`
     without a certificate, None when no `ssl.principal.mapping.rules` rule matches (the connection
     must then fail). The mapping is security/principal.py's."""
-    rules = config.listener_value(listener, "ssl.principal.mapping.rules")
-    try:
-        from ..security.principal import PrincipalMapper
-        mapper: Callable[[str], str | None] = PrincipalMapper.parse(rules).map
-    except ImportError:  # TODO(S1): security/principal.py not there yet: DEFAULT only
-        mapper = lambda dn: dn  # noqa: E731
+    from ..security.principal import PrincipalMapper
+
+    mapper = PrincipalMapper.parse(config.listener_value(listener, "ssl.principal.mapping.rules")).map
 
     def build(der: bytes | None) -> str | None:
         if der is None:

@@ -23,6 +23,7 @@ from ..protocol.errors import Error
 from ..records.offsets import OFFSETS_TOPIC, partition_for
 from ..transaction.config import TransactionConfig
 from ..transaction.metadata import STATE_BY_NAME
+from ..transaction.result import TxnResult
 from ..transaction.shard import TransactionCoordinatorShard
 from .authorization import Access, Op, Res, access
 from .coordinator_runtime import new_token
@@ -34,6 +35,11 @@ from .transaction_runtime import TxnShardRuntime, state_error
 log = logging.getLogger("offsetd.transactions")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
+# How long an operation answered CONCURRENT_TRANSACTIONS without a write waits for the id's state to
+# move on (the previous transaction's markers and Complete*, usually a millisecond or two) and runs
+# again, before the answer goes out: clients would otherwise sit out a retry back-off (librdkafka:
+# 100 ms) after every transaction that begins right after the last one ended.
+CONCURRENT_WAIT_S = 1.0
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
 
 # A coordinator that cannot answer a verification right now: the append is retried by the
@@ -124,6 +130,33 @@ class TransactionApi:
         for runtime in self.runtimes:
             runtime.stop()
 
+    def _submit(self, runtime: TxnShardRuntime, transactional_id: str,
+                operation: Callable[[Any], TxnResult]) -> "asyncio.Future[Any]":
+        """Run operation(token) on the shard; a future of its response. A CONCURRENT_TRANSACTIONS
+        answer that writes nothing is held and the operation run again each time the id's state
+        moves on, for up to CONCURRENT_WAIT_S (what the client's retry would do, without its
+        back-off)."""
+        token = new_token()
+        result = operation(token)
+        if result.records or not _concurrent(result):
+            runtime.submit(result)
+            return token
+        return asyncio.ensure_future(self._when_settled(runtime, transactional_id, operation, result))
+
+    async def _when_settled(self, runtime: TxnShardRuntime, transactional_id: str,
+                            operation: Callable[[Any], TxnResult], result: TxnResult) -> Any:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CONCURRENT_WAIT_S
+        generation = runtime.generation
+        # run again at once: the write it waited for may have been replayed before this task ran
+        while runtime.generation == generation and not state_error(runtime):
+            result = operation(new_token())
+            if result.records or not _concurrent(result) or loop.time() >= deadline:
+                break
+            await runtime.changed(transactional_id, deadline - loop.time())
+        runtime.submit(result)
+        return await result.completions[0][0]
+
     # ------------------------------------------------------------------ FindCoordinator
 
     def find_coordinator(self, ctx: RequestContext, req: Any) -> Reply:
@@ -208,10 +241,10 @@ class TransactionApi:
             if runtime is None:
                 self.create_state_topic()
             return failure(error)
-        token = new_token()
-        runtime.submit(runtime.shard.init_producer_id(  # type: ignore[union-attr]
-            token, req.transactional_id, _ms(req.transaction_timeout), getattr(req, "producer_id", -1),
-            getattr(req, "producer_epoch", -1), version, self.clock()))
+        timeout = _ms(req.transaction_timeout)
+        pid, epoch = getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1)
+        token = self._submit(runtime, req.transactional_id, lambda token: runtime.shard.init_producer_id(  # type: ignore
+            token, req.transactional_id, timeout, pid, epoch, version, self.clock()))
         return _reply(token, failure, lambda body: {**body, "error_code": _fenced_code(body["error_code"], version, 4)})
 
     # ---------------------------------------------------------------- AddPartitionsToTxn
@@ -283,8 +316,7 @@ class TransactionApi:
         error = state_error(runtime)
         if error:
             return {tp: error for tp in wanted}
-        token = new_token()
-        runtime.submit(runtime.shard.add_partitions(  # type: ignore[union-attr]
+        token = self._submit(runtime, transactional_id, lambda token: runtime.shard.add_partitions(  # type: ignore
             token, transactional_id, producer_id, producer_epoch, wanted, version, self.clock()))
         return then(token, lambda errors: errors,
                     lambda exc: _write_failure(exc, lambda code: {tp: code for tp in wanted}))
@@ -324,8 +356,7 @@ class TransactionApi:
         error = state_error(runtime)
         if error:
             return failure(error)
-        token = new_token()
-        runtime.submit(runtime.shard.end_txn(  # type: ignore[union-attr]
+        token = self._submit(runtime, req.transactional_id, lambda token: runtime.shard.end_txn(  # type: ignore
             token, req.transactional_id, req.producer_id, req.producer_epoch, req.committed, version, self.clock()))
         return _reply(token, failure, lambda body: {**body, "error_code": _fenced_code(body["error_code"], version, 2)})
 
@@ -433,8 +464,31 @@ class TransactionApi:
         error = state_error(runtime)
         if error:
             return VERIFY_UNAVAILABLE.get(error, error)
-        return runtime.shard.verify_partitions(transactional_id, producer_id, producer_epoch,  # type: ignore
+        code = self._verify_now(runtime, transactional_id, producer_id, producer_epoch, topic, partition)  # type: ignore
+        if code == Error.CONCURRENT_TRANSACTIONS:  # another write of the id in flight (AddOffsetsToTxn...)
+            return self._verify_when_settled(runtime, transactional_id, producer_id, producer_epoch,  # type: ignore
+                                             topic, partition)
+        return code
+
+    @staticmethod
+    def _verify_now(runtime: TxnShardRuntime, transactional_id: str, producer_id: int, producer_epoch: int,
+                    topic: str, partition: int) -> int:
+        return runtime.shard.verify_partitions(transactional_id, producer_id, producer_epoch,
                                                [(topic, partition)]).get((topic, partition), Error.NONE)
+
+    async def _verify_when_settled(self, runtime: TxnShardRuntime, transactional_id: str, producer_id: int,
+                                   producer_epoch: int, topic: str, partition: int) -> int:
+        """verify() once the id's write in flight is replayed (as _when_settled does for operations)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CONCURRENT_WAIT_S
+        while True:  # checked before each wait: the write may have been replayed before this ran
+            error = state_error(runtime)
+            if error:
+                return VERIFY_UNAVAILABLE.get(error, error)
+            code = self._verify_now(runtime, transactional_id, producer_id, producer_epoch, topic, partition)
+            if code != Error.CONCURRENT_TRANSACTIONS or loop.time() >= deadline:
+                return code
+            await runtime.changed(transactional_id, deadline - loop.time())
 
     async def _verify_remote(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
                              partition: int) -> int:
@@ -471,6 +525,15 @@ class TransactionApi:
 def _for_offsets(error: int) -> int:
     return {Error.TRANSACTION_ABORTABLE: Error.INVALID_TXN_STATE,
             Error.NOT_ENOUGH_REPLICAS: Error.COORDINATOR_NOT_AVAILABLE}.get(error, error)
+
+
+def _concurrent(result: TxnResult) -> bool:
+    """Does the operation's answer say CONCURRENT_TRANSACTIONS (for any partition)?"""
+    response = result.completions[0][1]
+    if not isinstance(response, dict):
+        return False
+    codes = [response["error_code"]] if "error_code" in response else list(response.values())
+    return Error.CONCURRENT_TRANSACTIONS in codes
 
 
 def _ms(value: Any) -> int:

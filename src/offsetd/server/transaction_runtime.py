@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from inspect import isawaitable
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Iterable
 
 from ..coordinator.write_errors import NOT_LEADER_OR_FOLLOWER, CoordinatorWriteError
 from ..records.batch import build_batch, decode_records, iter_batches
+from ..records.transaction_log import decode_key
 from ..storage.partition_log import PartitionLog
 from ..transaction.result import MarkerJob, TxnResult
 from ..transaction.shard import TransactionCoordinatorShard
@@ -46,6 +47,7 @@ class TxnShardRuntime:
         self._writing = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_deadline: int | None = None
+        self._watchers: dict[str, list[asyncio.Future[None]]] = {}  # transactional id -> changed()
 
     @property
     def partition(self) -> int:
@@ -86,9 +88,23 @@ class TxnShardRuntime:
         self.state = ShardState.ACTIVE
         self.submit(self.shard.on_loaded(self.clock()))
 
+    def changed(self, transactional_id: str, timeout_s: float) -> Awaitable[None]:
+        """Resolves when a record of `transactional_id` is next replayed (its state moved on), the
+        shard is unloaded, or after `timeout_s`."""
+        watcher: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._watchers.setdefault(transactional_id, []).append(watcher)
+        return asyncio.wait([watcher], timeout=timeout_s)
+
+    def _wake(self, transactional_ids: Iterable[str | None]) -> None:
+        for transactional_id in transactional_ids:
+            for watcher in self._watchers.pop(transactional_id, ()):  # type: ignore[arg-type]
+                if not watcher.done():
+                    watcher.set_result(None)
+
     def unload(self) -> None:
         """Another broker coordinates these transactions now (cluster mode): fail queued work with
         NOT_COORDINATOR and forget the state (the new owner loads it from the log)."""
+        self._wake(list(self._watchers))
         self.generation += 1
         self.state = ShardState.UNLOADED
         self._cancel_timer()
@@ -143,6 +159,8 @@ class TxnShardRuntime:
                     continue
                 for key, value in records:
                     self.shard.replay(key, value)
+                if self._watchers:
+                    self._wake({decode_key(key) for key, _ in records})
                 for result in batch:
                     _deliver(result)
                     self._start_markers(result.markers)

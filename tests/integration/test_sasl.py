@@ -288,6 +288,27 @@ def test_three_brokers_with_sasl_listeners(pg_dsn, cluster_factory) -> None:
     round_trip(cluster.bootstrap, "sasl-cluster", conf, count=20)
     with pytest.raises(KafkaException):  # and no data without authenticating
         AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=3)
+    # a transaction over partitions led by every broker: its coordinator reaches the other leaders
+    # (WriteTxnMarkers) with SASL PLAIN as the JAAS username, as Kafka brokers do
+    create_topic_with(cluster.bootstrap, "sasl-txn", 6, conf)
+    wait_for(lambda: {p.leader for p in AdminClient({"bootstrap.servers": cluster.bootstrap, **conf}).list_topics(
+        "sasl-txn", timeout=10).topics["sasl-txn"].partitions.values()} == {1, 2, 3}, timeout=30,
+        message="sasl-txn led by all three brokers")
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "sasl-txn-1", **conf})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for partition in range(6):
+        producer.produce("sasl-txn", f"t{partition}".encode(), partition=partition)
+    producer.commit_transaction(60)
+    got = consume_all(cluster.bootstrap, "sasl-txn", list(range(6)), 6, **conf, **{"isolation.level": "read_committed"})
+    assert sorted(m.value() for m in got) == [f"t{p}".encode() for p in range(6)]
+
+
+def create_topic_with(bootstrap: str, topic: str, partitions: int, conf: dict) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **conf})
+    admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=10)[topic].result(15)
 
 
 def test_secure_example_config_starts_as_documented(tmp_path) -> None:

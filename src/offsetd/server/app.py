@@ -49,7 +49,7 @@ from .cluster_runtime import (
 from .coordinator_runtime import ShardRuntime, ShardState
 from .futures import then
 from .group_api import GroupApi, RequestContext
-from .listeners import ListenerRuntime, listener_runtimes, peer_listener
+from .listeners import ListenerRuntime, listener_runtimes, peer_listener, peer_security
 from .tls import keystore_reloaders
 from . import sasl_wire
 from .sasl_wire import SASL_VERSIONS, SaslSession
@@ -254,7 +254,8 @@ class KafkaServer:
                                  lambda topic: self.txn_api.add_runtimes(topic, owned=False))
         self.txn_api.create_state_topic = self._create_state_topic_in_cluster
         peers = peer_listener(self.config)  # brokers reach each other on this listener
-        self.txn_api.markers.remote = PeerClient(lambda node: self.broker.cluster.endpoint(node, peers))
+        self.txn_api.markers.remote = PeerClient(lambda node: self.broker.cluster.endpoint(node, peers),
+                                                 peer_security(self.config, peers))
         self._topics.on_deleted = lambda topic: self._offsets_of_deleted_topic(topic.name, len(topic.partitions))
         self.cluster = ClusterMember(self._store, self.config.get("node.id"), advertised.host, advertised.port,
                                      ttl_ms=self.config.get("broker.session.timeout.ms"),

@@ -4,6 +4,7 @@ how a client certificate becomes a principal, and its SASL mechanisms (reference
 
 from __future__ import annotations
 
+import logging
 import ssl
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -12,6 +13,7 @@ if TYPE_CHECKING:
     from ..config import BrokerConfig, Listener
 
 ANONYMOUS = "User:ANONYMOUS"
+log = logging.getLogger("offsetd.server")
 
 
 @dataclass
@@ -64,3 +66,31 @@ def peer_listener(config: "BrokerConfig") -> str:
     if wanted in names:
         return wanted
     return next((n for n in names if config.security_protocol(n) == "PLAINTEXT"), names[0])
+
+
+def peer_security(config: "BrokerConfig", listener: str) -> "PeerSecurity":
+    """How to reach peers on their `listener`: TLS trusting the listener's truststore (or the system's
+    CAs), and on SASL the PLAIN `username`/`password` of the listener's JAAS config, as Kafka brokers
+    authenticate to each other. Other mechanisms are not spoken by the peer client: warned once."""
+    from ..security.jaas import parse_jaas_config
+    from .peer_client import PeerSecurity
+
+    protocol = config.security_protocol(listener)
+    context = None
+    if protocol.endswith("SSL"):
+        context = ssl.create_default_context()
+        context.check_hostname = config.listener_value(listener, "ssl.endpoint.identification.algorithm") != ""
+        store = config.tls[listener]
+        certificates = store.get_ca_certs(binary_form=True)
+        if certificates:
+            context.load_verify_locations(cadata=b"".join(certificates))
+    plain = None
+    if protocol.startswith("SASL_"):
+        jaas = config.jaas_config(listener, "PLAIN") if "PLAIN" in config.sasl_mechanisms(listener) else None
+        options = parse_jaas_config(jaas)[1] if jaas else {}
+        if options.get("username") and options.get("password"):
+            plain = (options["username"], options["password"])
+        else:
+            log.warning("listener %s: brokers reach each other with SASL PLAIN and its JAAS username/password; "
+                        "without them, requests between brokers (transaction markers) fail", listener)
+    return PeerSecurity(context, plain)

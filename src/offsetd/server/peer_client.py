@@ -2,13 +2,17 @@
 transaction coordinator sends to the leaders of the partitions it does not lead (reference A7).
 
 One connection per node, one request in flight on it at a time (markers are few); a failed
-connection is dropped and the caller retries.
+connection is dropped and the caller retries. On a TLS or SASL listener the connection is opened
+with TLS and authenticated (SASL PLAIN with the JAAS `username`/`password`, Kafka's broker identity)
+before its first request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 import struct
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..protocol.codec import decode_body, entity_writer, request_class, response_class, skip_tagged_fields
@@ -16,13 +20,28 @@ from ..protocol.codec import decode_body, entity_writer, request_class, response
 WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION = 27, 1
 CLIENT_ID = b"offsetd-broker"
 TIMEOUT_S = 10.0
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+
+
+@dataclass(frozen=True)
+class PeerSecurity:
+    """How this broker connects to its peers' inter-broker listener."""
+
+    ssl: ssl.SSLContext | None = None
+    plain: tuple[str, str] | None = None  # SASL PLAIN (username, password)
+
+
+class PeerAuthenticationError(ConnectionError):
+    """A peer refused this broker's SASL credentials."""
 
 
 class PeerClient:
     """Sends requests to the other brokers, found through `endpoint(node_id)`."""
 
-    def __init__(self, endpoint: Callable[[int], tuple[str, int] | None]) -> None:
+    def __init__(self, endpoint: Callable[[int], tuple[str, int] | None],
+                 security: PeerSecurity = PeerSecurity()) -> None:
         self.endpoint = endpoint
+        self.security = security
         self._connections: dict[int, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._correlation = 0
@@ -44,6 +63,10 @@ class PeerClient:
 
     async def _exchange(self, node: int, api_key: int, version: int, body: dict[str, Any]) -> Any:
         reader, writer = await self._connect(node)
+        return await self._call(reader, writer, api_key, version, body)
+
+    async def _call(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, api_key: int, version: int,
+                    body: dict[str, Any]) -> Any:
         self._correlation += 1
         cls = request_class(api_key, version)
         frame = bytearray(struct.pack(">hhih", api_key, version, self._correlation, len(CLIENT_ID)) + CLIENT_ID)
@@ -66,8 +89,26 @@ class PeerClient:
         endpoint = self.endpoint(node)
         if endpoint is None:
             raise ConnectionError(f"no address known for broker {node}")
-        connection = self._connections[node] = await asyncio.open_connection(*endpoint)
+        reader, writer = await asyncio.open_connection(*endpoint, ssl=self.security.ssl)
+        try:
+            if self.security.plain is not None:
+                await self._authenticate(reader, writer, *self.security.plain)
+        except BaseException:
+            writer.close()
+            raise
+        connection = self._connections[node] = (reader, writer)
         return connection
+
+    async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, user: str,
+                            password: str) -> None:
+        """SaslHandshake v1 + SaslAuthenticate v2 with a PLAIN token (RFC 4616: NUL user NUL password)."""
+        handshake = await self._call(reader, writer, SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})
+        if handshake.error_code != 0:
+            raise PeerAuthenticationError(f"peer refused SASL PLAIN (error {int(handshake.error_code)})")
+        token = b"\0" + user.encode() + b"\0" + password.encode()
+        reply = await self._call(reader, writer, SASL_AUTHENTICATE, 2, {"auth_bytes": token})
+        if reply.error_code != 0:
+            raise PeerAuthenticationError(f"peer refused this broker's credentials: {reply.error_message}")
 
     def _drop(self, node: int) -> None:
         connection = self._connections.pop(node, None)

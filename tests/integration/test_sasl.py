@@ -212,7 +212,12 @@ def test_v0_handshake_switches_to_raw_token_frames(broker_factory, tmp_path) -> 
 
 
 def test_scram_over_raw_v1_and_session_expiry(broker_factory, tmp_path) -> None:
-    proc = sasl_broker(broker_factory, tmp_path, **{"connections.max.reauth.ms": "1500"})
+    proc = sasl_broker(broker_factory, tmp_path, **{
+        "connections.max.reauth.ms": "60000",
+        "listener.name.sasl_plaintext.scram-sha-512.connections.max.reauth.ms": "1500"})
+    with RawClient(proc.bootstrap) as raw:  # PLAIN: the listener-wide lifetime
+        assert handshake(raw, PLAIN).error_code == 0
+        assert authenticate(raw, b"\0alice\0alice-secret").session_lifetime.total_seconds() == 60
     with RawClient(proc.bootstrap) as raw:
         assert handshake(raw, SCRAM_512).error_code == 0
         client = scramp.ScramClient([SCRAM_512], "carol", "carol-secret")

@@ -48,9 +48,10 @@ class SaslSession:
 
         self.conn = conn
         self.listener = listener
+        self.config = config
         self.max_token = int(config.listener_value(listener.name, "sasl.server.max.receive.size"))
         self.fail_delay_ms = int(config.listener_value(listener.name, "connection.failed.authentication.delay.ms"))
-        # the session lifetime of the first enabled mechanism; per-mechanism keys differ only rarely
+        # the session lifetime is set again per mechanism at the handshake
         self.server = SaslServer(factories, now_ms, config.reauth_ms(listener.name, listener.mechanisms[0]),
                                  self.max_token)
 
@@ -76,6 +77,8 @@ class SaslSession:
 
     def _handshake(self, version: int, correlation_id: int, view: memoryview, now_ms: int) -> bytes:
         request = _decode(SASL_HANDSHAKE, version, view)
+        if request.mechanism in self.listener.mechanisms:  # listener.name.<l>.<mech>.connections.max.reauth.ms
+            self.server.reauth_ms = self.config.reauth_ms(self.listener.name, request.mechanism)
         result = self.server.handshake(request.mechanism, version, now_ms)
         reply = encode_response(SASL_HANDSHAKE, version, correlation_id,
                                 {"error_code": result.error_code, "mechanisms": result.mechanisms})

@@ -49,7 +49,7 @@ from .cluster_runtime import (
 from .coordinator_runtime import ShardRuntime, ShardState
 from .futures import then
 from .group_api import GroupApi, RequestContext
-from .listeners import ListenerRuntime, listener_runtimes, peer_listener, peer_security
+from .listeners import ListenerRuntime, bind, listener_runtimes, peer_listener, peer_security
 from .tls import keystore_reloaders
 from . import sasl_wire
 from .sasl_wire import SASL_VERSIONS, SaslSession
@@ -61,9 +61,6 @@ from .authorization import REQUEST_CONTEXT
 
 log = logging.getLogger("offsetd.server")
 
-LISTEN_BACKLOG = 1024  # connections the kernel queues for us (a reconnect burst of many clients)
-ACCEPTS_PER_TURN = 1  # connections accepted per turn of the event loop (see start(); 16: p99 x20, 4: x6)
-TLS_HANDSHAKE_TIMEOUT_S = 10.0
 KEYSTORE_CHECK_MS = 2000  # how often TLS listeners look for a renewed keystore file
 
 Handler = Callable[[Broker, Any, int, int], "dict[str, Any] | None"]
@@ -309,32 +306,11 @@ class KafkaServer:
 
     # ------------------------------------------------------------------------- lifecycle
 
-    async def _bind(self, listener: ListenerRuntime) -> asyncio.base_events.Server:
-        """Listen on one listener (TLS listeners hand connections over after the handshake)."""
-        loop = asyncio.get_running_loop()
-        # asyncio accepts up to `backlog` connections in one turn of the loop, and listens with
-        # that backlog. A turn accepting a thousand connections of a garbage storm starves every
-        # request behind it (commit p99 > 1 s at ~6,000 connections/s), so the server accepts
-        # ACCEPTS_PER_TURN per turn, and the kernel still queues LISTEN_BACKLOG (listen() again,
-        # through a duplicate of the same socket).
-        tls: dict[str, Any] = {} if listener.ssl is None else {
-            "ssl": listener.ssl, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
-        server = await loop.create_server(lambda: Connection(self, listener), listener.host or None,
-                                          listener.port, reuse_address=True, backlog=ACCEPTS_PER_TURN, **tls)
-        for listening in server.sockets:
-            with listening.dup() as same:
-                same.listen(LISTEN_BACKLOG)
-        listener.port = server.sockets[0].getsockname()[1]
-        self.config.bound(listener.name, listener.port)  # a :0 listener advertises the port it got
-        log.info("listener %s (%s) on %s:%d", listener.name, listener.protocol, listener.host or "0.0.0.0",
-                 listener.port)
-        return server
-
     async def start(self) -> None:
         """Bind every listener and start the periodic tasks."""
         try:
             for listener in self.listeners:
-                self._servers.append(await self._bind(listener))
+                self._servers.append(await bind(listener, lambda l=listener: Connection(self, l), self.config))
         except OSError:
             for server in self._servers:
                 server.close()

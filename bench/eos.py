@@ -24,8 +24,9 @@
   (keys unique, count = records processed) with the value transformed, and the group's
   committed offsets add up to the records processed.
 * ``eos-fsyncs`` (offsetd only): the same two loops for a fixed number of rounds while
-  ``strace -f -c -e trace=fsync,fdatasync`` is attached to the broker; figures: fsync +
-  fdatasync calls per transaction and per plain round. strace slows the broker, so this is
+  ``strace -f -y -e trace=fsync,fdatasync`` is attached to the broker; figures: fsync +
+  fdatasync calls per transaction and per plain round, in all and by the log synced
+  (``__transaction_state``, ``__consumer_offsets``, the data topics, other files). strace slows the broker, so this is
   a count, not a speed; it is a separate workload so it cannot colour ``eos``'s figures.
   n/a when strace is not installed.
 
@@ -362,19 +363,29 @@ def eos_workload(ecfg: EosConfig, bootstrap: str, broker_name: str) -> dict[str,
     }
 
 
-_STRACE_ROW = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(?P<calls>\d+)\s+(?:\d+\s+)?(?P<name>\w+)\s*$",
-                         re.MULTILINE)
+#: One fsync/fdatasync call in ``strace -f -y`` output: the descriptor's path in <>.
+_SYNC_CALL = re.compile(r"\b(?:fsync|fdatasync)\(\d+<(?P<path>[^>]*)>")
+#: What the counts are broken down by: the log directory's topic (else "other").
+SYNC_KINDS = ("__transaction_state", "__consumer_offsets", "data", "other")
 
 
-def _count_syncs(strace_output: str) -> int:
-    """fsync + fdatasync calls in ``strace -c``'s summary table."""
-    return sum(int(m["calls"]) for m in _STRACE_ROW.finditer(strace_output)
-               if m["name"] in ("fsync", "fdatasync"))
+def _count_syncs(trace: str, data_topic_prefix: str = "eos-") -> dict[str, int]:
+    """fsync + fdatasync calls in ``strace -f -y`` output, by :data:`SYNC_KINDS` (the
+    directory of the synced file: a ``__transaction_state-N`` or ``__consumer_offsets-N``
+    partition, a partition of a topic named ``data_topic_prefix...``, anything else)."""
+    counts = dict.fromkeys(SYNC_KINDS, 0)
+    for match in _SYNC_CALL.finditer(trace):
+        parent = match["path"].rsplit("/", 2)[-2] if match["path"].count("/") >= 2 else ""
+        kind = next((k for k in SYNC_KINDS[:2] if parent.startswith(k + "-")),
+                    "data" if parent.startswith(data_topic_prefix) else "other")
+        counts[kind] += 1
+    return counts
 
 
 def _syncs_during(bootstrap: str, broker_name: str, in_topic: str, ecfg: EosConfig, transactional: bool,
-                  run_id: str, broker_pid: int, scratch: str) -> tuple[int, int]:
-    """(fsync + fdatasync calls of the broker, rounds) over ``fsync_rounds`` rounds of a loop."""
+                  run_id: str, broker_pid: int, scratch: str) -> tuple[dict[str, int], int]:
+    """(fsync + fdatasync calls of the broker by kind, rounds) over ``fsync_rounds`` rounds of
+    a loop."""
     import os
     import threading
 
@@ -401,7 +412,9 @@ def _syncs_during(bootstrap: str, broker_name: str, in_topic: str, ecfg: EosConf
         if "exc" in box:
             raise box["exc"]  # type: ignore[misc]
         raise WorkloadFailed(f"{kind} loop never finished its first round")
-    strace = subprocess.Popen(["strace", "-f", "-c", "-e", "trace=fsync,fdatasync", "-p", str(broker_pid)],
+    trace_path = f"{scratch}/{kind}.strace"
+    strace = subprocess.Popen(["strace", "-f", "-y", "-e", "trace=fsync,fdatasync", "-o", trace_path,
+                               "-p", str(broker_pid)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         # strace says "Process N attached" on stderr once it is tracing; only then go on
@@ -418,16 +431,17 @@ def _syncs_during(bootstrap: str, broker_name: str, in_topic: str, ecfg: EosConf
             thread.join(0.02)
     finally:
         strace.send_signal(signal.SIGINT)
-        out = strace.communicate(timeout=30)[1]
+        strace.communicate(timeout=30)
     thread.join(ecfg.warmup_timeout_s + ecfg.verify_timeout_s * 2 + ecfg.child_slack_s)
     if "exc" in box:
         raise box["exc"]  # type: ignore[misc]
     if "res" not in box:
         raise WorkloadFailed(f"{kind} loop did not finish")
     res: LoopResult = box["res"]  # type: ignore[assignment]
-    syncs = _count_syncs(out)
-    if syncs == 0:  # offsetd syncs every commit: none counted means strace saw nothing
-        raise WorkloadFailed(f"strace counted no fsync in {kind} loop's {res.rounds} rounds: {out[-500:]}")
+    with open(trace_path) as trace:
+        syncs = _count_syncs(trace.read())
+    if not any(syncs.values()):  # offsetd syncs every commit: none counted means strace saw nothing
+        raise WorkloadFailed(f"strace counted no fsync in the {kind} loop's {res.rounds} rounds")
     return syncs, res.rounds
 
 
@@ -447,12 +461,20 @@ def eos_fsyncs_workload(ecfg: EosConfig, bootstrap: str, broker_name: str,
         txn_syncs, txn_rounds = _syncs_during(bootstrap, broker_name, in_topic, small, True, run_id, broker_pid, scratch)
         plain_syncs, plain_rounds = _syncs_during(bootstrap, broker_name, in_topic, small, False, run_id, broker_pid,
                                                   scratch)
-    return {
+    metrics = {
         "eos_fsyncs_per_txn": Metric("eos: broker fsync+fdatasync per transaction", "calls",
-                                     txn_syncs / max(txn_rounds, 1), False),
+                                     sum(txn_syncs.values()) / max(txn_rounds, 1), False),
         "eos_fsyncs_per_plain_round": Metric("eos: broker fsync+fdatasync per plain round", "calls",
-                                             plain_syncs / max(plain_rounds, 1), False),
+                                             sum(plain_syncs.values()) / max(plain_rounds, 1), False),
     }
+    for label, syncs, rounds in (("transaction", txn_syncs, txn_rounds), ("plain round", plain_syncs, plain_rounds)):
+        for kind, count in syncs.items():
+            if not count:
+                continue
+            key = f"eos_fsyncs_per_{label.replace(' ', '_')}_{kind.strip('_')}"
+            metrics[key] = Metric(f"eos: ... of them on {kind} per {label}", "calls",
+                                  count / max(rounds, 1), False)
+    return metrics
 
 
 def eos_workloads(cfg: BenchConfig, ecfg: EosConfig | None = None) -> list[Workload]:

@@ -10,6 +10,7 @@ best of N per broker and the ratio offsetd/Tansu; every raw run is written as JS
     .venv/bin/python bench/run.py --repeat 3
     .venv/bin/python bench/run.py --workloads commit-throughput commit-latency
     .venv/bin/python bench/run.py --workloads abuse     # issue 16's reliability figures
+    .venv/bin/python bench/run.py --workloads security  # issue 14: TLS, SASL, ACL costs
     .venv/bin/python bench/run.py --list-workloads
 
 ``--workloads`` selects workloads by name (the ones they require are added); a workload that
@@ -57,6 +58,7 @@ from bench.report import (  # noqa: E402
 )
 from bench.workloads import BenchConfig, Workload, WorkloadFailed, default_workloads  # noqa: E402
 from bench.abuse import GROUP, abuse_workloads  # noqa: E402  (after bench.workloads)
+from bench import security  # noqa: E402  (after bench.workloads)
 
 #: Table columns; the ratio is the first over the second.
 BROKERS = ["offsetd", "tansu"]
@@ -173,8 +175,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def workload_groups(cfg: BenchConfig) -> dict[str, list[str]]:
-    """Names ``--workloads`` expands to several workloads (``abuse``: bench/abuse.py's)."""
-    return {GROUP: [w.name for w in abuse_workloads(cfg)]}
+    """Names ``--workloads`` expands to several workloads (``abuse``: bench/abuse.py's,
+    ``security``: bench/security.py's)."""
+    return {GROUP: [w.name for w in abuse_workloads(cfg)],
+            security.GROUP: [w.name for w in security.security_workloads(cfg)]}
 
 
 def select_workloads(workloads: list[Workload], names: list[str] | None) -> list[Workload]:

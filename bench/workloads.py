@@ -32,6 +32,9 @@ The suite (``bench/run.py --workloads NAME ...`` selects some; requirements come
   ``--workloads abuse`` selects them all.
 * ``eos``, ``eos-fsyncs`` (offsetd only): issue 13's consume-transform-produce with and
   without transactions, and the broker's fsyncs per transaction; see ``bench/eos.py``.
+* ``security-handshakes``, ``security-overhead``, ``security-acl-cost`` (offsetd only): issue
+  14's TLS handshakes/s, SCRAM authentications/s, SASL_SSL vs plaintext throughput and the cost
+  of 1,000 ACLs; ``--workloads security`` selects them all; see ``bench/security.py``.
 """
 
 from __future__ import annotations
@@ -738,7 +741,7 @@ def _throughput(label: str, messages: int, size: int, elapsed_s: float) -> dict[
 
 def default_workloads(cfg: BenchConfig) -> list[Workload]:
     """The suite, in run order."""
-    from bench import abuse, eos  # they build on this module
+    from bench import abuse, eos, security  # they build on this module
 
     return [
         Workload("create_topic", partial(create_topic, cfg)),
@@ -753,4 +756,5 @@ def default_workloads(cfg: BenchConfig) -> list[Workload]:
         Workload("offsets-load", partial(offsets_load, cfg), brokers=("offsetd",)),
         *abuse.abuse_workloads(cfg),
         *eos.eos_workloads(cfg),
+        *security.security_workloads(cfg),
     ]

@@ -55,6 +55,7 @@ class AdminConnection:
         results = []
         for future in list(futures):
             while True:
+                self.admin.poll(0)  # serves error_cb
                 if self._fatal:
                     raise ToolError(self._fatal)
                 try:
@@ -93,6 +94,10 @@ def from_binding(binding: Any) -> Acl:
 class AclAdmin(AdminConnection):
     """CreateAcls, DeleteAcls and DescribeAcls."""
 
+    def __init__(self, client_config: dict[str, str], timeout_s: float) -> None:
+        super().__init__(client_config, timeout_s)
+        self.client_config = client_config
+
     def create(self, acls: list[AclBinding]) -> None:
         self.wait(self.admin.create_acls(acls, request_timeout=self.timeout_s).values())
 
@@ -101,4 +106,37 @@ class AclAdmin(AdminConnection):
         return [from_binding(b) for deleted in results for b in deleted]
 
     def describe(self, flt: AclBindingFilter) -> list[Acl]:
-        return [from_binding(b) for b in self.wait([self.admin.describe_acls(flt, request_timeout=self.timeout_s)])[0]]
+        """DescribeAcls. librdkafka drops the response's top-level error (SECURITY_DISABLED,
+        CLUSTER_AUTHORIZATION_FAILED arrive as an empty list), so an empty answer is asked again
+        through kafka-python, which raises it; librdkafka went first because it reports a failed
+        login at once where kafka-python retries until its timeout."""
+        found = [from_binding(b) for b in self.wait([self.admin.describe_acls(flt, request_timeout=self.timeout_s)])[0]]
+        if not found:
+            self._confirm_empty(flt)
+        return found
+
+    def _confirm_empty(self, flt: AclBindingFilter) -> None:
+        """ToolError with the broker's error if DescribeAcls failed (see `describe`)."""
+        from kafka.admin import (ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType,
+                                 KafkaAdminClient, ResourcePatternFilter)
+        from kafka.admin import ResourceType as KpResourceType
+        from kafka.errors import KafkaError as KpKafkaError
+
+        from .client_config import kafka_python_config
+
+        timeout_ms = int(self.timeout_s * 1000)
+        try:
+            admin = KafkaAdminClient(**kafka_python_config(self.client_config), request_timeout_ms=timeout_ms,
+                                     bootstrap_timeout_ms=timeout_ms)
+        except KpKafkaError as exc:
+            raise ToolError(f"{type(exc).__name__}: {exc}") from None
+        try:
+            pattern = ResourcePatternFilter(KpResourceType(flt.restype.value), flt.name,
+                                            ACLResourcePatternType(flt.resource_pattern_type.value))
+            admin.describe_acls(ACLFilter(flt.principal, flt.host, ACLOperation(flt.operation.value),
+                                          ACLPermissionType(flt.permission_type.value), pattern))
+        except KpKafkaError as exc:
+            name = getattr(exc, "message", type(exc).__name__)
+            raise ToolError(f"{name}: {exc.description if hasattr(exc, 'description') else exc}") from None
+        finally:
+            admin.close()

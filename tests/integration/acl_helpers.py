@@ -67,9 +67,9 @@ def revoke(bootstrap: str, *bindings: AclBinding) -> list[AclBinding]:
 
 def all_acls(bootstrap: str, user: str = "admin") -> list[AclBinding]:
     admin = AdminClient(conf(bootstrap, user))
-    return admin.describe_acls(AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
-                                                AclOperation.ANY, AclPermissionType.ANY),
-                               request_timeout=10).result()
+    acls = admin.describe_acls(AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                                                AclOperation.ANY, AclPermissionType.ANY), request_timeout=10)
+    return acls.result()
 
 
 __all__ = ["AUTHORIZER", "USERS", "JAAS", "CLUSTER", "TOPIC", "GROUP", "TXN", "LITERAL", "PREFIXED",

@@ -10,13 +10,21 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from kio.schema.alter_user_scram_credentials.v0.request import (
+    AlterUserScramCredentialsRequest,
+    ScramCredentialDeletion,
+    ScramCredentialUpsertion,
+)
 from kio.schema.create_acls.v3.request import AclCreation, CreateAclsRequest
 from kio.schema.delete_acls.v3.request import DeleteAclsFilter, DeleteAclsRequest
 from kio.schema.describe_acls.v3.request import DescribeAclsRequest
+from kio.schema.describe_client_quotas.v1.request import DescribeClientQuotasRequest
+from kio.schema.describe_user_scram_credentials.v0.request import DescribeUserScramCredentialsRequest, UserName
 
 from offsetd.protocol.api_versions import SUPPORTED, ApiKey
 from offsetd.protocol.errors import Error
 from offsetd.security.acl import Authorizer
+from offsetd.security.credentials import salted_password
 from offsetd.server.authorization import API_CHECKS, Access, Op, Res, Where, access, check
 from offsetd.server.security_api import SecurityRuntime
 from offsetd.storage.security_store import LocalSecurityStore
@@ -187,3 +195,74 @@ def test_create_describe_delete_acls_persist_and_need_alter_on_the_cluster(tmp_p
     assert results[1]["matching_acls"] == []
     assert not broker2.authorizer.authorize("User:alice", "1.2.3.4", Op.READ, Res.TOPIC, "orders")
     assert len(json.loads((tmp_path / "security" / "acls.json").read_text())["acls"]) == 1
+
+
+# ------------------------------------------------------------------ SCRAM credential APIs
+
+SALT = b"0123456789abcdef"
+
+
+def _upsert(name: str, mechanism: int = 1, iterations: int = 4096, password: str = "pw") -> ScramCredentialUpsertion:
+    mech = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}.get(mechanism, "SCRAM-SHA-256")
+    return ScramCredentialUpsertion(name=name, mechanism=mechanism, iterations=iterations, salt=SALT,  # type: ignore[arg-type]
+                                    salted_password=salted_password(mech, password, SALT, max(iterations, 1)))
+
+
+def _alter(runtime: SecurityRuntime, ctx: object, deletions=(), upsertions=()) -> dict[str, tuple[int, str | None]]:
+    body = asyncio.run(runtime.alter_user_scram_credentials(ctx, AlterUserScramCredentialsRequest(
+        deletions=tuple(deletions), upsertions=tuple(upsertions))))
+    return {r["user"]: (r["error_code"], r["error_message"]) for r in body["results"]}
+
+
+def _describe(runtime: SecurityRuntime, ctx: object, users: list[str] | None) -> dict:
+    req = DescribeUserScramCredentialsRequest(users=None if users is None else tuple(UserName(name=u) for u in users))
+    return runtime.describe_user_scram_credentials(ctx, req)
+
+
+def test_alter_user_scram_credentials_errors_per_user(tmp_path: Path):
+    runtime, _ = _runtime(tmp_path, super_users=("User:admin",))
+    results = _alter(runtime, ADMIN, deletions=[ScramCredentialDeletion(name="ghost", mechanism=1)],  # type: ignore[arg-type]
+                     upsertions=[_upsert("carol"), _upsert("dup"), _upsert("dup"), _upsert(""),
+                                 _upsert("few", iterations=100), _upsert("many", iterations=20000),
+                                 _upsert("odd", mechanism=9)])
+    assert {u: code for u, (code, _) in results.items()} == {
+        "ghost": Error.RESOURCE_NOT_FOUND, "carol": 0, "dup": Error.DUPLICATE_RESOURCE,
+        "": Error.UNACCEPTABLE_CREDENTIAL, "few": Error.UNACCEPTABLE_CREDENTIAL,
+        "many": Error.UNACCEPTABLE_CREDENTIAL, "odd": Error.UNSUPPORTED_SASL_MECHANISM}
+    assert results["few"][1] == "Too few iterations"
+    assert set(runtime.credentials) == {("carol", "SCRAM-SHA-256")}
+    # the broker derived the keys from SaltedPassword: what SCRAM verifies against, never the password
+    stored = runtime.scram_lookup("SCRAM-SHA-256", "carol")
+    assert stored is not None and stored.salt == SALT and stored.iterations == 4096
+    assert b"pw" not in (tmp_path / "security" / "scram-credentials.json").read_bytes()
+    assert _alter(runtime, ALICE, upsertions=[_upsert("eve")]) == {"eve": (Error.CLUSTER_AUTHORIZATION_FAILED, None)}
+    assert _alter(runtime, ADMIN, deletions=[ScramCredentialDeletion(name="carol", mechanism=1)]) == {  # type: ignore[arg-type]
+        "carol": (0, None)}
+    assert runtime.scram_lookup("SCRAM-SHA-256", "carol") is None
+
+
+def test_describe_user_scram_credentials(tmp_path: Path):
+    runtime, _ = _runtime(tmp_path, super_users=("User:admin",))
+    _alter(runtime, ADMIN, upsertions=[_upsert("carol", 1, 8192), _upsert("carol", 2, 4096), _upsert("dan")])
+    everyone = _describe(runtime, ADMIN, None)
+    assert everyone["error_code"] == 0
+    assert {r["user"]: [(i["mechanism"], i["iterations"]) for i in r["credential_infos"]]
+            for r in everyone["results"]} == {"carol": [(1, 8192), (2, 4096)], "dan": [(1, 4096)]}
+    assert [r["user"] for r in _describe(runtime, ADMIN, [])["results"]] == ["carol", "dan"]
+    named = _describe(runtime, ADMIN, ["dan", "nobody", "x", "x"])
+    assert [(r["user"], r["error_code"]) for r in named["results"]] == [
+        ("dan", 0), ("nobody", Error.RESOURCE_NOT_FOUND), ("x", Error.DUPLICATE_RESOURCE)]
+    assert _describe(runtime, ALICE, None)["error_code"] == Error.CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_scram_apis_work_without_an_authorizer_and_quotas_are_an_empty_stub(tmp_path: Path):
+    runtime, broker = _runtime(tmp_path, enabled=False)
+    assert broker.authorizer is None
+    assert _alter(runtime, ALICE, upsertions=[_upsert("carol")]) == {"carol": (0, None)}
+    assert [r["user"] for r in _describe(runtime, ALICE, None)["results"]] == ["carol"]
+    quotas = DescribeClientQuotasRequest(components=(), strict=False)
+    assert runtime.describe_client_quotas(ALICE, quotas)["entries"] == []
+    secured, _ = _runtime(tmp_path / "on", super_users=("User:admin",))
+    assert secured.describe_client_quotas(ALICE, quotas)["error_code"] == Error.CLUSTER_AUTHORIZATION_FAILED
+    assert secured.describe_client_quotas(ADMIN, quotas) == {"throttle_time": 0, "error_code": 0,
+                                                             "error_message": None, "entries": []}

@@ -12,7 +12,7 @@ from pathlib import Path
 import kafka.errors as kerr
 import pytest
 from broker_process import wait_for
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka import TopicPartition as KTP
@@ -315,3 +315,22 @@ def test_acls_are_visible_to_a_new_client_at_once(secured):
     b = secured.bootstrap
     grant(b, binding("alice", TOPIC, "orders", Op.READ))
     wait_for(lambda: consume_error(b, "alice", "orders") == OK, timeout=15, message="alice reads orders")
+
+
+def test_authorized_operations_of_topics_and_groups(secured):
+    """Metadata v8+ (describe_topics) and DescribeGroups v3+ fill authorized_operations when asked."""
+    b = secured.bootstrap
+    admin_commit(b, "ops", [TopicPartition("orders", 0, 1)])
+    grant(b, binding("alice", TOPIC, "orders", Op.READ), binding("alice", GROUP, "ops", Op.READ))
+    alice = AdminClient(conf(b, "alice"))
+    topic = alice.describe_topics(TopicCollection(["orders"]), include_authorized_operations=True,
+                                  request_timeout=10)["orders"].result()
+    assert set(topic.authorized_operations) == {Op.READ, Op.DESCRIBE}  # READ implies DESCRIBE
+    group = alice.describe_consumer_groups(["ops"], include_authorized_operations=True,
+                                           request_timeout=10)["ops"].result()
+    assert set(group.authorized_operations) == {Op.READ, Op.DESCRIBE}
+    grant(b, binding("alice", TOPIC, "orders", Op.ALL))
+    topic = alice.describe_topics(TopicCollection(["orders"]), include_authorized_operations=True,
+                                  request_timeout=10)["orders"].result()
+    assert set(topic.authorized_operations) == {Op.READ, Op.WRITE, Op.CREATE, Op.DESCRIBE, Op.DELETE, Op.ALTER,
+                                                Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS}

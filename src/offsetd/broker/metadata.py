@@ -52,7 +52,8 @@ def handle_metadata(broker: Broker, req: Any, version: int, now_ms: int) -> Any:
             name = item.name
             topic = broker.topics.get(name) if name is not None else broker.topics.by_id(
                 getattr(item, "topic_id", None))
-            if acc is not None and not acc.allows(Op.DESCRIBE, Res.TOPIC, name if topic is None else topic.name):
+            shown = name if topic is None else topic.name  # None: an unknown topic id (100 below)
+            if acc is not None and shown is not None and not acc.allows(Op.DESCRIBE, Res.TOPIC, shown):
                 # 29 whether it exists or not, with a zero id (a request by id keeps its id)
                 topics.append({"error_code": Error.TOPIC_AUTHORIZATION_FAILED, "name": name,
                                "topic_id": getattr(item, "topic_id", None) if name is None else None,

@@ -1,0 +1,172 @@
+"""Error placement of reference security.md §4 on the wire, request by request: a broker with ACLs on,
+a SASL_PLAINTEXT listener for the admin (grants) and a PLAINTEXT one where raw requests come from
+User:ANONYMOUS. Checked before existence: a missing topic answers 29 until it may be described."""
+
+from __future__ import annotations
+
+import socket
+from datetime import timedelta
+from typing import Any, get_args
+
+import pytest
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.index import load_request_schema
+from raw_client import RawClient
+
+from integration.acl_helpers import CLUSTER, GROUP, TOPIC, TXN, AclOperation as Op, binding, conf, grant, secured_overrides
+
+ANON = "User:ANONYMOUS"
+METADATA, LIST_OFFSETS, OFFSET_FETCH, FIND_COORDINATOR, DELETE_TOPICS, PRODUCE = 3, 2, 9, 10, 20, 0
+INIT_PRODUCER_ID, DESCRIBE_CONFIGS = 22, 32
+TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED, TXN_DENIED = 29, 30, 31, 53
+UNKNOWN_TOPIC = 3
+
+
+def build(cls: type, data: dict[str, Any]) -> Any:
+    """A kio request entity from plain data (lists of dicts become tuples of the nested entity)."""
+    kwargs = {}
+    for name, f in cls.__dataclass_fields__.items():  # type: ignore[attr-defined]
+        if name not in data:
+            continue
+        value = data[name]
+        if isinstance(value, list):
+            kind = f.type
+            if type(None) in get_args(kind):  # nullable array: `tuple[X, ...] | None`
+                kind = next(a for a in get_args(kind) if a is not type(None))
+            elem = get_args(kind)[0]
+            value = tuple(build(elem, v) if isinstance(v, dict) else v for v in value)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def call(raw: RawClient, api: int, version: int, **data: Any) -> Any:
+    return raw.call(api, version, build(load_request_schema(api, version), data))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def anon(broker_factory):
+    """(admin bootstrap over SASL, PLAINTEXT bootstrap for raw ANONYMOUS requests); topic `orders`
+    exists, with a committed offset in group `app` and `other-app`."""
+    port = free_port()
+    proc = broker_factory(secured_overrides(**{
+        "listeners": f"SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:{port}",
+        "auto.create.topics.enable": "false"}))
+    admin = AdminClient(conf(proc.bootstrap, "admin"))
+    admin.create_topics([NewTopic("orders", 2, 1)])["orders"].result(10)
+    producer = Producer(conf(proc.bootstrap, "admin"))
+    producer.produce("orders", b"v", partition=0)
+    assert producer.flush(10) == 0
+    from confluent_kafka import Consumer
+    for group in ("app", "other-app"):
+        c = Consumer(conf(proc.bootstrap, "admin", **{"group.id": group}))
+        c.commit(offsets=[TopicPartition("orders", 0, 1), TopicPartition("orders", 1, 0)], asynchronous=False)
+        c.close()
+    return proc.bootstrap, f"127.0.0.1:{port}"
+
+
+def metadata_errors(raw: RawClient, *names: str) -> dict[str, int]:
+    r = call(raw, METADATA, 12, topics=[{"name": n, "topic_id": None} for n in names],
+             allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    return {t.name: int(t.error_code) for t in r.topics}
+
+
+def test_metadata_denies_named_topics_before_existence_and_filters_all_topics(anon):
+    admin, plain = anon
+    with RawClient(plain) as raw:
+        assert metadata_errors(raw, "orders", "missing") == {"orders": TOPIC_DENIED, "missing": TOPIC_DENIED}
+        everything = call(raw, METADATA, 12, topics=None, allow_auto_topic_creation=False,
+                          include_topic_authorized_operations=False)
+        assert [t.name for t in everything.topics] == []
+        grant(admin, binding(ANON, TOPIC, "orders", Op.DESCRIBE), binding(ANON, TOPIC, "missing", Op.DESCRIBE))
+        assert metadata_errors(raw, "orders", "missing") == {"orders": 0, "missing": UNKNOWN_TOPIC}
+        everything = call(raw, METADATA, 12, topics=None, allow_auto_topic_creation=False,
+                          include_topic_authorized_operations=False)
+        assert [t.name for t in everything.topics] == ["orders"]  # __consumer_offsets stays hidden
+
+
+def test_list_offsets_denied_partitions_answer_29_and_minus_one(anon):
+    admin, plain = anon
+    with RawClient(plain) as raw:
+        r = call(raw, LIST_OFFSETS, 7, replica_id=-1, isolation_level=0, topics=[
+            {"name": "orders", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]},
+            {"name": "missing", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}])
+        assert [(t.name, int(p.error_code), p.offset, p.timestamp) for t in r.topics for p in t.partitions] == [
+            ("orders", TOPIC_DENIED, -1, -1), ("missing", TOPIC_DENIED, -1, -1)]
+        grant(admin, binding(ANON, TOPIC, "orders", Op.DESCRIBE))
+        r = call(raw, LIST_OFFSETS, 7, replica_id=-1, isolation_level=0, topics=[
+            {"name": "orders", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}])
+        assert [(int(p.error_code), p.offset) for t in r.topics for p in t.partitions] == [(0, 1)]
+
+
+def test_delete_topics_describe_decides_between_29_and_3(anon):
+    admin, plain = anon
+    with RawClient(plain) as raw:
+        def errors(*names: str) -> dict[str, int]:
+            r = call(raw, DELETE_TOPICS, 5, topic_names=list(names), timeout=timedelta(seconds=10))
+            return {t.name: int(t.error_code) for t in r.responses}
+
+        assert errors("orders", "missing") == {"orders": TOPIC_DENIED, "missing": TOPIC_DENIED}
+        grant(admin, binding(ANON, TOPIC, "orders", Op.DESCRIBE), binding(ANON, TOPIC, "missing", Op.DESCRIBE))
+        assert errors("orders", "missing") == {"orders": TOPIC_DENIED, "missing": UNKNOWN_TOPIC}
+        grant(admin, binding(ANON, TOPIC, "orders", Op.DELETE))
+        assert errors("orders") == {"orders": 0}
+
+
+def test_offset_fetch_v8_several_groups_with_partial_acls(anon):
+    admin, plain = anon
+    grant(admin, binding(ANON, GROUP, "app", Op.DESCRIBE))  # not other-app; no topic ACL yet
+    parts = [{"name": "orders", "partition_indexes": [0, 1]}]
+    with RawClient(plain) as raw:
+        def fetch() -> dict[str, Any]:
+            r = call(raw, OFFSET_FETCH, 8, require_stable=False, groups=[
+                {"group_id": "app", "topics": parts}, {"group_id": "other-app", "topics": parts},
+                {"group_id": "app-all", "topics": None}])
+            return {g.group_id: (int(g.error_code), [(t.name, p.partition_index, p.committed_offset,
+                                                      int(p.error_code)) for t in g.topics for p in t.partitions])
+                    for g in r.groups}
+
+        assert fetch() == {"app": (0, [("orders", 0, -1, TOPIC_DENIED), ("orders", 1, -1, TOPIC_DENIED)]),
+                           "other-app": (GROUP_DENIED, []), "app-all": (GROUP_DENIED, [])}
+        grant(admin, binding(ANON, TOPIC, "orders", Op.DESCRIBE), binding(ANON, GROUP, "app-all", Op.READ))
+        assert fetch() == {"app": (0, [("orders", 0, 1, 0), ("orders", 1, 0, 0)]),
+                           "other-app": (GROUP_DENIED, []), "app-all": (0, [])}
+
+
+def test_find_coordinator_per_key_from_v4_and_top_level_before(anon):
+    admin, plain = anon
+    grant(admin, binding(ANON, GROUP, "app", Op.DESCRIBE), binding(ANON, TXN, "tx", Op.DESCRIBE))
+    with RawClient(plain) as raw:
+        r = call(raw, FIND_COORDINATOR, 4, key_type=0, coordinator_keys=["app", "secret"])
+        assert [(c.key, int(c.error_code), c.node_id, c.host, c.port) for c in r.coordinators][1] == (
+            "secret", GROUP_DENIED, -1, "", -1)
+        assert int(r.coordinators[0].error_code) == 0
+        assert int(call(raw, FIND_COORDINATOR, 3, key="secret", key_type=0).error_code) == GROUP_DENIED
+        assert int(call(raw, FIND_COORDINATOR, 3, key="other-tx", key_type=1).error_code) == TXN_DENIED
+
+
+def test_init_producer_id_and_describe_configs(anon):
+    admin, plain = anon
+    with RawClient(plain) as raw:
+        r = call(raw, INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout=timedelta(seconds=60), producer_id=-1,
+                 producer_epoch=-1)
+        assert (int(r.error_code), r.producer_id) == (CLUSTER_DENIED, -1)
+        r = call(raw, INIT_PRODUCER_ID, 4, transactional_id="tx", transaction_timeout=timedelta(seconds=60), producer_id=-1,
+                 producer_epoch=-1)
+        assert (int(r.error_code), r.producer_id) == (TXN_DENIED, -1)
+        grant(admin, binding(ANON, CLUSTER, "kafka-cluster", Op.IDEMPOTENT_WRITE))
+        r = call(raw, INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout=timedelta(seconds=60), producer_id=-1,
+                 producer_epoch=-1)
+        assert int(r.error_code) == 0 and r.producer_id >= 0
+        r = call(raw, DESCRIBE_CONFIGS, 4, include_synonyms=False, include_documentation=False, resources=[
+            {"resource_type": 2, "resource_name": "orders", "configuration_keys": None},
+            {"resource_type": 32, "resource_name": "app", "configuration_keys": None},
+            {"resource_type": 4, "resource_name": "1", "configuration_keys": None}])
+        assert [(int(x.error_code), len(x.configs)) for x in r.results] == [
+            (TOPIC_DENIED, 0), (GROUP_DENIED, 0), (CLUSTER_DENIED, 0)]

@@ -54,12 +54,12 @@ def write_scram_users(log_dir: Path, users: dict[str, str], mechanisms=(SCRAM_25
 
 
 def sasl_broker(broker_factory, tmp_path: Path, protocol: str = "SASL_PLAINTEXT",
-                mechanisms: str = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", **extra: str) -> BrokerProcess:
+                mechanisms: str = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", name: str = "data", **extra: str) -> BrokerProcess:
     """A broker with one SASL listener, PLAIN users admin/alice and SCRAM users carol and 'dan=,x'."""
-    write_scram_users(tmp_path / "data", SCRAM_USERS)
+    write_scram_users(tmp_path / name, SCRAM_USERS)
     overrides = {"listeners": f"{protocol}://127.0.0.1:0", "sasl.enabled.mechanisms": mechanisms,
                  f"listener.name.{protocol.lower()}.plain.sasl.jaas.config": JAAS, **extra}
-    return broker_factory(overrides)
+    return broker_factory(overrides, name=name)
 
 
 def confluent_sasl(mechanism: str, user: str, password: str, protocol: str = "SASL_PLAINTEXT", **extra) -> dict:
@@ -357,3 +357,23 @@ def test_secure_example_config_starts_as_documented(tmp_path) -> None:
     finally:
         server.terminate()
         server.wait(20)
+
+
+def test_sasl_ssl_client_certificates_only_through_the_listener_prefix(broker_factory, tmp_path,
+                                                                       certs: CertFiles) -> None:  # noqa: F811
+    tls = {k: v for k, v in ssl_overrides(certs).items() if k != "listeners"}
+    conf = confluent_sasl(PLAIN, "alice", "alice-secret", protocol="SASL_SSL", **{"ssl.ca.location": str(certs.ca)})
+    cert, key = certs.clients["bob"]
+    with_cert = {**conf, "ssl.certificate.location": str(cert), "ssl.key.location": str(key)}
+    # unprefixed: a warning, and no certificate is asked for (KIP-684)
+    proc = sasl_broker(broker_factory, tmp_path, protocol="SASL_SSL", mechanisms="PLAIN",
+                       **{**tls, "ssl.client.auth": "required"})
+    assert "listener.name.sasl_ssl.ssl.client.auth" in proc.log()
+    assert AdminClient({"bootstrap.servers": proc.bootstrap, **conf}).list_topics(timeout=10).brokers
+    # prefixed: required; the principal is still the SASL user's
+    proc = sasl_broker(broker_factory, tmp_path, protocol="SASL_SSL", mechanisms="PLAIN", name="prefixed",
+                       **{**tls, "listener.name.sasl_ssl.ssl.client.auth": "required"})
+    with pytest.raises(KafkaException):
+        AdminClient({"bootstrap.servers": proc.bootstrap, **conf}).list_topics(timeout=3)
+    assert AdminClient({"bootstrap.servers": proc.bootstrap, **with_cert}).list_topics(timeout=10).brokers
+    wait_for(lambda: "authenticated as User:alice" in proc.log(), timeout=5, message="alice's SASL principal")

@@ -349,5 +349,3 @@ def install(server: Any) -> SecurityRuntime:
         runtime.load_local()
     return runtime
 
-
-__all__ = ["SecurityRuntime", "install", "current_context"]

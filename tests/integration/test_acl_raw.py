@@ -170,3 +170,129 @@ def test_init_producer_id_and_describe_configs(anon):
             {"resource_type": 4, "resource_name": "1", "configuration_keys": None}])
         assert [(int(x.error_code), len(x.configs)) for x in r.results] == [
             (TOPIC_DENIED, 0), (GROUP_DENIED, 0), (CLUSTER_DENIED, 0)]
+
+
+def test_transaction_apis_check_the_transactional_id_group_and_topics(anon):
+    admin, plain = anon
+    grant(admin, binding(ANON, TXN, "tx", Op.WRITE))
+    with RawClient(plain) as raw:
+        # TxnOffsetCommit: 53 everywhere, then 30 everywhere, then 29 per topic
+        def txn_commit(txn_id: str) -> list[int]:
+            r = call(raw, 28, 3, transactional_id=txn_id, group_id="app", producer_id=1, producer_epoch=0,
+                     generation_id=-1, member_id="", group_instance_id=None, topics=[
+                         {"name": "orders", "partitions": [{"partition_index": 0, "committed_offset": 1,
+                                                            "committed_leader_epoch": -1, "committed_metadata": ""}]},
+                         {"name": "missing", "partitions": [{"partition_index": 0, "committed_offset": 1,
+                                                             "committed_leader_epoch": -1, "committed_metadata": ""}]}])
+            return [int(p.error_code) for t in r.topics for p in t.partitions]
+
+        assert txn_commit("other-tx") == [TXN_DENIED, TXN_DENIED]
+        assert txn_commit("tx") == [GROUP_DENIED, GROUP_DENIED]
+        grant(admin, binding(ANON, GROUP, "app", Op.READ))
+        assert txn_commit("tx") == [TOPIC_DENIED, TOPIC_DENIED]
+        # AddPartitionsToTxn: 29 on the denied topic, the others not attempted (55)
+        grant(admin, binding(ANON, TOPIC, "orders", Op.WRITE))
+        r = call(raw, 24, 3, v3_and_below_transactional_id="tx", v3_and_below_producer_id=1,
+                 v3_and_below_producer_epoch=0, v3_and_below_topics=[
+                     {"name": "orders", "partitions": [0]}, {"name": "secret", "partitions": [0]}])
+        assert {(t.name, int(p.partition_error_code)) for t in r.results_by_topic_v3_and_below
+                for p in t.results_by_partition} == {("orders", 55), ("secret", TOPIC_DENIED)}
+        assert int(call(raw, 25, 3, transactional_id="other-tx", producer_id=1, producer_epoch=0,
+                        group_id="app").error_code) == TXN_DENIED
+        assert int(call(raw, 25, 3, transactional_id="tx", producer_id=1, producer_epoch=0,
+                        group_id="secret").error_code) == GROUP_DENIED
+        assert int(call(raw, 26, 3, transactional_id="other-tx", producer_id=1, producer_epoch=0,
+                        committed=True).error_code) == TXN_DENIED
+        r = call(raw, 27, 1, markers=[{"producer_id": 1, "producer_epoch": 0, "transaction_result": True,
+                                       "coordinator_epoch": 0, "topics": [{"name": "orders", "partition_indexes": [0]}]}])
+        assert [int(p.error_code) for m in r.markers for t in m.topics for p in t.partitions] == [CLUSTER_DENIED]
+        # ListTransactions leaves out the ids the principal may not describe (none are open here,
+        # so the answer is empty either way: the filter must not turn it into an error)
+        r = call(raw, 66, 1, state_filters=[], producer_id_filters=[], duration_filter=-1)
+        assert (int(r.error_code), list(r.transaction_states)) == (0, [])
+        # DescribeProducers: READ on the topic (WRITE is not enough), before existence
+        r = call(raw, 61, 0, topics=[{"name": "secret", "partition_indexes": [0]},
+                                     {"name": "orders", "partition_indexes": [0]}])
+        assert [(t.name, int(p.error_code)) for t in r.topics for p in t.partitions] == [
+            ("secret", TOPIC_DENIED), ("orders", TOPIC_DENIED)]
+        grant(admin, binding(ANON, TOPIC, "orders", Op.READ))
+        r = call(raw, 61, 0, topics=[{"name": "orders", "partition_indexes": [0]}])
+        assert [int(p.error_code) for t in r.topics for p in t.partitions] == [0]
+
+
+def test_list_and_describe_transactions_show_only_describable_ids(anon):
+    admin, plain = anon
+    producer = Producer(conf(admin, "admin", **{"transactional.id": "tx-open"}))
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    producer.produce("orders", b"pending", partition=0)
+    assert producer.flush(10) == 0
+    with RawClient(plain) as raw:
+        def listed() -> list[str]:
+            r = call(raw, 66, 1, state_filters=[], producer_id_filters=[], duration_filter=-1)
+            return [s.transactional_id for s in r.transaction_states]
+
+        assert listed() == []
+        grant(admin, binding(ANON, TXN, "tx-open", Op.DESCRIBE))
+        assert listed() == ["tx-open"]
+        r = call(raw, 65, 0, transactional_ids=["tx-open"])
+        state = r.transaction_states[0]
+        assert (int(state.error_code), state.transaction_state) == (0, "Ongoing")
+        assert [t.topic for t in state.topics] == []  # orders is not describable: left out
+        grant(admin, binding(ANON, TOPIC, "orders", Op.DESCRIBE))
+        r = call(raw, 65, 0, transactional_ids=["tx-open"])
+        assert [t.topic for t in r.transaction_states[0].topics] == ["orders"]
+    producer.abort_transaction(10)
+
+
+def test_topic_admin_apis(anon):
+    admin, plain = anon
+    with RawClient(plain) as raw:
+        def create(name: str) -> tuple[int, int]:
+            r = call(raw, 19, 7, timeout=timedelta(seconds=10), validate_only=False, topics=[
+                {"name": name, "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}])
+            return int(r.topics[0].error_code), int(r.topics[0].topic_config_error_code)
+
+        assert create("made") == (TOPIC_DENIED, 0)
+        grant(admin, binding(ANON, TOPIC, "made", Op.CREATE))
+        assert create("made") == (0, TOPIC_DENIED)  # created, but its configs may not be described
+        grant(admin, binding(ANON, CLUSTER, "kafka-cluster", Op.CREATE))
+        assert create("made-too") == (0, TOPIC_DENIED)
+
+        def grow(name: str) -> int:
+            r = call(raw, 37, 3, timeout=timedelta(seconds=10), validate_only=False,
+                     topics=[{"name": name, "count": 4, "assignments": None}])
+            return int(r.results[0].error_code)
+
+        assert grow("orders") == TOPIC_DENIED
+        assert grow("missing") == TOPIC_DENIED
+        grant(admin, binding(ANON, TOPIC, "orders", Op.ALTER))
+        assert grow("orders") == 0
+
+        def alter(rtype: int, name: str) -> int:
+            r = call(raw, 44, 1, validate_only=True, resources=[{"resource_type": rtype, "resource_name": name,
+                     "configs": [{"name": "offsets.retention.minutes", "config_operation": 0, "value": "60"}]}])
+            return int(r.responses[0].error_code)
+
+        assert (alter(32, "app"), alter(4, "1")) == (GROUP_DENIED, CLUSTER_DENIED)
+        grant(admin, binding(ANON, GROUP, "app", Op.ALTER_CONFIGS))
+        assert alter(32, "app") == 0
+
+
+def test_group_membership_apis_answer_30_before_the_coordinator(anon):
+    _, plain = anon
+    with RawClient(plain) as raw:
+        join = call(raw, 11, 9, group_id="app", session_timeout=timedelta(seconds=10),
+                    rebalance_timeout=timedelta(seconds=10), member_id="", group_instance_id=None,
+                    protocol_type="consumer", protocols=[{"name": "range", "metadata": b""}], reason=None)
+        assert (int(join.error_code), join.generation_id) == (GROUP_DENIED, -1)
+        assert int(call(raw, 12, 4, group_id="app", generation_id=1, member_id="m",
+                        group_instance_id=None).error_code) == GROUP_DENIED
+        assert int(call(raw, 14, 5, group_id="app", generation_id=1, member_id="m", group_instance_id=None,
+                        protocol_type="consumer", protocol_name="range", assignments=[]).error_code) == GROUP_DENIED
+        assert int(call(raw, 13, 5, group_id="app", members=[
+            {"member_id": "m", "group_instance_id": None, "reason": None}]).error_code) == GROUP_DENIED
+        r = call(raw, 42, 2, groups_names=["app", "app"])
+        assert [(x.group_id, int(x.error_code)) for x in r.results] == [("app", GROUP_DENIED)]
+        r = call(raw, 47, 0, group_id="app", topics=[{"name": "orders", "partitions": [{"partition_index": 0}]}])
+        assert (int(r.error_code), list(r.topics)) == (GROUP_DENIED, [])

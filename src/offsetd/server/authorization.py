@@ -118,13 +118,15 @@ API_CHECKS: dict[int, tuple[Check, ...]] = {
         _c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.ALL_PARTITIONS),
         _c(Res.TOPIC, Op.READ, _TOPIC_DENIED, Where.PARTITION)),
     ApiKey.ADD_PARTITIONS_TO_TXN: (
-        _c(Res.TRANSACTIONAL_ID, Op.WRITE, _TXN_DENIED, Where.ALL_PARTITIONS, "v4+ per transaction"),
+        _c(Res.TRANSACTIONAL_ID, Op.WRITE, _TXN_DENIED, Where.ALL_PARTITIONS,
+           "v4+: per transaction, none for verify-only ones (a leader checking a Produce already authorized)"),
         _c(Res.TOPIC, Op.WRITE, _TOPIC_DENIED, Where.PARTITION, "the others: OPERATION_NOT_ATTEMPTED")),
     ApiKey.ADD_OFFSETS_TO_TXN: (
         _c(Res.TRANSACTIONAL_ID, Op.WRITE, _TXN_DENIED, Where.TOP),
         _c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.TOP)),
     ApiKey.END_TXN: (_c(Res.TRANSACTIONAL_ID, Op.WRITE, _TXN_DENIED, Where.TOP),),
-    ApiKey.WRITE_TXN_MARKERS: (_c(Res.CLUSTER, Op.CLUSTER_ACTION, _CLUSTER_DENIED, Where.ALL_PARTITIONS),),
+    ApiKey.WRITE_TXN_MARKERS: (_c(Res.CLUSTER, Op.CLUSTER_ACTION, _CLUSTER_DENIED, Where.ALL_PARTITIONS,
+                                  "cluster mode: the peers' principal needs it (or is a super user)"),),
     ApiKey.DESCRIBE_TRANSACTIONS: (_c(Res.TRANSACTIONAL_ID, Op.DESCRIBE, _TXN_DENIED, Where.RESOURCE),),
     ApiKey.LIST_TRANSACTIONS: (_c(Res.TRANSACTIONAL_ID, Op.DESCRIBE, Error.NONE, Where.FILTERED),),
     ApiKey.DESCRIBE_PRODUCERS: (_c(Res.TOPIC, Op.READ, _TOPIC_DENIED, Where.PARTITION),),

@@ -277,3 +277,19 @@ def test_principal_mapping_rules_shape_the_principal(broker_factory, certs, monk
         "ssl.client.auth": "required", "ssl.principal.mapping.rules": "RULE:^CN=(.*?),OU=.*$/$1/U,DEFAULT"}))
     round_trip(proc.bootstrap, "tls-mapped", confluent_tls(certs, "bob"))
     wait_for(lambda: "TLS principal User:BOB" in proc.log(), timeout=5, message="the mapped principal in the log")
+
+
+def test_broker_table_from_before_listeners_is_migrated(pg_dsn, cluster_factory) -> None:
+    """A database whose offsetd_broker has no endpoints column (an older offsetd), holding a live
+    row of such a broker: the column is added at start, and the old row is served by host/port."""
+    from integration.cluster_helpers import FAST, pg_rows
+
+    pg_rows(pg_dsn, "CREATE TABLE offsetd_broker (node_id int PRIMARY KEY, incarnation uuid NOT NULL, "
+                    "host text NOT NULL, port int NOT NULL, expires_at timestamptz NOT NULL)")
+    pg_rows(pg_dsn, "INSERT INTO offsetd_broker VALUES (7, gen_random_uuid(), 'old-host', 9999, "
+                    "now() + interval '1 hour')")
+    cluster = cluster_factory(pg_dsn, size=1, overrides=FAST)
+    md = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=10)
+    assert {b.id: (b.host, b.port) for b in md.brokers.values()} == {
+        1: ("127.0.0.1", cluster.broker(1).port), 7: ("old-host", 9999)}
+    assert pg_rows(pg_dsn, "SELECT endpoints::text FROM offsetd_broker WHERE node_id = 7") == [("{}",)]

@@ -17,7 +17,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from integration.acl_helpers import CLUSTER, TOPIC, AclOperation as Op, all_acls, binding, conf, grant, revoke, secured_overrides
+from integration.acl_helpers import CLUSTER, TOPIC, TXN, AclOperation as Op, all_acls, binding, conf, grant, revoke, secured_overrides
 from integration.cluster_helpers import FAST
 
 SCRAM = {"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256"}
@@ -128,3 +128,40 @@ def test_cluster_an_acl_created_through_one_broker_is_enforced_by_another(pg_dsn
              message="broker 2 knowing broker 1's SCRAM credential")
     assert len(revoke(second, binding("alice", TOPIC, "shared", Op.DESCRIBE))) == 1
     wait_for(lambda: not visible_to_alice_at(first), timeout=15, message="broker 1 dropping the ACL")
+
+
+def test_cluster_transactions_under_acls_commit_across_brokers(pg_dsn, cluster_factory):
+    """Markers go from the transaction coordinator to the other brokers (WriteTxnMarkers, which needs
+    CLUSTER_ACTION): the peers authenticate with the listener's JAAS user, the super user admin."""
+    from confluent_kafka import Consumer, Producer
+
+    cluster = cluster_factory(pg_dsn, size=2, overrides={**FAST, **secured_overrides()})
+    b = cluster.bootstrap
+    wait_for(lambda: len(AdminClient(conf(b, "admin")).list_topics(timeout=10).brokers) == 2, timeout=30,
+             message="both brokers registered")
+    admin = AdminClient(conf(b, "admin"))
+    for future in admin.create_topics([NewTopic("spread", 4, 1)]).values():
+        future.result()
+    wait_for(lambda: len({p.leader for p in admin.list_topics(timeout=10).topics["spread"].partitions.values()
+                          if p.leader >= 0}) == 2, timeout=30, message="partitions led by both brokers")
+    grant(b, binding("alice", TOPIC, "spread", Op.WRITE), binding("alice", TXN, "tx-a", Op.WRITE))
+    producer = Producer(conf(b, "alice", **{"transactional.id": "tx-a"}))
+    producer.init_transactions(20)
+    producer.begin_transaction()
+    for partition in range(4):
+        producer.produce("spread", f"m{partition}".encode(), partition=partition)
+    producer.commit_transaction(20)
+    consumer = Consumer(conf(b, "admin", **{"group.id": "reader", "isolation.level": "read_committed",
+                                            "auto.offset.reset": "earliest"}))
+    consumer.subscribe(["spread"])
+    seen: set[bytes] = set()
+
+    def all_four() -> bool:
+        msg = consumer.poll(0.5)
+        if msg is not None and not msg.error():
+            seen.add(msg.value())
+        return len(seen) == 4
+
+    wait_for(all_four, timeout=30, message="the 4 committed records")
+    consumer.close()
+    assert seen == {b"m0", b"m1", b"m2", b"m3"}

@@ -296,3 +296,16 @@ def test_group_membership_apis_answer_30_before_the_coordinator(anon):
         assert [(x.group_id, int(x.error_code)) for x in r.results] == [("app", GROUP_DENIED)]
         r = call(raw, 47, 0, group_id="app", topics=[{"name": "orders", "partitions": [{"partition_index": 0}]}])
         assert (int(r.error_code), list(r.topics)) == (GROUP_DENIED, [])
+
+
+def test_metadata_v10_cluster_authorized_operations(anon):
+    admin, plain = anon
+    with RawClient(plain) as raw:
+        def cluster_ops() -> int:
+            return call(raw, METADATA, 10, topics=[], allow_auto_topic_creation=False,
+                        include_cluster_authorized_operations=True,
+                        include_topic_authorized_operations=False).cluster_authorized_operations
+
+        assert cluster_ops() == 0  # 0 without DESCRIBE on the cluster
+        grant(admin, binding(ANON, CLUSTER, "kafka-cluster", Op.ALTER))  # ALTER implies DESCRIBE
+        assert cluster_ops() == (1 << 7) | (1 << 8)  # ALTER (7) and DESCRIBE (8)

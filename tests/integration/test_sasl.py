@@ -88,6 +88,12 @@ def test_plain_and_scram_with_confluent(broker_factory, tmp_path) -> None:
         assert len(got) == 5
     produce(proc.bootstrap, "sasl-plain", [{"value": b"dan"}], **confluent_sasl(SCRAM_512, "dan=,x", "dan-secret"))
     wait_for(lambda: "authenticated as User:dan=,x" in proc.log(), timeout=5, message="dan's principal")
+    # kcat (PLAIN: the system's librdkafka 2.0.2 repeats the client nonce in its SCRAM client-final)
+    kcat = subprocess.run(["kcat", "-b", proc.bootstrap, "-X", "security.protocol=SASL_PLAINTEXT", "-X",
+                           f"sasl.mechanisms={PLAIN}", "-X", "sasl.username=alice", "-X", "sasl.password=alice-secret",
+                           "-C", "-t", "sasl-plain", "-o", "beginning", "-e", "-q"],
+                          capture_output=True, text=True, timeout=30)
+    assert kcat.returncode == 0 and kcat.stdout.split() == [f"m{i}" for i in range(5)] + ["dan"], kcat.stderr
 
 
 def test_plain_and_scram_with_kafka_python(broker_factory, tmp_path) -> None:

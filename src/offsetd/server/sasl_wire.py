@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..protocol.codec import DecodeError, decode_body, encode_response, request_class
 from ..protocol.errors import Error
 from ..protocol.header import parse_header
+from ..security.sasl import Action, Admission, SaslServer
+from ..security.sasl import mechanism_factories as build_factories
 from .connection import CloseConnection
 
 if TYPE_CHECKING:
@@ -32,9 +34,7 @@ ScramLookup = Callable[[str, str], Any]
 
 def mechanism_factories(config: "BrokerConfig", listener: "ListenerRuntime", lookup: ScramLookup) -> dict[str, Any]:
     """security/sasl.py's mechanism factories for a SASL listener's enabled mechanisms."""
-    from ..security.sasl import mechanism_factories as build
-
-    return build(listener.mechanisms, {m: config.jaas_config(listener.name, m) for m in listener.mechanisms},
+    return build_factories(listener.mechanisms, {m: config.jaas_config(listener.name, m) for m in listener.mechanisms},
                  lookup)
 
 
@@ -44,8 +44,6 @@ class SaslSession:
 
     def __init__(self, conn: "Connection", factories: dict[str, Any], config: "BrokerConfig",
                  listener: "ListenerRuntime", now_ms: int) -> None:
-        from ..security.sasl import SaslServer
-
         self.conn = conn
         self.listener = listener
         self.config = config
@@ -68,7 +66,7 @@ class SaslSession:
         if api_key == SASL_AUTHENTICATE:
             return self._authenticate(version, correlation_id, view, now_ms)
         admission = self.server.admission(api_key, now_ms)
-        if admission.name != "PASS":
+        if admission is not Admission.PASS:
             # ERROR_THEN_CLOSE (a request between handshake v1 and success) is closed without the
             # API's own error response too: building one per API is not worth it for a broken client.
             raise CloseConnection("SASL authentication required first" if self.server.principal is None
@@ -92,7 +90,7 @@ class SaslSession:
         step = self._step(bytes(request.auth_bytes), now_ms)
         body = {"error_code": step.error_code, "error_message": step.error_message,
                 "auth_bytes": step.reply_token, "session_lifetime": step.session_lifetime_ms}
-        if step.action.name == "CLOSE":
+        if step.action is Action.CLOSE:
             raise CloseConnection(f"SaslAuthenticate out of order: {step.error_message}")
         self._act(step.action, f"SASL authentication failed: {step.error_message}")
         return encode_response(SASL_AUTHENTICATE, version, correlation_id, body)  # type: ignore[return-value]
@@ -113,13 +111,13 @@ class SaslSession:
             self.conn.authenticated(step.principal)
         return step
 
-    def _act(self, action: Any, reason: str) -> None:
-        """The connection's fate after the response is written (security/sasl.py's Action)."""
-        if action.name == "REPLY_THEN_CLOSE":
+    def _act(self, action: Action, reason: str) -> None:
+        """The connection's fate after the response is written."""
+        if action is Action.REPLY_THEN_CLOSE:
             self.conn.close_after(0, reason)
-        elif action.name == "REPLY_THEN_CLOSE_AFTER_DELAY":
+        elif action is Action.REPLY_THEN_CLOSE_AFTER_DELAY:
             self.conn.close_after(self.fail_delay_ms, reason)
-        elif action.name == "CLOSE":
+        elif action is Action.CLOSE:
             raise CloseConnection(reason)
 
 

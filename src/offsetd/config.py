@@ -354,6 +354,10 @@ SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
     "sasl.mechanism.controller.protocol": (_parse_str, "GSSAPI", "Accepted and ignored."),
 }
 
+# Secrets: never reported by DescribeConfigs (Kafka's PASSWORD type).
+SENSITIVE_KEYS = frozenset({"ssl.keystore.password", "ssl.key.password", "ssl.truststore.password",
+                            "ssl.keystore.key", "sasl.jaas.config"})
+
 # Keys a `listener.name.<name>.` prefix may override (KIP-103), parsed with the key's own parser.
 LISTENER_KEYS = frozenset(k for k in SCHEMA if k.startswith("ssl.")) | {
     "sasl.enabled.mechanisms", "connections.max.reauth.ms", "connection.failed.authentication.delay.ms",
@@ -560,9 +564,10 @@ class BrokerConfig:
         """The value as a string, as DescribeConfigs reports it."""
         return self._raw[key]
 
-    def items_raw(self) -> list[tuple[str, str]]:
-        """All known keys with their string values."""
-        return sorted(self._raw.items())
+    def items_raw(self) -> list[tuple[str, str | None]]:
+        """All known keys with their string values; None for a secret (DescribeConfigs, as Kafka,
+        never shows passwords or keys)."""
+        return sorted((k, None if k in SENSITIVE_KEYS else v) for k, v in self._raw.items())
 
     @property
     def listener(self) -> Listener:

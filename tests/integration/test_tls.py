@@ -18,7 +18,7 @@ import kafka
 import pytest
 from broker_process import BrokerProcess, wait_for
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from kio.index import load_request_schema
 from integration.clients import consume_all, create_topic, produce
 from raw_client import RawClient
@@ -160,6 +160,13 @@ def test_aiokafka_over_tls_with_pkcs12_keystore(broker_factory, certs) -> None:
             await consumer.stop()
 
     assert asyncio.run(run()) == [b"a0", b"a1", b"a2"]
+    # DescribeConfigs never shows the keystore's passwords
+    conf = confluent_tls(certs, "alice")
+    resource = ConfigResource(ConfigResource.Type.BROKER, "1")
+    admin = AdminClient({"bootstrap.servers": proc.bootstrap, **conf})
+    entries = admin.describe_configs([resource])[resource].result(15)
+    assert entries["ssl.keystore.password"].value is None and entries["ssl.truststore.password"].value is None
+    assert entries["ssl.keystore.type"].value == "PKCS12"
 
 
 def test_inline_pem_keystore_and_kcat(broker_factory, certs) -> None:

@@ -123,11 +123,11 @@ def test_verify_partitions_in_prepare_gets_51(state: S) -> None:
     assert h.shard.verify_partitions("tx", pid, epoch, [TP]) == {TP: 51}
 
 
-def test_verify_partitions_while_pending_gets_51() -> None:
+def test_verify_partitions_while_pending_gets_51_for_what_is_not_durably_in() -> None:
     h = Harness()
     pid, epoch = h.to_state(S.ONGOING)
     h.shard.add_partitions("a", "tx", pid, epoch, [TP2], 3, 0)
-    assert h.shard.verify_partitions("tx", pid, epoch, [TP]) == {TP: 51}
+    assert h.shard.verify_partitions("tx", pid, epoch, [TP, TP2]) == {TP: 0, TP2: 51}
 
 
 # ================================================================================ EndTxn
@@ -218,3 +218,29 @@ def test_markers_written_for_a_stale_job_writes_nothing() -> None:
     pid2, epoch2 = h.to_state(S.PREPARE_ABORT, txn="tx2")
     assert h.shard.markers_written("tx2", pid2, epoch2 + 1, 5).records == []
     assert len(h.shard.markers_written("tx2", pid2, epoch2, 5).records) == 1
+
+
+def test_verify_passes_for_partitions_already_in_while_more_are_being_added():
+    """TxnOffsetCommit right after AddOffsetsToTxn meets the AddPartitionsToTxn of the same
+    transaction being written: the offsets partition is durably in, so it is verified at once;
+    the partition still being added answers CONCURRENT_TRANSACTIONS until its record is replayed."""
+    from offsetd.transaction.config import TransactionConfig
+    from offsetd.transaction.shard import TransactionCoordinatorShard
+
+    ids = iter(range(10, 20))
+    shard = TransactionCoordinatorShard(0, TransactionConfig(), lambda: next(ids))
+
+    def durable(result):
+        for key, value in result.records:
+            shard.replay(key, value)
+        return result.completions[0][1]
+
+    init = durable(shard.init_producer_id("t", "app", 60000, -1, -1, 3, 0))
+    pid, epoch = init["producer_id"], init["producer_epoch"]
+    offsets = ("__consumer_offsets", 7)
+    assert durable(shard.add_partitions("t", "app", pid, epoch, [offsets], 0, 1)) == {offsets: 0}
+    in_flight = shard.add_partitions("t", "app", pid, epoch, [("out", 0)], 0, 2)
+    assert in_flight.records  # written, not yet replayed
+    assert shard.verify_partitions("app", pid, epoch, [offsets, ("out", 0)]) == {offsets: 0, ("out", 0): 51}
+    durable(in_flight)
+    assert shard.verify_partitions("app", pid, epoch, [offsets, ("out", 0)]) == {offsets: 0, ("out", 0): 0}

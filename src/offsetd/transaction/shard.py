@@ -84,6 +84,13 @@ COMPLETE_OF = {S.PREPARE_COMMIT: S.COMPLETE_COMMIT, S.PREPARE_ABORT: S.COMPLETE_
 EXPIRABLE_STATES = frozenset({S.EMPTY}) | COMPLETE_STATES
 
 
+def _adding_partitions(meta: TransactionMetadata) -> bool:
+    """Is the id's write in flight an Ongoing transaction gaining partitions (same producer)?"""
+    target = meta.pending
+    return (meta.state is S.ONGOING and target is not None and target.state is S.ONGOING
+            and target.producer_id == meta.producer_id and target.producer_epoch == meta.producer_epoch)
+
+
 def map_fenced(error: int, api: str, version: int) -> int:
     """PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH for versions that predate it (A2)."""
     if error == PRODUCER_FENCED and version < FENCED_SINCE_VERSION[api]:
@@ -285,6 +292,10 @@ class TransactionCoordinatorShard:
         txn, TRANSACTION_ABORTABLE otherwise. Codes are raw: callers rewrite them for old clients
         (120 -> 48, 90 -> 47)."""
         error, meta = self._check_producer(transactional_id, producer_id, producer_epoch)
+        if error == CONCURRENT_TRANSACTIONS and meta is not None and _adding_partitions(meta):
+            # an AddPartitionsToTxn is being written: what the transaction durably holds already
+            # is in it (TxnOffsetCommit right after AddOffsetsToTxn need not wait for that write)
+            return {tp: NONE if tp in meta.partitions else CONCURRENT_TRANSACTIONS for tp in partitions}
         if error != NONE or meta is None:
             return {tp: error for tp in partitions}
         return {tp: NONE if tp in meta.partitions else TRANSACTION_ABORTABLE for tp in partitions}

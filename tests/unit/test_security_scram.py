@@ -194,3 +194,22 @@ def test_saslname_escaping(user: str, escaped: str) -> None:
 def test_saslname_invalid(bad: str) -> None:
     with pytest.raises(ValueError):
         sasl_name_to_user(bad)
+
+
+def test_final_nonce_with_the_client_nonce_repeated_in_front_is_accepted() -> None:
+    """librdkafka 2.0 (Debian's kcat) sends r=<client nonce><client nonce + server nonce>; Kafka
+    only asks that the final nonce end with the combined one (reference §2.5). Its proof covers
+    the nonce as sent."""
+    import hmac
+
+    server = rfc_server()
+    server.evaluate(RFC_CLIENT_FIRST)
+    nonce = "rOprNGfwEbeRWgbNEkqO" + "rOprNGfwEbeRWgbNEkqO" + RFC_SERVER_NONCE
+    without_proof = f"c=biws,r={nonce}"
+    auth_message = ",".join((RFC_CLIENT_FIRST.decode()[3:], RFC_SERVER_FIRST.decode(), without_proof)).encode()
+    salted = hashlib.pbkdf2_hmac("sha256", b"pencil", RFC_SALT, 4096)
+    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+    signature = hmac.new(hashlib.sha256(client_key).digest(), auth_message, "sha256").digest()
+    proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature)))
+    assert server.evaluate(without_proof.encode() + b",p=" + proof).startswith(b"v=")
+    assert server.complete

@@ -21,6 +21,8 @@ from integration.acl_helpers import CLUSTER, TOPIC, TXN, AclOperation as Op, all
 from integration.cluster_helpers import FAST
 
 SCRAM = {"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256"}
+# enough partitions that rendezvous placement puts some on each of two brokers (all on one: 2^-11)
+PARTITIONS = 12
 
 
 def scram_conf(bootstrap: str, user: str, password: str) -> dict:
@@ -140,7 +142,7 @@ def test_cluster_transactions_under_acls_commit_across_brokers(pg_dsn, cluster_f
     wait_for(lambda: len(AdminClient(conf(b, "admin")).list_topics(timeout=10).brokers) == 2, timeout=30,
              message="both brokers registered")
     admin = AdminClient(conf(b, "admin"))
-    for future in admin.create_topics([NewTopic("spread", 4, 1)]).values():
+    for future in admin.create_topics([NewTopic("spread", PARTITIONS, 1)]).values():
         future.result()
     wait_for(lambda: len({p.leader for p in admin.list_topics(timeout=10).topics["spread"].partitions.values()
                           if p.leader >= 0}) == 2, timeout=30, message="partitions led by both brokers")
@@ -148,7 +150,7 @@ def test_cluster_transactions_under_acls_commit_across_brokers(pg_dsn, cluster_f
     producer = Producer(conf(b, "alice", **{"transactional.id": "tx-a"}))
     producer.init_transactions(20)
     producer.begin_transaction()
-    for partition in range(4):
+    for partition in range(PARTITIONS):
         producer.produce("spread", f"m{partition}".encode(), partition=partition)
     producer.commit_transaction(20)
     consumer = Consumer(conf(b, "admin", **{"group.id": "reader", "isolation.level": "read_committed",
@@ -156,12 +158,12 @@ def test_cluster_transactions_under_acls_commit_across_brokers(pg_dsn, cluster_f
     consumer.subscribe(["spread"])
     seen: set[bytes] = set()
 
-    def all_four() -> bool:
+    def all_committed() -> bool:
         msg = consumer.poll(0.5)
         if msg is not None and not msg.error():
             seen.add(msg.value())
-        return len(seen) == 4
+        return len(seen) == PARTITIONS
 
-    wait_for(all_four, timeout=30, message="the 4 committed records")
+    wait_for(all_committed, timeout=30, message="every committed record")
     consumer.close()
-    assert seen == {b"m0", b"m1", b"m2", b"m3"}
+    assert seen == {f"m{p}".encode() for p in range(PARTITIONS)}

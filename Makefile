@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 CONFIG ?= config/server.properties
 
-.PHONY: run cluster test bench bench-cluster chaos failover fuzz tools postgresql clean
+.PHONY: run secure cluster test bench bench-cluster chaos failover fuzz tools postgresql clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -24,6 +24,13 @@ $(VENV)/.test-deps: pyproject.toml setup.py $(COMPILED) | $(PY)
 
 run: $(VENV)/.run-deps
 	$(VENV)/bin/offsetd serve $(CONFIG)
+
+# The secure example (config/secure.properties): SASL_SSL with SCRAM-SHA-512 and a PLAIN admin on
+# 127.0.0.1:9093, PLAINTEXT for local tools on 127.0.0.1:9092, ACLs on; a test CA and certificates
+# are made in secure-certs/ the first time.
+secure: $(VENV)/.run-deps
+	test -f secure-certs/ca.pem || $(PY) -m offsetd.dev.certs secure-certs
+	$(VENV)/bin/offsetd serve config/secure.properties
 
 # Cluster mode on one machine: a PostgreSQL in a temporary directory and three brokers on
 # 127.0.0.1:9092-9094 (CLUSTER_ARGS: --brokers N, --dir DIR, --base-port P, --override k=v).

@@ -238,3 +238,16 @@ def test_pkcs12_and_inline_pem_stores_become_files(certs) -> None:
 def test_store_errors(props: dict[str, str], message: str) -> None:
     with pytest.raises(UsageError, match=message):
         translate_java_properties(props)
+
+
+def test_offline_add_scram_reads_log_dirs_from_a_server_properties(tmp_path, capsys) -> None:
+    props = tmp_path / "server.properties"
+    props.write_text(f"log.dirs={tmp_path / 'd1'},{tmp_path / 'd2'}\n")
+    assert configs_main(["--config", str(props), "--add-scram", "SCRAM-SHA-512=[name=admin,password=a]"]) == 0
+    assert (tmp_path / "d1" / "security" / "scram-credentials.json").exists()
+    assert not (tmp_path / "d2").exists()
+    cluster = tmp_path / "cluster.properties"
+    cluster.write_text(f"log.dirs={tmp_path / 'd3'}\nstorage.engine=postgresql://u@localhost/db\n")
+    assert configs_main(["--config", str(cluster), "--add-scram", "SCRAM-SHA-512=[name=admin,password=a]"]) == 2
+    assert "in cluster mode" in capsys.readouterr().err
+    assert not (tmp_path / "d3").exists()

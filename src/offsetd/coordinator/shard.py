@@ -27,15 +27,14 @@ from ..records.offsets import (
     encode_value,
 )
 from .config import GroupCoordinatorConfig
-from .errors import (  # noqa: F401  (re-exported: the coordinator's error codes)
-    COORDINATOR_NOT_AVAILABLE, FENCED_INSTANCE_ID, GROUP_ID_NOT_FOUND, GROUP_MAX_SIZE_REACHED,
-    GROUP_SUBSCRIBED_TO_TOPIC, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL, INVALID_GROUP_ID,
-    INVALID_SESSION_TIMEOUT, MEMBER_ID_REQUIRED, NON_EMPTY_GROUP, NONE, OFFSET_METADATA_TOO_LARGE,
+from .errors import (
+    COORDINATOR_NOT_AVAILABLE, FENCED_INSTANCE_ID, GROUP_MAX_SIZE_REACHED, ILLEGAL_GENERATION,
+    INCONSISTENT_GROUP_PROTOCOL, INVALID_GROUP_ID, INVALID_SESSION_TIMEOUT, MEMBER_ID_REQUIRED, NONE,
     REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID,
 )
 from .group import ClassicGroup, ClassicGroupMember, GroupState
 from .metrics import CoordinatorCounters
-from .offset_ops import EXPIRY_WARNING_MS, OffsetOperations, TopicPartition, metadata_length  # noqa: F401
+from .offset_ops import OffsetOperations
 from .offsets_table import OffsetsTable
 from .result import CoordinatorResult
 from .timers import Timers

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig, Listener
+    from .peer_client import PeerSecurity
 
 ANONYMOUS = "User:ANONYMOUS"
 LISTEN_BACKLOG = 1024  # connections the kernel queues for us (a reconnect burst of many clients)

@@ -13,58 +13,10 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Iterable
 
+from ..security.acl import CLUSTER_NAME, AclOperation, AclPermission, PatternType, ResourceType
 from .errors import UsageError
 
-CLUSTER_NAME = "kafka-cluster"
 WILDCARD_HOST = "*"
-
-
-class ResourceType(IntEnum):
-    """Kafka's ResourceType wire codes."""
-
-    ANY = 1
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
-    DELEGATION_TOKEN = 6
-    USER = 7
-
-
-class PatternType(IntEnum):
-    """Kafka's PatternType wire codes (ANY and MATCH only in filters)."""
-
-    ANY = 1
-    MATCH = 2
-    LITERAL = 3
-    PREFIXED = 4
-
-
-class AclOperation(IntEnum):
-    """Kafka's AclOperation wire codes."""
-
-    ANY = 1
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-    CREATE_TOKENS = 13
-    DESCRIBE_TOKENS = 14
-
-
-class AclPermission(IntEnum):
-    """Kafka's AclPermissionType wire codes."""
-
-    ANY = 1
-    DENY = 2
-    ALLOW = 3
 
 
 _O = AclOperation

@@ -11,6 +11,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from kio.index import load_request_schema
 
+from broker_process import wait_for
 from raw_client import RawClient
 
 FIND_COORDINATOR, INIT_PRODUCER_ID, ADD_PARTITIONS, ADD_OFFSETS, END_TXN = 10, 22, 24, 25, 26
@@ -28,17 +29,15 @@ def request(api_key: int, version: int, **fields: Any) -> Any:
 
 def call_until(client: RawClient, api_key: int, version: int, body: Any, ok: Any, deadline_s: float = 15.0) -> Any:
     """Repeat a request while the coordinator is being created or loaded (14/15)."""
-    deadline = time.monotonic() + deadline_s
-    while True:
+    def answered() -> Any:
         response = client.call(api_key, version, body)
-        if ok(response) or time.monotonic() > deadline:
-            return response
-        time.sleep(0.05)
+        return response if ok(response) else None
+    return wait_for(answered, timeout=deadline_s, message=f"an answer to API {api_key} past the coordinator's load")
 
 
 def init_producer(client: RawClient, txn_id: str, timeout_ms: int = 60000, version: int = 3) -> Any:
-    body = request(INIT_PRODUCER_ID, version, transactional_id=txn_id, transaction_timeout=datetime.timedelta(milliseconds=timeout_ms),
-                   producer_id=-1, producer_epoch=-1)
+    body = request(INIT_PRODUCER_ID, version, transactional_id=txn_id,
+                   transaction_timeout=datetime.timedelta(milliseconds=timeout_ms), producer_id=-1, producer_epoch=-1)
     return call_until(client, INIT_PRODUCER_ID, version, body,
                       lambda r: r.error_code not in (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE))
 
@@ -136,13 +135,9 @@ def test_describe_and_list_an_ongoing_transaction(txn_broker):
                                                 producer_id=init.producer_id, producer_epoch=init.producer_epoch,
                                                 committed=False))
         assert ended.error_code == NONE
-        deadline = time.monotonic() + 10
-        while True:
-            state = client.call(DESCRIBE_TRANSACTIONS, 0, request(DESCRIBE_TRANSACTIONS, 0,
-                                                                  transactional_ids=("described",)))
-            if state.transaction_states[0].transaction_state == "CompleteAbort" or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        state = call_until(client, DESCRIBE_TRANSACTIONS, 0,
+                           request(DESCRIBE_TRANSACTIONS, 0, transactional_ids=("described",)),
+                           lambda r: r.transaction_states[0].transaction_state == "CompleteAbort", 10)
         assert state.transaction_states[0].transaction_state == "CompleteAbort"
         assert list(state.transaction_states[0].topics) == []
 

@@ -5,11 +5,10 @@ OffsetFetch while open, and a restart (kill -9) loads pending offsets and marker
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+from broker_process import wait_for
 from clients import create_topic
 from group_helpers import GROUP_BROKER, Member, member_conf, poll_until, raw_offset_fetch, unique
 
@@ -35,18 +34,6 @@ def _stable(bootstrap: str, group: str, topic: str, partitions: list[int]) -> di
     return {p: (row[0], row[3]) for p, row in raw_offset_fetch(bootstrap, group, topic, partitions).items()}
 
 
-def _until(predicate, timeout: float, what: str):
-    """Poll `predicate` until it returns a true value (returned) or fail after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
-
-
 def test_send_offsets_commit_abort_and_restart(broker_factory):
     broker = broker_factory(GROUP_BROKER)
     topic, group = unique("txo"), unique("gtxo")
@@ -62,13 +49,13 @@ def test_send_offsets_commit_abort_and_restart(broker_factory):
                                                          require_stable=False).items()} == {0: -1, 1: -1}
         producer.commit_transaction(30)
         # the marker is written to the offsets partition before EndTxn's answer (A7, single node)
-        assert _until(lambda: _stable(broker.bootstrap, group, topic, [0, 1]) == {0: (5, 0), 1: (6, 0)}, 10,
-                      "the committed transaction's offsets")
+        assert wait_for(lambda: _stable(broker.bootstrap, group, topic, [0, 1]) == {0: (5, 0), 1: (6, 0)},
+                        timeout=10, message="the committed transaction's offsets")
 
         _send_offsets(producer, consumer, topic, {0: 50})
         producer.abort_transaction(30)
-        assert _until(lambda: _stable(broker.bootstrap, group, topic, [0, 1]) == {0: (5, 0), 1: (6, 0)}, 10,
-                      "the aborted offsets dropped")
+        assert wait_for(lambda: _stable(broker.bootstrap, group, topic, [0, 1]) == {0: (5, 0), 1: (6, 0)},
+                        timeout=10, message="the aborted offsets dropped")
 
         _send_offsets(producer, consumer, topic, {1: 60})  # left open across a kill -9
         broker.kill9()
@@ -76,7 +63,8 @@ def test_send_offsets_commit_abort_and_restart(broker_factory):
         # loaded back pending (88), unless the restarted transaction coordinator already aborted it
         # (a restarted producer's transaction times out or is aborted by InitProducerId): either way
         # never 60 without a COMMIT marker
-        rows = _until(lambda: _try_stable(broker.bootstrap, group, topic), 30, "the offsets partition loaded")
+        rows = wait_for(lambda: _try_stable(broker.bootstrap, group, topic), timeout=30,
+                        message="the offsets partition loaded")
         assert rows[0] == (5, 0) and rows[1] in ((6, 0), (-1, UNSTABLE_OFFSET_COMMIT))
     finally:
         consumer.close()
@@ -106,8 +94,8 @@ def test_group_member_commits_with_its_generation_and_a_stale_generation_is_refu
         producer.begin_transaction()
         producer.send_offsets_to_transaction([TopicPartition(topic, 0, 3), TopicPartition(topic, 1, 4)], old, 30)
         producer.commit_transaction(30)
-        assert _until(lambda: _stable(broker.bootstrap, group, topic, [0, 1]) == {0: (3, 0), 1: (4, 0)}, 10,
-                      "the member's transactional offsets")
+        assert wait_for(lambda: _stable(broker.bootstrap, group, topic, [0, 1]) == {0: (3, 0), 1: (4, 0)},
+                        timeout=10, message="the member's transactional offsets")
 
         second = Member(broker.bootstrap, group, [topic], "second")
         poll_until([first, second], lambda: len(first.partitions()) == 1 and len(second.partitions()) == 1,

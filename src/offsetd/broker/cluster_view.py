@@ -6,18 +6,12 @@ a view backed by its membership (server/cluster_runtime.py). Handlers ask only t
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from typing import Any, Protocol
 
 from ..config import BrokerConfig
+from .request_context import request_listener
 
 NO_LEADER = (-1, -1)
-
-# The listener the request being handled came in on (set by the server's dispatch): Metadata and
-# FindCoordinator answer with that listener's advertised endpoints (reference security.md §1).
-# "" (no request, e.g. a background task): the first listener.
-REQUEST_LISTENER: ContextVar[str] = ContextVar("request_listener", default="")
-
 
 class ClusterView(Protocol):
     """Brokers and partition leaders as clients should see them."""
@@ -45,7 +39,7 @@ class LocalView:
         self.controller_id = config.get("node.id")
 
     def _advertised(self, listener: str | None) -> tuple[str, int]:
-        name = REQUEST_LISTENER.get() if listener is None else listener
+        name = request_listener(listener)
         try:
             advertised = self.config.advertised_for(name) if name else self.config.advertised_listener
         except KeyError:

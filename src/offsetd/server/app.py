@@ -17,7 +17,6 @@ from ..broker.admin import (
     handle_describe_configs,
 )
 from ..broker.broker import Broker
-from ..broker.cluster_view import REQUEST_LISTENER
 from ..broker.topics import TopicError
 from ..cluster.member import ClusterMember
 from ..broker.group_configs import retention_ms as group_retention_ms
@@ -57,7 +56,7 @@ from .peer_client import PeerClient
 from .transaction_api import TRANSACTION_STATE_TOPIC, TransactionApi, state_topic_configs
 from .transaction_markers import MarkerWriter
 from . import security_api
-from .authorization import REQUEST_CONTEXT
+from ..broker.request_context import REQUEST_CONTEXT
 
 log = logging.getLogger("offsetd.server")
 
@@ -167,7 +166,6 @@ class KafkaServer:
             self.broker = Broker(config, clock(), topics=self._topics, producer_ids=self._producer_ids,
                                  group_configs=self._group_configs)
         self.broker.on_append = self._wake_fetchers
-        self.broker.request_context = RequestContext("", "", 0)  # the request being handled (dispatch)
         self.security = security_api.install(self)  # ACLs (broker.authorizer) and SCRAM credentials
         self.group_api = GroupApi(self.broker, self.runtimes)
         self.txn_api = TransactionApi(self.broker, config, self.group_api, clock,
@@ -466,13 +464,11 @@ class KafkaServer:
         if self.trace:
             log.debug("%s %s v%d corr=%d client=%s", conn.peer, ApiKey(api_key).name, version, correlation_id,
                       header.client_id)
-        # Who asks, for authorization (S3 reads broker.request_context in the HANDLERS table), and
-        # on which listener, for the endpoints Metadata and FindCoordinator give.
+        # Who asks (authorization) and on which listener (the endpoints Metadata and FindCoordinator
+        # give): broker/request_context.py.
         ctx = RequestContext(header.client_id or "", conn.client_host, version, conn.principal, conn.host or "",
                              conn.listener)
-        REQUEST_LISTENER.set(conn.listener)
-        self.broker.request_context = ctx
-        REQUEST_CONTEXT.set(ctx)  # a Fetch long poll's task keeps it (server/authorization.py)
+        REQUEST_CONTEXT.set(ctx)
         if api_key == ApiKey.FETCH:
             if version < 4:  # message formats v0/v1: the answer down-converted (fetch_down_convert)
                 return fetch_old_version(self._fetch, request, version, correlation_id)

@@ -8,11 +8,11 @@ of Authorizer.authorize(principal, host, operation, resource type, name)."""
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Iterable
 
+from ..broker.request_context import REQUEST_CONTEXT
 from ..protocol.api_versions import ApiKey
 from ..protocol.errors import Error
 from ..security.acl import CLUSTER_NAME, AclOperation, Authorizer, ResourceType
@@ -155,16 +155,10 @@ class _Anonymous:
 ANONYMOUS = _Anonymous()
 
 
-# The request being handled, as the server sets it in dispatch. A ContextVar, so that a Fetch
-# long poll re-reading later (in its own task, which copied the context) still sees its request.
-REQUEST_CONTEXT: ContextVar[Any] = ContextVar("request_context", default=None)
-
-
-def current_context(broker: Any) -> Any:
-    """The context of the request being handled: REQUEST_CONTEXT, else `broker.request_context`
-    (set right before a handler runs; dispatch is synchronous until the handler returns)."""
+def current_context() -> Any:
+    """The context of the request being handled (broker/request_context.py)."""
     ctx = REQUEST_CONTEXT.get()
-    return ctx if ctx is not None else getattr(broker, "request_context", ANONYMOUS)
+    return ANONYMOUS if ctx is None else ctx
 
 
 def _host(ctx: Any) -> str:
@@ -212,7 +206,7 @@ def access(broker: Any, ctx: Any = None) -> Access | None:
     authorizer = getattr(broker, "authorizer", None)  # unit tests drive handlers with stand-in brokers
     if authorizer is None:
         return None
-    return Access(authorizer, current_context(broker) if ctx is None else ctx)
+    return Access(authorizer, current_context() if ctx is None else ctx)
 
 
 def authorizer_enabled(config: Any) -> bool:

@@ -17,7 +17,7 @@ import logging
 import uuid
 from typing import Any, Callable
 
-from ..broker.cluster_view import REQUEST_LISTENER
+from ..broker.request_context import request_listener
 from ..broker.group_configs import GroupConfigs
 from ..broker.topics import Topic, TopicError, TopicRegistry
 from ..cluster.member import ClusterMember, Key
@@ -171,7 +171,7 @@ class PostgresView:
         return brokers[0].node_id if brokers else self.member.node_id
 
     def brokers(self, listener: str | None = None) -> list[tuple[int, str, int]]:
-        name = REQUEST_LISTENER.get() if listener is None else listener
+        name = request_listener(listener)
         return [(b.node_id, *b.on(name)) for b in self.member.brokers]
 
     def leader(self, topic: Any, partition: int) -> tuple[int, int]:
@@ -182,7 +182,7 @@ class PostgresView:
 
     def endpoint(self, node_id: int, listener: str | None = None) -> tuple[str, int] | None:
         row = self.member.endpoint(node_id)
-        return None if row is None else row.on(REQUEST_LISTENER.get() if listener is None else listener)
+        return None if row is None else row.on(request_listener(listener))
 
 
 class ProducerIdBlocks:

@@ -315,27 +315,27 @@ def _security(broker: Any) -> SecurityRuntime:
 
 
 def handle_create_acls(broker: Any, req: Any, version: int, now_ms: int) -> Any:
-    return _security(broker).create_acls(current_context(broker), req)
+    return _security(broker).create_acls(current_context(), req)
 
 
 def handle_describe_acls(broker: Any, req: Any, version: int, now_ms: int) -> Body:
-    return _security(broker).describe_acls(current_context(broker), req)
+    return _security(broker).describe_acls(current_context(), req)
 
 
 def handle_delete_acls(broker: Any, req: Any, version: int, now_ms: int) -> Any:
-    return _security(broker).delete_acls(current_context(broker), req)
+    return _security(broker).delete_acls(current_context(), req)
 
 
 def handle_describe_user_scram_credentials(broker: Any, req: Any, version: int, now_ms: int) -> Body:
-    return _security(broker).describe_user_scram_credentials(current_context(broker), req)
+    return _security(broker).describe_user_scram_credentials(current_context(), req)
 
 
 def handle_alter_user_scram_credentials(broker: Any, req: Any, version: int, now_ms: int) -> Any:
-    return _security(broker).alter_user_scram_credentials(current_context(broker), req)
+    return _security(broker).alter_user_scram_credentials(current_context(), req)
 
 
 def handle_describe_client_quotas(broker: Any, req: Any, version: int, now_ms: int) -> Body:
-    return _security(broker).describe_client_quotas(current_context(broker), req)
+    return _security(broker).describe_client_quotas(current_context(), req)
 
 
 def install(server: Any) -> SecurityRuntime:

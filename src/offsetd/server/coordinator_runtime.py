@@ -189,7 +189,7 @@ class ShardRuntime:
     def submit(self, result: CoordinatorResult) -> None:
         """Queue a result for durability, or complete it at once when it writes nothing."""
         if not result.records and not result.barrier and result.marker is None:
-            _deliver(result)
+            deliver(result)
         else:
             self._queue.append(result)
             if not self._writing:
@@ -309,7 +309,7 @@ class ShardRuntime:
         if generation == self.generation:  # else unloaded while writing: durable, not ours
             self._replay(plan, base_offset)
         for result in unit:
-            _deliver(result)
+            deliver(result)
         return True
 
     def _replay(self, plan: list[tuple[int, bool | None, list[tuple[bytes, bytes | None, bool]]]],
@@ -370,7 +370,8 @@ def _fail(results: list[CoordinatorResult], error: CoordinatorWriteError) -> Non
                 token.set_exception(error)
 
 
-def _deliver(result: CoordinatorResult) -> None:
+def deliver(result: Any) -> None:
+    """Complete a result's request tokens (group or transaction coordinator): its records are durable."""
     for token, response in result.completions:
         if not token.done():
             token.set_result(response() if callable(response) else response)

@@ -48,17 +48,17 @@ def _ms(value: Any) -> int:
     return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
 
 
-def _reply(token: "asyncio.Future[Any]", failure: Callable[[int], Body],
+def reply_when_durable(token: "asyncio.Future[Any]", failure: Callable[[int], Body],
            shape: Callable[[Any], Body] = lambda body: body) -> Reply:
     """The shaped response now if the shard already answered, else a future of it. If the
     operation's write failed, the response is failure(code), with the code of §0.1's remapping:
     the same shape as for a coordinator state error (§0.2)."""
     if token.done() and token.exception() is None:
         return shape(token.result())
-    return then(token, shape, lambda exc: _write_failure(exc, failure))
+    return then(token, shape, lambda exc: write_failure(exc, failure))
 
 
-def _write_failure(exc: BaseException, failure: Callable[[int], Any]) -> Any:
+def write_failure(exc: BaseException, failure: Callable[[int], Any]) -> Any:
     """failure(code) for a failed coordinator write; None (let it pass) for anything else."""
     return failure(exc.error_code) if isinstance(exc, CoordinatorWriteError) else None
 
@@ -139,7 +139,7 @@ class GroupApi:
             require_known_member_id=ctx.version >= 4)
         token = new_token()
         runtime.submit(runtime.shard.join_group(token, join, runtime.clock()))
-        return _reply(token, lambda code: _join_failure(code, req.member_id),
+        return reply_when_durable(token, lambda code: _join_failure(code, req.member_id),
                       lambda body: _shape_join(body, ctx.version))
 
     def sync_group(self, ctx: RequestContext, req: Any) -> Reply:
@@ -156,7 +156,7 @@ class GroupApi:
             token, req.group_id, req.member_id, getattr(req, "group_instance_id", None), req.generation_id,
             getattr(req, "protocol_type", None), getattr(req, "protocol_name", None),
             {a.member_id: a.assignment for a in req.assignments}, runtime.clock()))
-        return _reply(token, _sync_failure)
+        return reply_when_durable(token, _sync_failure)
 
     def heartbeat(self, ctx: RequestContext, req: Any) -> Reply:
         if self._read_denied(ctx, req.group_id):
@@ -170,7 +170,7 @@ class GroupApi:
         runtime.submit(runtime.shard.heartbeat(token, req.group_id, req.member_id,
                                                getattr(req, "group_instance_id", None), req.generation_id,
                                                runtime.clock()))
-        return _reply(token, lambda code: {"error_code": code})
+        return reply_when_durable(token, lambda code: {"error_code": code})
 
     def leave_group(self, ctx: RequestContext, req: Any) -> Reply:
         runtime = self.runtime_for(req.group_id)
@@ -193,7 +193,7 @@ class GroupApi:
             member_errors = [m["error_code"] for m in body["members"]]
             return {"error_code": member_errors[0] if member_errors else Error.NONE}
 
-        return _reply(token, lambda code: shape({"error_code": code, "members": ()}), shape)
+        return reply_when_durable(token, lambda code: shape({"error_code": code, "members": ()}), shape)
 
     # ---------------------------------------------------------------------- offsets
 
@@ -237,7 +237,7 @@ class GroupApi:
             token, req.group_id, getattr(req, "member_id", ""), getattr(req, "group_instance_id", None),
             getattr(req, "generation_id_or_member_epoch", -1), known, _ms(getattr(req, "retention_time", -1)),
             ctx.version, runtime.clock()))
-        return _reply(token, failure, shape)
+        return reply_when_durable(token, failure, shape)
 
     def offset_fetch(self, ctx: RequestContext, req: Any) -> Reply:
         """§1.3, in the three response layouts: v0-1, v2-7 (top-level error), v8+ (per group)."""
@@ -307,7 +307,7 @@ class GroupApi:
         runtime.submit(CoordinatorResult(barrier=True).respond(
             token, lambda: (Error.NONE, runtime.shard.fetch_stable_offsets(group_id, topics))))
         # a failed wait answers NOT_COORDINATOR, not 15: pre-3.9 consumers do not retry 15 here (§1.3)
-        return _reply(token, lambda code: (Error.NOT_COORDINATOR if code == Error.COORDINATOR_NOT_AVAILABLE
+        return reply_when_durable(token, lambda code: (Error.NOT_COORDINATOR if code == Error.COORDINATOR_NOT_AVAILABLE
                                            else code, []))
 
     def txn_offset_commit(self, ctx: RequestContext, req: Any) -> Reply:
@@ -356,7 +356,7 @@ class GroupApi:
             runtime.submit(runtime.shard.txn_offset_commit(
                 token, req.group_id, getattr(req, "member_id", ""), getattr(req, "group_instance_id", None),
                 getattr(req, "generation_id", -1), known, req.producer_id, req.producer_epoch, runtime.clock()))
-            return _reply(token, failure, shape)
+            return reply_when_durable(token, failure, shape)
 
         if self.txn_verifier is None:
             return commit()
@@ -504,7 +504,7 @@ class GroupApi:
                                            body["topics"].get(t.name, {}).get(p.partition_index, Error.NONE))}
                 for p in t.partitions]} for t in req.topics]}
 
-        return _reply(token, failure, shape)
+        return reply_when_durable(token, failure, shape)
 
 
 def _rows_then(answer: Any, fn: Callable[[list[Any]], list[Any]]) -> Any:

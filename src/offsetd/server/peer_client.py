@@ -27,7 +27,7 @@ SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 class PeerSecurity:
     """How this broker connects to its peers' inter-broker listener."""
 
-    ssl: ssl.SSLContext | None = None
+    tls: ssl.SSLContext | None = None  # TLS to the peers, None: plaintext
     plain: tuple[str, str] | None = None  # SASL PLAIN (username, password)
 
 
@@ -89,7 +89,7 @@ class PeerClient:
         endpoint = self.endpoint(node)
         if endpoint is None:
             raise ConnectionError(f"no address known for broker {node}")
-        reader, writer = await asyncio.open_connection(*endpoint, ssl=self.security.ssl)
+        reader, writer = await asyncio.open_connection(*endpoint, ssl=self.security.tls)
         try:
             if self.security.plain is not None:
                 await self._authenticate(reader, writer, *self.security.plain)

@@ -17,7 +17,6 @@ from typing import Any, Awaitable, Callable
 from ..broker.broker import Broker
 from ..broker.produce import handle_init_producer_id
 from ..config import BrokerConfig
-from ..coordinator.write_errors import CoordinatorWriteError
 from ..protocol.api_versions import ApiKey
 from ..protocol.errors import Error
 from ..records.offsets import OFFSETS_TOPIC, partition_for
@@ -28,7 +27,7 @@ from ..transaction.shard import TransactionCoordinatorShard
 from .authorization import Access, Op, Res, access
 from .coordinator_runtime import new_token
 from .futures import then
-from .group_api import GroupApi, RequestContext
+from .group_api import GroupApi, RequestContext, reply_when_durable, write_failure
 from .transaction_markers import MarkerWriter
 from .transaction_runtime import TxnShardRuntime, state_error
 
@@ -61,16 +60,6 @@ def state_topic_configs(config: BrokerConfig) -> dict[str, str]:
     """`__transaction_state`: compacted, uncompressed (reference A9), preallocated like the offsets log."""
     return {"cleanup.policy": "compact", "compression.type": "uncompressed", "preallocate": "true",
             "segment.bytes": str(config.get("transaction.state.log.segment.bytes"))}
-
-
-def _write_failure(exc: BaseException, failure: Callable[[int], Body]) -> Body | None:
-    return failure(exc.error_code) if isinstance(exc, CoordinatorWriteError) else None
-
-
-def _reply(token: "asyncio.Future[Any]", failure: Callable[[int], Body], shape: Callable[[Any], Body]) -> Reply:
-    if token.done() and token.exception() is None:
-        return shape(token.result())
-    return then(token, shape, lambda exc: _write_failure(exc, failure))
 
 
 def _fenced_code(code: int, version: int, first_new: int) -> int:
@@ -245,7 +234,7 @@ class TransactionApi:
         pid, epoch = getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1)
         token = self._submit(runtime, req.transactional_id, lambda token: runtime.shard.init_producer_id(  # type: ignore
             token, req.transactional_id, timeout, pid, epoch, version, self.clock()))
-        return _reply(token, failure, lambda body: {**body, "error_code": _fenced_code(body["error_code"], version, 4)})
+        return reply_when_durable(token, failure, lambda body: {**body, "error_code": _fenced_code(body["error_code"], version, 4)})
 
     # ---------------------------------------------------------------- AddPartitionsToTxn
 
@@ -319,7 +308,7 @@ class TransactionApi:
         token = self._submit(runtime, transactional_id, lambda token: runtime.shard.add_partitions(  # type: ignore
             token, transactional_id, producer_id, producer_epoch, wanted, version, self.clock()))
         return then(token, lambda errors: errors,
-                    lambda exc: _write_failure(exc, lambda code: {tp: code for tp in wanted}))
+                    lambda exc: write_failure(exc, lambda code: {tp: code for tp in wanted}))
 
     # ----------------------------------------------------------------- AddOffsetsToTxn
 
@@ -358,7 +347,7 @@ class TransactionApi:
             return failure(error)
         token = self._submit(runtime, req.transactional_id, lambda token: runtime.shard.end_txn(  # type: ignore
             token, req.transactional_id, req.producer_id, req.producer_epoch, req.committed, version, self.clock()))
-        return _reply(token, failure, lambda body: {**body, "error_code": _fenced_code(body["error_code"], version, 2)})
+        return reply_when_durable(token, failure, lambda body: {**body, "error_code": _fenced_code(body["error_code"], version, 2)})
 
     # ----------------------------------------------------------------- WriteTxnMarkers
 

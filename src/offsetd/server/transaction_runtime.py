@@ -20,7 +20,7 @@ from ..records.transaction_log import decode_key
 from ..storage.partition_log import PartitionLog
 from ..transaction.result import MarkerJob, TxnResult
 from ..transaction.shard import TransactionCoordinatorShard
-from .coordinator_runtime import ShardState
+from .coordinator_runtime import ShardState, deliver
 
 log = logging.getLogger("offsetd.transactions")
 
@@ -120,7 +120,7 @@ class TxnShardRuntime:
     def submit(self, result: TxnResult) -> None:
         """Queue a result for durability, or complete it at once when it writes nothing."""
         if not result.records:
-            _deliver(result)
+            deliver(result)
             self._start_markers(result.markers)
         else:
             self._queue.append(result)
@@ -162,7 +162,7 @@ class TxnShardRuntime:
                 if self._watchers:
                     self._wake({decode_key(key) for key, _ in records})
                 for result in batch:
-                    _deliver(result)
+                    deliver(result)
                     self._start_markers(result.markers)
                 self._reschedule()
         finally:
@@ -211,15 +211,9 @@ class TxnShardRuntime:
             self.submit(self.shard.fire_timers(self.clock()))
 
 
-def _deliver(result: TxnResult) -> None:
-    for token, response in result.completions:
-        if not token.done():
-            token.set_result(response() if callable(response) else response)
-
-
 def _deliver_all(results: list[TxnResult]) -> None:
     for result in results:
-        _deliver(result)
+        deliver(result)
 
 
 def _fail(results: list[TxnResult], error: Exception) -> None:

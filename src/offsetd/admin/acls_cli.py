@@ -10,28 +10,20 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import NoReturn
 
 from .acls import (Acl, AclOperation, AclRequest, PatternType, ResourcePattern, acl_json, bindings_to_add,
                    filters_to_remove, format_acls, format_listing, list_filters, parse_enum, parse_principal)
 from .acls_client import AclAdmin, to_binding, to_filter
 from .client_config import build_client_config
-from .errors import ToolError, UsageError
+from .errors import ToolError, ToolParser, UsageError
 from .output import Output
 
 ACTIONS = ("add", "remove", "list")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports errors as UsageError (one line, exit 2) instead of usage text."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """kafka-acls.sh's options (plus --timeout and --output)."""
-    p = _Parser(prog="offsetd acls", description="Add, remove and list ACLs (kafka-acls.sh compatible; works "
+    p = ToolParser(prog="offsetd acls", description="Add, remove and list ACLs (kafka-acls.sh compatible; works "
                 "against any Kafka cluster). offsetd never prompts: --remove acts as with --force.")
     p.add_argument("--bootstrap-server", metavar="HOST:PORT", help="REQUIRED: the server(s) to connect to")
     p.add_argument("--command-config", metavar="FILE", help="properties file with client configs (security etc.)")

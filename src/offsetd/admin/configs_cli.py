@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import NoReturn
 
 from confluent_kafka.admin import (ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
                                    UserScramCredentialUpsertion)
@@ -30,22 +29,15 @@ from .acls_client import AdminConnection
 from .client_config import build_client_config
 from .configs import (ScramUpsert, derive_keys, format_describe, new_salt, parse_add_config, parse_add_scram,
                       parse_delete_config)
-from .errors import ToolError, UsageError
+from .errors import ToolError, ToolParser, UsageError
 from .output import Output
 
 _MECHANISM_ENUM = {"SCRAM-SHA-256": ScramMechanism.SCRAM_SHA_256, "SCRAM-SHA-512": ScramMechanism.SCRAM_SHA_512}
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports errors as UsageError (one line, exit 2) instead of usage text."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """kafka-configs.sh's options for users' SCRAM credentials, plus the offline --add-scram."""
-    p = _Parser(prog="offsetd configs", description="SCRAM credentials of users (kafka-configs.sh compatible; "
+    p = ToolParser(prog="offsetd configs", description="SCRAM credentials of users (kafka-configs.sh compatible; "
                 "works against any Kafka cluster), and the first admin's credential before the broker runs.")
     p.add_argument("--bootstrap-server", metavar="HOST:PORT", help="the server(s) to connect to")
     p.add_argument("--command-config", metavar="FILE", help="properties file with client configs (security etc.)")

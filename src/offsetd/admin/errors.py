@@ -6,6 +6,9 @@ client library reported them, so one table gives Kafka's own wording for both.""
 
 from __future__ import annotations
 
+import argparse
+from typing import NoReturn
+
 
 class UsageError(Exception):
     """Malformed or conflicting options: one line to stderr, exit status 2."""
@@ -44,3 +47,11 @@ def kafka_error_name(code: int, fallback: str) -> str:
     """Kafka's name for error `code` (e.g. NON_EMPTY_GROUP), or `fallback`."""
     known = KAFKA_ERRORS.get(code)
     return known[0] if known else fallback
+
+
+class ToolParser(argparse.ArgumentParser):
+    """argparse that reports errors as UsageError (one line, exit 2) instead of usage text: the
+    parser of every `offsetd` tool."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)

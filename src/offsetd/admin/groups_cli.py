@@ -9,13 +9,12 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import NoReturn
 
 from .client_config import build_client_config
 from .cluster import Cluster
 from .delete import run_delete_groups, run_delete_offsets
 from .describe import DescribeOptions, run_describe
-from .errors import ToolError, UsageError
+from .errors import ToolError, ToolParser, UsageError
 from .listing import ListOptions, parse_state_filter, parse_type_filter, run_list
 from .output import Output
 from .reset import ResetOptions, run_reset
@@ -33,16 +32,9 @@ DRY_RUN_WARNING = ("WARN: No action will be performed as the --execute option is
                    "are scripting this command and want to keep the current default behavior without prompting.\n")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports errors as UsageError (one line, exit 2) instead of usage text."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """Kafka's kafka-consumer-groups options, plus --health, --undo-file and --output."""
-    p = _Parser(prog="offsetd groups", description="List, describe, delete consumer groups and reset or delete "
+    p = ToolParser(prog="offsetd groups", description="List, describe, delete consumer groups and reset or delete "
                 "their offsets (kafka-consumer-groups compatible; works against any Kafka cluster).")
     p.add_argument("--bootstrap-server", metavar="HOST:PORT", help="REQUIRED: the server(s) to connect to")
     p.add_argument("--command-config", metavar="FILE", help="properties file with client configs (security etc.)")

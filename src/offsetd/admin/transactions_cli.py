@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Callable, NoReturn
+from typing import Callable
 
 from .client_config import build_client_config
-from .errors import ToolError, UsageError
+from .errors import ToolError, ToolParser, UsageError
 from .output import Output
 from .transactions import (DEFAULT_MAX_TRANSACTION_TIMEOUT_MS, TopicPartition, description_json, find_open_transaction,
                            format_describe, format_hanging, format_list, format_producers, hanging_json,
@@ -21,13 +21,6 @@ from .transactions_client import TxnCluster
 
 ACTIONS = ("list", "describe", "describe-producers", "abort", "find-hanging")
 ABORT_BY_PRODUCER = ("producer-id", "producer-epoch", "coordinator-epoch")
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports errors as UsageError (one line, exit 2) instead of usage text."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
 
 
 def _add_common(p: argparse.ArgumentParser, suppress: bool) -> None:
@@ -49,10 +42,10 @@ def _add_common(p: argparse.ArgumentParser, suppress: bool) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """Kafka's kafka-transactions.sh actions and options, plus --timeout and --output."""
-    p = _Parser(prog="offsetd transactions", description="List, describe and abort transactions and find "
+    p = ToolParser(prog="offsetd transactions", description="List, describe and abort transactions and find "
                 "hanging ones (kafka-transactions.sh compatible; works against any Kafka cluster).")
     _add_common(p, suppress=False)
-    actions = p.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    actions = p.add_subparsers(dest="action", metavar="ACTION", parser_class=ToolParser)
     sub = {name: actions.add_parser(name, help=text) for name, text in (
         ("list", "list transactions (ListTransactions on every broker)"),
         ("describe", "describe the state of one transactional id"),

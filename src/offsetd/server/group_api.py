@@ -197,13 +197,14 @@ class GroupApi:
 
     # ---------------------------------------------------------------------- offsets
 
-    def offset_commit(self, ctx: RequestContext, req: Any) -> Reply:
-        """§1.1: unknown topics/partitions answered 3 before any group check; no top-level error."""
-        known: list[tuple[str, int, int, int, str | None]] = []
+    def _commit_partitions(self, topics: Any, denied: dict[str, int] | None, *, stamped: bool = False
+                           ) -> tuple[list[tuple[Any, ...]], dict[tuple[str, int], int]]:
+        """An (Txn)OffsetCommit's partitions: (topic, partition, offset, leader epoch, metadata
+        [, commit timestamp when `stamped`]) to commit, and the error of each other one -
+        denied by authorization first, else unknown (UNKNOWN_TOPIC_OR_PARTITION, §1.1)."""
+        known: list[tuple[Any, ...]] = []
         errors: dict[tuple[str, int], int] = {}
-        stamped = ctx.version == 1  # v1 only: a per-partition commit timestamp (-1 = now)
-        denied = _commit_denied(access(self.broker, ctx), req.topics, req.group_id)
-        for topic in req.topics:
+        for topic in topics:
             for p in topic.partitions:
                 if denied and topic.name in denied:
                     errors[(topic.name, p.partition_index)] = denied[topic.name]
@@ -211,10 +212,17 @@ class GroupApi:
                     errors[(topic.name, p.partition_index)] = Error.UNKNOWN_TOPIC_OR_PARTITION
                 elif stamped:
                     known.append((topic.name, p.partition_index, p.committed_offset, -1, p.committed_metadata,
-                                  p.commit_timestamp))  # type: ignore[arg-type]
+                                  p.commit_timestamp))
                 else:
                     known.append((topic.name, p.partition_index, p.committed_offset,
                                   getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+        return known, errors
+
+    def offset_commit(self, ctx: RequestContext, req: Any) -> Reply:
+        """§1.1: unknown topics/partitions answered 3 before any group check; no top-level error."""
+        denied = _commit_denied(access(self.broker, ctx), req.topics, req.group_id)
+        # v1 only: a per-partition commit timestamp (-1 = now)
+        known, errors = self._commit_partitions(req.topics, denied, stamped=ctx.version == 1)
 
         def shape(group_errors: dict[tuple[str, int], int]) -> Body:
             merged = {**errors, **group_errors}
@@ -307,25 +315,15 @@ class GroupApi:
         runtime.submit(CoordinatorResult(barrier=True).respond(
             token, lambda: (Error.NONE, runtime.shard.fetch_stable_offsets(group_id, topics))))
         # a failed wait answers NOT_COORDINATOR, not 15: pre-3.9 consumers do not retry 15 here (§1.3)
-        return reply_when_durable(token, lambda code: (Error.NOT_COORDINATOR if code == Error.COORDINATOR_NOT_AVAILABLE
-                                           else code, []))
+        return reply_when_durable(token, lambda code: (
+            Error.NOT_COORDINATOR if code == Error.COORDINATOR_NOT_AVAILABLE else code, []))
 
     def txn_offset_commit(self, ctx: RequestContext, req: Any) -> Reply:
         """TxnOffsetCommit v0-5 (§1.2, reference A5): unknown topics/partitions 3 and dropped;
         group id null or "" -> 24; coordinator state; the verifier (its code for every
         partition, nothing written); then the shard's KIP-447 checks. v0-1 see 15 for 14."""
-        known: list[tuple[str, int, int, int, str | None]] = []
-        errors: dict[tuple[str, int], int] = {}
         denied = _commit_denied(access(self.broker, ctx), req.topics, req.group_id, req.transactional_id)
-        for topic in req.topics:
-            for p in topic.partitions:
-                if denied and topic.name in denied:
-                    errors[(topic.name, p.partition_index)] = denied[topic.name]
-                elif self.broker.topics.partition(topic.name, p.partition_index) is None:
-                    errors[(topic.name, p.partition_index)] = Error.UNKNOWN_TOPIC_OR_PARTITION
-                else:
-                    known.append((topic.name, p.partition_index, p.committed_offset,
-                                  getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+        known, errors = self._commit_partitions(req.topics, denied)
 
         def shape(group_errors: dict[tuple[str, int], int]) -> Body:
             merged = {**errors, **group_errors}

@@ -8,7 +8,7 @@ import pytest
 from offsetd.admin.delete import format_delete_offsets
 from offsetd.admin.describe import assignment_string, format_members, format_offsets, format_state, offset_rows
 from offsetd.admin.errors import ToolError, UsageError
-from offsetd.admin.lag import offset_lag, record_needed, time_lag_ms
+from offsetd.lag.compute import offset_lag, record_needed, time_lag_ms
 from offsetd.admin.listing import format_listing, select
 from offsetd.admin.model import TP, Committed, Coordinator, GroupDescription, GroupListing, LogBounds, Member
 from offsetd.admin.reset import format_reset_table, undo_path_for

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .cluster import Cluster
-from .lag import offset_lag, record_needed, time_lag_ms
+from offsetd.lag.compute import offset_lag, record_needed, time_lag_ms
 from .model import REBALANCING_STATES, TP, Committed, GroupDescription, LogBounds, Member
 from .output import Output
 from .table import MISSING, Column, render

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from offsetd.lag.compute import LogBounds  # noqa: F401  (re-exported: the tools' row types use it)
+
 
 class TP(NamedTuple):
     """A topic partition; `str()` is Kafka's `TopicPartition.toString()` (`topic-partition`)."""
@@ -25,14 +27,6 @@ class Committed:
     offset: int
     leader_epoch: int | None = None
 
-
-@dataclass(frozen=True)
-class LogBounds:
-    """Log start offset and log end offset of one partition (end = the latest stable offset,
-    read with read_committed isolation, so open or aborted transactions never count)."""
-
-    start: int
-    end: int
 
 
 # Kafka's `GroupState.toString()` names, keyed by the lower-case spelling users type in

@@ -6,7 +6,16 @@ own timestamp, not from interpolated samples. No commit: no lag (None, printed `
 
 from __future__ import annotations
 
-from .model import LogBounds
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LogBounds:
+    """Log start offset and log end offset of one partition (end = the latest stable offset,
+    read with read_committed isolation, so open or aborted transactions never count)."""
+
+    start: int
+    end: int
 
 
 def first_unconsumed(committed: int, bounds: LogBounds) -> int:

@@ -6,6 +6,7 @@ number is computed once and means the same everywhere. Plain data; nothing here 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 @dataclass(slots=True)
@@ -39,6 +40,7 @@ class GroupLag:
     earliest_expiry_ms: int | None = None  # min(expires_at_ms) (None: nothing will expire)
     retention_ms: int | None = None    # the group's offsets retention (per-group override included)
     coordinator: int | None = None     # broker id of the group's coordinator, when known
+    member_list: list["GroupMember"] = field(default_factory=list)  # filled where the console needs it
 
     @property
     def total_lag(self) -> int | None:
@@ -72,3 +74,22 @@ class LagSnapshot:
     groups: list[GroupLag] = field(default_factory=list)          # by group id
     partitions: list[TopicPartitionEnds] = field(default_factory=list)  # by topic, partition
     seconds: float = 0.0               # how long taking it took
+
+
+@dataclass(slots=True)
+class GroupMember:
+    """A member of a group with what it was assigned (the console's members table)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    assignment: list[tuple[str, int]] = field(default_factory=list)  # (topic, partition), sorted
+
+
+class LagSource(Protocol):
+    """Where a look at lag comes from: the broker's own state (metrics/lag_view.BrokerLagSource) or
+    the admin clients against any cluster (admin/lag_source.AdminLagSource). A source may hand
+    the same snapshot to callers arriving within a short time of each other."""
+
+    async def snapshot(self) -> LagSnapshot: ...

@@ -26,7 +26,12 @@ from itertools import islice
 from typing import Any, Iterator, Sequence
 from urllib.parse import unquote, urlsplit
 
+from prometheus_client import generate_latest
+
+from ..lag.model import LagSource
 from .exporter import CONTENT_TYPE, render
+from .guard import Caller, Guard, OpenGuard, Unauthorized
+from .lag_exporter import render_lag
 from .snapshot import (CoordinatorUnavailable, GroupNotFound, Runtime, Slicer, Snapshot, group_detail, rows_json,
                        take_snapshot)
 
@@ -41,7 +46,7 @@ READ_TIMEOUT = 10.0      # seconds to send the request head
 GROUPS_PREFIX = "/v1/groups/"
 JSON_CHUNK = 1000        # groups per json.dumps call
 
-REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
            408: "Request Timeout", 500: "Internal Server Error", 503: "Service Unavailable"}
 _REQUEST_LINE = re.compile(r"^([!#$%&'*+.^_`|~0-9A-Za-z-]+) (\S+) HTTP/1\.[01]$")
 INDEX = (b"offsetd metrics and read-only group API\n"
@@ -102,8 +107,12 @@ def groups_json(snapshot: Snapshot, out: list[bytes], slicer: Slicer | None = No
 class MetricsHttpServer:
     """Serves the endpoints above for a list of shard runtimes, on the running event loop."""
 
-    def __init__(self, runtimes: Sequence[Runtime]) -> None:
+    def __init__(self, runtimes: Sequence[Runtime], *, lag: LagSource | None = None, guard: Guard | None = None,
+                 collectors: Sequence[Any] = ()) -> None:
         self.runtimes = runtimes
+        self.lag = lag  # the lag families of /metrics (kafka_exporter's names) and the console's numbers
+        self.guard: Guard = guard or OpenGuard()  # who asks, and what they may see
+        self.collectors = collectors  # more families for /metrics (prometheus_client Collectors)
         self.port = 0
         self.host = ""
         self._server: asyncio.base_events.Server | None = None
@@ -162,8 +171,14 @@ class MetricsHttpServer:
         except asyncio.IncompleteReadError:
             return  # the client went away before finishing its request
         started = time.perf_counter()
+        peer = writer.get_extra_info("peername")
         try:
-            response = await self.respond(method, target)
+            caller = self.guard.authenticate(headers, peer[0] if peer else "")
+        except Unauthorized as exc:
+            return await send(writer, Response(401, json.dumps({"error": "UNAUTHORIZED", "message": str(exc)}).encode()
+                                               + b"\n", headers=(("WWW-Authenticate", 'Basic realm="offsetd"'),)))
+        try:
+            response = await self.respond(method, target, caller)
         except Exception:
             log.exception("metrics endpoint failed on %s %s", method, target)
             response = error(500, "INTERNAL_ERROR", "see the broker log")
@@ -175,7 +190,7 @@ class MetricsHttpServer:
 
     # --------------------------------------------------------------------------- routing
 
-    async def respond(self, method: str, target: str) -> Response:
+    async def respond(self, method: str, target: str, caller: Caller | None = None) -> Response:
         """The answer to one request (method and request-target as sent)."""
         path = urlsplit(target).path if not target.startswith("/") else target.split("?", 1)[0].split("#", 1)[0]
         if path in ("/metrics", "/"):
@@ -227,7 +242,22 @@ class MetricsHttpServer:
         snapshot, out = Snapshot(), []
         await pace(take_snapshot(self.runtimes, snapshot))
         await pace(render(snapshot, out))
+        if self.lag is not None:
+            await pace(render_lag(await self.lag.snapshot(), out))
+        if self.collectors:
+            out.append(generate_latest(_Collectors(self.collectors)))
         return b"".join(out)
+
+
+class _Collectors:
+    """Several prometheus_client Collectors as one registry for generate_latest."""
+
+    def __init__(self, collectors: Sequence[Any]) -> None:
+        self.collectors = collectors
+
+    def collect(self) -> Iterator[Any]:
+        for collector in self.collectors:
+            yield from collector.collect()
 
 
 # ------------------------------------------------------------------------------- HTTP/1.1

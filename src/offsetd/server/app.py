@@ -24,6 +24,7 @@ from ..broker.fetch import finish_fetch, open_fetch, read_fetch
 from ..broker.fetch_down_convert import fetch_old_version
 from ..broker.fetch_sessions import FetchSessionCache
 from ..broker.list_offsets import handle_list_offsets
+from ..broker.log_ends import LogEnds
 from ..broker.metadata import handle_metadata
 from ..broker.produce import handle_produce
 from ..config import BrokerConfig
@@ -34,6 +35,7 @@ from ..protocol.header import parse_header, peek_ids
 from ..coordinator.config import GroupCoordinatorConfig
 from ..coordinator.shard import GroupCoordinatorShard
 from ..metrics.http import MetricsHttpServer
+from ..metrics.lag_view import BrokerLagSource
 from ..records.offsets import OFFSETS_TOPIC
 from ..storage.cleaner import LogCleaner
 from ..storage.postgres_store import PostgresSecurityStore, PostgresStore
@@ -57,6 +59,8 @@ from .transaction_api import TRANSACTION_STATE_TOPIC, TransactionApi, state_topi
 from .transaction_markers import MarkerWriter
 from . import security_api
 from ..broker.request_context import REQUEST_CONTEXT
+from .http_guard import http_guard
+from .lag_alerts import LagAlerts
 
 log = logging.getLogger("offsetd.server")
 
@@ -178,6 +182,12 @@ class KafkaServer:
         self.broker.on_topic_deleted = self._offsets_of_deleted_topic
         self.broker.on_group_config_changed = self._apply_group_config
         self._apply_group_configs()
+        # Lag as the broker sees it (metrics, alerts, console): its shards and its logs, and in
+        # cluster mode PostgreSQL for the partitions other brokers lead; never another broker.
+        self.log_ends = LogEnds(self.broker.topics, store=None if config.get("storage.engine") == "local"
+                                else self._store)
+        self.lag_source = BrokerLagSource(self.runtimes, self.log_ends, clock)
+        self.lag_alerts = LagAlerts.from_config(config, self.lag_source, clock)  # None: no lag.alert rules
         self.connections: set[Connection] = set()
         self.guard = ConnectionGuard(config, self.connections)
         self._fetch_waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
@@ -317,7 +327,8 @@ class KafkaServer:
         self.port = self.listeners[0].port
         metrics_listener = self.config.get("metrics.listener")
         if metrics_listener is not None:  # Prometheus /metrics and /v1/groups on this loop
-            self.metrics_server = MetricsHttpServer(self.runtimes)
+            self.metrics_server = MetricsHttpServer(self.runtimes, lag=self.lag_source, guard=http_guard(self),
+                                                    collectors=[self.lag_alerts] if self.lag_alerts else [])
             await self.metrics_server.start(metrics_listener.host, metrics_listener.port)
         if self.cluster is None and self.config.get("storage.engine") != "local":
             try:
@@ -340,6 +351,8 @@ class KafkaServer:
         if reloaders:  # a renewed certificate file is picked up without a restart
             self._tasks.append(asyncio.create_task(self._every(
                 KEYSTORE_CHECK_MS, lambda: [r.check() for r in reloaders])))
+        if self.lag_alerts is not None:
+            self._tasks.append(asyncio.create_task(self.lag_alerts.run()))
         sweep_ms = self.guard.sweep_interval_ms
         if sweep_ms is not None:  # connections.max.idle.ms, socket.request.receive.timeout.ms
             self._tasks.append(asyncio.create_task(self._every(sweep_ms, self.guard.sweep)))

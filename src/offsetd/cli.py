@@ -62,6 +62,8 @@ TOOLS: dict[str, tuple[str, str]] = {
     "acls": ("offsetd.admin.acls_cli", "kafka-acls compatible ACL tool"),
     "configs": ("offsetd.admin.configs_cli", "kafka-configs compatible SCRAM user tool (and first-admin bootstrap)"),
     "offsets-log": ("offsetd.admin.offsets_log_cli", "decode __consumer_offsets (dump)"),
+    "lag": ("offsetd.admin.lag_cli", "lag alerts against any Kafka cluster (the broker's lag.alert rules as a daemon)"),
+    "console": ("offsetd.admin.console_cli", "the lag web console against any Kafka cluster"),
     "spark": ("offsetd.spark.cli", "PySpark pipelines over the offsets log"),
 }
 

@@ -52,6 +52,14 @@ def coordinator_of(bootstrap: str, group: str) -> int:
     return leader_of(bootstrap, "__consumer_offsets", partition_for(group, 12))
 
 
+def new_owner(cluster, group: str, old: int) -> int | None:
+    """The group's coordinator if Metadata names a live broker other than `old`, else None. One
+    answer per call: each broker answers from its own view, so two lookups in a row may disagree
+    (one may still name the old owner, or none) while ownership moves."""
+    node = coordinator_of(cluster.bootstrap, group)
+    return node if node != old and node in cluster.live_node_ids() else None
+
+
 @dataclass
 class GroupHistory:
     """Everything one committing group did: values sent, values acknowledged (in order)."""

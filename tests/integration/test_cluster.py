@@ -29,6 +29,7 @@ from integration.cluster_helpers import (
     commit_forever,
     committed,
     coordinator_of,
+    new_owner,
     leader_of,
     pg_rows,
     wait_settled,
@@ -259,8 +260,7 @@ def test_compaction_reaches_postgresql_so_a_new_owner_loads_little(pg_dsn, clust
     wait_for(lambda: stored_records() < 300, timeout=30, message="PostgreSQL holds the compacted partition")
     owner = coordinator_of(cluster.bootstrap, group)
     cluster.kill9(owner)
-    successor = wait_for(lambda: coordinator_of(cluster.bootstrap, group) not in (owner, -1)
-                         and coordinator_of(cluster.bootstrap, group), timeout=20,
+    successor = wait_for(lambda: new_owner(cluster, group, owner), timeout=20,
                          message="a new owner of the group's partition")
     assert committed(cluster.bootstrap, group) == 1500
     loaded = [int(line.split("loaded ")[1].split()[0]) for line in cluster.broker(successor).log().splitlines()

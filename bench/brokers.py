@@ -301,6 +301,7 @@ class OffsetdBroker(BrokerLauncher):
             "--override", f"listeners={listener}",
             "--override", f"advertised.listeners={listener}",
             "--override", f"log.dirs={data_dir}",
+            "--override", "metrics.listener=",  # the same work as Tansu's (and no fixed port to collide on)
         ]  # fmt: skip
 
     def version(self) -> str:

@@ -128,6 +128,7 @@ class ClusterLauncher:
             "node.id": str(node),
             "broker.session.timeout.ms": str(self.ttl_ms),
             "broker.heartbeat.interval.ms": str(self.heartbeat_ms),
+            "metrics.listener": "",  # several brokers: not all on config/server.properties' port
             **self.extra,
         }
         broker = BrokerProcess(self.workdir / (name or f"broker-{node}"), overrides, config=self.config,

@@ -38,7 +38,7 @@ def _two_free_ports() -> int:
 def test_dev_cluster_prints_where_it_runs_and_stops_everything_on_sigterm():
     port = _two_free_ports()
     proc = subprocess.Popen([sys.executable, "-m", "offsetd.dev.cluster", "--brokers", "2", "--base-port", str(port),
-                             "--override", "storage.engine=local"],
+                             "--metrics-base-port", "0", "--override", "storage.engine=local"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=0)
     assert proc.stdout is not None
     out = LineReader(proc.stdout)

@@ -29,6 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dir", type=Path, help="keep PostgreSQL's data, broker logs and log.dirs here "
                         "(reused by the next run); default: a temporary directory removed at exit")
     parser.add_argument("--base-port", type=int, default=9092, help="broker N listens on base-port + N - 1")
+    parser.add_argument("--metrics-base-port", type=int, default=9404,
+                        help="broker N's metrics listener and console on this + N - 1 (0: free ports)")
     parser.add_argument("--config", type=Path, default=_DEFAULT_CONFIG if _DEFAULT_CONFIG.exists() else None,
                         help="broker config file (default: config/server.properties when present)")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
@@ -36,12 +38,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def broker_overrides(dsn: str, node_id: int, port: int, extra: list[str]) -> dict[str, str]:
+def broker_overrides(dsn: str, node_id: int, port: int, metrics_port: int, extra: list[str]) -> dict[str, str]:
     """The cluster-mode settings of broker `node_id`, then the user's --override values."""
     overrides = {
         "storage.engine": dsn,
         "node.id": str(node_id),
         "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "metrics.listener": f"http://127.0.0.1:{metrics_port}",
     }
     for item in extra:
         key, sep, value = item.partition("=")
@@ -93,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         dsn = pg.dsn(DATABASE)
         for node_id in range(1, args.brokers + 1):
             broker = BrokerProcess(directory / f"broker-{node_id}",
-                                   broker_overrides(dsn, node_id, args.base_port + node_id - 1, args.override),
+                                   broker_overrides(dsn, node_id, args.base_port + node_id - 1,
+                                                    args.metrics_base_port and args.metrics_base_port + node_id - 1,
+                                                    args.override),
                                    config=args.config.resolve() if args.config else None, start_new_session=True)
             broker.port = args.base_port + node_id - 1
             brokers.append(broker.launch())  # all boot at once; waited for below
@@ -103,10 +108,12 @@ def main(argv: list[str] | None = None) -> int:
             except AssertionError as exc:
                 print(f"offsetd.dev.cluster: broker {node_id} did not start: {exc}", file=sys.stderr)
                 return 1
+        consoles = ", ".join(f"http://127.0.0.1:{args.metrics_base_port + n}/console/" for n in range(len(brokers)))
         print(f"offsetd cluster: {len(brokers)} brokers on PostgreSQL, files in {directory}\n"
               f"  bootstrap servers: {','.join(b.bootstrap for b in brokers)}\n"
               f"  storage.engine:    {dsn}\n"
               f"  logs:              {directory}/broker-N.log, {pg.log_path}\n"
+              + (f"  lag consoles:      {consoles}\n" if args.metrics_base_port else "") +
               "Ctrl-C (or SIGTERM) stops the brokers, then PostgreSQL.", flush=True)
         reported: set[int] = set()
         while not stop.wait(1.0):

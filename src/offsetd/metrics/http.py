@@ -7,7 +7,14 @@ GET only, one request per connection (`Connection: close`), a Content-Length on 
 | `/metrics` | Prometheus text format 0.0.4 (exporter.py) |
 | `/v1/groups` | JSON list: {group, state, protocol_type, members, offsets, earliest_expiry_ms} per group |
 | `/v1/groups/{group}` | JSON: the group's state, members, retention and offsets with expiry times (snapshot.group_detail) |
+| `/v1/groups/{group}/history` | JSON: the group's lag and time lag over time and its health (metrics/history.py) |
+| `/v1/lag` | JSON: the lag snapshot (groups, partitions' lag, time lag, expiry, members); `?group=G` for one |
+| `/v1/topics` | JSON: per topic its partitions' log start / end and the groups reading each |
+| `/console/` | the web console (static pages in offsetd/console/ that read the JSON above) |
 | `/` | a short plain-text index |
+
+Groups the caller may not DESCRIBE (guard.may_describe_group) are left out of lists and answered
+403 GROUP_AUTHORIZATION_FAILED on their own routes; /v1/lag and /v1/topics show guard.visible's view.
 
 Errors are JSON `{"error": NAME, "message": ...}`: 400 malformed request, 404 unknown path or group,
 405 a method other than GET, 503 the group's `__consumer_offsets` partition is loading or failed.
@@ -18,19 +25,22 @@ served; concurrent scrapes of /metrics share one build.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import re
 import time
 from itertools import islice
 from typing import Any, Iterator, Sequence
-from urllib.parse import unquote, urlsplit
+from importlib import resources
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from prometheus_client import generate_latest
 
-from ..lag.model import LagSource
+from ..lag.model import GroupLag, LagSnapshot, LagSource
 from .exporter import CONTENT_TYPE, render
 from .guard import Caller, Guard, OpenGuard, Unauthorized
+from .history import HistoryUnavailable
 from .lag_exporter import render_lag
 from .snapshot import (CoordinatorUnavailable, GroupNotFound, Runtime, Slicer, Snapshot, group_detail, rows_json,
                        take_snapshot)
@@ -44,15 +54,24 @@ MAX_HEADERS = 100
 MAX_DISCARDED_BODY = 1 << 20
 READ_TIMEOUT = 10.0      # seconds to send the request head
 GROUPS_PREFIX = "/v1/groups/"
+HISTORY_SUFFIX = "/history"
+CONSOLE_PREFIX = "/console/"
+CONSOLE_FILES = {"": ("index.html", "text/html; charset=utf-8"), "app.js": ("app.js", "text/javascript; charset=utf-8"),
+                 "style.css": ("style.css", "text/css; charset=utf-8")}
+DEFAULT_HISTORY_MS = 3_600_000  # the charts' default window: the last hour
 JSON_CHUNK = 1000        # groups per json.dumps call
 
-REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
+REASONS = {200: "OK", 301: "Moved Permanently", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
            408: "Request Timeout", 500: "Internal Server Error", 503: "Service Unavailable"}
 _REQUEST_LINE = re.compile(r"^([!#$%&'*+.^_`|~0-9A-Za-z-]+) (\S+) HTTP/1\.[01]$")
 INDEX = (b"offsetd metrics and read-only group API\n"
          b"  /metrics            Prometheus text format\n"
          b"  /v1/groups          groups: state, members, offsets, earliest expiry (JSON)\n"
-         b"  /v1/groups/{group}  one group: members, offsets and their expiry times (JSON)\n")
+         b"  /v1/groups/{group}  one group: members, offsets and their expiry times (JSON)\n"
+         b"  /v1/groups/{group}/history  lag and time lag over time, health (JSON)\n"
+         b"  /v1/lag             lag of every group and partition (JSON)\n"
+         b"  /v1/topics          topics, partitions' offsets and the groups reading them (JSON)\n"
+         b"  /console/           the web console\n")
 
 
 class BadRequest(Exception):
@@ -108,8 +127,9 @@ class MetricsHttpServer:
     """Serves the endpoints above for a list of shard runtimes, on the running event loop."""
 
     def __init__(self, runtimes: Sequence[Runtime], *, lag: LagSource | None = None, guard: Guard | None = None,
-                 collectors: Sequence[Any] = ()) -> None:
+                 collectors: Sequence[Any] = (), history: Any = None) -> None:
         self.runtimes = runtimes
+        self.history = history  # `async history(group, since_ms, points) -> dict` (metrics/history.py), or None
         self.lag = lag  # the lag families of /metrics (kafka_exporter's names) and the console's numbers
         self.guard: Guard = guard or OpenGuard()  # who asks, and what they may see
         self.collectors = collectors  # more families for /metrics (prometheus_client Collectors)
@@ -193,29 +213,54 @@ class MetricsHttpServer:
     async def respond(self, method: str, target: str, caller: Caller | None = None) -> Response:
         """The answer to one request (method and request-target as sent)."""
         path = urlsplit(target).path if not target.startswith("/") else target.split("?", 1)[0].split("#", 1)[0]
-        if path in ("/metrics", "/"):
+        caller = caller or Caller(None, "")
+        query = parse_qs(target.split("?", 1)[1].split("#", 1)[0]) if "?" in target else {}
+        if path in ("/metrics", "/", "/v1/lag", "/v1/topics", "/console"):
             route = path
+        elif path.startswith(CONSOLE_PREFIX) and path[len(CONSOLE_PREFIX):] in CONSOLE_FILES:
+            route = "console"
         elif path in ("/v1/groups", GROUPS_PREFIX):
             route = "groups"
+        elif path.startswith(GROUPS_PREFIX) and path.endswith(HISTORY_SUFFIX) and len(path) > len(GROUPS_PREFIX
+                                                                                                   + HISTORY_SUFFIX):
+            route, path = "history", path[:-len(HISTORY_SUFFIX)]
         elif path.startswith(GROUPS_PREFIX):
             route = "group"
         else:
-            return error(404, "NOT_FOUND", f"no such path: {path} (try /metrics or /v1/groups)")
+            return error(404, "NOT_FOUND", f"no such path: {path} (try /metrics, /v1/groups or /console/)")
         if method != "GET":
             return error(405, "METHOD_NOT_ALLOWED", f"{method} is not allowed here: the endpoint is read-only (GET)")
         if route == "/":
             return Response(200, INDEX, TEXT_TYPE)
+        if route == "/console":
+            return Response(301, b"", TEXT_TYPE, (("Location", CONSOLE_PREFIX),))
+        if route == "console":
+            return console_file(path[len(CONSOLE_PREFIX):])
         if route == "/metrics":
             return Response(200, await self.metrics(), CONTENT_TYPE)
+        if route == "/v1/lag":
+            return await self.lag_json(caller, query.get("group"))
+        if route == "/v1/topics":
+            return await self.topics_json(caller)
         if route == "groups":
             snapshot, out = Snapshot(), []
             await pace(take_snapshot(self.runtimes, snapshot))
+            if not isinstance(self.guard, OpenGuard):
+                for shard in snapshot.shards:
+                    shard.groups = [r for r in shard.groups if self.guard.may_describe_group(caller, r[0])]
             await pace(groups_json(snapshot, out))
             return Response(200, b"".join(out))
         try:
             group_id = unquote(path[len(GROUPS_PREFIX):], errors="strict")
         except UnicodeDecodeError:
             return error(400, "BAD_REQUEST", "the group id is not percent-encoded UTF-8")
+        if not self.guard.may_describe_group(caller, group_id):
+            return error(403, "GROUP_AUTHORIZATION_FAILED", f"not authorized to describe group {group_id!r}",
+                         group=group_id)
+        if route == "history":
+            return await self.history_json(group_id, query)
+        if not self.runtimes:  # the any-cluster console: no shards here, /v1/lag has the groups
+            return error(404, "GROUP_ID_NOT_FOUND", f"group {group_id!r} is not coordinated here", group=group_id)
         try:
             detail = group_detail(self.runtimes, group_id)
         except GroupNotFound:
@@ -225,6 +270,64 @@ class MetricsHttpServer:
                          f"is {'loading' if exc.error == 'COORDINATOR_LOAD_IN_PROGRESS' else 'not available'}",
                          group=group_id)
         return Response(200, json.dumps(detail).encode() + b"\n")
+
+    async def visible_lag(self, caller: Caller) -> LagSnapshot | None:
+        """The lag snapshot as this caller may see it (None: no lag source)."""
+        if self.lag is None:
+            return None
+        return self.guard.visible(caller, await self.lag.snapshot())
+
+    async def lag_json(self, caller: Caller, groups: list[str] | None) -> Response:
+        """/v1/lag: the snapshot's groups (only `groups` when given) with their totals, and partitions."""
+        snapshot = await self.visible_lag(caller)
+        if snapshot is None:
+            return error(404, "NOT_FOUND", "no lag source on this listener")
+        wanted = set(groups) if groups else None
+        body = {"taken_at_ms": snapshot.taken_at_ms, "seconds": snapshot.seconds,
+                "groups": [group_lag_json(g) for g in snapshot.groups if wanted is None or g.group in wanted],
+                "partitions": [dataclasses.asdict(p) for p in snapshot.partitions] if wanted is None else []}
+        return Response(200, json.dumps(body).encode() + b"\n")
+
+    async def topics_json(self, caller: Caller) -> Response:
+        """/v1/topics: per topic its partitions (log start, end, high watermark, leader) and, per
+        partition, the groups with a commit there and their lag."""
+        snapshot = await self.visible_lag(caller)
+        if snapshot is None:
+            return error(404, "NOT_FOUND", "no lag source on this listener")
+        readers: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        for g in snapshot.groups:
+            for p in g.partitions:
+                if p.committed is not None:
+                    readers.setdefault((p.topic, p.partition), []).append(
+                        {"group": g.group, "committed": p.committed, "lag": p.lag, "time_lag_ms": p.time_lag_ms})
+        topics: dict[str, dict[str, Any]] = {}
+        for p in snapshot.partitions:
+            topic = topics.setdefault(p.topic, {"topic": p.topic, "partitions": [], "groups": set()})
+            read_by = readers.get((p.topic, p.partition), [])
+            topic["partitions"].append({**dataclasses.asdict(p), "groups": read_by})
+            topic["groups"].update(r["group"] for r in read_by)
+        for topic in topics.values():
+            topic["groups"] = sorted(topic["groups"])
+            topic["records"] = sum(p["log_end"] - p["log_start"] for p in topic["partitions"])
+        return Response(200, json.dumps({"taken_at_ms": snapshot.taken_at_ms,
+                                         "topics": sorted(topics.values(), key=lambda t: t["topic"])}).encode()
+                        + b"\n")
+
+    async def history_json(self, group_id: str, query: dict[str, list[str]]) -> Response:
+        """/v1/groups/{group}/history?since_ms=&points=: the group's lag over time and its health."""
+        if self.history is None:
+            return error(404, "NOT_FOUND", "no lag history on this listener")
+        try:
+            since = int(query["since_ms"][0]) if "since_ms" in query else int(time.time() * 1000) - DEFAULT_HISTORY_MS
+            points = min(max(int(query.get("points", ["600"])[0]), 2), 2000)
+        except ValueError:
+            return error(400, "BAD_REQUEST", "since_ms and points are integers")
+        try:
+            answer = await self.history.history(group_id, since, points)
+        except HistoryUnavailable as exc:
+            return error(503, exc.error, f"__consumer_offsets-{exc.partition}, which holds group {group_id!r}, "
+                         "is not available", group=group_id)
+        return Response(200, json.dumps(answer).encode() + b"\n")
 
     async def metrics(self) -> bytes:
         """The /metrics payload; a scrape arriving while one is being built gets that one."""
@@ -247,6 +350,22 @@ class MetricsHttpServer:
         if self.collectors:
             out.append(generate_latest(_Collectors(self.collectors)))
         return b"".join(out)
+
+
+def group_lag_json(group: GroupLag) -> dict[str, Any]:
+    """One group of /v1/lag: its fields, partitions and members, and its totals."""
+    return {**dataclasses.asdict(group), "total_lag": group.total_lag, "max_time_lag_ms": group.max_time_lag_ms}
+
+
+_console_cache: dict[str, bytes] = {}
+
+
+def console_file(name: str) -> Response:
+    """One of the console's static files (package data of offsetd.console), read once."""
+    filename, content_type = CONSOLE_FILES[name]
+    if filename not in _console_cache:
+        _console_cache[filename] = resources.files("offsetd.console").joinpath(filename).read_bytes()
+    return Response(200, _console_cache[filename], content_type)
 
 
 class _Collectors:

@@ -34,6 +34,7 @@ from ..protocol.errors import Error
 from ..protocol.header import parse_header, peek_ids
 from ..coordinator.config import GroupCoordinatorConfig
 from ..coordinator.shard import GroupCoordinatorShard
+from ..metrics.history import BrokerHistory
 from ..metrics.http import MetricsHttpServer
 from ..metrics.lag_view import BrokerLagSource
 from ..records.offsets import OFFSETS_TOPIC
@@ -328,7 +329,8 @@ class KafkaServer:
         metrics_listener = self.config.get("metrics.listener")
         if metrics_listener is not None:  # Prometheus /metrics and /v1/groups on this loop
             self.metrics_server = MetricsHttpServer(self.runtimes, lag=self.lag_source, guard=http_guard(self),
-                                                    collectors=[self.lag_alerts] if self.lag_alerts else [])
+                                                    collectors=[self.lag_alerts] if self.lag_alerts else [],
+                                                    history=BrokerHistory(self.runtimes, self.log_ends, self.clock))
             await self.metrics_server.start(metrics_listener.host, metrics_listener.port)
         if self.cluster is None and self.config.get("storage.engine") != "local":
             try:

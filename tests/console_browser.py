@@ -140,11 +140,13 @@ class Browser:
         return result.get("result", {}).get("value")
 
     def wait_for(self, expression: str, timeout: float = 20.0, interval: float = 0.05) -> Any:
-        """Poll `expression` until it is truthy (returning its value); BrowserError at the deadline."""
+        """Poll `expression` until it is truthy in JavaScript's sense (a DOM node counts; its value
+        is returned, `{}` for objects that do not serialise); BrowserError at the deadline."""
         deadline = time.monotonic() + timeout
         while True:
             value = self.eval(expression)
-            if value:
+            if value is not None and value is not False and value != "" and not (type(value) in (int, float)
+                                                                                 and value == 0):
                 return value
             if time.monotonic() > deadline:
                 raise BrowserError(f"not true within {timeout} s: {expression}")

@@ -33,7 +33,7 @@ function h(tag, attrs, ...children) {
     else if (k === "class") el.setAttribute("class", v);
     else el.setAttribute(k, v === true ? "" : v);
   }
-  for (const c of children.flat()) if (c !== null && c !== undefined && c !== false) el.append(c instanceof Node ? c : String(c));
+  for (const c of children.flat(Infinity)) if (c !== null && c !== undefined && c !== false) el.append(c instanceof Node ? c : String(c));
   return el;
 }
 
@@ -169,6 +169,7 @@ function groupMatches(g) {
 
 async function groupsPage() {
   const lag = await getJSON("lag");
+  if (route().page !== "groups") return;  // the reader moved on while this was loading
   state.skew = lag.taken_at_ms - Date.now();
   const main = document.getElementById("main");
   if (!main.querySelector("#groups")) main.replaceChildren(groupsSkeleton());
@@ -268,6 +269,8 @@ async function groupPage(group, first) {
     wantHistory ? getJSON(`groups/${encodeURIComponent(group)}/history?since_ms=${Math.floor(Date.now() + state.skew - state.range)}`)
       .catch((err) => ({ error: String(err.message || err) })) : Promise.resolve(state.history),
   ]);
+  const now = route();
+  if (now.page !== "group" || now.group !== group) return;
   state.skew = lag.taken_at_ms - Date.now();
   const g = lag.groups[0];
   if (!g) throw new Error(`group ${group} is not known to this broker (not coordinated here, deleted, or not visible to you)`);
@@ -537,17 +540,21 @@ function lineChart(box, times, series, fmt) {
 
 async function topicsPage() {
   const data = await getJSON("topics");
+  if (route().page !== "topics") return;
   state.skew = data.taken_at_ms - Date.now();
+  state.openTopics = state.openTopics || new Set();
+  const toggle = (topic) => { state.openTopics.has(topic) ? state.openTopics.delete(topic) : state.openTopics.add(topic); topicsPage().catch(() => {}); };
   const main = document.getElementById("main");
-  const open = new Set([...main.querySelectorAll("details[open]")].map((d) => d.dataset.topic));
   main.replaceChildren(h("h1", {}, "Topics"), h("div", { class: "panel" }, h("div", { class: "scroll" }, h("table", { id: "topics" },
     h("thead", {}, h("tr", {}, ["Topic", "Partitions", "Records", "Read by"].map((t, i) => h("th", { class: i === 1 || i === 2 ? "num" : "" }, t)))),
-    h("tbody", {}, data.topics.map((t) => h("tr", { "data-topic": t.topic },
-      h("td", { style: "white-space:normal" }, h("details", { "data-topic": t.topic, open: open.has(t.topic) },
-        h("summary", {}, t.topic), partitionsTable(t))),
-      num(t.partitions.length, "partitions"), num(t.records, "records"),
-      h("td", { style: "white-space:normal" }, t.groups.length ? t.groups.map((g, i) => [i ? ", " : "",
-        h("a", { href: "#/group/" + encodeURIComponent(g) }, g)]) : h("span", { class: "muted" }, "no group")))))))));
+    h("tbody", {}, data.topics.map((t) => [
+      h("tr", { "data-topic": t.topic, style: "cursor:pointer", onclick: (e) => { if (e.target.tagName !== "A") toggle(t.topic); } },
+        h("td", { "data-field": "topic" }, h("span", { class: "muted" }, state.openTopics.has(t.topic) ? "▾ " : "▸ "), t.topic),
+        num(t.partitions.length, "partitions"), num(t.records, "records"),
+        h("td", { style: "white-space:normal" }, t.groups.length ? t.groups.map((g, i) => [i ? ", " : "",
+          h("a", { href: "#/group/" + encodeURIComponent(g) }, g)]) : h("span", { class: "muted" }, "no group"))),
+      state.openTopics.has(t.topic) ? h("tr", { class: "detail" }, h("td", { colspan: 4 }, partitionsTable(t))) : null,
+    ]))))));
 }
 
 function partitionsTable(t) {
@@ -556,7 +563,7 @@ function partitionsTable(t) {
   h("tbody", {}, t.partitions.map((p) => h("tr", { "data-tp": `${t.topic}:${p.partition}` },
     num(p.partition, "partition"), num(p.leader, "leader"), num(p.log_start, "log_start"), num(p.log_end, "log_end"),
     num(p.high_watermark, "high_watermark"),
-    h("td", {}, p.groups.map((g, i) => [i ? ", " : "", h("a", { href: "#/group/" + encodeURIComponent(g.group) }, g.group), ` (${fmtInt(g.lag)})`]))))));
+    h("td", { style: "white-space:normal" }, p.groups.map((g, i) => [i ? ", " : "", h("a", { href: "#/group/" + encodeURIComponent(g.group) }, g.group), ` (${fmtInt(g.lag)})`]))))));
 }
 
 // ------------------------------------------------------------------------------ start

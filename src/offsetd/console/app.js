@@ -386,11 +386,11 @@ function ranges(sorted) {
 
 function expiryTimeline(g) {
   const marks = g.partitions.filter((p) => p.expires_at_ms !== null && p.expires_at_ms !== undefined);
-  const retention = g.retention_ms ? ` Retention: ${fmtDuration(g.retention_ms)} after ` : " ";
+  const retention = g.retention_ms ? ` Retention: ${fmtDuration(g.retention_ms)} after the last commit or the group emptying.` : "";
   if (!marks.length) {
     return h("p", { class: "note" }, g.partitions.length
-      ? "No offset of this group will expire while it keeps members subscribed to its topics;" + retention
-        + "the group becomes empty (or stops subscribing to a topic), its offsets start counting down."
+      ? "No offset of this group will expire while it keeps members subscribed to its topics: once the group"
+        + " becomes empty (or stops subscribing to a topic), its offsets start counting down." + retention
       : "The group has no committed offsets.");
   }
   const now = nowMs(), last = Math.max(...marks.map((p) => p.expires_at_ms));
@@ -407,7 +407,7 @@ function expiryTimeline(g) {
     h("text", { x: width - right, y: 56, "text-anchor": "end" }, "+" + fmtDuration(span)));
   const first = g.earliest_expiry_ms;
   return h("div", {}, svg, h("p", { class: "note" }, "First offset expires ", countdown(first), ` (${fmtTime(first)}); `,
-    `${marks.length} of ${g.partitions.length} offsets have an expiry time.`, retention ? retention + "the last commit or the group emptying." : ""));
+    `${marks.length} of ${g.partitions.length} offsets have an expiry time.`, retention));
 }
 
 function commands(g) {

@@ -19,9 +19,9 @@ The lag and time lag at an instant use lag.compute exactly as the live numbers d
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
-from .compute import LogBounds, offset_lag, record_needed, time_lag_ms
+from .compute import LogBounds, first_unconsumed, offset_lag, time_lag_ms
 
 TopicPartition = tuple[str, int]
 MAX_POINTS = 600
@@ -92,13 +92,18 @@ class HistoryPlan:
         self.times = sample_times(min(first, now_ms), now_ms, points)
         self.points = points
         self._extra = {tp: sorted(set(times)) for tp, times in (extra_times or {}).items()}
+        self._end_times: dict[TopicPartition, list[int]] = {}
         self._ends: dict[TopicPartition, dict[int, int]] = {}
-        self._bounds: dict[TopicPartition, LogBounds | None] = {}
-        self._committed: dict[TopicPartition, list[int | None]] = {}
+        self._at: dict[TopicPartition, list[tuple[int | None, LogBounds | None, int | None, int | None]]] = {}
+        self._records: dict[TopicPartition, list[int]] = {}
 
     def end_times(self, tp: TopicPartition) -> list[int]:
         """The instants whose log end this partition's series need (sorted, unique)."""
-        return sorted(set(self.times).union(self._extra.get(tp, ())))
+        times = self._end_times.get(tp)
+        if times is None:
+            extra = self._extra.get(tp)
+            times = self._end_times[tp] = sorted(set(self.times).union(extra)) if extra else self.times
+        return times
 
     def committed_at(self, tp: TopicPartition, t: int) -> int | None:
         """The offset the group had committed at instant t (None: no commit yet)."""
@@ -111,59 +116,77 @@ class HistoryPlan:
         """The log ends asked for: `answers[tp]` matches `end_times(tp)`, each the first offset
         whose timestamp is >= the instant (None: no such record, so the end is today's end)."""
         for tp in self.partitions:
-            bounds = bounds_now.get(tp)
-            self._bounds[tp] = bounds
-            ends: dict[int, int] = {}
-            if bounds is not None:
-                for t, offset in zip(self.end_times(tp), answers.get(tp, ())):
-                    ends[t] = bounds.end if offset is None else min(offset, bounds.end)
-            self._ends[tp] = ends
-            self._committed[tp] = [self.committed_at(tp, t) for t in self.times]
+            self.set_partition_ends(tp, answers.get(tp, []), bounds_now.get(tp))
+
+    def set_partition_ends(self, tp: TopicPartition, answer: list[int | None], bounds: LogBounds | None) -> None:
+        """`set_ends` for one partition (a caller pausing between partitions calls this)."""
+        ends: dict[int, int] = {}
+        if bounds is not None:
+            for t, offset in zip(self.end_times(tp), answer):
+                ends[t] = bounds.end if offset is None else min(offset, bounds.end)
+        self._ends[tp] = ends
+        # Per instant: the commit then, the log bounds then (records deleted since were there
+        # then), the lag then and the offset whose timestamp its time lag needs.
+        rows, i, committed, at, needed = self.commits[tp], 0, None, [], set()
+        last: tuple[Any, ...] = (object(),)
+        for t in self.times:
+            while i < len(rows) and rows[i][0] <= t:
+                committed = rows[i][1]
+                i += 1
+            end = ends.get(t)
+            if last[0] != (committed, end):  # idle stretches repeat the previous instant
+                then = None if end is None or bounds is None else LogBounds(min(bounds.start, end), end)
+                lag = offset_lag(committed, then)
+                record = first_unconsumed(committed, then) if lag else None  # type: ignore[arg-type]
+                last = ((committed, end), (committed, then, lag, record))
+                needed.add(record)
+            at.append(last[1])
+        self._at[tp] = at
+        needed.discard(None)
+        self._records[tp] = sorted(needed)  # type: ignore[type-var]
 
     def ends_at(self, tp: TopicPartition, t: int) -> int | None:
         """The partition's log end at instant t (after `set_ends`; None: unknown)."""
         return self._ends.get(tp, {}).get(t)
 
-    def _bounds_at(self, tp: TopicPartition, t: int) -> LogBounds | None:
-        end, now = self.ends_at(tp, t), self._bounds.get(tp)
-        if end is None or now is None:
-            return None
-        return LogBounds(min(now.start, end), end)  # records deleted since then were there then
-
     def record_offsets(self, tp: TopicPartition) -> list[int]:
-        """Offsets whose record timestamps the time-lag series needs (sorted, unique)."""
-        needed = {record_needed(c, self._bounds_at(tp, t)) for t, c in zip(self.times, self._committed[tp])}
-        needed.discard(None)
-        return sorted(needed)  # type: ignore[type-var]
+        """Offsets whose record timestamps the time-lag series needs (sorted, unique; after `set_ends`)."""
+        return self._records[tp]
 
     def series(self, timestamps: dict[TopicPartition, list[int | None]]) -> dict[str, Any]:
         """The charts' data: `times`, per partition the committed offset, log end, lag and time lag
         at each instant (null where unknown or before the first commit) and its commits (at most
         `points`), plus the group's total lag and worst time lag at each instant."""
-        partitions = []
-        total: list[int | None] = [None] * len(self.times)
-        worst: list[int | None] = [None] * len(self.times)
+        out: dict[str, Any] = {}
+        for _ in self.series_steps(timestamps, out):
+            pass
+        return out
+
+    def series_steps(self, timestamps: dict[TopicPartition, list[int | None]], out: dict[str, Any]) -> Iterator[None]:
+        """`series` as a cooperative generator filling `out`, pausing (yield) after each partition."""
+        n = len(self.times)
+        total: list[int | None] = [None] * n
+        worst: list[int | None] = [None] * n
+        out.update({"since_ms": self.since_ms, "now_ms": self.now_ms, "times": self.times, "partitions": [],
+                    "total_lag": total, "max_time_lag_ms": worst})
         for tp in self.partitions:
             stamp = dict(zip(self.record_offsets(tp), timestamps.get(tp, ())))
-            committed, ends, lags, time_lags = self._committed[tp], [], [], []
-            for i, (t, c) in enumerate(zip(self.times, committed)):
-                bounds = self._bounds_at(tp, t)
-                lag = offset_lag(c, bounds)
-                needed = record_needed(c, bounds)
-                tl = time_lag_ms(c, bounds, stamp.get(needed) if needed is not None else None, t)
+            committed, ends, lags, time_lags = [], [], [], []
+            for i, (t, (c, bounds, lag, record)) in enumerate(zip(self.times, self._at[tp])):
+                tl = None
+                if lag is not None:
+                    tl = time_lag_ms(c, bounds, stamp.get(record), t)
+                    total[i] = (total[i] or 0) + lag
+                    if tl is not None and (worst[i] is None or tl > worst[i]):  # type: ignore[operator]
+                        worst[i] = tl
+                committed.append(c)
                 ends.append(bounds.end if bounds else None)
                 lags.append(lag)
                 time_lags.append(tl)
-                if lag is not None:
-                    total[i] = (total[i] or 0) + lag
-                if tl is not None and (worst[i] is None or tl > worst[i]):  # type: ignore[operator]
-                    worst[i] = tl
-            rows = self.commits[tp]
-            shown = [r for r in rows if self.times[0] <= r[0] <= self.now_ms]
-            partitions.append({
+            shown = [r for r in self.commits[tp] if self.times[0] <= r[0] <= self.now_ms]
+            out["partitions"].append({
                 "topic": tp[0], "partition": tp[1], "committed": committed, "log_end": ends, "lag": lags,
                 "time_lag_ms": time_lags, "commit_count": len(shown),
                 "commits": [list(r) for r in downsample(shown, self.times[0], self.now_ms, self.points)],
             })
-        return {"since_ms": self.since_ms, "now_ms": self.now_ms, "times": self.times, "partitions": partitions,
-                "total_lag": total, "max_time_lag_ms": worst}
+            yield

@@ -46,10 +46,16 @@ async def build_history(group: str, commits: CommitHistory, bounds_now: dict[Top
                for tp, rows in commits.partitions.items()}
     plan = HistoryPlan(commits, since_ms, now_ms, points,
                        {tp: [c.timestamp_ms for c in window] + samples for tp, window in windows.items()})
-    plan.set_ends({tp: await offsets_for_times(tp[0], tp[1], plan.end_times(tp))
-                   for tp in plan.partitions if bounds_now.get(tp) is not None}, bounds_now)
-    series = plan.series({tp: await timestamps(tp[0], tp[1], offsets)
-                          for tp in plan.partitions if (offsets := plan.record_offsets(tp))})
+    for tp in plan.partitions:  # a partition at a time, letting the loop serve clients in between
+        bounds = bounds_now.get(tp)
+        plan.set_partition_ends(tp, await offsets_for_times(tp[0], tp[1], plan.end_times(tp)) if bounds else [],
+                                bounds)
+        await asyncio.sleep(0)
+    stamps = {tp: await timestamps(tp[0], tp[1], offsets) for tp in plan.partitions
+              if (offsets := plan.record_offsets(tp))}
+    series: dict[str, Any] = {}
+    for _ in plan.series_steps(stamps, series):
+        await asyncio.sleep(0)
     graded = []
     for tp in plan.partitions:
         bounds, committed = bounds_now.get(tp), plan.committed_at(tp, now_ms)

@@ -13,7 +13,7 @@ import sys
 import urllib.parse
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from broker_process import BrokerProcess, wait_for
 from clients import create_topic, produce
@@ -152,6 +152,33 @@ def test_history_api_has_the_commits_and_health(world):
     assert parts[1]["lag"][-1] == RECORDS
     assert answer["health"]["group"] == "offline" and answer["health"]["status"] in ("OK", "WARN", "ERR")
     assert answer["total_lag"][-1] == sum(p["lag"][-1] for p in parts.values())
+
+
+def history(world: dict, group: str) -> dict:
+    url = world["url"] + "/v1/groups/" + urllib.parse.quote(group, safe="") + "/history"
+    return world["browser"].eval(f"fetch({json.dumps(url)}).then(r => r.json())")
+
+
+def test_history_keeps_committed_transactions_and_drops_aborted_ones(world):
+    broker, topic = world["broker"], world["topic"]
+    group = "console-txn"
+    reader = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "console-txn-app"})
+    try:
+        producer.init_transactions(30)
+        for offset, commit in ((7, False), (9, True)):
+            producer.begin_transaction()
+            producer.send_offsets_to_transaction([TopicPartition(topic, 1, offset)], reader.consumer_group_metadata(),
+                                                 30)
+            producer.commit_transaction(30) if commit else producer.abort_transaction(30)
+    finally:
+        reader.close()
+    answer = wait_for(lambda: (h := history(world, group))["partitions"] and h, timeout=15,
+                      message="the transactional commit in the history")
+    [part] = answer["partitions"]
+    assert [offset for _, offset in part["commits"]] == [9]
+    assert 7 not in part["committed"] and part["committed"][-1] == 9
+    assert part["lag"][-1] == RECORDS - 9
 
 
 def test_topics_page_lists_partitions_and_readers(world):

@@ -15,6 +15,7 @@ from typing import Any, Awaitable, Callable, Sequence
 from ..admin.health import (Commit, EvaluationConfig, PartitionHealth, build_window, evaluate_group,
                             evaluate_partition, health_json)
 from ..records.batch import iter_batches
+from ..records.compression import decompress
 from ..lag.compute import LogBounds, offset_lag
 from ..lag.history import MAX_POINTS, CommitHistory, HistoryPlan, TopicPartition
 from ..records.offsets import (ControlMarker, GroupMetadataKey, OffsetCommitKey, decode_key,
@@ -142,7 +143,8 @@ class BrokerHistory:
                 break
             chunk = bytes(data)
             # A read starts at the batch holding `offset`: skip its records read before.
-            read_commits((r for r in iter_log_records(chunk) if r[0] >= offset), group, history, pending)
+            read_commits((r for r in iter_log_records(chunk, decompress=decompress) if r[0] >= offset), group, history,
+                         pending)
             last = offset - 1
             for _, header in iter_batches(chunk):
                 last = header.base_offset + header.last_offset_delta

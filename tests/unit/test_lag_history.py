@@ -77,3 +77,34 @@ def test_out_of_order_commit_timestamps_stay_monotone():
     plan = HistoryPlan(history, 0, 100, 5)
     assert plan.committed_at(TP, 100) == 2
     assert plan.committed_at(TP, 49) is None
+
+
+def test_offsets_log_records_become_the_groups_commit_history():
+    """metrics/history.read_commits: other groups skipped, tombstones forget, a transaction's
+    commits count only once its COMMIT marker is read (an ABORT drops them)."""
+    from offsetd.metrics.history import read_commits
+    from offsetd.records.offsets import (ControlMarker, GroupMetadataKey, OffsetCommitKey, OffsetCommitValue,
+                                         encode_key, encode_value)
+
+    def commit(offset, topic="t", partition=0, group="g", ts=-1):
+        return (encode_key(OffsetCommitKey(group, topic, partition)),
+                encode_value(OffsetCommitValue(offset, commit_timestamp=ts)))
+
+    records = [
+        (0, 100, *commit(1), -1),
+        (1, 101, *commit(50, group="other"), -1),
+        (2, 102, *commit(2, ts=90), -1),              # the commit's own timestamp wins over the record's
+        (3, 103, *commit(3, partition=1), -1),
+        (4, 104, encode_key(OffsetCommitKey("g", "t", 1)), None, -1),  # offset deleted
+        (5, 105, *commit(70), 7),                     # transactional, aborted below
+        (6, 106, *commit(80), 8),                     # transactional, committed below
+        (7, 107, ControlMarker.ABORT, None, 7),
+        (8, 108, ControlMarker.COMMIT, None, 8),
+        (9, 109, *commit(90), 9),                     # transactional, still open
+    ]
+    history, pending = CommitHistory(), {}
+    read_commits(records, "g", history, pending)
+    assert history.partitions == {("t", 0): [(100, 1), (90, 2), (106, 80)]}
+    assert list(pending) == [9]
+    read_commits([(10, 110, encode_key(GroupMetadataKey("g")), None, -1)], "g", history, pending)
+    assert history.partitions == {}

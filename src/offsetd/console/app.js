@@ -481,7 +481,8 @@ function niceTicks(max, count) {
 function timeLabel(t, span) {
   const d = new Date(t);
   if (span > 2 * 86400e3) return d.toLocaleDateString([], { month: "short", day: "numeric" }) + " " + d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hour12: false });
-  return d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: span < 600e3 ? "2-digit" : undefined, hour12: false });
+  const text = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: span < 3600e3 ? "2-digit" : undefined, hour12: false });
+  return span < 20e3 ? text + "." + String(d.getMilliseconds()).padStart(3, "0").slice(0, 1) : text;
 }
 
 function lineChart(box, times, series, fmt) {

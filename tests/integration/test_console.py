@@ -55,10 +55,10 @@ def world(tmp_path_factory):
     broker.stop()
 
 
-def describe(broker: BrokerProcess, group: str) -> dict:
-    """`offsetd groups --describe --verbose --output json` for one group, run as the CLI."""
+def describe(broker: BrokerProcess, group: str, view: str = "--verbose") -> dict:
+    """`offsetd groups --describe VIEW --output json` for one group, run as the CLI."""
     out = subprocess.run([sys.executable, "-m", "offsetd.cli", "groups", "--bootstrap-server", broker.bootstrap,
-                          "--describe", "--verbose", "--group", group, "--output", "json"],
+                          "--describe", view, "--group", group, "--output", "json"],
                          capture_output=True, text=True, timeout=60, check=True).stdout
     document = json.loads(out)
     return document[0] if isinstance(document, list) else document
@@ -94,6 +94,8 @@ def test_groups_page_shows_each_group_as_the_cli_describes_it(world):
     assert cells(browser, "#groups tbody tr[data-group=offline]", "earliest_expiry_ms")[0] > 0
     assert "in " in browser.eval("document.querySelector('#groups tr[data-group=offline] [data-expiry]').textContent")
     browser.wait_for("!document.querySelector('#groups tr[data-group=offline] .h-pending')")  # health graded
+    graded = browser.eval("document.querySelector('#groups tr[data-group=offline] [data-field=health]').textContent")
+    assert graded == describe(world["broker"], "offline", "--health")["status"]
     browser.eval("document.getElementById('filter').value = 'offl'; document.getElementById('filter')"
                  ".dispatchEvent(new Event('input'))")
     browser.wait_for("document.querySelectorAll('#groups tbody tr').length === 1")

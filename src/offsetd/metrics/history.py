@@ -19,7 +19,7 @@ from ..records.compression import decompress
 from ..lag.compute import LogBounds, offset_lag
 from ..lag.history import MAX_POINTS, CommitHistory, HistoryPlan, TopicPartition
 from ..records.offsets import (ControlMarker, GroupMetadataKey, OffsetCommitKey, decode_key,
-                               decode_offset_commit_value, iter_log_records, partition_for)
+                               decode_offset_commit_value, encode_key, iter_log_records, partition_for)
 
 READ_CHUNK_BYTES = 1 << 20
 TimesQuery = Callable[[str, int, list[int]], Awaitable[list[int | None]]]
@@ -84,6 +84,10 @@ def read_commits(records: Any, group: str, history: CommitHistory, pending: dict
     """Feed one chunk of `__consumer_offsets` records (read committed) into `history`: the group's
     commits and tombstones, a transaction's commits only when its COMMIT marker comes (`pending`
     holds them per producer meanwhile; an ABORT drops them)."""
+    # Every key version this reads starts with int16 version + the group as an int16-length string:
+    # comparing those bytes skips other groups' records without decoding them.
+    needle = encode_key(GroupMetadataKey(group))[2:]
+    end = 2 + len(needle)
     for offset, timestamp, key, value, producer_id in records:
         if type(key) is ControlMarker:
             held = pending.pop(producer_id, [])
@@ -91,7 +95,7 @@ def read_commits(records: Any, group: str, history: CommitHistory, pending: dict
                 for entry in held:
                     _apply(history, *entry)
             continue
-        if key is None:
+        if key is None or key[2:end] != needle:
             continue
         decoded = decode_key(key)
         if type(decoded) not in (OffsetCommitKey, GroupMetadataKey) or decoded.group != group:
@@ -123,6 +127,7 @@ class BrokerHistory:
         self.runtimes = runtimes
         self.log_ends = log_ends
         self.clock = clock
+        self._reading = asyncio.Lock()  # one offsets-log read at a time, however many consoles ask
 
     def _runtime(self, group: str) -> Any:
         runtime = self.runtimes[partition_for(group, len(self.runtimes))]
@@ -156,7 +161,8 @@ class BrokerHistory:
 
     async def history(self, group: str, since_ms: int, points: int = MAX_POINTS) -> dict[str, Any]:
         """The group's lag series since `since_ms` and its health; raises HistoryUnavailable."""
-        commits = await self.commits(group)
+        async with self._reading:
+            commits = await self.commits(group)
         if hasattr(self.log_ends, "refresh"):
             await self.log_ends.refresh()
         bounds = {tp: self.log_ends.bounds(*tp) for tp in commits.partitions}

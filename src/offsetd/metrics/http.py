@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gzip
 import json
 import logging
 import re
@@ -58,6 +59,7 @@ HISTORY_SUFFIX = "/history"
 CONSOLE_PREFIX = "/console/"
 CONSOLE_FILES = {"": ("index.html", "text/html; charset=utf-8"), "app.js": ("app.js", "text/javascript; charset=utf-8"),
                  "style.css": ("style.css", "text/css; charset=utf-8")}
+GZIP_MIN_BYTES = 64 * 1024  # larger JSON answers go gzipped to clients that accept it (the console's history)
 DEFAULT_HISTORY_MS = 3_600_000  # the charts' default window: the last hour
 JSON_CHUNK = 1000        # groups per json.dumps call
 
@@ -202,6 +204,10 @@ class MetricsHttpServer:
         except Exception:
             log.exception("metrics endpoint failed on %s %s", method, target)
             response = error(500, "INTERNAL_ERROR", "see the broker log")
+        if (response.content_type == JSON_TYPE and len(response.body) >= GZIP_MIN_BYTES
+                and "gzip" in headers.get("accept-encoding", "")):
+            response = Response(response.status, gzip.compress(response.body, 1), response.content_type,
+                                response.headers + (("Content-Encoding", "gzip"), ("Vary", "Accept-Encoding")))
         if method != "GET":
             await discard_body(reader, headers)
         await send(writer, response)

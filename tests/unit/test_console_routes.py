@@ -115,3 +115,31 @@ def test_history_route_parameters_and_errors():
     assert status == 503 and json.loads(body)["error"] == "COORDINATOR_LOAD_IN_PROGRESS"
     assert ask(MetricsHttpServer([]), "/v1/groups/a/history")[0] == 404
     assert ask(server, "/v1/groups/a/history?points=1000000")[0] == 200 and history.asked[-1][2] == 2000
+
+
+def test_large_json_is_gzipped_for_clients_that_accept_it():
+    import gzip
+    import urllib.request
+
+    class ManyGroups:
+        async def snapshot(self) -> LagSnapshot:
+            base = snapshot()
+            return LagSnapshot(NOW, [GroupLag(f"g{i:05d}", "Empty", "consumer", 0, base.groups[0].partitions)
+                                     for i in range(400)], base.partitions)
+
+    async def scenario():
+        server = MetricsHttpServer([], lag=ManyGroups())
+        await server.start("127.0.0.1", 0)
+        try:
+            def fetch(accept: str | None):
+                request = urllib.request.Request(server.url.replace("0.0.0.0", "127.0.0.1") + "/v1/lag",
+                                                 headers={"Accept-Encoding": accept} if accept else {})
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    return response.headers.get("Content-Encoding"), response.read()
+            return await asyncio.gather(asyncio.to_thread(fetch, "gzip, deflate"), asyncio.to_thread(fetch, None))
+        finally:
+            await server.stop()
+
+    (encoding, zipped), (plain_encoding, plain) = asyncio.run(scenario())
+    assert encoding == "gzip" and plain_encoding is None and len(plain) > 64 * 1024
+    assert gzip.decompress(zipped) == plain and len(zipped) < len(plain) / 5

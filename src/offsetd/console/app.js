@@ -83,8 +83,16 @@ function tick() {
   }
 }
 
-function badge(kind, value) {
-  return h("span", { class: `badge ${kind}-${value}`, "data-field": kind === "s" ? "state" : "health" }, value);
+function badge(kind, value, title) {
+  return h("span", { class: `badge ${kind}-${value}`, "data-field": kind === "s" ? "state" : "health", title }, value);
+}
+
+function healthTitle(health) {
+  // Which partitions made the grade (Burrow's rules, as `offsetd groups --describe --health`).
+  const bad = (health.partitions || []).filter((p) => p.status !== "OK");
+  if (!bad.length) return "every committed partition is OK";
+  return bad.slice(0, 12).map((p) => `${p.topic}-${p.partition}: ${p.status} (lag ${fmtInt(p.lag)})`).join("\n")
+    + (bad.length > 12 ? `\n… ${bad.length - 12} more` : "");
 }
 
 function num(value, field, text) {
@@ -227,7 +235,7 @@ function groupRow(g, maxLag) {
       g.total_lag ? h("span", { class: "lagbar", style: `width:${Math.max(2, 60 * g.total_lag / maxLag)}px` }) : null,
       fmtInt(g.total_lag)),
     num(g.max_time_lag_ms, "max_time_lag_ms", fmtDuration(g.max_time_lag_ms)),
-    h("td", {}, health ? badge("h", health.status) : h("span", { class: "badge h-pending", "data-field": "health" }, "…")),
+    h("td", {}, health ? badge("h", health.status, health.title) : h("span", { class: "badge h-pending", "data-field": "health" }, "…")),
     h("td", { class: "num", "data-field": "earliest_expiry_ms", "data-value": g.earliest_expiry_ms ?? "" },
       countdown(g.earliest_expiry_ms)));
 }
@@ -251,9 +259,9 @@ async function gradeGroups(groups) {
     state.healthBusy.add(g);
     try {
       const history = await getJSON(`groups/${encodeURIComponent(g)}/history?points=2&since_ms=${Math.floor(nowMs() - 60e3)}`);
-      state.health.set(g, { status: history.health.status, at: nowMs() });
+      state.health.set(g, { status: history.health.status, title: healthTitle(history.health), at: nowMs() });
       const cell = document.querySelector(`#groups tr[data-group="${CSS.escape(g)}"] [data-field=health]`);
-      if (cell) cell.replaceWith(badge("h", history.health.status));
+      if (cell) cell.replaceWith(badge("h", history.health.status, healthTitle(history.health)));
     } catch { state.health.set(g, { status: "NOTFOUND", at: nowMs() }); } finally { state.healthBusy.delete(g); }
     await next();
   };
@@ -279,7 +287,7 @@ async function groupPage(group, first) {
   if (!main.querySelector("#group")) main.replaceChildren(groupSkeleton(group));
   const health = history && !history.error ? history.health : null;
   const byTp = new Map((health?.partitions || []).map((p) => [p.topic + "\u0000" + p.partition, p.status]));
-  main.querySelector("#group-state").replaceChildren(badge("s", g.state), health ? badge("h", health.status) : "");
+  main.querySelector("#group-state").replaceChildren(badge("s", g.state), health ? badge("h", health.status, healthTitle(health)) : "");
   cardsFor(main.querySelector(".cards"), g, health);
   main.querySelector("#partitions tbody").replaceWith(h("tbody", {}, g.partitions.map((p) => partitionRow(p, byTp))));
   main.querySelector("#members").replaceChildren(membersTable(g));

@@ -115,6 +115,9 @@ def test_group_page_partitions_charts_members_and_commands(world):
     assert cells(browser, rows, "log_end") == [p["log_end_offset"] for p in by_partition]
     assert cells(browser, rows, "lag") == [p["lag"] for p in by_partition]
     assert cells(browser, rows, "lag") == [RECORDS - 5, RECORDS - 10, RECORDS - 15]
+    # Time lag is an age: the page and the CLI read it a moment apart.
+    for page, cli in zip(cells(browser, rows, "time_lag_ms"), (p["lag_time_ms"] for p in by_partition)):
+        assert page is not None and cli is not None and abs(page - cli) < 5000
     # members and assignments, the time-lag chart, the commands to copy
     assert browser.eval("document.querySelectorAll('#members tbody tr').length") == 1
     assert browser.eval("document.querySelector('#members tbody tr').textContent").count(topic) == 1

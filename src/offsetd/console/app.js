@@ -428,7 +428,7 @@ function commands(g) {
     ["Plan: skip to the log end", `${base} --reset-offsets --to-latest ${topicArgs} --dry-run`],
     ["Skip to the log end", `${base} --reset-offsets --to-latest ${topicArgs} --execute`],
     ["Replay the last hour", `${base} --reset-offsets --by-duration PT1H ${topicArgs} --execute`],
-    ["Reset to a time", `${base} --reset-offsets --to-datetime ${new Date(nowMs() - 3600e3).toISOString().slice(0, 19)}.000 ${topicArgs} --execute`],
+    ["Reset to a time", `${base} --reset-offsets --to-datetime ${new Date(nowMs() - 3600e3).toISOString().slice(0, 23)}Z ${topicArgs} --execute`],
     ...topics.map((t) => [`Delete offsets of ${t}`, `${base} --delete-offsets --topic ${shellQuote(t)}`]),
   ];
   const note = h("p", { class: "note" }, "Resetting needs the group to be empty (stop its consumers first); the console itself only reads.");

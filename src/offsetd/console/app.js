@@ -45,7 +45,10 @@ async function getJSON(path) {
 }
 
 const nowMs = () => Date.now() + state.skew;  // the broker's clock, as seen in its last answer
-const fmtInt = (n) => (n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"));
+const NUMBER = new Intl.NumberFormat("en-US");  // one formatter: toLocaleString builds one per call
+const DATETIME = new Intl.DateTimeFormat([], { year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit",
+  minute: "2-digit", second: "2-digit", hour12: false });
+const fmtInt = (n) => (n === null || n === undefined ? "–" : NUMBER.format(n));
 const cssVar = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim() || "#888";
 const color = (i) => cssVar(PALETTE[i % PALETTE.length]);
 
@@ -61,7 +64,7 @@ function fmtDuration(ms) {
   return neg ? "-" + out : out;
 }
 
-const fmtTime = (ms) => (ms ? new Date(ms).toLocaleString([], { hour12: false }) : "–");
+const fmtTime = (ms) => (ms ? DATETIME.format(ms) : "–");
 
 function countdown(expiresAt) {
   // A live "expires in …" cell: app ticks every second, see tick().

@@ -14,12 +14,14 @@ from typing import Any, Awaitable, Callable, Sequence
 
 from ..admin.health import (Commit, EvaluationConfig, PartitionHealth, build_window, evaluate_group,
                             evaluate_partition, health_json)
-from ..records.batch import iter_batches
-from ..records.compression import decompress
 from ..lag.compute import LogBounds, offset_lag
 from ..lag.history import MAX_POINTS, CommitHistory, HistoryPlan, TopicPartition
+from ..records.batch import iter_batches
+from ..records.compression import decompress
 from ..records.offsets import (ControlMarker, GroupMetadataKey, OffsetCommitKey, decode_key,
                                decode_offset_commit_value, encode_key, iter_log_records, partition_for)
+from ..storage.log_dir import NotLeader, StorageError
+from ..storage.partition_log import OffsetOutOfRange
 
 READ_CHUNK_BYTES = 1 << 20
 TimesQuery = Callable[[str, int, list[int]], Awaitable[list[int | None]]]
@@ -139,11 +141,20 @@ class BrokerHistory:
 
     async def commits(self, group: str) -> CommitHistory:
         """The group's commits as its `__consumer_offsets` partition holds them now."""
-        plog = self._runtime(group).plog
+        runtime = self._runtime(group)
+        plog = runtime.plog
         history, pending = CommitHistory(), {}
         offset = plog.log_start_offset
         while offset < plog.last_stable_offset:
-            data, _aborted = plog.read_committed(offset, READ_CHUNK_BYTES)
+            try:
+                data, _aborted = plog.read_committed(offset, READ_CHUNK_BYTES)
+            except OffsetOutOfRange as exc:  # retention or the cleaner moved the start while we paused
+                if offset >= exc.log_start_offset:
+                    break
+                offset = exc.log_start_offset
+                continue
+            except (NotLeader, StorageError) as exc:  # cluster mode: the partition moved on; a failed disk
+                raise HistoryUnavailable("COORDINATOR_NOT_AVAILABLE", runtime.shard.partition) from exc
             if not data:
                 break
             chunk = bytes(data)

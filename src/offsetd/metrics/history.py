@@ -174,8 +174,7 @@ class BrokerHistory:
         """The group's lag series since `since_ms` and its health; raises HistoryUnavailable."""
         async with self._reading:
             commits = await self.commits(group)
-        if hasattr(self.log_ends, "refresh"):
-            await self.log_ends.refresh()
+        await self.log_ends.refresh()  # cluster mode: partitions led elsewhere, from PostgreSQL
         bounds = {tp: self.log_ends.bounds(*tp) for tp in commits.partitions}
         return await build_history(group, commits, bounds, self.log_ends.offsets_for_times,
                                    self.log_ends.timestamps, since_ms, self.clock(), points)

@@ -290,27 +290,34 @@ class OffsetOperations:
         """When each committed offset of the group will expire if nothing changes (ms), or None
         for "not while the group stays as it is" (subscribed, rebalancing, or retention -1).
         The sweep uses the same answer: an offset expires once now >= its time (inclusive)."""
-        group = self.groups.get(group_id)
         stored = self.offsets.get(group_id)
-        if group is None or not stored:
+        rule = self.expiry_rule(group_id)
+        if rule is None or not stored:
             return {}
-        base = self._expiry_base(group)
-        retention = self.retention_ms(group_id)
         times: dict[TopicPartition, int | None] = {}
         for key, raw in stored.items():
             k = decode_key(key)
-            value = decode_offset_commit_value(raw)
-            tp = (k.topic, k.partition)  # type: ignore[union-attr]
-            if (base is None or group.is_subscribed_to_topic(tp[0]) or key in self._unreplayed
-                    or key in self.txn.keys):  # a pending transactional offset keeps it (§2 step 1.3)
-                times[tp] = None
-            elif value.expire_timestamp != -1:  # explicit retention from OffsetCommit v2-v4 wins
-                times[tp] = value.expire_timestamp
-            elif retention < 0:
-                times[tp] = None
-            else:
-                times[tp] = base(value) + retention
+            times[(k.topic, k.partition)] = rule(key, k.topic, decode_offset_commit_value(raw))  # type: ignore[union-attr]
         return times
+
+    def expiry_rule(self, group_id: str) -> Callable[[bytes, str, OffsetCommitValue], int | None] | None:
+        """expiry_times for one offset at a time: (key bytes, its topic, its decoded value) -> when
+        it expires, or None. For readers that keep decoded offsets of their own (the lag view);
+        None when the group does not exist."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        base = self._expiry_base(group)
+        retention = self.retention_ms(group_id)
+
+        def expires(key: bytes, topic: str, value: OffsetCommitValue) -> int | None:
+            if (base is None or group.is_subscribed_to_topic(topic) or key in self._unreplayed
+                    or key in self.txn.keys):  # a pending transactional offset keeps it (§2 step 1.3)
+                return None
+            if value.expire_timestamp != -1:  # explicit retention from OffsetCommit v2-v4 wins
+                return value.expire_timestamp
+            return None if retention < 0 else base(value) + retention
+        return expires
 
     def expire_offsets(self, now: int, group_ids: Iterable[str]) -> CoordinatorResult:
         """One chunk of the retention sweep (§2): tombstones for expired offsets, and a group

@@ -627,6 +627,35 @@ def parse_subscription_topics(metadata: bytes | bytearray | memoryview | None) -
     return topics
 
 
+def parse_assignment_partitions(assignment: bytes | bytearray | memoryview | None) -> list[tuple[str, int]] | None:
+    """(topic, partition) pairs of a "consumer" SyncGroup assignment (v0 layout, later fields
+    ignored), sorted; None if unparsable. Empty bytes: nothing assigned."""
+    # int16 version | int32 topic count | (int16 length + UTF-8, int32 count, int32 partition*)*
+    # | bytes userData
+    if not assignment:
+        return [] if assignment is not None else None
+    d = _as_bytes(assignment)
+    try:
+        version, = _h_unpack(d, 0)
+        if version < 0:
+            return None
+        (count,) = _i_unpack(d, 2)
+        if count < 0 or count > len(d):
+            return None
+        p = 6
+        pairs: list[tuple[str, int]] = []
+        for _ in range(count):
+            topic, p = _read_str(d, p, False)
+            (n,) = _i_unpack(d, p)
+            if topic is None or n < 0 or p + 4 + 4 * n > len(d):
+                return None
+            pairs.extend((topic, part) for part in struct.unpack_from(f">{n}i", d, p + 4))
+            p += 4 + 4 * n
+    except (struct.error, IndexError, UnicodeDecodeError, RecordDecodeError):
+        return None
+    return sorted(pairs)
+
+
 def encode_consumer_subscription(topics: list[str], user_data: bytes | None = None, version: int = 0) -> bytes:
     """ConsumerProtocolSubscription v0 layout with an int16 version prefix (tests and tools)."""
     return b"".join((_h.pack(version), _i.pack(len(topics)), *(_str(t) for t in topics), _bytes(user_data)))

@@ -112,6 +112,22 @@ _READ = """
 SELECT base_offset, last_offset, bytes FROM offsetd_batch
 WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 ORDER BY base_offset LIMIT $4"""
 
+# What the lag views read of partitions other brokers lead (metrics, console): every partition's
+# offsets in one statement, and the append holding one offset (by the primary key, newest first).
+_PARTITION_OFFSETS = """
+SELECT t.name, p.partition, p.start_offset, p.next_offset, p.owner FROM offsetd_partition p
+JOIN offsetd_topic t USING (topic_id) WHERE NOT t.internal"""
+
+_BATCH_AT = """
+SELECT base_offset, bytes FROM offsetd_batch WHERE topic_id = $1 AND partition = $2 AND base_offset <= $3
+ORDER BY base_offset DESC LIMIT 1"""
+
+# Each append's max timestamp (bytes 35..43 of its first v2 batch header, read without fetching the rest:
+# the column's storage is EXTERNAL, so a substring reads only that slice).
+_BATCH_MAX_TIMESTAMPS = """
+SELECT base_offset, substring(bytes from 36 for 8) FROM offsetd_batch WHERE topic_id = $1 AND partition = $2
+ORDER BY base_offset"""
+
 _AT_LAST_OFFSET = """
 SELECT base_offset, bytes FROM offsetd_batch WHERE topic_id = $1 AND partition = $2 AND last_offset = $3"""
 
@@ -310,6 +326,23 @@ class PostgresStore:
         """Appends holding offsets >= `offset`, oldest first: (base offset, last offset, bytes)."""
         rows = await self.pool.fetch(_READ, topic_id, partition, offset, limit)
         return [(r[0], r[1], r[2]) for r in rows]
+
+    @_unavailable_on_failure
+    async def partition_offsets(self) -> list[tuple[str, int, int, int, int | None]]:
+        """(topic, partition, log start, next offset, owner) of every partition of every data topic."""
+        return [(r[0], r[1], r[2], r[3], r[4]) for r in await self.pool.fetch(_PARTITION_OFFSETS)]
+
+    @_unavailable_on_failure
+    async def batch_at(self, topic_id: uuid.UUID, partition: int, offset: int) -> tuple[int, bytes] | None:
+        """The append holding `offset` (or the last one before it): (base offset, bytes), or None."""
+        row = await self.pool.fetchrow(_BATCH_AT, topic_id, partition, offset)
+        return None if row is None else (row[0], row[1])
+
+    @_unavailable_on_failure
+    async def batch_max_timestamps(self, topic_id: uuid.UUID, partition: int) -> list[tuple[int, int]]:
+        """(base offset, max timestamp) of every append of the partition, in offset order."""
+        rows = await self.pool.fetch(_BATCH_MAX_TIMESTAMPS, topic_id, partition)
+        return [(r[0], int.from_bytes(r[1], "big", signed=True)) for r in rows]
 
     @_unavailable_on_failure
     async def ending_at(self, topic_id: uuid.UUID, partition: int, last_offset: int) -> tuple[int, bytes] | None:

@@ -117,6 +117,10 @@ class LogEnds:
 
     # ------------------------------------------------------------------------ timestamps
 
+    def cached_timestamp(self, topic: str, partition: int, offset: int) -> int | None:
+        """The record timestamp at `offset` if a previous look read it (None: not read yet)."""
+        return self._timestamps.get((topic, partition, offset))
+
     async def timestamps(self, topic: str, partition: int, offsets: list[int]) -> list[int | None]:
         """The record timestamps at `offsets` (None: no such record any more, or unreadable)."""
         out: list[int | None] = []

@@ -74,6 +74,7 @@ class LagSnapshot:
     groups: list[GroupLag] = field(default_factory=list)          # by group id
     partitions: list[TopicPartitionEnds] = field(default_factory=list)  # by topic, partition
     seconds: float = 0.0               # how long taking it took
+    cluster: str = ""                  # the cluster id (kafka-lag-exporter's cluster_name label)
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ import asyncio
 import time
 from typing import Any, Callable, Sequence
 
-from ..lag.compute import LogBounds, offset_lag, record_needed, time_lag_ms
+from ..lag.compute import LogBounds, first_unconsumed, offset_lag
 from ..lag.model import GroupLag, GroupMember, LagSnapshot, PartitionLag
 from ..records.offsets import decode_key, decode_offset_commit_value, parse_assignment_partitions
 from .snapshot import Slicer
@@ -53,29 +53,43 @@ class BrokerLagSource:
     async def _take(self) -> LagSnapshot:
         started = time.perf_counter()
         await self.logs.refresh()
-        snapshot = LagSnapshot(taken_at_ms=self.clock())
+        snapshot = LagSnapshot(taken_at_ms=self.clock(), cluster=getattr(self.logs.topics, "cluster_id", "") or "")
         slicer = Slicer()
-        keys, values = {}, {}  # the caches' entries still in use: the rest is dropped afterwards
+        look = _Look(self.logs, self._keys, self._values)
         for runtime in self.runtimes:
             if runtime.state.value != "active":
                 continue  # loading: a partial replay; failed or not owned here: not ours to show
             for group_id in list(runtime.shard.groups):
-                group = self._group(runtime.shard, group_id, keys, values)
+                group = look.group(runtime.shard, group_id)
                 if group is not None:
                     snapshot.groups.append(group)
                 if slicer.due():
                     await asyncio.sleep(0)
-        self._keys, self._values = keys, values
-        await self._time_lags(snapshot, slicer)
+        self._keys, self._values = look.keys, look.values  # what is no longer stored is dropped
+        await look.time_lags(snapshot.taken_at_ms, slicer)
         snapshot.groups.sort(key=lambda g: g.group)
         snapshot.partitions = self.logs.ends()
         snapshot.seconds = time.perf_counter() - started
         self._last, self._last_at = snapshot, time.monotonic() * 1000
         return snapshot
 
-    def _group(self, shard: Any, group_id: str, keys: dict[bytes, tuple[str, int]],
-               values: dict[bytes, Any]) -> GroupLag | None:
-        """One group of one shard, its time lags still to be filled (None: gone, or Dead)."""
+
+class _Look:
+    """One look at lag: the decode caches carried over from the last look, the bounds of each
+    data partition read once, and the partitions whose first unconsumed record's timestamp is
+    not known yet (read together afterwards, the slow part of a first look)."""
+
+    def __init__(self, logs: Any, keys: dict[bytes, tuple[str, int]], values: dict[bytes, Any]) -> None:
+        self.logs = logs
+        self.previous_keys, self.previous_values = keys, values
+        self.keys: dict[bytes, tuple[str, int]] = {}
+        self.values: dict[bytes, Any] = {}
+        self.bounds: dict[tuple[str, int], LogBounds | None] = {}
+        # partitions with lag: (row, first unconsumed offset, its timestamp if already known)
+        self.pending: list[tuple[PartitionLag, int, int | None]] = []
+
+    def group(self, shard: Any, group_id: str) -> GroupLag | None:
+        """One group of one shard (None: gone, or Dead)."""
         group = shard.groups.get(group_id)
         if group is None or group.state.value == "Dead":
             return None
@@ -92,42 +106,59 @@ class BrokerLagSource:
         stored = shard.offsets.get(group_id)
         if stored:
             expires = shard.expiry_rule(group_id)
-            bounds_of = self.logs.bounds
-            for key, raw in stored.items():
-                tp = keys.get(key) or self._keys.get(key)
-                if tp is None:
-                    k = decode_key(key)
-                    tp = (k.topic, k.partition)  # type: ignore[union-attr]
-                keys[key] = tp
-                value = values.get(raw) or self._values.get(raw)
-                if value is None:
-                    value = decode_offset_commit_value(raw)
-                values[raw] = value
-                bounds: LogBounds | None = bounds_of(tp[0], tp[1])
-                member = owners.get(tp)
-                row.partitions.append(PartitionLag(
-                    tp[0], tp[1], value.offset, bounds.start if bounds else None, bounds.end if bounds else None,
-                    offset_lag(value.offset, bounds), None, value.commit_timestamp,
-                    expires(key, tp[0], value) if expires else None,
-                    member.member_id if member else None, member.client_id if member else None,
-                    member.client_host if member else None))
+            row.partitions = [self.partition(key, raw, owners, expires) for key, raw in stored.items()]
             row.partitions.sort(key=lambda p: (p.topic, p.partition))
             row.earliest_expiry_ms = min((p.expires_at_ms for p in row.partitions if p.expires_at_ms is not None),
                                          default=None)
         return row
 
-    async def _time_lags(self, snapshot: LagSnapshot, slicer: Slicer) -> None:
-        """Time lag of every partition with lag: the age of its first unconsumed record."""
-        now = snapshot.taken_at_ms
-        for group in snapshot.groups:
-            for p in group.partitions:
-                if p.lag is None:
-                    continue
-                bounds = LogBounds(p.log_start, p.log_end)  # type: ignore[arg-type]
-                needed = record_needed(p.committed, bounds)
-                stamp = None
-                if needed is not None:
-                    (stamp,) = await self.logs.timestamps(p.topic, p.partition, [needed])
-                p.time_lag_ms = time_lag_ms(p.committed, bounds, stamp, now)
+    def partition(self, key: bytes, raw: bytes, owners: dict[tuple[str, int], Any], expires: Any) -> PartitionLag:
+        """One committed offset, with its lag (lag.compute's rules written out: this runs for
+        every partition of every group at each scrape) and its time lag when already known."""
+        tp = self.previous_keys.get(key)
+        if tp is None:
+            k = decode_key(key)
+            tp = (k.topic, k.partition)  # type: ignore[union-attr]
+        self.keys[key] = tp
+        value = self.previous_values.get(raw)
+        if value is None:
+            value = decode_offset_commit_value(raw)
+        self.values[raw] = value
+        if tp in self.bounds:
+            bounds = self.bounds[tp]
+        else:
+            bounds = self.bounds[tp] = self.logs.bounds(*tp)
+        member = owners.get(tp)
+        committed = value.offset
+        row = PartitionLag(tp[0], tp[1], committed, None, None, None, None, value.commit_timestamp,
+                           expires(key, tp[0], value) if expires else None,
+                           member.member_id if member else None, member.client_id if member else None,
+                           member.client_host if member else None)
+        if bounds is not None:
+            row.log_start, row.log_end = bounds.start, bounds.end
+            row.lag = offset_lag(committed, bounds)
+            if row.lag == 0:
+                row.time_lag_ms = 0
+            else:
+                needed = first_unconsumed(committed, bounds)
+                self.pending.append((row, needed, self.logs.cached_timestamp(tp[0], tp[1], needed)))
+        return row
+
+    async def time_lags(self, now: int, slicer: Slicer) -> None:
+        """Fill the time lags; timestamps no earlier look read are read now, one call per partition."""
+        wanted: dict[tuple[str, int], set[int]] = {}
+        for row, offset, stamp in self.pending:
+            if stamp is None:
+                wanted.setdefault((row.topic, row.partition), set()).add(offset)
+        read: dict[tuple[str, int, int], int | None] = {}
+        for (topic, partition), offsets in wanted.items():
+            ordered = sorted(offsets)
+            for offset, found in zip(ordered, await self.logs.timestamps(topic, partition, ordered)):
+                read[(topic, partition, offset)] = found
             if slicer.due():
                 await asyncio.sleep(0)
+        for row, offset, stamp in self.pending:
+            if stamp is None:
+                stamp = read.get((row.topic, row.partition, offset))
+            # lag.compute.time_lag_ms for a partition with lag: the record's age, never negative
+            row.time_lag_ms = None if stamp is None or stamp < 0 else max(0, now - stamp)

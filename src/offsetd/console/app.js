@@ -277,7 +277,8 @@ async function groupPage(group, first) {
   const wantHistory = first || !state.history || state.round % HISTORY_EVERY === 0;
   const [lag, history] = await Promise.all([
     getJSON("lag?group=" + encodeURIComponent(group)),
-    wantHistory ? getJSON(`groups/${encodeURIComponent(group)}/history?since_ms=${Math.floor(Date.now() + state.skew - state.range)}`)
+    wantHistory ? getJSON(`groups/${encodeURIComponent(group)}/history?since_ms=${Math.floor(Date.now() + state.skew - state.range)}`
+      + `&points=${chartPoints()}`)
       .catch((err) => ({ error: String(err.message || err) })) : Promise.resolve(state.history),
   ]);
   const now = route();
@@ -298,6 +299,13 @@ async function groupPage(group, first) {
   if (wantHistory) drawCharts();
   main.querySelector("#commands").replaceChildren(...commands(g));
   tick();
+}
+
+function chartPoints() {
+  // One point per two pixels of a chart is as smooth as a line gets; every point costs the broker
+  // a log-end lookup per partition.
+  const width = document.querySelector("#lag-chart")?.clientWidth || (window.innerWidth - 100) / 2;
+  return Math.max(120, Math.min(600, Math.round(width / 2)));
 }
 
 function groupSkeleton(group) {

@@ -198,6 +198,7 @@ async function groupsPage() {
     th.classList.toggle("sorted-desc", th.dataset.key === state.sort.key && state.sort.dir < 0);
   }
   main.querySelector(".count").textContent = `${rows.length} of ${lag.groups.length} groups`;
+  main.querySelector("#cluster").textContent = lag.cluster ? "cluster " + lag.cluster : "";
   summarize(main.querySelector(".cards"), lag.groups);
   tick();
   gradeGroups(rows.slice(0, HEALTH_PER_ROUND).map((g) => g.group));
@@ -206,7 +207,7 @@ async function groupsPage() {
 function groupsSkeleton() {
   const states = ["", "Stable", "Empty", "PreparingRebalance", "CompletingRebalance", "Dead"];
   return h("div", {},
-    h("h1", {}, "Consumer groups"),
+    h("h1", {}, "Consumer groups", h("span", { class: "crumbs", id: "cluster" })),
     h("div", { class: "cards" }),
     h("div", { class: "panel" },
       h("div", { class: "tools" },

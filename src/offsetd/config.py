@@ -195,6 +195,53 @@ def _parse_metrics_listener(raw: str) -> Listener | None:
     return Listener("HTTP", host, port)
 
 
+def _parse_rate(raw: str) -> float | None:
+    """A positive number, or -1 for "off" (None)."""
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ValueError(f"expected a number, got {raw!r}") from None
+    if value == -1:
+        return None
+    if not value > 0:
+        raise ValueError(f"{value} must be positive (or -1: off)")
+    return value
+
+
+def _parse_regex(raw: str) -> re.Pattern[str] | None:
+    """A regular expression matched against whole group ids; empty = none."""
+    text = raw.strip()
+    if not text:
+        return None
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise ValueError(f"{text!r} is not a regular expression: {exc}") from None
+
+
+def _parse_webhook(raw: str) -> str | None:
+    text = raw.strip()
+    if not text:
+        return None
+    if not re.match(r"^https?://[^/\s]+", text):
+        raise ValueError(f"{text!r} is not an http:// or https:// URL")
+    return text
+
+
+def _parse_off(lo: int) -> Callable[[str], int | None]:
+    """An integer >= lo, or -1 for "off" (None)."""
+    parse_int = _parse_int(-1)
+
+    def parse(raw: str) -> int | None:
+        value = parse_int(raw)
+        if value == -1:
+            return None
+        if value < lo:
+            raise ValueError(f"{value} is out of range: at least {lo}, or -1 (off)")
+        return value
+    return parse
+
+
 INT32_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
 
@@ -310,6 +357,29 @@ SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
                                                   "transactional batch is appended."),
     "metrics.listener": (_parse_metrics_listener, "",
                          "Prometheus /metrics and read-only /v1/groups JSON, e.g. http://127.0.0.1:9404 (empty: off)."),
+    # ---- lag alerts (README "Lag: metrics, alerts and the console"); each rule is off at -1
+    "lag.alert.lag.threshold": (_parse_off(1), "-1",
+                                "Alert when a group's lag (records, all its partitions) reaches this."),
+    "lag.alert.lag.growth.rate": (_parse_rate, "-1",
+                                  "Alert when a group's lag grows by at least this many records/s over "
+                                  "lag.alert.lag.growth.window.ms (falling behind while it consumes)."),
+    "lag.alert.lag.growth.window.ms": (_parse_int(1000, INT32_MAX), "300000",
+                                       "The window the lag growth rate is measured over."),
+    "lag.alert.time.lag.threshold.ms": (_parse_off(1), "-1",
+                                        "Alert when a group's oldest unconsumed record is this old."),
+    "lag.alert.expiry.warning.ms": (_parse_off(1), "-1",
+                                    "Alert when a group's first offset expires within this long (KIP-211/496)."),
+    "lag.alert.for.ms": (_parse_int(0, INT32_MAX), "60000",
+                         "A condition fires only after holding this long, and resolves only after clearing "
+                         "this long."),
+    "lag.alert.resolve.ratio": (_parse_ratio, "0.8",
+                                "Hysteresis: an alert resolves once its value is back past threshold x ratio "
+                                "(for the expiry warning: threshold / ratio)."),
+    "lag.alert.interval.ms": (_parse_int(100, INT32_MAX), "10000", "How often the rules are evaluated."),
+    "lag.alert.groups.include": (_parse_regex, "", "Only groups whose whole id matches (empty: all)."),
+    "lag.alert.groups.exclude": (_parse_regex, "", "Groups whose whole id matches are never alerted on."),
+    "lag.alert.webhook.url": (_parse_webhook, "", "POST each firing / resolved event here as JSON (empty: off)."),
+    "lag.alert.webhook.timeout.ms": (_parse_int(1, INT32_MAX), "5000", "Timeout of one webhook POST."),
     # ---- security (reference security.md §1-§3); every listener is PLAINTEXT unless mapped otherwise
     "listener.security.protocol.map": (_parse_protocol_map,
                                        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",

@@ -365,7 +365,8 @@ function partitionRow(p, health) {
     num(p.log_start, "log_start"), num(p.log_end, "log_end"), num(p.lag, "lag"),
     num(p.time_lag_ms, "time_lag_ms", fmtDuration(p.time_lag_ms)),
     h("td", {}, status ? badge("h", status) : "–"),
-    h("td", { class: "mono", title: p.client_id || "" }, p.consumer_id || h("span", { class: "muted" }, "unassigned")),
+    h("td", { class: "mono ellipsis", title: p.consumer_id ? `${p.consumer_id} (client ${p.client_id || "–"})` : "" },
+      p.consumer_id || h("span", { class: "muted" }, "unassigned")),
     h("td", {}, p.host || ""),
     h("td", { title: p.commit_timestamp_ms || "" }, fmtTime(p.commit_timestamp_ms)),
     h("td", { "data-field": "expires_at_ms", "data-value": p.expires_at_ms ?? "" }, countdown(p.expires_at_ms)));
@@ -383,7 +384,7 @@ function membersTable(g) {
   if (!g.member_list.length) return h("p", { class: "muted" }, g.members ? `${g.members} member(s); assignments not available from this source.` : "No members: the group is empty.");
   return h("table", {}, h("thead", {}, h("tr", {}, ["Member", "Instance", "Client", "Host", "Assigned partitions"].map((t) => h("th", {}, t)))),
     h("tbody", {}, g.member_list.map((m) => h("tr", { "data-member": m.member_id },
-      h("td", { class: "mono" }, m.member_id), h("td", {}, m.group_instance_id || "–"), h("td", {}, m.client_id), h("td", {}, m.host),
+      h("td", { class: "mono ellipsis", title: m.member_id }, m.member_id), h("td", {}, m.group_instance_id || "–"), h("td", {}, m.client_id), h("td", {}, m.host),
       h("td", { style: "white-space:normal" }, compactAssignment(m.assignment))))));
 }
 

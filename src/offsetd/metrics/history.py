@@ -10,6 +10,8 @@ health grade is admin/health.py's pure evaluation on the same commits and ends.
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
 
 from ..admin.health import (Commit, EvaluationConfig, PartitionHealth, build_window, evaluate_group,
@@ -24,6 +26,7 @@ from ..storage.log_dir import NotLeader, StorageError
 from ..storage.partition_log import OffsetOutOfRange
 
 READ_CHUNK_BYTES = 1 << 20
+CACHED_GROUPS = 64  # groups whose offsets-log read is kept for the next ask
 TimesQuery = Callable[[str, int, list[int]], Awaitable[list[int | None]]]
 
 
@@ -121,6 +124,16 @@ def _apply(history: CommitHistory, key: Any, value: bytes | None, timestamp: int
                        commit.commit_timestamp if commit.commit_timestamp >= 0 else timestamp)
 
 
+@dataclass(slots=True)
+class _Read:
+    """How far one group's commits have been read from its shard's log, and what they were."""
+
+    generation: int  # the shard runtime's load generation the read belongs to
+    position: int    # the next offset to read
+    history: CommitHistory = field(default_factory=CommitHistory)
+    pending: dict[int, list[Any]] = field(default_factory=dict)  # open transactions' commits, by producer
+
+
 class BrokerHistory:
     """Histories of the groups this broker coordinates (`history(group, since_ms)`), read from the
     shard runtimes' partition logs and LogEnds; a chunk at a time, yielding to the loop between."""
@@ -130,6 +143,7 @@ class BrokerHistory:
         self.log_ends = log_ends
         self.clock = clock
         self._reading = asyncio.Lock()  # one offsets-log read at a time, however many consoles ask
+        self._reads: OrderedDict[str, _Read] = OrderedDict()  # group -> its read so far, least recent first
 
     def _runtime(self, group: str) -> Any:
         runtime = self.runtimes[partition_for(group, len(self.runtimes))]
@@ -140,11 +154,16 @@ class BrokerHistory:
         return runtime
 
     async def commits(self, group: str) -> CommitHistory:
-        """The group's commits as its `__consumer_offsets` partition holds them now."""
+        """The group's commits as its `__consumer_offsets` partition holds them now. The last
+        CACHED_GROUPS groups asked about keep their read: the next ask reads only what was
+        appended since (a console polling a group, or grading the groups in view, rereads nothing)."""
         runtime = self._runtime(group)
         plog = runtime.plog
-        history, pending = CommitHistory(), {}
-        offset = plog.log_start_offset
+        read = self._reads.pop(group, None)
+        if (read is None or read.generation != runtime.generation or read.position > plog.last_stable_offset
+                or read.position < plog.log_start_offset):  # reloaded, truncated, or deleted past us: start over
+            read = _Read(runtime.generation, plog.log_start_offset)
+        offset = read.position
         while offset < plog.last_stable_offset:
             try:
                 data, _aborted = plog.read_committed(offset, READ_CHUNK_BYTES)
@@ -159,8 +178,8 @@ class BrokerHistory:
                 break
             chunk = bytes(data)
             # A read starts at the batch holding `offset`: skip its records read before.
-            read_commits((r for r in iter_log_records(chunk, decompress=decompress) if r[0] >= offset), group, history,
-                         pending)
+            read_commits((r for r in iter_log_records(chunk, decompress=decompress) if r[0] >= offset), group,
+                         read.history, read.pending)
             last = offset - 1
             for _, header in iter_batches(chunk):
                 last = header.base_offset + header.last_offset_delta
@@ -168,13 +187,19 @@ class BrokerHistory:
                 break
             offset = last + 1
             await asyncio.sleep(0)
-        return history
+        read.position = offset
+        self._reads[group] = read
+        while len(self._reads) > CACHED_GROUPS:
+            self._reads.popitem(last=False)
+        return read.history
 
     async def history(self, group: str, since_ms: int, points: int = MAX_POINTS) -> dict[str, Any]:
         """The group's lag series since `since_ms` and its health; raises HistoryUnavailable."""
+        await self.log_ends.refresh()  # cluster mode: partitions led elsewhere, from PostgreSQL
         async with self._reading:
             commits = await self.commits(group)
-        await self.log_ends.refresh()  # cluster mode: partitions led elsewhere, from PostgreSQL
+        # From here to the plan's copy of the commits (build_history's first lines) nothing awaits,
+        # so a concurrent read of the same group cannot change them underneath.
         bounds = {tp: self.log_ends.bounds(*tp) for tp in commits.partitions}
         return await build_history(group, commits, bounds, self.log_ends.offsets_for_times,
                                    self.log_ends.timestamps, since_ms, self.clock(), points)

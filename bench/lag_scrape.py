@@ -60,7 +60,6 @@ def build(directory: Path, groups: int, partitions: int) -> BrokerLagSource:
 
 async def scrape(source: BrokerLagSource) -> tuple[float, float, int, int]:
     """One scrape as /metrics builds it: (wall s, CPU s, bytes, samples with lag)."""
-    source._last = None  # no coalescing: every scrape takes a fresh look
     wall, cpu = time.perf_counter(), time.process_time()
     snapshot = await source.snapshot()
     out: list[bytes] = []

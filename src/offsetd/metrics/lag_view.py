@@ -6,8 +6,9 @@ A look at 2,000 groups x 10 partitions must take well under 100 ms, so nothing i
 the shards keep offsets as the raw `__consumer_offsets` key and value bytes, and a value's bytes
 never change once written (a new commit stores a new object), so decoded keys and values are kept
 in dicts keyed by those bytes and dropped when they stop being used. The work is cooperative
-(pauses between ~5 ms slices) so Kafka clients keep being served; callers arriving within
-`COALESCE_MS` of a look share it (Prometheus, the alert rules and the console ask independently).
+(pauses between ~5 ms slices) so Kafka clients keep being served; callers arriving while a look
+is being taken share it (Prometheus, the alert rules and the console ask independently), and a
+look never outlives its answer, so a commit acknowledged before a request is in what it gets.
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ from ..lag.model import GroupLag, GroupMember, LagSnapshot, PartitionLag
 from ..records.offsets import decode_key, decode_offset_commit_value, parse_assignment_partitions
 from .snapshot import Slicer
 
-COALESCE_MS = 1000
-
 
 class BrokerLagSource:
     """LagSource over this broker's coordinator shards (the groups it coordinates) and LogEnds."""
@@ -33,14 +32,10 @@ class BrokerLagSource:
         self.clock = clock
         self._keys: dict[bytes, tuple[str, int]] = {}   # offset key bytes -> (topic, partition)
         self._values: dict[bytes, Any] = {}             # offset value bytes -> OffsetCommitValue
-        self._last: LagSnapshot | None = None
-        self._last_at = float("-inf")
         self._taking: asyncio.Future[LagSnapshot] | None = None
 
     async def snapshot(self) -> LagSnapshot:
-        """A look at lag no older than COALESCE_MS (a look in progress is shared)."""
-        if self._last is not None and time.monotonic() * 1000 - self._last_at < COALESCE_MS:
-            return self._last
+        """A fresh look at lag (one in progress when the call arrives is shared)."""
         if self._taking is None:
             self._taking = asyncio.ensure_future(self._take())
         taking = self._taking
@@ -70,7 +65,6 @@ class BrokerLagSource:
         snapshot.groups.sort(key=lambda g: g.group)
         snapshot.partitions = self.logs.ends()
         snapshot.seconds = time.perf_counter() - started
-        self._last, self._last_at = snapshot, time.monotonic() * 1000
         return snapshot
 
 

@@ -236,13 +236,20 @@ class Cluster:
     def offsets_for_timestamp(self, partitions: Iterable[TP], timestamp_ms: int) -> dict[TP, int | None]:
         """The first offset whose record timestamp is >= `timestamp_ms`, per partition; None where
         no such record exists (Kafka then falls back to the log end)."""
+        return {tp: None if found is None else found[0]
+                for tp, found in self.list_offsets_by_time(partitions, timestamp_ms).items()}
+
+    def list_offsets_by_time(self, partitions: Iterable[TP], timestamp_ms: int) -> dict[TP, tuple[int, int] | None]:
+        """ListOffsets by time: (the first offset whose record timestamp is >= `timestamp_ms`, that
+        record's timestamp) per partition; None where no such record exists."""
         partitions = sorted(set(partitions))
         found = self._list_offsets({tp: OffsetSpec.for_timestamp(timestamp_ms) for tp in partitions})
-        result: dict[TP, int | None] = {}
+        result: dict[TP, tuple[int, int] | None] = {}
         for tp in partitions:
-            if found[tp] is None:
+            answer = found[tp]
+            if answer is None:
                 raise ToolError(f"Error getting offset by timestamp of topic partition: {tp}")
-            result[tp] = found[tp][0] if found[tp][0] >= 0 else None
+            result[tp] = answer if answer[0] >= 0 else None
         return result
 
     def _list_offsets(self, specs: dict[TP, OffsetSpec]) -> dict[TP, tuple[int, int] | None]:

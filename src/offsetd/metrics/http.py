@@ -244,7 +244,9 @@ class MetricsHttpServer:
         if route == "console":
             return console_file(path[len(CONSOLE_PREFIX):])
         if route == "/metrics":
-            return Response(200, await self.metrics(), CONTENT_TYPE)
+            if isinstance(self.guard, OpenGuard):
+                return Response(200, await self.metrics(), CONTENT_TYPE)
+            return Response(200, await self._build_metrics(caller), CONTENT_TYPE)  # the caller's own view
         if route == "/v1/lag":
             return await self.lag_json(caller, query.get("group"))
         if route == "/v1/topics":
@@ -346,12 +348,18 @@ class MetricsHttpServer:
         if not future.cancelled():
             future.exception()  # retrieved here so an unawaited failure is not logged as "never retrieved"
 
-    async def _build_metrics(self) -> bytes:
+    async def _build_metrics(self, caller: Caller | None = None) -> bytes:
+        """The /metrics payload; with a caller (security on), only the groups and topics it may
+        describe have series."""
         snapshot, out = Snapshot(), []
         await pace(take_snapshot(self.runtimes, snapshot))
+        if caller is not None:
+            for shard in snapshot.shards:
+                shard.groups = [r for r in shard.groups if self.guard.may_describe_group(caller, r[0])]
         await pace(render(snapshot, out))
         if self.lag is not None:
-            await pace(render_lag(await self.lag.snapshot(), out))
+            lag = await self.lag.snapshot()
+            await pace(render_lag(lag if caller is None else self.guard.visible(caller, lag), out))
         if self.collectors:
             out.append(generate_latest(_Collectors(self.collectors)))
         return b"".join(out)

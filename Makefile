@@ -38,8 +38,9 @@ cluster: $(VENV)/.run-deps postgresql
 	$(PY) -m offsetd.dev.cluster --config $(CONFIG) $(CLUSTER_ARGS)
 
 # System tools the suite drives, from Debian's packages, installed when missing (as root or via
-# sudo): kcat, a Java 17+ runtime for Spark, Chromium to render the Spark report, and PostgreSQL
-# (cluster mode's engine; the tests start their own throwaway servers with its binaries).
+# sudo): kcat, a Java 17+ runtime for Spark, Chromium (the Spark report, the lag console's browser
+# tests), Prometheus (promtool and a server that scrapes a broker for the shipped dashboard's
+# queries) and PostgreSQL (cluster mode's engine; the tests start their own throwaway servers).
 APT_INSTALL = SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq
 
@@ -51,6 +52,8 @@ tools: postgresql
 	  $(APT_INSTALL) default-jre-headless >/dev/null; }
 	@command -v chromium >/dev/null 2>&1 || { echo "installing chromium (Debian package)"; \
 	  $(APT_INSTALL) chromium >/dev/null; }
+	@command -v promtool >/dev/null 2>&1 || { echo "installing prometheus and promtool (Debian package)"; \
+	  $(APT_INSTALL) prometheus >/dev/null; }
 
 postgresql:
 	@{ ls /usr/lib/postgresql/*/bin/initdb || command -v initdb; } >/dev/null 2>&1 || { \

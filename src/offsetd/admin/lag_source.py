@@ -13,6 +13,7 @@ import time
 
 from ..lag.compute import record_needed
 from ..lag.model import GroupLag, GroupMember, LagSnapshot, PartitionLag, TopicPartitionEnds
+from ..metrics.lag_view import SharedLook
 from .cluster import Cluster
 from .describe import offset_rows, partition_owners
 from .model import TP
@@ -26,17 +27,7 @@ class AdminLagSource:
     def __init__(self, cluster: Cluster, include: re.Pattern[str] | None = None) -> None:
         self.cluster = cluster
         self.include = include  # only groups whose whole id matches (None: all)
-        self._taking: asyncio.Future[LagSnapshot] | None = None
-
-    async def snapshot(self) -> LagSnapshot:
-        if self._taking is None:
-            self._taking = asyncio.ensure_future(asyncio.to_thread(self.take))
-        taking = self._taking
-        try:
-            return await asyncio.shield(taking)
-        finally:
-            if taking.done() and self._taking is taking:
-                self._taking = None
+        self.snapshot = SharedLook(lambda: asyncio.to_thread(self.take))
 
     def take(self) -> LagSnapshot:
         """One look (blocking): every group the principal may describe, with lag per partition."""

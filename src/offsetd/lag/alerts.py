@@ -183,38 +183,20 @@ class AlertEvaluator:
             bad, clear = value >= threshold, value < threshold * ratio
         else:
             bad, clear = value <= threshold, value > threshold / ratio
-        held = now - track.since_ms >= self.rules.for_ms
-        if track.state is State.OK:
-            if bad:
-                track.state, track.since_ms = State.PENDING, now
-                if self.rules.for_ms <= 0:
-                    return self._fire(rule, group, track, threshold, now)
-        elif track.state is State.PENDING:
-            if not bad:
-                track.state = State.OK
-            elif held:
-                return self._fire(rule, group, track, threshold, now)
-        elif track.state is State.FIRING:
-            if clear:
-                track.state, track.since_ms = State.RESOLVING, now
-                if self.rules.for_ms <= 0:
-                    return self._resolve(rule, group, track, threshold, now)
-        elif track.state is State.RESOLVING:
-            if not clear:
-                track.state = State.FIRING
-            elif held:
-                return self._resolve(rule, group, track, threshold, now)
-        return None
-
-    @staticmethod
-    def _fire(rule: Rule, group: str, track: _Track, threshold: float, now: int) -> AlertEvent:
-        track.state = State.FIRING
-        return AlertEvent("firing", rule.name, group, track.value, threshold, rule.unit, now, track.since_ms)
-
-    @staticmethod
-    def _resolve(rule: Rule, group: str, track: _Track, threshold: float, now: int) -> AlertEvent:
-        track.state = State.OK
-        return AlertEvent("resolved", rule.name, group, track.value, threshold, rule.unit, now, track.since_ms)
+        # Two symmetric halves: from OK, "bad" leads through PENDING to FIRING; from FIRING,
+        # "clear" leads through RESOLVING back to OK. Each crossing must hold for `for_ms`.
+        firing_side = track.state in (State.FIRING, State.RESOLVING)
+        settled, waiting = (State.FIRING, State.RESOLVING) if firing_side else (State.OK, State.PENDING)
+        if not (clear if firing_side else bad):
+            track.state = settled
+            return None
+        if track.state is settled:
+            track.state, track.since_ms = waiting, now
+        if now - track.since_ms < self.rules.for_ms:
+            return None
+        track.state = State.OK if firing_side else State.FIRING
+        return AlertEvent("resolved" if firing_side else "firing", rule.name, group, value, threshold, rule.unit,
+                          now, track.since_ms)
 
 
 def rules_from_config(get: Callable[[str], object]) -> AlertRules:

@@ -15,12 +15,30 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 from ..lag.compute import LogBounds, first_unconsumed, offset_lag
 from ..lag.model import GroupLag, GroupMember, LagSnapshot, PartitionLag
 from ..records.offsets import decode_key, decode_offset_commit_value, parse_assignment_partitions
 from .snapshot import Slicer
+
+
+class SharedLook:
+    """At most one look at a time: callers arriving while one is taken wait for it and share it."""
+
+    def __init__(self, take: Callable[[], Awaitable[LagSnapshot]]) -> None:
+        self._take = take
+        self._taking: asyncio.Future[LagSnapshot] | None = None
+
+    async def __call__(self) -> LagSnapshot:
+        if self._taking is None:
+            self._taking = asyncio.ensure_future(self._take())
+        taking = self._taking
+        try:
+            return await asyncio.shield(taking)
+        finally:
+            if taking.done() and self._taking is taking:
+                self._taking = None
 
 
 class BrokerLagSource:
@@ -32,18 +50,7 @@ class BrokerLagSource:
         self.clock = clock
         self._keys: dict[bytes, tuple[str, int]] = {}   # offset key bytes -> (topic, partition)
         self._values: dict[bytes, Any] = {}             # offset value bytes -> OffsetCommitValue
-        self._taking: asyncio.Future[LagSnapshot] | None = None
-
-    async def snapshot(self) -> LagSnapshot:
-        """A fresh look at lag (one in progress when the call arrives is shared)."""
-        if self._taking is None:
-            self._taking = asyncio.ensure_future(self._take())
-        taking = self._taking
-        try:
-            return await asyncio.shield(taking)
-        finally:
-            if taking.done() and self._taking is taking:
-                self._taking = None
+        self.snapshot = SharedLook(self._take)  # a fresh look (one in progress when asked is shared)
 
     async def _take(self) -> LagSnapshot:
         started = time.perf_counter()

@@ -27,28 +27,30 @@ _LISTENING = re.compile(r"metrics listening on (http://127\.0\.0\.1:\d+)")
 def secure(tmp_path_factory):
     broker = BrokerProcess(tmp_path_factory.mktemp("http-sec") / "data",
                            secured_overrides(**{"metrics.listener": "http://127.0.0.1:0"})).start()
-    url = wait_for(lambda: _LISTENING.search(broker.log()), message="metrics listening").group(1)
-    admin = conf(broker.bootstrap, "admin")
-    producer = Producer(admin)
-    for topic in ("visible", "hidden"):
-        for i in range(10):
-            producer.produce(topic, value=b"x")
-    assert producer.flush(30) == 0
-    for group, topics in (("alice-app", ("visible", "hidden")), ("other-app", ("visible",))):
-        consumer = Consumer({**admin, "group.id": group, "enable.auto.commit": False})
-        consumer.commit(offsets=[TopicPartition(t, 0, 4) for t in topics], asynchronous=False)
-        consumer.close()
-    # alice may describe her group and one topic; carol is a SCRAM user with no ACL at all
-    grant(broker.bootstrap, binding("alice", GROUP, "alice-app", AclOperation.DESCRIBE),
-          binding("alice", TOPIC, "visible", AclOperation.DESCRIBE))
-    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)
-    client = AdminClient(admin)  # kept: its futures need the handle
-    futures = client.alter_user_scram_credentials(
-        [UserScramCredentialUpsertion("carol", info, b"carol-secret")])
-    for future in futures.values():
-        future.result(15)
-    yield broker, url
-    broker.stop()
+    try:
+        url = wait_for(lambda: _LISTENING.search(broker.log()), message="metrics listening").group(1)
+        admin = conf(broker.bootstrap, "admin")
+        producer = Producer(admin)
+        for topic in ("visible", "hidden"):
+            for i in range(10):
+                producer.produce(topic, value=b"x")
+        assert producer.flush(30) == 0
+        for group, topics in (("alice-app", ("visible", "hidden")), ("other-app", ("visible",))):
+            consumer = Consumer({**admin, "group.id": group, "enable.auto.commit": False})
+            consumer.commit(offsets=[TopicPartition(t, 0, 4) for t in topics], asynchronous=False)
+            consumer.close()
+        # alice may describe her group and one topic; carol is a SCRAM user with no ACL at all
+        grant(broker.bootstrap, binding("alice", GROUP, "alice-app", AclOperation.DESCRIBE),
+              binding("alice", TOPIC, "visible", AclOperation.DESCRIBE))
+        info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)
+        client = AdminClient(admin)  # kept: its futures need the handle
+        futures = client.alter_user_scram_credentials(
+            [UserScramCredentialUpsertion("carol", info, b"carol-secret")])
+        for future in futures.values():
+            future.result(15)
+        yield broker, url
+    finally:
+        broker.stop()
 
 
 def get(url: str, user: str | None = None, password: str | None = None) -> tuple[int, bytes]:

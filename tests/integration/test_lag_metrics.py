@@ -59,10 +59,12 @@ def world(tmp_path_factory):
         "metrics.listener": "http://127.0.0.1:0", "offsets.retention.minutes": str(RETENTION_MINUTES),
         "lag.alert.lag.threshold": "500", "lag.alert.for.ms": "0", "lag.alert.interval.ms": "200",
         "lag.alert.groups.include": "alerting-.*", "lag.alert.webhook.url": hook.url}).start()
-    broker.metrics_url = wait_for(lambda: _LISTENING.search(broker.log()), message="metrics listening").group(1)
-    yield broker, hook
-    broker.stop()
-    hook.close()
+    try:
+        broker.metrics_url = wait_for(lambda: _LISTENING.search(broker.log()), message="metrics listening").group(1)
+        yield broker, hook
+    finally:
+        broker.stop()
+        hook.close()
 
 
 def unique(prefix: str) -> str:

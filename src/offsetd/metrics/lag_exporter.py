@@ -35,6 +35,9 @@ is formatted once per partition and reused by every family that carries it.
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import add as add_strings
+from operator import itemgetter, truediv
 from typing import Iterator
 
 from ..lag.model import LagSnapshot, PartitionLag
@@ -94,82 +97,96 @@ def _prefixes(group: str, topic: str, partition: int, cluster: str, p: Partition
 
 def render_lag(snapshot: LagSnapshot, out: list[bytes], slicer: Slicer | None = None) -> Iterator[None]:
     """Cooperative generator appending the lag families' exposition text to `out` (it yields when
-    a time slice is used up). Each family is collected into its own list of lines first, so the
-    page holds every family in one piece, as the text format requires."""
+    a time slice is used up). Each family's lines are gathered first, so the page holds every
+    family in one piece, as the text format requires. The per-partition lines are joined at the
+    end by C-level maps (label prefix + value), which is most of a large page."""
     global _labels, _labels_cluster
     slicer = slicer or Slicer()
     lines: dict[str, list[str]] = {name: [] for name in FAMILIES}
+
+    def add(family: str, labels: str, value: object) -> None:
+        lines[family].append(f"{family}{{{labels}}} {value}")
+
     cluster = _escape(snapshot.cluster)
     previous = _labels if _labels_cluster == cluster else {}
     labels: _LabelCache = {}
     now = snapshot.taken_at_ms
-    e_offset, e_lag = lines["kafka_consumergroup_current_offset"], lines["kafka_consumergroup_lag"]
-    g_offset, g_lag, g_seconds = (lines["kafka_consumergroup_group_offset"], lines["kafka_consumergroup_group_lag"],
-                                  lines["kafka_consumergroup_group_lag_seconds"])
+    rows: list[tuple[str, ...]] = []        # label prefixes of every committed partition ...
+    offsets: list[int] = []                 # ... and its committed offset
+    lag_rows: list[tuple[str, ...]] = []    # the same for partitions with a known lag
+    lags: list[int] = []
+    time_rows: list[tuple[str, ...]] = []   # and with a known time lag
+    times_ms: list[int] = []
     for group in snapshot.groups:
         name = _escape(group.group)
         simple = "true" if not group.protocol_type else "false"
-        lines["kafka_consumergroup_members"].append(f'kafka_consumergroup_members{{consumergroup="{name}"}} {group.members}')
-        lines["offsetd_consumergroup_state"].append(f'offsetd_consumergroup_state{{consumergroup="{name}",state="{group.state}"}} 1')
+        add("kafka_consumergroup_members", f'consumergroup="{name}"', group.members)
+        add("offsetd_consumergroup_state", f'consumergroup="{name}",state="{group.state}"', 1)
         if group.earliest_expiry_ms is not None:
-            lines["offsetd_consumergroup_offsets_expire_seconds"].append(
-                f'offsetd_consumergroup_offsets_expire_seconds{{consumergroup="{name}"}} {max(0, group.earliest_expiry_ms - now) / 1000}')
+            add("offsetd_consumergroup_offsets_expire_seconds", f'consumergroup="{name}"',
+                max(0, group.earliest_expiry_ms - now) / 1000)
         offset_sums: dict[str, int] = {}
         lag_sums: dict[str, int] = {}
-        max_lag = max_seconds = None
+        max_lag = max_ms = -1
         for p in group.partitions:
             if p.committed is None:
                 continue
             key = (group.group, p.topic, p.partition, p.host, p.consumer_id, p.client_id)
-            prefixes = previous.get(key)
-            if prefixes is None:
-                prefixes = _prefixes(name, _escape(p.topic), p.partition, cluster, p)
+            prefixes = previous.get(key) or _prefixes(name, _escape(p.topic), p.partition, cluster, p)
             labels[key] = prefixes
-            committed = str(p.committed)
-            e_offset.append(prefixes[0] + committed)
-            g_offset.append(prefixes[1] + committed)
+            rows.append(prefixes)
+            offsets.append(p.committed)
             offset_sums[p.topic] = offset_sums.get(p.topic, 0) + p.committed
             if p.lag is not None:
-                lag = str(p.lag)
-                e_lag.append(prefixes[2] + lag)
-                g_lag.append(prefixes[3] + lag)
+                lag_rows.append(prefixes)
+                lags.append(p.lag)
                 lag_sums[p.topic] = lag_sums.get(p.topic, 0) + p.lag
-                max_lag = p.lag if max_lag is None or p.lag > max_lag else max_lag
+                max_lag = max(max_lag, p.lag)
             if p.time_lag_ms is not None:
-                seconds = p.time_lag_ms / 1000
-                g_seconds.append(prefixes[4] + str(seconds))
-                max_seconds = seconds if max_seconds is None or seconds > max_seconds else max_seconds
+                time_rows.append(prefixes)
+                times_ms.append(p.time_lag_ms)
+                max_ms = max(max_ms, p.time_lag_ms)
         for topic, total in offset_sums.items():
-            lines["kafka_consumergroup_current_offset_sum"].append(
-                f'kafka_consumergroup_current_offset_sum{{consumergroup="{name}",topic="{_escape(topic)}"}} {total}')
+            add("kafka_consumergroup_current_offset_sum", f'consumergroup="{name}",topic="{_escape(topic)}"', total)
         for topic, total in lag_sums.items():
-            lines["kafka_consumergroup_lag_sum"].append(f'kafka_consumergroup_lag_sum{{consumergroup="{name}",topic="{_escape(topic)}"}} {total}')
-            lines["kafka_consumergroup_group_topic_sum_lag"].append(
-                f'kafka_consumergroup_group_topic_sum_lag{{cluster_name="{cluster}",group="{name}",topic="{_escape(topic)}"}} {total}')
+            add("kafka_consumergroup_lag_sum", f'consumergroup="{name}",topic="{_escape(topic)}"', total)
+            add("kafka_consumergroup_group_topic_sum_lag", f'cluster_name="{cluster}",group="{name}",'
+                f'topic="{_escape(topic)}"', total)
         if lag_sums:
-            lines["kafka_consumergroup_group_sum_lag"].append(
-                f'kafka_consumergroup_group_sum_lag{{cluster_name="{cluster}",group="{name}"}} {sum(lag_sums.values())}')
-            lines["kafka_consumergroup_group_max_lag"].append(
-                f'kafka_consumergroup_group_max_lag{{cluster_name="{cluster}",group="{name}",is_simple_consumer="{simple}"}} {max_lag}')
-        if max_seconds is not None:
-            lines["kafka_consumergroup_group_max_lag_seconds"].append(
-                f'kafka_consumergroup_group_max_lag_seconds{{cluster_name="{cluster}",group="{name}",is_simple_consumer="{simple}"}} {max_seconds}')
-            lines["offsetd_consumergroup_max_lag_seconds"].append(f'offsetd_consumergroup_max_lag_seconds{{consumergroup="{name}"}} {max_seconds}')
+            add("kafka_consumergroup_group_sum_lag", f'cluster_name="{cluster}",group="{name}"', sum(lag_sums.values()))
+            add("kafka_consumergroup_group_max_lag", f'cluster_name="{cluster}",group="{name}",'
+                f'is_simple_consumer="{simple}"', max_lag)
+        if max_ms >= 0:
+            add("kafka_consumergroup_group_max_lag_seconds", f'cluster_name="{cluster}",group="{name}",'
+                f'is_simple_consumer="{simple}"', max_ms / 1000)
+            add("offsetd_consumergroup_max_lag_seconds", f'consumergroup="{name}"', max_ms / 1000)
         if slicer.due():
             yield
     _labels, _labels_cluster = labels, cluster
+    offset_text = list(map(str, offsets))
+    lag_text = list(map(str, lags))
+    seconds_text = list(map(str, map(truediv, times_ms, repeat(1000))))
+    for family, index, prefixed, values in (
+            ("kafka_consumergroup_current_offset", 0, rows, offset_text),
+            ("kafka_consumergroup_group_offset", 1, rows, offset_text),
+            ("kafka_consumergroup_lag", 2, lag_rows, lag_text),
+            ("kafka_consumergroup_group_lag", 3, lag_rows, lag_text),
+            ("kafka_consumergroup_group_lag_seconds", 4, time_rows, seconds_text)):
+        lines[family] = list(map(add_strings, map(itemgetter(index), prefixed), values))
+        if slicer.due():
+            yield
     partitions: dict[str, int] = {}
     for tp in snapshot.partitions:
         topic = _escape(tp.topic)
         partitions[topic] = partitions.get(topic, 0) + 1
-        short = f'{{topic="{topic}",partition="{tp.partition}"}} '
-        long = f'{{cluster_name="{cluster}",topic="{topic}",partition="{tp.partition}"}} '
-        lines["kafka_topic_partition_current_offset"].append(f"kafka_topic_partition_current_offset{short}{tp.log_end}")
-        lines["kafka_topic_partition_oldest_offset"].append(f"kafka_topic_partition_oldest_offset{short}{tp.log_start}")
-        lines["kafka_partition_latest_offset"].append(f"kafka_partition_latest_offset{long}{tp.log_end}")
-        lines["kafka_partition_earliest_offset"].append(f"kafka_partition_earliest_offset{long}{tp.log_start}")
-    lines["kafka_topic_partitions"].extend(f'kafka_topic_partitions{{topic="{topic}"}} {count}'
-                                           for topic, count in partitions.items())
+        short = f'topic="{topic}",partition="{tp.partition}"'
+        long = f'cluster_name="{cluster}",topic="{topic}",partition="{tp.partition}"'
+        add("kafka_topic_partition_current_offset", short, tp.log_end)
+        add("kafka_topic_partition_oldest_offset", short, tp.log_start)
+        add("kafka_partition_latest_offset", long, tp.log_end)
+        add("kafka_partition_earliest_offset", long, tp.log_start)
+    for topic, count in partitions.items():
+        add("kafka_topic_partitions", f'topic="{topic}"', count)
     for name, help_text in FAMILIES.items():
         samples = lines[name]
         samples.append("")  # the family's last line ends with a newline too

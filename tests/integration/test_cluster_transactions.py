@@ -146,10 +146,12 @@ def test_a_leader_asks_the_remote_coordinator_before_a_first_transactional_batch
                  timeout=30, message="a transaction coordinator")
     coordinator = wait_for(lambda: _txn_coordinator(cluster.bootstrap, txn_id), timeout=20,
                            message="the coordinator in Metadata")
-    # one Metadata answer per partition, kept: a second lookup may come from a broker whose view lags
-    partition, leader = wait_for(lambda: next(((p, led) for p, led in ((p, leader_of(cluster.bootstrap, "verified", p))
-                                                                    for p in range(12)) if led not in (coordinator, -1)),
-                                              None), timeout=20, message="a partition led by another broker")
+    def led_elsewhere() -> tuple[int, int] | None:
+        """(partition, its leader) for one led by a broker other than the coordinator's, from one
+        Metadata answer (a second lookup may come from a broker whose view lags)."""
+        topic = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics("verified", timeout=10).topics["verified"]
+        return next(((p.id, p.leader) for p in topic.partitions.values() if p.leader not in (coordinator, -1)), None)
+    partition, leader = wait_for(led_elsewhere, timeout=20, message="a partition led by another broker")
     with RawClient(cluster.broker(coordinator).bootstrap) as coord:
         init = wait_for(lambda: _ok(coord.call(22, 3, load_request_schema(22, 3)(
             transactional_id=txn_id, transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1,

@@ -29,7 +29,7 @@ from offsetd.config import BrokerConfig  # noqa: E402
 from offsetd.coordinator.config import GroupCoordinatorConfig  # noqa: E402
 from offsetd.coordinator.shard import GroupCoordinatorShard  # noqa: E402
 from offsetd.metrics.lag_exporter import render_lag  # noqa: E402
-from offsetd.metrics.lag_view import BrokerLagSource  # noqa: E402
+from offsetd.metrics.lag_view import BrokerLagSource, collector_paused  # noqa: E402
 from offsetd.metrics.snapshot import Slicer  # noqa: E402
 from offsetd.records.batch import build_batch  # noqa: E402
 from offsetd.records.offsets import OffsetCommitKey, OffsetCommitValue, partition_for  # noqa: E402
@@ -63,8 +63,9 @@ async def scrape(source: BrokerLagSource) -> tuple[float, float, int, int]:
     wall, cpu = time.perf_counter(), time.process_time()
     snapshot = await source.snapshot()
     out: list[bytes] = []
-    for _ in render_lag(snapshot, out, Slicer()):
-        await asyncio.sleep(0)
+    with collector_paused():  # as the metrics listener renders it
+        for _ in render_lag(snapshot, out, Slicer()):
+            await asyncio.sleep(0)
     lagging = sum(1 for g in snapshot.groups for p in g.partitions if p.lag)
     return time.perf_counter() - wall, time.process_time() - cpu, sum(map(len, out)), lagging
 

@@ -44,6 +44,7 @@ from .exporter import CONTENT_TYPE, render
 from .guard import Caller, Guard, OpenGuard, Unauthorized
 from .history import HistoryUnavailable
 from .lag_exporter import render_lag
+from .lag_view import collector_paused
 from .snapshot import (CoordinatorUnavailable, GroupNotFound, Runtime, Slicer, Snapshot, group_detail, rows_json,
                        take_snapshot)
 
@@ -359,7 +360,8 @@ class MetricsHttpServer:
         await pace(render(snapshot, out))
         if self.lag is not None:
             lag = await self.lag.snapshot()
-            await pace(render_lag(lag if caller is None else self.guard.visible(caller, lag), out))
+            with collector_paused():
+                await pace(render_lag(lag if caller is None else self.guard.visible(caller, lag), out))
         if self.collectors:
             out.append(generate_latest(_Collectors(self.collectors)))
         return b"".join(out)

@@ -598,6 +598,14 @@ def decode_value(
 # ---------------------------------------------------------------------------------------------
 
 
+def _consumer_protocol_count(d: bytes) -> int | None:
+    """The topic count after the int16 version of a "consumer" protocol subscription or
+    assignment (None: a negative version or an impossible count). Raises struct.error if short."""
+    version, = _h_unpack(d, 0)
+    (count,) = _i_unpack(d, 2)
+    return None if version < 0 or count < 0 or count > len(d) else count
+
+
 def parse_subscription_topics(metadata: bytes | bytearray | memoryview | None) -> list[str] | None:
     """Topics of "consumer" JoinGroup member metadata (v0 layout, later fields ignored); None if unparsable."""
     # int16 version | int32 topic count | (int16 length + UTF-8)* | bytes userData (int32 length,
@@ -606,11 +614,8 @@ def parse_subscription_topics(metadata: bytes | bytearray | memoryview | None) -
         return None
     d = _as_bytes(metadata)
     try:
-        version, = _h_unpack(d, 0)
-        if version < 0:
-            return None
-        (count,) = _i_unpack(d, 2)
-        if count < 0 or count > len(d):
+        count = _consumer_protocol_count(d)
+        if count is None:
             return None
         p = 6
         topics: list[str] = []
@@ -636,11 +641,8 @@ def parse_assignment_partitions(assignment: bytes | bytearray | memoryview | Non
         return [] if assignment is not None else None
     d = _as_bytes(assignment)
     try:
-        version, = _h_unpack(d, 0)
-        if version < 0:
-            return None
-        (count,) = _i_unpack(d, 2)
-        if count < 0 or count > len(d):
+        count = _consumer_protocol_count(d)
+        if count is None:
             return None
         p = 6
         pairs: list[tuple[str, int]] = []

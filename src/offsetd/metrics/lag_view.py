@@ -2,8 +2,8 @@
 and record timestamps from its logs (broker/log_ends.LogEnds). No client round trip, no request to
 another broker.
 
-A look at 2,000 groups x 10 partitions must take well under 100 ms, so nothing is decoded twice:
-the shards keep offsets as the raw `__consumer_offsets` key and value bytes, and a value's bytes
+A look runs at every scrape over every committed partition, so nothing is decoded twice: the
+shards keep offsets as the raw `__consumer_offsets` key and value bytes, and a value's bytes
 never change once written (a new commit stores a new object), so decoded keys and values are kept
 in dicts keyed by those bytes and dropped when they stop being used. The work is cooperative
 (pauses between ~5 ms slices) so Kafka clients keep being served; callers arriving while a look

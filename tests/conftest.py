@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,23 @@ from small_disk import SmallDisk  # noqa: E402
 from postgres_server import pg_dsn, postgres_server, private_postgres  # noqa: E402,F401
 from cluster_process import cluster_factory  # noqa: E402,F401
 from pg_proxy import pg_proxy  # noqa: E402,F401
+
+
+def _client_io_threads() -> set[threading.Thread]:
+    """kafka-python runs one daemon IO thread per client, named kafka-io-<client_id>."""
+    return {t for t in threading.enumerate() if t.name.startswith("kafka-io-")}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kafka_python_clients_closed():
+    """A module must close the kafka-python clients it opens: a forgotten one keeps reconnecting
+    to its stopped broker through every later test, and its retries land in their logs and CPU."""
+    before = _client_io_threads()
+    yield
+    deadline = time.monotonic() + 5
+    while (left := _client_io_threads() - before) and time.monotonic() < deadline:
+        time.sleep(0.05)  # a client closed from another thread stops its IO thread asynchronously
+    assert not left, f"kafka-python clients left open: {sorted(t.name for t in left)}"
 
 
 @pytest.fixture

@@ -74,8 +74,19 @@ def admin_commit(bootstrap: str, group: str, offsets: list[TopicPartition]) -> N
     assert commit_error(bootstrap, "admin", group, offsets) == OK
 
 
-def kp_admin(bootstrap: str, user: str) -> KafkaAdminClient:
-    return KafkaAdminClient(**kafka_python_conf(bootstrap, user), request_timeout_ms=10000)
+@pytest.fixture
+def kp_admin():
+    """`kp_admin(bootstrap, user)`: a kafka-python admin client as `user`, closed after the test
+    (an unclosed one keeps reconnecting to the stopped broker through later tests)."""
+    opened: list[KafkaAdminClient] = []
+
+    def make(bootstrap: str, user: str) -> KafkaAdminClient:
+        opened.append(KafkaAdminClient(**kafka_python_conf(bootstrap, user), request_timeout_ms=10000))
+        return opened[-1]
+
+    yield make
+    for admin in opened:
+        admin.close()
 
 
 # ------------------------------------------------------------------------------ commit
@@ -94,7 +105,7 @@ def test_commit_needs_read_on_the_group_then_read_on_the_topic(secured):
     assert commit_error(b, "alice", "app", offsets) == OK
 
 
-def test_topic_read_without_a_group_acl_is_a_group_error(secured):
+def test_topic_read_without_a_group_acl_is_a_group_error(secured, kp_admin):
     b = secured.bootstrap
     grant(b, binding("alice", TOPIC, "orders", Op.READ))
     with pytest.raises(kerr.GroupAuthorizationFailedError):  # FindCoordinator: DESCRIBE on the group
@@ -104,7 +115,7 @@ def test_topic_read_without_a_group_acl_is_a_group_error(secured):
 # ---------------------------------------------------------------------------- OffsetFetch
 
 
-def test_offset_fetch_needs_describe_on_group_and_topic_and_filters_all_partitions(secured):
+def test_offset_fetch_needs_describe_on_group_and_topic_and_filters_all_partitions(secured, kp_admin):
     b = secured.bootstrap
     admin_commit(b, "app", [TopicPartition("orders", 0, 1), TopicPartition("other", 0, 1)])
     alice = kp_admin(b, "alice")
@@ -126,7 +137,7 @@ def test_offset_fetch_needs_describe_on_group_and_topic_and_filters_all_partitio
 # ------------------------------------------------------------------------ group admin
 
 
-def test_list_groups_shows_what_the_principal_may_describe(secured):
+def test_list_groups_shows_what_the_principal_may_describe(secured, kp_admin):
     b = secured.bootstrap
     for group in ("g-one", "g-two", "g-three"):
         admin_commit(b, group, [TopicPartition("orders", 0, 1)])
@@ -141,7 +152,7 @@ def test_list_groups_shows_what_the_principal_may_describe(secured):
     assert listed() == {"g-one", "g-two", "g-three"}
 
 
-def test_describe_and_delete_groups_need_describe_and_delete(secured):
+def test_describe_and_delete_groups_need_describe_and_delete(secured, kp_admin):
     b = secured.bootstrap
     admin_commit(b, "doomed", [TopicPartition("orders", 0, 1)])
     admin = AdminClient(conf(b, "alice"))
@@ -161,7 +172,7 @@ def test_describe_and_delete_groups_need_describe_and_delete(secured):
     assert "doomed" not in {g["group_id"] for g in kp_admin(b, "admin").list_groups()}
 
 
-def test_offset_delete_needs_delete_on_the_group_and_read_on_the_topic(secured):
+def test_offset_delete_needs_delete_on_the_group_and_read_on_the_topic(secured, kp_admin):
     b = secured.bootstrap
     admin_commit(b, "od", [TopicPartition("orders", 0, 1)])
     alice = kp_admin(b, "alice")

@@ -340,12 +340,13 @@ def test_groups_describe_over_sasl_ssl_shows_a_commit(secure: Secure, tmp_path) 
 def test_tools_with_a_wrong_password_fail_fast_and_say_so(secure: Secure, tmp_path) -> None:
     props = java_client_properties(tmp_path / "client.properties", secure, SCRAM_256)
     props.write_text(props.read_text().replace("sam-secret", "nope"))
-    for tool in (["acls", "--list"], ["configs", "--entity-type", "users", "--describe"]):
+    for tool in (["acls", "--list"], ["configs", "--entity-type", "users", "--describe"], ["groups", "--list"],
+                 ["groups", "--describe", "--all-groups"], ["lag", "--once", "--set", "lag.alert.lag.threshold=100"], ["transactions", "list"]):
         started = time.monotonic()
         out = offsetd(*tool, "--bootstrap-server", secure.bootstrap("SASL_SSL"), "--command-config", str(props),
                       "--timeout", "30000")
-        assert out.returncode == 1 and time.monotonic() - started < FAIL_FAST_S + 5, out
-        assert re.search(r"(?i)authentication", out.stdout), out.stdout
+        assert out.returncode == 1 and time.monotonic() - started < FAIL_FAST_S + 5, (tool, out)
+        assert re.search(r"(?i)authentication", out.stdout + out.stderr), (tool, out)
 
 
 def test_acl_tool_without_an_authorizer_is_security_disabled(secure: Secure, tmp_path) -> None:

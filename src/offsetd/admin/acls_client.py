@@ -1,72 +1,15 @@
-"""The admin connection of `offsetd acls` and `offsetd configs` (confluent-kafka's AdminClient):
-futures awaited against one deadline, and an authentication or TLS failure, which librdkafka
-reports through its error callback and otherwise retries until the timeout, failing the call at
-once. Also the conversions between offsetd's ACL model and confluent-kafka's AclBinding."""
+"""`offsetd acls`' admin calls (CreateAcls, DeleteAcls, DescribeAcls) and the conversions
+between offsetd's ACL model and confluent-kafka's AclBinding."""
 
 from __future__ import annotations
 
-import logging
-import time
-from concurrent.futures import Future
-from typing import Any, Iterable
+from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AclBinding, AclBindingFilter, AdminClient
+from confluent_kafka.admin import AclBinding, AclBindingFilter
 
 from .acls import AccessEntry, Acl, AclOperation, AclPermission, PatternType, ResourcePattern, ResourceType
-from .errors import ToolError, UsageError
-
-# librdkafka logs connection trouble itself; the tools report failures once (errors via error_cb).
-_QUIET = logging.getLogger("offsetd.admin.librdkafka")
-_QUIET.addHandler(logging.NullHandler())
-_QUIET.propagate = False
-
-# librdkafka errors after which retrying cannot help: wrong credentials, a TLS failure.
-_FATAL_CODES = (KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED)
-
-
-def error_text(exc: KafkaException) -> str:
-    """`NAME: message` of a KafkaException."""
-    err = exc.args[0] if exc.args else None
-    if isinstance(err, KafkaError):
-        return f"{err.name()}: {err.str()}"
-    return str(exc)
-
-
-class AdminConnection:
-    """One AdminClient for one command run."""
-
-    def __init__(self, client_config: dict[str, str], timeout_s: float) -> None:
-        self.timeout_s = timeout_s
-        self._fatal: str | None = None
-        try:
-            self.admin = AdminClient({**client_config, "error_cb": self._on_error, "logger": _QUIET})
-        except KafkaException as exc:  # an unknown or malformed key in --command-config: bad input
-            raise UsageError(f"Invalid client configuration: {error_text(exc)}") from None
-
-    def _on_error(self, err: KafkaError) -> None:
-        if err.code() in _FATAL_CODES:
-            self._fatal = f"{err.name()}: {err.str()}"
-
-    def wait(self, futures: Iterable[Future]) -> list[Any]:
-        """The futures' results within the timeout; ToolError on a refusal (the first failed
-        future), a fatal connection error, or the deadline."""
-        deadline = time.monotonic() + self.timeout_s
-        results = []
-        for future in list(futures):
-            while True:
-                self.admin.poll(0)  # serves error_cb
-                if self._fatal:
-                    raise ToolError(self._fatal)
-                try:
-                    results.append(future.result(timeout=min(0.1, max(0.0, deadline - time.monotonic()))))
-                    break
-                except KafkaException as exc:
-                    raise ToolError(error_text(exc)) from None
-                except TimeoutError:
-                    if time.monotonic() >= deadline:
-                        raise ToolError(f"no answer within {self.timeout_s:g} s") from None
-        return results
+from .connection import AdminConnection
+from .errors import ToolError
 
 
 def to_binding(resource: ResourcePattern, entry: AccessEntry) -> AclBinding:
@@ -118,16 +61,17 @@ class AclAdmin(AdminConnection):
     def _confirm_empty(self, flt: AclBindingFilter) -> None:
         """ToolError with the broker's error if DescribeAcls failed (see `describe`)."""
         from kafka.admin import (ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType,
-                                 KafkaAdminClient, ResourcePatternFilter)
+                                 ResourcePatternFilter)
         from kafka.admin import ResourceType as KpResourceType
         from kafka.errors import KafkaError as KpKafkaError
 
         from .client_config import kafka_python_config
+        from .kafka_python_admin import ToolAdminClient
 
         timeout_ms = int(self.timeout_s * 1000)
         try:
-            admin = KafkaAdminClient(**kafka_python_config(self.client_config), request_timeout_ms=timeout_ms,
-                                     bootstrap_timeout_ms=timeout_ms)
+            admin = ToolAdminClient(**kafka_python_config(self.client_config), request_timeout_ms=timeout_ms,
+                                    bootstrap_timeout_ms=timeout_ms)
         except KpKafkaError as exc:
             raise ToolError(f"{type(exc).__name__}: {exc}") from None
         try:

@@ -5,7 +5,6 @@ as `ToolError` with Kafka's wording. Works against offsetd and any Kafka cluster
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import defaultdict
 from concurrent.futures import Future
@@ -14,16 +13,14 @@ from typing import Any, Iterable
 
 from confluent_kafka import (Consumer, ConsumerGroupTopicPartitions, IsolationLevel, KafkaError, KafkaException,
                              TopicCollection, TopicPartition)
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import OffsetSpec
 
 from .client_config import kafka_python_config
-from .errors import ToolError, UsageError, kafka_error_name, kafka_error_text
+from .connection import QUIET, AdminConnection
+from .errors import ToolError, kafka_error_name, kafka_error_text
 from .model import TP, Committed, Coordinator, GroupDescription, GroupListing, LogBounds, Member
 
 # librdkafka logs connection trouble itself; the tool reports failures once, in Kafka's words.
-_QUIET = logging.getLogger("offsetd.admin.librdkafka")
-_QUIET.addHandler(logging.NullHandler())
-_QUIET.propagate = False
 
 # confluent-kafka enum names -> Kafka's display names (GroupState / GroupType toString()).
 _STATE_NAMES = {"UNKNOWN": "Unknown", "PREPARING_REBALANCING": "PreparingRebalance",
@@ -75,10 +72,8 @@ class Cluster:
     def __init__(self, client_config: dict[str, str], timeout_s: float) -> None:
         self.client_config = dict(client_config)
         self.timeout_s = timeout_s
-        try:
-            self.admin = AdminClient({**self.client_config, "logger": _QUIET})
-        except KafkaException as exc:  # an unknown or malformed key in --command-config: bad input
-            raise UsageError(f"Invalid client configuration: {error_text(exc)}") from None
+        self.connection = AdminConnection(self.client_config, timeout_s)  # fails fast on a bad login
+        self.admin = self.connection.admin
         self._consumer: Consumer | None = None
 
     def close(self) -> None:
@@ -90,7 +85,7 @@ class Cluster:
     def _result(self, future: Future, what: str) -> Any:
         """The result of an admin future within the timeout, or ToolError naming `what`."""
         try:
-            return future.result(self.timeout_s + 1)
+            return self.connection.result(future, self.timeout_s + 1)
         except KafkaException as exc:
             raise ToolError(f"{what} failed: {error_text(exc)}") from None
         except TimeoutError:
@@ -116,7 +111,7 @@ class Cluster:
         result = {}
         for group in groups:
             try:
-                d = futures[group].result(self.timeout_s + 1)
+                d = self.connection.result(futures[group], self.timeout_s + 1)
             except KafkaException as exc:
                 if _error_code(exc)[0] == 69:  # GROUP_ID_NOT_FOUND (KIP-848 brokers): Dead, as Kafka's tool treats it
                     result[group] = GroupDescription(group, "Dead", "Unknown", "", None)
@@ -163,7 +158,7 @@ class Cluster:
         outcome: dict[str, str | None] = {}
         for group in groups:
             try:
-                futures[group].result(self.timeout_s + 1)
+                self.connection.result(futures[group], self.timeout_s + 1)
                 outcome[group] = None
             except KafkaException as exc:
                 outcome[group] = error_name_and_text(exc)
@@ -175,13 +170,14 @@ class Cluster:
         """OffsetDelete (KIP-496) through kafka-python. A top-level error fails every partition,
         and a partition error becomes the top-level error, as in Kafka's admin client."""
         from kafka import TopicPartition as KpTopicPartition
-        from kafka.admin import KafkaAdminClient
+
+        from .kafka_python_admin import ToolAdminClient
 
         partitions = sorted(set(partitions))
         timeout_ms = int(self.timeout_s * 1000)
         try:
-            admin = KafkaAdminClient(**kafka_python_config(self.client_config), request_timeout_ms=timeout_ms,
-                                     bootstrap_timeout_ms=timeout_ms)
+            admin = ToolAdminClient(**kafka_python_config(self.client_config), request_timeout_ms=timeout_ms,
+                                    bootstrap_timeout_ms=timeout_ms)
         except Exception as exc:  # kafka-python raises a family of errors on connect
             raise ToolError(f"Connecting for OffsetDelete failed: {error_name_and_text(exc)}") from None
         try:
@@ -215,7 +211,7 @@ class Cluster:
         result: dict[str, list[int] | str] = {}
         for topic in topics:
             try:
-                description = futures[topic].result(self.timeout_s + 1)
+                description = self.connection.result(futures[topic], self.timeout_s + 1)
                 result[topic] = sorted(p.id for p in description.partitions)
             except KafkaException as exc:
                 result[topic] = error_text(exc)
@@ -263,7 +259,7 @@ class Cluster:
         for ctp, future in futures.items():
             tp = TP(ctp.topic, ctp.partition)
             try:
-                info = future.result(self.timeout_s + 1)
+                info = self.connection.result(future, self.timeout_s + 1)
                 result[tp] = (info.offset, info.timestamp)
             except KafkaException:
                 result[tp] = None
@@ -322,7 +318,7 @@ class Cluster:
         """The one consumer used to read record timestamps (created on first use)."""
         if self._consumer is None:
             self._consumer = Consumer({
-                **self.client_config, "logger": _QUIET, "group.id": _LAG_TIME_GROUP,
+                **self.client_config, "logger": QUIET, "group.id": _LAG_TIME_GROUP,
                 "enable.auto.commit": False, "enable.partition.eof": True,
                 "isolation.level": "read_committed", "auto.offset.reset": "earliest",
             })

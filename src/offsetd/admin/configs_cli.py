@@ -25,7 +25,7 @@ from pathlib import Path
 from confluent_kafka.admin import (ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
                                    UserScramCredentialUpsertion)
 
-from .acls_client import AdminConnection
+from .connection import AdminConnection
 from .client_config import build_client_config
 from .configs import (ScramUpsert, derive_keys, format_describe, new_salt, parse_add_config, parse_add_scram,
                       parse_delete_config)

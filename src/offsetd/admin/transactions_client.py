@@ -13,10 +13,12 @@ from typing import Any, Callable, Iterable, TypeVar
 
 import kafka.errors as kafka_errors
 from kafka import TopicPartition as KpTopicPartition
-from kafka.admin import AbortTransactionSpec, KafkaAdminClient
+from kafka.admin import AbortTransactionSpec
 
 from .client_config import kafka_python_config
+from .connection import AdminConnection
 from .errors import ToolError
+from .kafka_python_admin import ToolAdminClient
 from .transactions import ProducerState, TopicPartition, TransactionDescription, TransactionListing
 
 # kafka-python logs connection trouble itself; the tool reports a failure once (a NullHandler
@@ -52,10 +54,11 @@ class TxnCluster:
     def __init__(self, client_config: dict[str, str], timeout_s: float) -> None:
         self.timeout_s = timeout_s
         timeout_ms = int(timeout_s * 1000)
+        AdminConnection(client_config, timeout_s).check_login()
         try:
             settings = {"client_id": "offsetd-transactions", **kafka_python_config(client_config),
                         "request_timeout_ms": timeout_ms, "bootstrap_timeout_ms": timeout_ms}
-            self.admin = KafkaAdminClient(**settings)
+            self.admin = ToolAdminClient(**settings)
         except Exception as exc:  # kafka-python raises a family of errors on connect
             raise ToolError(f"Connecting to {client_config.get('bootstrap.servers')} failed: "
                             f"{describe_error(exc)}") from None

@@ -21,7 +21,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
@@ -43,14 +42,14 @@ from offsetd.records.offsets import (
     encode_value,
     iter_log_records,
 )
-from offsetd.storage import LogConfig, PartitionLog, partition_log
+from offsetd.storage import LogConfig, PartitionLog, segment_swap
 from offsetd.storage.cleaner import (
     CHECKPOINT_FILE,
     CleanerError,
     LogCleaner,
     read_checkpoint,
 )
-from offsetd.storage.partition_log import SWAP_MANIFEST_FILE
+from offsetd.storage.segment_swap import SWAP_MANIFEST_FILE
 
 DAY = 24 * HOUR
 
@@ -690,14 +689,14 @@ def test_crash_at_every_step_of_the_swap_leaves_old_or_new(tmp_path: Path, clock
             if len(steps) == crash_at:
                 raise SystemExit(f"crash at step {crash_at} ({label})")
 
-        monkeypatch.setattr(partition_log, "_swap_step", step)
+        monkeypatch.setattr(segment_swap, "_swap_step", step)
         try:
             LogCleaner(max_batch_bytes=200).clean(log, now)
         except SystemExit:
             crash(log)  # the owner died mid-swap: drop the half-updated object, flush nothing
             raise
         finally:
-            monkeypatch.setattr(partition_log, "_swap_step", lambda label: None)
+            monkeypatch.setattr(segment_swap, "_swap_step", lambda label: None)
         return log, len(steps)
 
     ref_old = PartitionLog.open(_copy(template, tmp_path / "old"), "topic", 0, config, now)
@@ -732,16 +731,16 @@ def test_crash_before_the_commit_point_keeps_the_old_segments(tmp_path: Path, cl
     cleaner = LogCleaner()
     plan = cleaner.prepare(cleaner.select(log, clock.now))
     # Crash while writing the manifest: only its .tmp exists, with the .cleaned files.
-    real = partition_log._write_durably
+    real = segment_swap._write_durably
 
     def torn(path, data):
         (path.parent / (path.name + ".tmp")).write_bytes(data[: len(data) // 2])
         raise SystemExit("crash while writing the manifest")
 
-    monkeypatch.setattr(partition_log, "_write_durably", torn)
+    monkeypatch.setattr(segment_swap, "_write_durably", torn)
     with pytest.raises(SystemExit):
         cleaner.commit(log, plan)
-    monkeypatch.setattr(partition_log, "_write_durably", real)
+    monkeypatch.setattr(segment_swap, "_write_durably", real)
     crash(log)
     assert leftovers(log.dir)
     log = PartitionLog.open(tmp_path / "a", "topic", 0, config, clock.now)
@@ -768,7 +767,7 @@ def test_unreadable_manifest_refuses_to_open(tmp_path: Path, clock: FakeClock) -
 _KILL_SCRIPT = textwrap.dedent(
     """
     import os, sys
-    from offsetd.storage import LogConfig, PartitionLog, partition_log
+    from offsetd.storage import LogConfig, PartitionLog, segment_swap
     from offsetd.storage.cleaner import LogCleaner
     root, now, crash_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     config = LogConfig(cleanup_policy="compact", segment_bytes=600, delete_retention_ms=3600000)
@@ -778,7 +777,7 @@ _KILL_SCRIPT = textwrap.dedent(
         steps.append(label)
         if len(steps) == crash_at:
             os._exit(17)  # no cleanup of any kind, like kill -9
-    partition_log._swap_step = step
+    segment_swap._swap_step = step
     LogCleaner(max_batch_bytes=200).clean(log, now)
     os._exit(0)
     """

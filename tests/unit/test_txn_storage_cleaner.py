@@ -132,7 +132,7 @@ def test_crash_at_every_step_of_the_swap_keeps_the_txnindex(tmp_path: Path, cloc
 
     from storage_helpers import crash
 
-    from offsetd.storage import partition_log
+    from offsetd.storage import segment_swap
 
     template = tmp_path / "template"
     log = open_log(template, clock)
@@ -158,7 +158,7 @@ def test_crash_at_every_step_of_the_swap_keeps_the_txnindex(tmp_path: Path, cloc
             if len(seen) == at:
                 raise SystemExit(label)
 
-        monkeypatch.setattr(partition_log, "_swap_step", hook)
+        monkeypatch.setattr(segment_swap, "_swap_step", hook)
         try:
             LogCleaner().clean(log, clock.now)
             finished = True
@@ -166,7 +166,7 @@ def test_crash_at_every_step_of_the_swap_keeps_the_txnindex(tmp_path: Path, cloc
             crash(log)
             finished = False
         finally:
-            monkeypatch.setattr(partition_log, "_swap_step", lambda label: None)
+            monkeypatch.setattr(segment_swap, "_swap_step", lambda label: None)
         if not finished:
             log = open_log(root, clock)
         assert log.segment_base_offsets == [0, 3], step  # every step is past the durable manifest

@@ -146,7 +146,8 @@ from offsetd.storage.index import OffsetIndex, TimeIndex
 from offsetd.storage.log_config import LogConfig
 from offsetd.storage.durable_file import fsync_dir as _fsync_dir
 from offsetd.storage.durable_file import write_durably as _write_durably
-from offsetd.storage.partition_log import CLEANED_SUFFIX, PartitionLog
+from offsetd.storage.partition_log import PartitionLog
+from offsetd.storage.segment_swap import CLEANED_SUFFIX
 from offsetd.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_file_name
 
 __all__ = [

@@ -22,14 +22,8 @@ Layout: `<log.dirs>/<topic>-<partition>/` holds segments named by base offset
   markers add entries to the segment's `.txnindex`. Open transactions survive restarts through
   the producer snapshot, the transaction snapshot written at rolls and the recovery scan.
 * The log cleaner (storage/cleaner.py) replaces a run of sealed segments with cleaned ones via
-  `replace_segments`, a crash-safe swap: the new files are written and fsynced as
-  `<base>.log.cleaned` (+ `.index.cleaned`, `.timeindex.cleaned`); the manifest
-  `offsetd-cleaner-swap` (old and new base offsets; written tmp + fsync + rename) is the commit
-  point; then every `.cleaned` file is renamed to `.swap`, the old segments' files are deleted,
-  every `.swap` is renamed to its final name, and the manifest is removed (dir fsync between the
-  steps). `open()` first finishes an interrupted swap from the manifest (the swap is the truth
-  once the manifest exists) and deletes `.cleaned`/`.swap` files no manifest names (an
-  uncommitted cleaning), so a crash at any point leaves either all old or all new segments.
+  `replace_segments`, through storage/segment_swap.py's crash-safe swap; `open()` first finishes
+  an interrupted swap or clears an uncommitted one.
 
 Pure synchronous file I/O; no asyncio, no clock reads (time is always passed in).
 """
@@ -57,6 +51,7 @@ from offsetd.storage.durable_file import write_durably as _write_durably
 from offsetd.storage.log_config import LogConfig
 from offsetd.storage.log_dir import LogDirectory
 from offsetd.storage.producer_state import ProducerStateManager
+from offsetd.storage.segment_swap import CLEANED_SUFFIX, commit_swap, missing_cleaned_file, recover_interrupted_swap
 from offsetd.storage.transactions import (
     PartitionTransactions,
     ProducerRecovery,
@@ -80,20 +75,12 @@ __all__ = [
     "OffsetOutOfRange",
     "PRODUCER_STATE_FILE",
     "RECOVERY_POINT_FILE",
-    "SWAP_MANIFEST_FILE",
-    "CLEANED_SUFFIX",
-    "SWAP_SUFFIX",
 ]
 
 log = logging.getLogger("offsetd.storage")
 
 PRODUCER_STATE_FILE = "offsetd-producer-state.json"
 RECOVERY_POINT_FILE = "offsetd-recovery-point"
-SWAP_MANIFEST_FILE = "offsetd-cleaner-swap"
-CLEANED_SUFFIX = ".cleaned"  # a cleaned segment file not yet committed
-SWAP_SUFFIX = ".swap"  # a committed cleaned segment file whose old counterpart may still exist
-_SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
-_SWAP_SUFFIXES = _SEGMENT_SUFFIXES + (TXNINDEX_SUFFIX,)  # a new segment may have no .txnindex
 OFFSET_OUT_OF_RANGE = 1
 _INT32_MAX = 2**31 - 1
 _pack_int64 = struct.Struct(">q").pack
@@ -142,48 +129,6 @@ class OffsetOutOfRange(Exception):
         self.offset = offset
         self.log_start_offset = log_start_offset
         self.log_end_offset = log_end_offset
-
-
-def _swap_step(label: str) -> None:
-    """Called after every file operation of a segment swap; tests replace it to inject crashes."""
-
-
-def _roll_swap_forward(pdir: Path, old_bases: list[int], new_bases: list[int]) -> None:
-    """Steps after the commit point of a segment swap; idempotent from any intermediate state.
-
-    1. `.cleaned` -> `.swap` for every new file.  2. While every new .log is still a `.swap` (step
-    3 has not started), delete the old segments' files.  3. `.swap` -> final name, the .log first
-    (so "every new .log is a .swap" proves step 3 has not begun). Directory fsync between steps.
-    """
-    def name(base: int, suffix: str) -> Path:
-        return pdir / f"{base:020d}{suffix}"
-
-    for b in new_bases:
-        for suffix in _SWAP_SUFFIXES:
-            src = name(b, suffix + CLEANED_SUFFIX)
-            if src.exists():
-                os.replace(src, name(b, suffix + SWAP_SUFFIX))
-                _swap_step("rename-to-swap")
-    _fsync_dir(pdir)
-    _swap_step("fsync-dir")
-    if all(name(b, LOG_SUFFIX + SWAP_SUFFIX).exists() for b in new_bases):
-        for b in old_bases:
-            for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX, LOG_SUFFIX):
-                try:
-                    os.unlink(name(b, suffix))
-                except FileNotFoundError:
-                    continue
-                _swap_step("delete-old")
-        _fsync_dir(pdir)
-        _swap_step("fsync-dir")
-    for b in new_bases:
-        for suffix in _SWAP_SUFFIXES:
-            src = name(b, suffix + SWAP_SUFFIX)
-            if src.exists():
-                os.replace(src, name(b, suffix))
-                _swap_step("rename-to-final")
-    _fsync_dir(pdir)
-    _swap_step("fsync-dir")
 
 
 def _parse_base(name: str, suffix: str) -> int | None:
@@ -261,7 +206,7 @@ class PartitionLog:
         if not pdir.is_dir():
             pdir.mkdir(parents=True, exist_ok=True)
             _fsync_dir(directory)
-        cls._recover_interrupted_swap(pdir)
+        recover_interrupted_swap(pdir)
         names = os.listdir(pdir)
         bases = sorted(b for b in (_parse_base(n, LOG_SUFFIX) for n in names) if b is not None)
         base_set = set(bases)
@@ -320,42 +265,6 @@ class PartitionLog:
             len(producers),
         )
         return plog
-
-    @staticmethod
-    def _recover_interrupted_swap(pdir: Path) -> None:
-        """Finish a segment swap whose manifest exists; delete files of an uncommitted one."""
-        (pdir / (SWAP_MANIFEST_FILE + ".tmp")).unlink(missing_ok=True)
-        manifest = pdir / SWAP_MANIFEST_FILE
-        try:
-            raw = manifest.read_bytes()
-        except FileNotFoundError:
-            raw = None
-        if raw is not None:
-            try:
-                data = json.loads(raw)
-                if data.get("version") != 1:
-                    raise ValueError(f"unknown version {data.get('version')}")
-                old = [int(b) for b in data["old"]]
-                new = [int(b) for b in data["new"]]
-            except (ValueError, KeyError, TypeError) as exc:
-                # The manifest is fsynced before it is renamed into place: unreadable means the
-                # disk lost data. Guessing could mix old and new segments, so refuse to open.
-                raise ValueError(f"unreadable cleaner swap manifest {manifest}: {exc}") from exc
-            log.warning(
-                "recovery of %s: completing an interrupted cleaner swap of %d segment(s) for %d",
-                pdir,
-                len(old),
-                len(new),
-            )
-            _roll_swap_forward(pdir, old, new)
-            os.unlink(manifest)
-            _fsync_dir(pdir)
-        leftovers = [n for n in os.listdir(pdir) if n.endswith(CLEANED_SUFFIX) or n.endswith(SWAP_SUFFIX)]
-        for n in leftovers:
-            log.info("recovery of %s: deleting %s of an uncommitted cleaning", pdir, n)
-            os.unlink(pdir / n)
-        if leftovers:
-            _fsync_dir(pdir)
 
     @staticmethod
     def _take_snapshot_file(pdir: Path) -> tuple[int, dict] | None:
@@ -951,21 +860,13 @@ class PartitionLog:
             or new_bases[-1] >= next_base
         ):
             raise ValueError(f"replace_segments: bad new base offsets {new_bases[:5]}...")
-        for b in new_bases:
-            for suffix in _SEGMENT_SUFFIXES:
-                path = self.dir / f"{b:020d}{suffix}{CLEANED_SUFFIX}"
-                if not path.exists():
-                    raise ValueError(f"replace_segments: {path.name} is missing")
+        missing = missing_cleaned_file(self.dir, list(new_bases))
+        if missing:
+            raise ValueError(f"replace_segments: {missing} is missing")
         old_bases = [s.base_offset for s in old]
         # The moved .txnindex entries travel with the swap as `.txnindex.cleaned` files.
         new_entries = self._txns.replace(old_bases, list(new_bases), CLEANED_SUFFIX)
-        manifest = json.dumps({"version": 1, "old": old_bases, "new": list(new_bases)}).encode()
-        _write_durably(self.dir / SWAP_MANIFEST_FILE, manifest)  # the commit point
-        _swap_step("manifest")
-        _roll_swap_forward(self.dir, old_bases, list(new_bases))
-        os.unlink(self.dir / SWAP_MANIFEST_FILE)
-        _fsync_dir(self.dir)
-        _swap_step("manifest-removed")
+        commit_swap(self.dir, old_bases, list(new_bases))
         for seg in old:  # their files are gone (a new segment may reuse a name): close only
             if seg.fd >= 0:
                 os.close(seg.fd)

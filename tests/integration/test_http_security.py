@@ -39,13 +39,18 @@ def secure(tmp_path_factory):
             consumer = Consumer({**admin, "group.id": group, "enable.auto.commit": False})
             consumer.commit(offsets=[TopicPartition(t, 0, 4) for t in topics], asynchronous=False)
             consumer.close()
-        # alice may describe her group and one topic; carol is a SCRAM user with no ACL at all
+        # alice may describe her group and one topic; carol is a SCRAM user with no ACL at all.
+        # Each SCRAM mechanism has its own password (carol: SHA-512 and SHA-256), and alice, a
+        # PLAIN user, has a SCRAM one too: any of them opens the console.
         grant(broker.bootstrap, binding("alice", GROUP, "alice-app", AclOperation.DESCRIBE),
               binding("alice", TOPIC, "visible", AclOperation.DESCRIBE))
         info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)
         client = AdminClient(admin)  # kept: its futures need the handle
+        sha256 = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
         futures = client.alter_user_scram_credentials(
-            [UserScramCredentialUpsertion("carol", info, b"carol-secret")])
+            [UserScramCredentialUpsertion("carol", info, b"carol-secret"),
+             UserScramCredentialUpsertion("carol", sha256, b"carol-256"),
+             UserScramCredentialUpsertion("alice", sha256, b"alice-scram")])
         for future in futures.values():
             future.result(15)
         yield broker, url
@@ -76,6 +81,8 @@ def test_credentials_are_required_and_checked(secure) -> None:
         assert status == 401 and json.loads(body)["error"] == "UNAUTHORIZED", who
     status, _ = get(url + "/metrics")
     assert status == 401
+    for who in (("carol", "carol-secret"), ("carol", "carol-256"), ("alice", "alice-secret"), ("alice", "alice-scram")):
+        assert get(url + "/v1/lag", *who)[0] == 200, who
 
 
 def test_each_user_sees_what_it_may_describe(secure) -> None:

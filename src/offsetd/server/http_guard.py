@@ -53,16 +53,18 @@ class AclGuard:
         return Caller(f"User:{user}", host)
 
     def _check(self, user: str, password: str) -> bool:
-        """The password of a PLAIN user, or one matching a SCRAM credential's stored key."""
+        """Any password the user could log in to a SASL listener with: its PLAIN password, or one
+        matching the stored key of any of its SCRAM credentials (each mechanism has its own)."""
         expected = self._plain_users().get(user)
-        if expected is not None:
-            return hmac.compare_digest(expected.encode(), password.encode())
+        if expected is not None and hmac.compare_digest(expected.encode(), password.encode()):
+            return True
         for mechanism in SCRAM_MECHANISMS:
             credential = self.server.security.scram_lookup(mechanism, user)
             if credential is not None:
                 salted = salted_password(mechanism, password, credential.salt, credential.iterations)
                 mine = credential_from_salted_password(mechanism, credential.salt, salted, credential.iterations)
-                return hmac.compare_digest(mine.stored_key, credential.stored_key)
+                if hmac.compare_digest(mine.stored_key, credential.stored_key):
+                    return True
         return False
 
     def _plain_users(self) -> dict[str, str]:

@@ -416,11 +416,17 @@ SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
     "authorizer.class.name": (_parse_authorizer, "", "Empty: no authorization; else ACLs are enforced."),
     "super.users": (_parse_super_users, "", "Principals that bypass ACLs, separated by ;."),
     "allow.everyone.if.no.acl.found": (_parse_bool, "false", "Allow access to resources without any ACL."),
-    # inter-broker and controller listeners: parsed, then ignored (brokers talk through PostgreSQL)
-    "inter.broker.listener.name": (_parse_str, "", "Accepted and ignored."),
-    "security.inter.broker.protocol": (_parse_str, "PLAINTEXT", "Accepted and ignored."),
+    # Brokers reach each other only for transaction markers (the rest goes through PostgreSQL);
+    # there are no controller listeners.
+    "inter.broker.listener.name": (_parse_str, "", "The listener brokers send each other requests on "
+                                   "(empty: the first PLAINTEXT listener, else the first)."),
+    "security.inter.broker.protocol": (_parse_str, "PLAINTEXT", "Accepted and ignored (the listener's "
+                                       "protocol is used)."),
     "controller.listener.names": (_parse_str, "", "Accepted and ignored."),
-    "sasl.mechanism.inter.broker.protocol": (_parse_str, "GSSAPI", "Accepted and ignored."),
+    "sasl.mechanism.inter.broker.protocol": (_parse_str, "GSSAPI", "The SASL mechanism brokers log in to "
+                                             "each other with, with its JAAS username and password; one offsetd "
+                                             "does not serve (GSSAPI): PLAIN, else a SCRAM mechanism, whichever "
+                                             "the listener enables with a username and password."),
     "sasl.mechanism.controller.protocol": (_parse_str, "GSSAPI", "Accepted and ignored."),
 }
 

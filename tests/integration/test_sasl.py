@@ -22,7 +22,7 @@ import pytest
 import scramp
 from broker_process import BrokerProcess, wait_for
 from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 from integration.clients import consume_all, produce
 from integration.test_tls import certs, round_trip, ssl_overrides  # noqa: F401 (certs: a fixture)
 from kio.index import load_request_schema
@@ -316,22 +316,53 @@ def test_three_brokers_with_sasl_listeners(pg_dsn, cluster_factory) -> None:
         AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=3)
     # a transaction over partitions led by every broker: its coordinator reaches the other leaders
     # (WriteTxnMarkers) with SASL PLAIN as the JAAS username, as Kafka brokers do
-    create_topic_with(cluster.bootstrap, "sasl-txn", 6, conf)
+    _transaction_across_brokers(cluster.bootstrap, "sasl-txn", conf)
+
+
+def _transaction_across_brokers(bootstrap: str, topic: str, conf: dict) -> None:
+    """A committed transaction over 6 partitions, some led by a broker that is not its coordinator
+    (which then sends that leader WriteTxnMarkers): read_committed sees all of it."""
+    create_topic_with(bootstrap, topic, 6, conf)
 
     def leaders() -> set[int]:
-        topic = AdminClient({"bootstrap.servers": cluster.bootstrap, **conf}).list_topics("sasl-txn", timeout=10)
-        return {p.leader for p in topic.topics["sasl-txn"].partitions.values()}
-    # some partition is then led by a broker that is not the transaction's coordinator
+        found = AdminClient({"bootstrap.servers": bootstrap, **conf}).list_topics(topic, timeout=10)
+        return {p.leader for p in found.topics[topic].partitions.values()}
     wait_for(lambda: -1 not in leaders() and len(leaders()) >= 2, timeout=30,
-             message="sasl-txn led by several brokers")
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "sasl-txn-1", **conf})
+             message=f"{topic} led by several brokers")
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-1", **conf})
     producer.init_transactions(30)
     producer.begin_transaction()
     for partition in range(6):
-        producer.produce("sasl-txn", f"t{partition}".encode(), partition=partition)
+        producer.produce(topic, f"t{partition}".encode(), partition=partition)
     producer.commit_transaction(60)
-    got = consume_all(cluster.bootstrap, "sasl-txn", list(range(6)), 6, **conf, **{"isolation.level": "read_committed"})
+    got = consume_all(bootstrap, topic, list(range(6)), 6, **conf, **{"isolation.level": "read_committed"})
     assert sorted(m.value() for m in got) == [f"t{p}".encode() for p in range(6)]
+
+
+def test_three_brokers_log_in_to_each_other_with_scram(pg_dsn, cluster_factory) -> None:
+    """sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512: brokers send each other transaction
+    markers logged in with the SCRAM JAAS username and password (a SCRAM user of the cluster, kept
+    in PostgreSQL), the server's signature checked."""
+    from integration.cluster_helpers import FAST
+
+    cluster = cluster_factory(pg_dsn, overrides={
+        **FAST, "listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+        "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config":
+            'org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" '
+            'password="broker-secret";',
+        "sasl.mechanism.inter.broker.protocol": SCRAM_512})
+    conf = confluent_sasl(PLAIN, "admin", "admin-secret")
+    wait_for(lambda: sorted(AdminClient({"bootstrap.servers": cluster.bootstrap, **conf}).list_topics(
+        timeout=10).brokers) == [1, 2, 3], timeout=30, message="three brokers in Metadata over SASL")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, **conf})
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)
+    for future in admin.alter_user_scram_credentials(
+            [UserScramCredentialUpsertion("broker", info, b"broker-secret")]).values():
+        future.result(15)
+    _transaction_across_brokers(cluster.bootstrap, "scram-txn", conf)
+    logs = cluster.logs(tail=200_000)
+    assert "authenticated as User:broker" in logs, logs
 
 
 def create_topic_with(bootstrap: str, topic: str, partitions: int, conf: dict) -> None:

@@ -98,9 +98,7 @@ def peer_listener(config: "BrokerConfig") -> str:
 
 def peer_security(config: "BrokerConfig", listener: str) -> "PeerSecurity":
     """How to reach peers on their `listener`: TLS trusting the listener's truststore (or the system's
-    CAs), and on SASL the PLAIN `username`/`password` of the listener's JAAS config, as Kafka brokers
-    authenticate to each other. Other mechanisms are not spoken by the peer client: warned once."""
-    from ..security.jaas import parse_jaas_config
+    CAs), and on SASL a login as `_peer_login` picks it, as Kafka brokers authenticate to each other."""
     from .peer_client import PeerSecurity
 
     protocol = config.security_protocol(listener)
@@ -112,13 +110,30 @@ def peer_security(config: "BrokerConfig", listener: str) -> "PeerSecurity":
         certificates = store.get_ca_certs(binary_form=True)
         if certificates:
             context.load_verify_locations(cadata=b"".join(certificates))
-    plain = None
-    if protocol.startswith("SASL_"):
-        jaas = config.jaas_config(listener, "PLAIN") if "PLAIN" in config.sasl_mechanisms(listener) else None
+    login = _peer_login(config, listener) if protocol.startswith("SASL_") else None
+    return PeerSecurity(context, login)
+
+
+def _peer_login(config: "BrokerConfig", listener: str) -> tuple[str, str, str] | None:
+    """(mechanism, username, password) this broker logs in to its peers' `listener` with:
+    `sasl.mechanism.inter.broker.protocol` when the listener enables it, else (Kafka's default
+    GSSAPI is not served) PLAIN, else a SCRAM mechanism; the first with a JAAS username and
+    password. None, warned: requests between brokers (transaction markers) will fail."""
+    from ..config import SASL_MECHANISMS
+    from ..security.jaas import parse_jaas_config
+
+    enabled = config.sasl_mechanisms(listener)
+    wanted = config.get("sasl.mechanism.inter.broker.protocol").upper()
+    candidates = [wanted] if wanted in SASL_MECHANISMS else sorted(enabled, key=lambda m: m != "PLAIN")
+    for mechanism in candidates:
+        jaas = config.jaas_config(listener, mechanism) if mechanism in enabled else None
         options = parse_jaas_config(jaas)[1] if jaas else {}
         if options.get("username") and options.get("password"):
-            plain = (options["username"], options["password"])
-        else:
-            log.warning("listener %s: brokers reach each other with SASL PLAIN and its JAAS username/password; "
-                        "without them, requests between brokers (transaction markers) fail", listener)
-    return PeerSecurity(context, plain)
+            return mechanism, options["username"], options["password"]
+    if candidates == [wanted] and wanted not in enabled:
+        log.warning("sasl.mechanism.inter.broker.protocol %s is not among listener %s's sasl.enabled.mechanisms: "
+                    "requests between brokers (transaction markers) fail", wanted, listener)
+    else:
+        log.warning("listener %s: brokers log in to each other with %s and its JAAS username/password; without "
+                    "them, requests between brokers (transaction markers) fail", listener, " or ".join(candidates))
+    return None

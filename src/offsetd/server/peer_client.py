@@ -3,8 +3,8 @@ transaction coordinator sends to the leaders of the partitions it does not lead 
 
 One connection per node, one request in flight on it at a time (markers are few); a failed
 connection is dropped and the caller retries. On a TLS or SASL listener the connection is opened
-with TLS and authenticated (SASL PLAIN with the JAAS `username`/`password`, Kafka's broker identity)
-before its first request.
+with TLS and authenticated before its first request (SASL PLAIN or SCRAM with the JAAS
+`username`/`password` of the inter-broker mechanism, Kafka's broker identity).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import ssl
 import struct
 from dataclasses import dataclass
 from typing import Any, Callable
+
+from scramp import ScramClient, ScramException
 
 from ..protocol.codec import decode_body, entity_writer, request_class, response_class, skip_tagged_fields
 
@@ -28,7 +30,7 @@ class PeerSecurity:
     """How this broker connects to its peers' inter-broker listener."""
 
     tls: ssl.SSLContext | None = None  # TLS to the peers, None: plaintext
-    plain: tuple[str, str] | None = None  # SASL PLAIN (username, password)
+    login: tuple[str, str, str] | None = None  # SASL (mechanism, username, password), None: no SASL
 
 
 class PeerAuthenticationError(ConnectionError):
@@ -91,24 +93,37 @@ class PeerClient:
             raise ConnectionError(f"no address known for broker {node}")
         reader, writer = await asyncio.open_connection(*endpoint, ssl=self.security.tls)
         try:
-            if self.security.plain is not None:
-                await self._authenticate(reader, writer, *self.security.plain)
+            if self.security.login is not None:
+                await self._authenticate(reader, writer, *self.security.login)
         except BaseException:
             writer.close()
             raise
         connection = self._connections[node] = (reader, writer)
         return connection
 
-    async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, user: str,
-                            password: str) -> None:
-        """SaslHandshake v1 + SaslAuthenticate v2 with a PLAIN token (RFC 4616: NUL user NUL password)."""
-        handshake = await self._call(reader, writer, SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})
+    async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, mechanism: str,
+                            user: str, password: str) -> None:
+        """SaslHandshake v1, then SaslAuthenticate v2 exchanges: one PLAIN token (RFC 4616: NUL user
+        NUL password), or SCRAM's two rounds (RFC 5802, the server's signature checked)."""
+        handshake = await self._call(reader, writer, SASL_HANDSHAKE, 1, {"mechanism": mechanism})
         if handshake.error_code != 0:
-            raise PeerAuthenticationError(f"peer refused SASL PLAIN (error {int(handshake.error_code)})")
-        token = b"\0" + user.encode() + b"\0" + password.encode()
-        reply = await self._call(reader, writer, SASL_AUTHENTICATE, 2, {"auth_bytes": token})
-        if reply.error_code != 0:
-            raise PeerAuthenticationError(f"peer refused this broker's credentials: {reply.error_message}")
+            raise PeerAuthenticationError(f"peer refused SASL {mechanism} (error {int(handshake.error_code)})")
+
+        async def send(token: bytes) -> bytes:
+            reply = await self._call(reader, writer, SASL_AUTHENTICATE, 2, {"auth_bytes": token})
+            if reply.error_code != 0:
+                raise PeerAuthenticationError(f"peer refused this broker's credentials: {reply.error_message}")
+            return bytes(reply.auth_bytes)
+
+        if mechanism == "PLAIN":
+            await send(b"\0" + user.encode() + b"\0" + password.encode())
+            return
+        scram = ScramClient([mechanism], user, password)
+        try:
+            scram.set_server_first((await send(scram.get_client_first().encode())).decode())
+            scram.set_server_final((await send(scram.get_client_final().encode())).decode())
+        except (ScramException, UnicodeDecodeError) as exc:
+            raise PeerAuthenticationError(f"SCRAM with a peer failed: {exc}") from None
 
     def _drop(self, node: int) -> None:
         connection = self._connections.pop(node, None)

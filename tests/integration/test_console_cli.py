@@ -39,7 +39,9 @@ def test_console_against_a_cluster_shows_what_the_cli_shows(shared_broker, tmp_p
         assert proc.stdout is not None
         url = _SERVING.search(proc.stdout.readline()).group(1)  # type: ignore[union-attr]
         with urllib.request.urlopen(f"{url}/v1/lag?group={group}", timeout=30) as response:
-            (looked,) = json.loads(response.read())["groups"]
+            answer = json.loads(response.read())
+        (looked,) = answer["groups"]
+        assert answer["expiry_known"] is False  # a Kafka cluster does not report when offsets expire
         rows = describe(shared_broker, group)
         assert [(p["topic"], p["partition"], p["committed"], p["log_end"], p["lag"]) for p in looked["partitions"]] == [
             (r["topic"], r["partition"], r["current_offset"], r["log_end_offset"], r["lag"]) for r in rows] == [
@@ -53,6 +55,10 @@ def test_console_against_a_cluster_shows_what_the_cli_shows(shared_broker, tmp_p
             browser.goto(f"{url}/console/#/group/{group}")
             browser.wait_for("document.body.dataset.loaded && document.querySelectorAll('svg path').length > 0",
                              timeout=30)
+            # ... so the page says "unknown", never "never" (which would claim the offsets are safe)
+            card = "document.querySelector('[data-card=earliest_expiry_ms] .v').textContent"
+            assert browser.eval(card) == "unknown"
+            assert "does not report when offsets expire" in browser.eval("document.body.textContent")
             shot = tmp_path / "console-cli-group.png"
             browser.screenshot(shot)
             keep_artifact(shot)

@@ -46,7 +46,7 @@ class AdminLagSource:
                     wanted.add((tp, needed))
         timestamps = self.cluster.first_record_timestamps(wanted)
         now = int(time.time() * 1000)
-        snapshot = LagSnapshot(taken_at_ms=now)
+        snapshot = LagSnapshot(taken_at_ms=now, expiry_known=False)
         for d in sorted(descriptions, key=lambda d: d.group):
             rows = [r for r in offset_rows(d, committed[d.group], bounds, timestamps, now) if r.committed is not None]
             group = GroupLag(d.group, d.state, "consumer" if d.members or d.assignment_strategy else "", len(d.members),

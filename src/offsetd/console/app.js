@@ -68,6 +68,7 @@ const fmtTime = (ms) => (ms ? DATETIME.format(ms) : "–");
 
 function countdown(expiresAt) {
   // A live "expires in …" cell: app ticks every second, see tick().
+  if (state.expiryKnown === false) return h("span", { class: "muted", title: "this cluster does not report when offsets expire (offsetd's own brokers do)" }, "unknown");
   if (expiresAt === null || expiresAt === undefined) return h("span", { class: "muted", title: "offsets do not expire while the group is subscribed" }, "never");
   return h("span", { "data-expiry": expiresAt, title: "expires " + fmtTime(expiresAt) }, expiryText(expiresAt));
 }
@@ -182,6 +183,7 @@ async function groupsPage() {
   const lag = await getJSON("lag");
   if (route().page !== "groups") return;  // the reader moved on while this was loading
   state.skew = lag.taken_at_ms - Date.now();
+  state.expiryKnown = lag.expiry_known !== false;
   const main = document.getElementById("main");
   if (!main.querySelector("#groups")) main.replaceChildren(groupsSkeleton());
   const rows = lag.groups.filter(groupMatches);
@@ -285,6 +287,7 @@ async function groupPage(group, first) {
   const now = route();
   if (now.page !== "group" || now.group !== group) return;
   state.skew = lag.taken_at_ms - Date.now();
+  state.expiryKnown = lag.expiry_known !== false;
   const g = lag.groups[0];
   if (!g) throw new Error(`group ${group} is not known to this broker (not coordinated here, deleted, or not visible to you)`);
   state.history = history; state.lag = g;
@@ -406,6 +409,11 @@ function ranges(sorted) {
 }
 
 function expiryTimeline(g) {
+  if (state.expiryKnown === false) {
+    return h("p", { class: "note" }, "This cluster does not report when offsets expire: its brokers apply"
+      + " offsets.retention.minutes (KIP-211) after the group empties, or after the last commit for a group"
+      + " without members. offsetd's own console (the broker's metrics listener) shows the countdown.");
+  }
   const marks = g.partitions.filter((p) => p.expires_at_ms !== null && p.expires_at_ms !== undefined);
   const retention = g.retention_ms ? ` Retention: ${fmtDuration(g.retention_ms)} after the last commit or the group emptying.` : "";
   if (!marks.length) {

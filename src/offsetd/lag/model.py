@@ -75,6 +75,7 @@ class LagSnapshot:
     partitions: list[TopicPartitionEnds] = field(default_factory=list)  # by topic, partition
     seconds: float = 0.0               # how long taking it took
     cluster: str = ""                  # the cluster id (kafka-lag-exporter's cluster_name label)
+    expiry_known: bool = True          # False: the source cannot tell when offsets expire (any Kafka cluster)
 
 
 @dataclass(slots=True)

@@ -394,10 +394,11 @@ def group_lag_json(group: GroupLag) -> dict[str, Any]:
 
 def lag_json(snapshot: LagSnapshot, wanted: set[str] | None, out: list[bytes],
              slicer: Slicer | None = None) -> Iterator[None]:
-    """Cooperative generator appending /v1/lag to `out`: {taken_at_ms, seconds, cluster, groups (only
-    `wanted` when given), partitions (empty when `wanted` is given)}."""
+    """Cooperative generator appending /v1/lag to `out`: {taken_at_ms, seconds, cluster, expiry_known,
+    groups (only `wanted` when given), partitions (empty when `wanted` is given)}."""
     slicer = slicer or Slicer()
-    head = {"taken_at_ms": snapshot.taken_at_ms, "seconds": snapshot.seconds, "cluster": snapshot.cluster}
+    head = {"taken_at_ms": snapshot.taken_at_ms, "seconds": snapshot.seconds, "cluster": snapshot.cluster,
+            "expiry_known": snapshot.expiry_known}
     out.append(json.dumps(head)[:-1].encode() + b', "groups": ')
     yield from _json_array([g for g in snapshot.groups if wanted is None or g.group in wanted], group_lag_json,
                            100, out, slicer)

@@ -97,3 +97,28 @@ def test_inter_broker_keys_are_accepted_and_ignored() -> None:
                            "super.users": "User:admin;User:CN=a,O=b"})
     assert config.unknown == []
     assert config.get("super.users") == ("User:admin", "User:CN=a,O=b")
+
+
+_PLAIN_JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="p" password="pw";'
+_SCRAM_JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="s" password="sw";'
+
+
+@pytest.mark.parametrize("mechanisms, jaas, inter_broker, login", [
+    # Kafka's default (GSSAPI) is not served: PLAIN first, else a SCRAM mechanism with a login
+    ("PLAIN,SCRAM-SHA-512", {"plain": _PLAIN_JAAS, "scram-sha-512": _SCRAM_JAAS}, None, ("PLAIN", "p", "pw")),
+    ("SCRAM-SHA-256,SCRAM-SHA-512", {"scram-sha-512": _SCRAM_JAAS}, None, ("SCRAM-SHA-512", "s", "sw")),
+    # named: that mechanism's JAAS login, and no other
+    ("PLAIN,SCRAM-SHA-512", {"plain": _PLAIN_JAAS, "scram-sha-512": _SCRAM_JAAS}, "SCRAM-SHA-512",
+     ("SCRAM-SHA-512", "s", "sw")),
+    ("PLAIN,SCRAM-SHA-256", {"plain": _PLAIN_JAAS}, "SCRAM-SHA-256", None),   # no SCRAM login configured
+    ("PLAIN", {"plain": _PLAIN_JAAS}, "SCRAM-SHA-512", None),                 # not enabled on the listener
+])
+def test_brokers_log_in_to_each_other_as_the_inter_broker_mechanism_says(mechanisms, jaas, inter_broker,
+                                                                         login) -> None:
+    from offsetd.server.listeners import peer_security
+
+    values = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": mechanisms,
+              **{f"listener.name.sasl_plaintext.{m}.sasl.jaas.config": text for m, text in jaas.items()}}
+    if inter_broker:
+        values["sasl.mechanism.inter.broker.protocol"] = inter_broker
+    assert peer_security(BrokerConfig(values), "SASL_PLAINTEXT").login == login

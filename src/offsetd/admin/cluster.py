@@ -20,8 +20,6 @@ from .connection import QUIET, AdminConnection
 from .errors import ToolError, kafka_error_name, kafka_error_text
 from .model import TP, Committed, Coordinator, GroupDescription, GroupListing, LogBounds, Member
 
-# librdkafka logs connection trouble itself; the tool reports failures once, in Kafka's words.
-
 # confluent-kafka enum names -> Kafka's display names (GroupState / GroupType toString()).
 _STATE_NAMES = {"UNKNOWN": "Unknown", "PREPARING_REBALANCING": "PreparingRebalance",
                 "COMPLETING_REBALANCING": "CompletingRebalance", "STABLE": "Stable", "DEAD": "Dead",

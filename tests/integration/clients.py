@@ -51,3 +51,21 @@ def consume_all(bootstrap: str, topic: str, partitions: list[int], expected: int
         consumer.close()
     assert len(received) == expected, f"received {len(received)} of {expected}"
     return received
+
+
+def kafka_python_subscriber(topic: str, **configs):
+    """A kafka-python KafkaConsumer in a group, subscribed to `topic` once it knows the topic's
+    partitions. Subscribing at construction, it may lead generation 1 before its metadata names
+    the topic (an empty assignment) and rejoin as leader when the metadata lands; in kafka-python
+    3.0.12 that second leader SyncGroup's answer, sent by the broker at once, is sometimes never
+    taken up by the client, which then stops heartbeating and is removed after
+    session.timeout.ms (seen in the broker's request log: SyncGroup answered within 1 ms, then no
+    request from the member)."""
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(**configs)
+    deadline = time.monotonic() + 10
+    while not consumer.partitions_for_topic(topic):
+        assert time.monotonic() < deadline, f"kafka-python never saw the partitions of {topic}"
+    consumer.subscribe([topic])
+    return consumer

@@ -15,7 +15,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.structs import OffsetAndMetadata
 
-from clients import create_topic, produce
+from clients import create_topic, kafka_python_subscriber, produce
 from group_helpers import (GROUP_BROKER, Member, ThreadedKafkaPythonMember, balanced, member_conf, poll_until,
                            unique)
 
@@ -46,21 +46,9 @@ def _complete(records: list, partitions: set[int]) -> bool:
 
 
 def _kp_consumer(bootstrap: str, group: str, topic: str, client_id: str) -> KafkaConsumer:
-    """A kafka-python member that knows the topic's partitions before it joins.
-
-    Joining first, it may lead generation 1 before its metadata names the topic (an empty
-    assignment) and rejoin as leader when the metadata lands; in kafka-python 3.0.12 that second
-    leader SyncGroup's answer, sent by the broker at once, is sometimes never taken up by the
-    client, which stops heartbeating and is removed after session.timeout.ms (seen in the broker's
-    request log: SyncGroup answered within 1 ms, then no request from the member)."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, client_id=client_id,
-                             enable_auto_commit=False, auto_offset_reset="earliest",
-                             heartbeat_interval_ms=300, session_timeout_ms=10000)
-    deadline = time.monotonic() + 10
-    while not consumer.partitions_for_topic(topic):
-        assert time.monotonic() < deadline, f"kafka-python never saw the partitions of {topic}"
-    consumer.subscribe([topic])
-    return consumer
+    return kafka_python_subscriber(topic, bootstrap_servers=bootstrap, group_id=group, client_id=client_id,
+                                   enable_auto_commit=False, auto_offset_reset="earliest",
+                                   heartbeat_interval_ms=300, session_timeout_ms=10000)
 
 
 def test_kafka_python_group_consume_commit_read_back(broker_factory):

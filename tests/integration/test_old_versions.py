@@ -21,7 +21,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from broker_process import BrokerProcess, wait_for
-from clients import consume_all, create_topic, produce
+from clients import consume_all, create_topic, kafka_python_subscriber, produce
 from raw_client import RawClient
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -68,9 +68,10 @@ def test_kafka_python_old_group_member(old_broker, api_version, expected):
     client lists and describes the group, all at the old versions."""
     topic = "kp-old"
     _seed(old_broker, topic, (5, 7))
-    consumer = KafkaConsumer(topic, bootstrap_servers=old_broker.bootstrap, group_id="old-kp",
-                             api_version=api_version, enable_auto_commit=False, auto_offset_reset="earliest",
-                             session_timeout_ms=6000, heartbeat_interval_ms=100)
+    consumer = kafka_python_subscriber(topic, bootstrap_servers=old_broker.bootstrap, group_id="old-kp",
+                                       api_version=api_version, enable_auto_commit=False,
+                                       auto_offset_reset="earliest", session_timeout_ms=6000,
+                                       heartbeat_interval_ms=100)
     tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
     try:
         # Join and sync without fetching (old-version fetching is tested below): the coordinator's own poll.
@@ -302,9 +303,10 @@ def test_kafka_python_old_produce_and_group_consume(old_broker, api_version, com
     topic = f"kp-msg-{len(api_version)}-{compression}"
     create_topic(old_broker.bootstrap, topic, partitions=1)
     tp = TopicPartition(topic, 0)
-    consumer = KafkaConsumer(topic, bootstrap_servers=old_broker.bootstrap, group_id=f"g-{topic}",
-                             api_version=api_version, enable_auto_commit=False, auto_offset_reset="earliest",
-                             session_timeout_ms=6000, heartbeat_interval_ms=100, fetch_max_wait_ms=2000)
+    consumer = kafka_python_subscriber(topic, bootstrap_servers=old_broker.bootstrap, group_id=f"g-{topic}",
+                                       api_version=api_version, enable_auto_commit=False,
+                                       auto_offset_reset="earliest", session_timeout_ms=6000,
+                                       heartbeat_interval_ms=100, fetch_max_wait_ms=2000)
     rows = _rows(60)
     try:
         wait_for(lambda: (consumer.poll(100), consumer.assignment() == {tp})[1], timeout=15, message="assignment")

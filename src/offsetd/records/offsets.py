@@ -672,7 +672,7 @@ def encode_consumer_subscription(topics: list[str], user_data: bytes | None = No
 # Varints are zig-zag base-128; -1 lengths are null. Control batches (attribute bit 5) hold one
 # record whose key is int16 version | int16 type (0 = ABORT, 1 = COMMIT).
 # This walker serves tools and tests; the broker's start-up loader uses the flat
-# `records.batch.scan_key_values` loop instead.
+# `records.scan.scan_key_values` loop instead.
 # ---------------------------------------------------------------------------------------------
 
 LogRecord = tuple[int, int, "bytes | ControlMarker | None", "bytes | None", int]

@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 from broker_process import BrokerProcess, wait_for
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from helpers import commit, create_topic, group_offsets, log_end_offsets, produce, records, records_at, unique
 
+from offsetd.spark.kafka_client import LATEST, Cluster
 from offsetd.spark.streaming import TriggerDelay, cap_rows
 from offsetd.spark.topic_source import STARTING_OPTIONS, TopicOptions, parse_bound
 
@@ -195,6 +197,24 @@ def test_deleted_topic_fails_the_query_unless_fail_on_data_loss_is_false(spark, 
                      message="the remaining topic to go on")
     finally:
         query.stop()
+
+
+def test_log_ends_leave_out_a_topic_deleted_after_the_metadata_named_it(shared_broker):
+    """The race a streaming query meets when a topic is deleted: the metadata still names it, but
+    ListOffsets answers UNKNOWN_TOPIC_OR_PART. The source's log ends leave its partitions out, so
+    failOnDataLoss judges them as gone (the test above) instead of the query dying on a raw error."""
+    keep, doomed = unique("keep"), unique("doomed")
+    for topic in (keep, doomed):
+        create_topic(shared_broker.bootstrap, topic, 1)
+        records(shared_broker.bootstrap, topic, 3, 1)
+    cluster = Cluster({"kafka.bootstrap.servers": shared_broker.bootstrap})
+    named = cluster.partitions_of(subscribe=[keep, doomed])  # the metadata, taken before the delete
+    assert named == sorted([(keep, 0), (doomed, 0)])
+    admin = AdminClient({"bootstrap.servers": shared_broker.bootstrap})
+    admin.delete_topics([doomed], operation_timeout=10)[doomed].result(15)
+    with pytest.raises(KafkaException, match="UNKNOWN_TOPIC_OR_PART"):
+        cluster.list_offsets(named, LATEST)
+    assert cluster.list_offsets(named, LATEST, skip_unknown=True) == {(keep, 0): 3}
 
 
 def test_headers_column_only_with_include_headers(spark: SparkSession, shared_broker: BrokerProcess) -> None:

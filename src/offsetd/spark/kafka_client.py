@@ -104,10 +104,13 @@ class Cluster:
             names = [t for t in subscribe if t in topics]
         return sorted((t, p) for t in names for p in range(topics[t]))
 
-    def list_offsets(self, partitions: Iterable[TopicPartitionKey], spec: int) -> dict[TopicPartitionKey, int]:
-        """Log start (EARLIEST) or log end (LATEST) offsets, one ListOffsets round."""
+    def list_offsets(self, partitions: Iterable[TopicPartitionKey], spec: int, *,
+                     skip_unknown: bool = False) -> dict[TopicPartitionKey, int]:
+        """Log start (EARLIEST) or log end (LATEST) offsets, one ListOffsets round. With
+        `skip_unknown`, a partition the broker no longer knows (its topic deleted since the
+        metadata named it) is left out of the answer instead of failing it."""
         offset_spec = OffsetSpec.earliest() if spec == EARLIEST else OffsetSpec.latest()
-        return self._list_offsets({tp: offset_spec for tp in partitions})
+        return self._list_offsets({tp: offset_spec for tp in partitions}, skip_unknown=skip_unknown)
 
     def offsets_for_times(self, timestamps: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int | None]:
         """Per partition, the earliest offset whose record timestamp is >= the given epoch
@@ -116,13 +119,21 @@ class Cluster:
         found = self._list_offsets({tp: OffsetSpec.for_timestamp(ts) for tp, ts in timestamps.items()})
         return {tp: offset if offset >= 0 else None for tp, offset in found.items()}
 
-    def _list_offsets(self, specs: Mapping[TopicPartitionKey, OffsetSpec]) -> dict[TopicPartitionKey, int]:
+    def _list_offsets(self, specs: Mapping[TopicPartitionKey, OffsetSpec], *,
+                      skip_unknown: bool = False) -> dict[TopicPartitionKey, int]:
         """One ListOffsets round: the offset each partition's OffsetSpec names."""
         if not specs:
             return {}
         futures = self.admin.list_offsets({TopicPartition(t, p): s for (t, p), s in specs.items()},
                                           request_timeout=TIMEOUT_S)
-        return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+        found: dict[TopicPartitionKey, int] = {}
+        for tp, future in futures.items():
+            try:
+                found[(tp.topic, tp.partition)] = future.result().offset
+            except KafkaException as exc:
+                if not (skip_unknown and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+                    raise
+        return found
 
     def group_offsets(self, group: str, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
         """A group's committed offsets for the given partitions; partitions without one are left out."""

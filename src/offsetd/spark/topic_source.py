@@ -314,13 +314,13 @@ class TopicStreamReader(OffsetStreamReader):
     def log_ends(self, begin: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int]:
         """Log end offsets of every subscribed partition, new ones included. A partition of
         `begin` that no longer exists (topic deleted) is data loss: an error when failOnDataLoss,
-        else it is dropped."""
-        now = self.opts.partitions(self.cluster)
-        gone = sorted(set(begin) - set(now))
+        else it is dropped. A topic deleted between the metadata and ListOffsets is gone too."""
+        ends = self.cluster.list_offsets(self.opts.partitions(self.cluster), LATEST, skip_unknown=True)
+        gone = sorted(set(begin) - set(ends))
         if gone and self.opts.fail_on_data_loss:
             raise RuntimeError(f"partitions {gone} no longer exist; some data may have been lost. "
                                "Set failOnDataLoss=false to continue without them.")
-        return self.cluster.list_offsets(now, LATEST)
+        return ends
 
     def complete(self, begin: dict[TopicPartitionKey, int], partitions: Mapping[TopicPartitionKey, int]) -> None:
         """Add the `partitions` missing from `begin` (new ones) to it at their log start offsets."""

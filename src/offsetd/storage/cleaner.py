@@ -65,7 +65,6 @@ from pathlib import Path
 
 from offsetd.storage.cleaning_job import (
     CleanerError,
-    CleanerStats,
     CleaningJob,
     CleaningPlan,
     SourceSegment,
@@ -80,7 +79,6 @@ __all__ = [
     "LogCleaner",
     "CleaningJob",
     "CleaningPlan",
-    "CleanerStats",
     "CleanerError",
     "SourceSegment",
     "CHECKPOINT_FILE",

@@ -13,7 +13,6 @@ class CleanerError(Exception):
     """A source segment could not be cleaned (corrupt or unreadable); nothing was changed."""
 
 
-
 @dataclass(frozen=True, slots=True)
 class SourceSegment:
     """A sealed segment as seen by select(): enough to read it without the Segment object."""

@@ -24,6 +24,7 @@ import threading
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
+import cramjam
 import pytest
 from storage_helpers import HOUR, T0, FakeClock, clock, crash  # noqa: F401 (clock: fixture)
 from crc32c import crc32c
@@ -32,6 +33,7 @@ from kafka.record.default_records import DefaultRecordBatch
 from offsetd.coordinator.config import GroupCoordinatorConfig
 from offsetd.coordinator.shard import GroupCoordinatorShard
 from offsetd.records.batch import TRANSACTIONAL_MASK, build_batch, iter_batches
+from offsetd.records.compression import decompress
 from offsetd.records.control import build_marker_batch
 from offsetd.records.scan import scan_key_values
 from offsetd.records.offsets import (
@@ -96,7 +98,8 @@ def log_bytes(log: PartitionLog) -> bytes:
 
 def records(log: PartitionLog) -> list[tuple[int, int, bytes | None, bytes | None]]:
     """(offset, timestamp, key, value) of every record, in log order."""
-    return [(o, ts, k, v) for o, ts, k, v, _pid in iter_log_records(log_bytes(log), verify=True)]
+    return [(o, ts, k, v) for o, ts, k, v, _pid in iter_log_records(log_bytes(log), verify=True,
+                                                                           decompress=decompress)]
 
 
 def kv_state(log: PartitionLog) -> dict[bytes, bytes]:
@@ -499,16 +502,19 @@ def test_idempotent_batches_are_filtered_keeping_their_header(tmp_path: Path, cl
     assert [(o, k) for o, _, k, _ in records(log)] == [(0, b"a"), (2, b"c"), (3, b"b")]
 
 
-def special_batch(recs, ts: int, codec: int = 0, **kw) -> bytes:
-    """A batch of (key, value) records, its records area compressed with `codec` (1 gzip, 3 lz4)."""
-    raw = bytearray(build_batch([(k, v, ts, []) for k, v in recs], **kw))
-    body = bytes(raw[61:])
-    if codec == 1:
-        body = gzip.compress(body)
-    elif codec == 3:
-        import lz4.frame
+# How producers compress a records area, per codec (snappy as librdkafka: one raw block).
+COMPRESSORS = {1: gzip.compress, 2: cramjam.snappy.compress_raw, 3: cramjam.lz4.compress, 4: cramjam.zstd.compress}
+CODECS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
-        body = lz4.frame.compress(body)
+
+def special_batch(recs, ts: int, codec: int = 0, *, body: bytes | None = None, **kw) -> bytes:
+    """A batch of (key, value) records, its records area compressed with `codec` (1 gzip,
+    2 snappy, 3 lz4, 4 zstd), or `body` in its place (with a valid CRC all the same)."""
+    raw = bytearray(build_batch([(k, v, ts, []) for k, v in recs], **kw))
+    if body is None:
+        body = bytes(raw[61:])
+        if codec:
+            body = bytes(COMPRESSORS[codec](body))
     attributes = struct.unpack_from(">h", raw, 21)[0] | codec
     out = bytearray(raw[:61]) + body
     struct.pack_into(">i", out, 8, len(out) - 12)
@@ -517,17 +523,18 @@ def special_batch(recs, ts: int, codec: int = 0, **kw) -> bytes:
     return bytes(out)
 
 
-def test_gzip_batches_kept_whole_or_dropped_whole(tmp_path: Path, clock: FakeClock) -> None:
+@pytest.mark.parametrize("codec", CODECS.values(), ids=CODECS.keys())
+def test_compressed_batches_kept_whole_or_dropped_whole(tmp_path: Path, clock: FakeClock, codec: int) -> None:
     log = open_log(tmp_path, clock)
-    log.append(special_batch([(b"a", b"1"), (b"b", b"1")], clock.now, 1), clock.now)  # b survives: kept
-    log.append(special_batch([(b"c", b"1"), (b"d", b"1")], clock.now, 1), clock.now)  # superseded: dropped
+    log.append(special_batch([(b"a", b"1"), (b"b", b"1")], clock.now, codec), clock.now)  # b survives: kept
+    log.append(special_batch([(b"c", b"1"), (b"d", b"1")], clock.now, codec), clock.now)  # superseded: dropped
     append(log, clock, [(b"a", b"2"), (b"c", b"2"), (b"d", b"2")])
-    log.append(special_batch([(b"e", None)], clock.now, 1), clock.now)  # a gzip tombstone, young
+    log.append(special_batch([(b"e", None)], clock.now, codec), clock.now)  # a compressed tombstone, young
     log.roll(clock.now)
     before = records(log)
     LogCleaner().clean(log, clock.now)
     after = records(log)
-    assert [r[0] for r in after] == [0, 1, 4, 5, 6, 7]  # the first gzip batch whole, with a@0
+    assert [r[0] for r in after] == [0, 1, 4, 5, 6, 7]  # the first compressed batch whole, with a@0
     assert after == [r for r in before if r[0] in (0, 1, 4, 5, 6, 7)]
     assert kv_state_all(after) == kv_state_all(before) == {b"a": b"2", b"b": b"1", b"c": b"2", b"d": b"2"}
     # Once e's tombstone is old it goes, and so does its whole batch.
@@ -551,18 +558,20 @@ def kv_state_all(recs) -> dict:
     return state
 
 
-def test_undecodable_compressed_batch_blocks_later_tombstone_removal(tmp_path: Path, clock: FakeClock) -> None:
-    pytest.importorskip("lz4")
+@pytest.mark.parametrize("codec", CODECS.values(), ids=CODECS.keys())
+def test_undecodable_compressed_batch_blocks_later_tombstone_removal(tmp_path: Path, clock: FakeClock,
+                                                                      codec: int) -> None:
     log = open_log(tmp_path, clock, delete_retention_ms=0)
     append(log, clock, [(b"a", b"1")])
-    log.append(special_batch([(b"a", b"lz4")], clock.now, 3), clock.now)  # keys unknown to the cleaner
+    # a body no decompressor reads (the CRC is right): its keys are unknown to the cleaner
+    log.append(special_batch([(b"a", b"?")], clock.now, codec, body=b"\x00not compressed\xff" * 4), clock.now)
     append(log, clock, [(b"a", None), (b"b", b"1")])
     log.roll(clock.now)
     before = raw_batches(log)
     LogCleaner().clean(log, clock.now + 10)
     after = raw_batches(log)
-    # a@0 is superseded by the known tombstone; the lz4 batch stays whole and the tombstone too
-    # (dropping it would let the lz4 batch's "a" reappear).
+    # a@0 is superseded by the known tombstone; the unreadable batch stays whole and the tombstone
+    # too (dropping it would let an "a" in that batch reappear).
     assert after == before[1:]
 
 

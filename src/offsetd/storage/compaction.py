@@ -42,9 +42,10 @@ Surviving records keep their offsets and timestamps.
   Kafka's cleaner: same base offset, lastOffsetDelta, base timestamp, producer id / epoch /
   base sequence and attributes, only the surviving records (copied byte for byte), the record
   count, max timestamp (CreateTime) and CRC are new; a batch left empty is dropped.
-* Compressed batches are never rewritten (only gzip can be decoded with the standard library):
-  a gzip batch takes part in the map, and is kept whole when any record in it survives, dropped
-  otherwise; a batch of another codec is kept whole and its keys are unknown.
+* Compressed batches (any codec, decompressed by records/compression.py) take part in the map
+  and are never rewritten: kept whole when any record in them survives, dropped otherwise. One
+  that cannot be decompressed (a client could not read it either) is kept whole, and its keys
+  being unknown, it pins every key (see above).
 * Transactions (reference A9): the cleanable range also ends at the segment holding the last
   stable offset, so every transaction in it is over. Batches of aborted transactions (the
   `.txnindex` entries, passed in the job as producer id -> [(first, last offset)]) are dropped
@@ -72,7 +73,6 @@ import logging
 import os
 import struct
 import time
-import zlib
 from bisect import bisect_left, bisect_right
 from itertools import chain
 from pathlib import Path
@@ -81,14 +81,15 @@ from crc32c import crc32c
 
 from offsetd.records.batch import (
     BATCH_HEADER_SIZE,
-    COMPRESSION_GZIP,
     CONTROL_MASK,
     CRC_START,
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
+    InvalidBatch,
 )
+from offsetd.records.compression import decompress
 from offsetd.records.varint import VarintError, decode_varint, encode_varint
 from offsetd.storage.cleaning_job import CleanerError, CleanerStats, CleaningJob, SourceSegment
 from offsetd.storage.index import OffsetIndex, TimeIndex
@@ -138,17 +139,6 @@ def _cleaned_name(base: int, suffix: str) -> str:
 
 
 _zz = decode_varint  # the general case; the hot loops inline one- and two-byte varints
-
-
-def _gunzip(data: bytes) -> bytes:
-    out = []
-    while data:
-        z = zlib.decompressobj(31)
-        out.append(z.decompress(data))
-        if not z.eof:
-            raise zlib.error("truncated gzip stream")
-        data = z.unused_data
-    return b"".join(out)
 
 
 def _parse_records(
@@ -362,11 +352,9 @@ class Compaction:
         lat = bool(attrs & TIMESTAMP_TYPE_MASK)
         if codec == 0:
             return _parse_records(buf, pos + BATCH_HEADER_SIZE, end, count, bts, mts, lat)
-        if codec != COMPRESSION_GZIP:
-            return None
         try:
-            d = _gunzip(buf[pos + BATCH_HEADER_SIZE : end])
-        except zlib.error:
+            d = decompress(codec, buf[pos + BATCH_HEADER_SIZE : end])
+        except InvalidBatch:
             return None  # a client could not read it either; keep it as it is
         return _parse_records(d, 0, len(d), count, bts, mts, lat)
 

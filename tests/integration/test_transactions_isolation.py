@@ -106,6 +106,9 @@ def test_last_stable_offset_held_by_open_transaction(txn_broker, end):
     assert _values(bootstrap, topic, committed=False) == [b"plain", *opened]
 
 
+TXN_TIMEOUT_MS = 6000
+
+
 def test_last_stable_offset_released_by_transaction_timeout(txn_broker):
     """A transaction left open past transaction.timeout.ms is aborted by the broker (the
     producer's epoch is bumped): the LSO moves past its ABORT marker, read_committed never sees
@@ -113,16 +116,17 @@ def test_last_stable_offset_released_by_transaction_timeout(txn_broker):
     bootstrap, topic = txn_broker.bootstrap, "iso-timeout"
     create_topic(bootstrap, topic)
     _plain(bootstrap, topic, b"plain")
-    producer = _producer(bootstrap, "iso-timeout-txn", **{"transaction.timeout.ms": 2000})
+    # Long enough for the held-back LSO to be seen first on a loaded box (2 s was not, once).
+    producer = _producer(bootstrap, "iso-timeout-txn", **{"transaction.timeout.ms": TXN_TIMEOUT_MS})
     producer.begin_transaction()
     started = time.monotonic()
     for i in range(3):
         producer.produce(topic, f"timed-out-{i}".encode(), partition=0)
     assert producer.flush(15) == 0
     assert _offsets(bootstrap, topic) == (1, 4)
-    wait_for(lambda: _offsets(bootstrap, topic) == (5, 5), timeout=20, message="the timeout's abort marker")
-    # not before the timeout (2 s) has passed since the transaction's first AddPartitions
-    assert time.monotonic() - started >= 1.5
+    wait_for(lambda: _offsets(bootstrap, topic) == (5, 5), timeout=30, message="the timeout's abort marker")
+    # not before the timeout has passed since the transaction's first AddPartitions
+    assert time.monotonic() - started >= TXN_TIMEOUT_MS / 1000 - 0.5
     assert _values(bootstrap, topic, committed=True) == [b"plain"]
     assert _values(bootstrap, topic, committed=False) == [b"plain", b"timed-out-0", b"timed-out-1", b"timed-out-2"]
     with pytest.raises(KafkaException):

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 CONFIG ?= config/server.properties
 
-.PHONY: run secure cluster test bench bench-cluster chaos failover fuzz tools postgresql clean
+.PHONY: run secure cluster test test-quick bench bench-cluster chaos failover fuzz tools postgresql clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -59,8 +59,17 @@ postgresql:
 	@{ ls /usr/lib/postgresql/*/bin/initdb || command -v initdb; } >/dev/null 2>&1 || { \
 	  echo "installing PostgreSQL (Debian package postgresql)"; $(APT_INSTALL) postgresql >/dev/null; }
 
+# The whole suite on TEST_WORKERS pytest-xdist workers: most tests wait on brokers, clients and
+# timeouts rather than the CPU, so more workers than cores pay. Each worker has its own session
+# fixtures (PostgreSQL, a SparkSession); the slowest tests start first (tests/conftest.py) and an
+# idle worker steals queued tests from a busy one.
+TEST_WORKERS ?= 4
 test: $(VENV)/.test-deps tools
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+
+# The inner loop: the sans-IO cores, codecs and other unit tests (no broker processes, no Spark).
+test-quick: $(VENV)/.test-deps
+	$(PY) -m pytest -q -n 2 tests/unit
 
 bench: $(VENV)/.test-deps
 	$(PY) bench/run.py

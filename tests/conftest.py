@@ -76,3 +76,19 @@ def shared_broker(tmp_path_factory):
     yield proc
     if proc.alive():
         proc.stop()
+
+
+# Under pytest-xdist (`make test`), the longest tests start first so the short ones fill the tail:
+# Spark (a JVM per worker, jobs of tens of seconds), the chaos runs, then the real-process tests.
+_START_ORDER = ("spark", "chaos", "integration", "admin", "fuzz", "unit")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Order the suite by `_START_ORDER` (stable within a directory, so a module stays together)."""
+    here = Path(__file__).parent
+
+    def rank(item: pytest.Item) -> int:
+        top = Path(item.fspath).relative_to(here).parts[0]
+        return _START_ORDER.index(top) if top in _START_ORDER else len(_START_ORDER)
+
+    items.sort(key=rank)

@@ -49,6 +49,7 @@ def _import_targets(instrument: bool):  # type: ignore[no-untyped-def]
             import offsetd.records.offsets  # noqa: F401
             import offsetd.records.scan  # noqa: F401  (compiled: not instrumentable, still checked)
             import offsetd.records.varint  # noqa: F401
+            import offsetd.storage.log_loader  # noqa: F401
             import offsetd.storage.partition_log  # noqa: F401
             import offsetd.storage.segment  # noqa: F401
     import fuzz_targets

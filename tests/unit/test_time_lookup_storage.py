@@ -10,7 +10,7 @@ import pytest
 from compressed_batches import CODECS, kp_batch, log_append_time, snappy_variant
 from storage_helpers import T0, FakeClock, clock  # noqa: F401 (clock: fixture)
 
-import offsetd.storage.partition_log as partition_log
+import offsetd.storage.time_lookup as partition_log
 from offsetd.records.batch import InvalidBatch
 from offsetd.storage import LogConfig, PartitionLog
 

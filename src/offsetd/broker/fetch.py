@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..protocol.errors import Error
-from ..storage.partition_log import OffsetOutOfRange
+from ..storage.log_read import OffsetOutOfRange
 from ..server.authorization import Op, Res, access
 from .broker import Broker
 from .cluster_view import leader_hint, node_endpoints

@@ -23,7 +23,7 @@ from ..records.compression import decompress
 from ..records.offsets import (ControlMarker, GroupMetadataKey, OffsetCommitKey, decode_key,
                                decode_offset_commit_value, encode_key, iter_log_records, partition_for)
 from ..storage.log_dir import NotLeader, StorageError
-from ..storage.partition_log import OffsetOutOfRange
+from ..storage.log_read import OffsetOutOfRange
 
 READ_CHUNK_BYTES = 1 << 20
 CACHED_GROUPS = 64  # groups whose offsets-log read is kept for the next ask

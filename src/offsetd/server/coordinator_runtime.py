@@ -29,7 +29,8 @@ from ..records.batch import TRANSACTIONAL_MASK, build_batch, iter_batches
 from ..records.control import build_marker_batch
 from ..records.offsets import encode_key, encode_value
 from ..records.scan import scan_key_values
-from ..storage.partition_log import AppendResult, PartitionLog
+from ..storage.log_append import AppendResult
+from ..storage.partition_log import PartitionLog
 from ..storage.producer_state import ProduceError
 
 log = logging.getLogger("offsetd.coordinator")

@@ -23,8 +23,9 @@ What is cleaned
   `min.cleanable.dirty.ratio`, or when a tombstone retained by the last cleaning has since passed
   `delete.retention.ms` (so an idle log still loses its expired tombstones).
 
-How: storage/compaction.py (Kafka's two passes, map then copy, and the output batches and
-segments they write); storage/segment_swap.py swaps the cleaned segments in crash-safely.
+How: storage/compaction.py (Kafka's two passes: the map, storage/offset_map.py, then the copy
+and the output batches), storage/cleaned_segment.py (the segments they write);
+storage/segment_swap.py swaps the cleaned segments in crash-safely.
 
 Threading contract
 ------------------

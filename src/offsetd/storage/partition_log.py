@@ -1,153 +1,42 @@
-"""The log of one topic partition: Kafka's segment directory, appends, reads, retention, recovery.
+"""The log of one topic partition: Kafka's segment directory (`<log.dirs>/<topic>-<partition>/`,
+segments named by base offset exactly as Kafka writes them) and the state that moves with it.
 
-Layout: `<log.dirs>/<topic>-<partition>/` holds segments named by base offset
-(`00000000000000000000.log` + `.index` + `.timeindex`), exactly as Kafka writes them.
-
-* The log start offset is not stored: it is the first segment's base offset (retention only
-  deletes whole segments; `truncate_fully_and_start_at` creates a segment at the new start).
-* The last segment is the active one. Rolling does not fsync on the produce path: the rolled
-  segment is fsynced by the next flush() or, at the latest, by the next roll. The file
-  `offsetd-recovery-point` holds the base offset of the oldest segment that may hold unsynced
-  data (so at most the active segment and the one rolled before it). On open those segments
-  are verified batch by batch (header + CRC) and cut back at the first bad batch (segments
-  after a damaged one are deleted, as Kafka does); older segments only get their indexes
-  rebuilt when those are missing or corrupt. Without the file only the active segment is
-  verified.
-* Idempotent producer state is rebuilt on open from the active segment's headers. A clean
-  close also writes `offsetd-producer-state.json` (state at the log end offset), which the next
-  open uses when it is still consistent with the log, so state survives segment rolls across
-  restarts. The file is removed once loaded, so a crash never leaves a stale snapshot behind.
-* Transactions (storage/transactions.py): producer state tracks open transactions; the last
-  stable offset (LSO) is the first offset of the oldest open one, else the log end. ABORT
-  markers add entries to the segment's `.txnindex`. Open transactions survive restarts through
-  the producer snapshot, the transaction snapshot written at rolls and the recovery scan.
-* The log cleaner (storage/cleaner.py) replaces a run of sealed segments with cleaned ones via
-  `replace_segments`, through storage/segment_swap.py's crash-safe swap; `open()` first finishes
-  an interrupted swap or clears an uncommitted one.
+PartitionLog owns the segment list (the last one active), the log start and end offsets, producer
+state and transactions (storage/transactions.py), and is the one place that changes them: appends
+(decided by storage/log_append.py), rolls and flushes, retention (storage/log_retention.py),
+truncation and the cleaner's swap (storage/segment_swap.py). Opening is storage/log_loader.py's
+recovery; reads go through storage/log_read.py and storage/time_lookup.py. The log start offset is
+not stored: it is the first segment's base offset. Rolling does not fsync on the produce path: the
+rolled segment is fsynced by the next flush() or, at the latest, by the next roll.
 
 Pure synchronous file I/O; no asyncio, no clock reads (time is always passed in).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
-import struct
-from bisect import bisect_right
-from dataclasses import dataclass
 from pathlib import Path
 
-from offsetd.records.batch import (
-    INVALID_RECORD,
-    BatchHeader,
-    InvalidBatch,
-)
-from offsetd.records.compression import batch_record_timestamps
+from offsetd.records.batch import BatchHeader
 from offsetd.storage.durable_file import fsync_dir as _fsync_dir
 from offsetd.storage.file_records import FileRecords
-from offsetd.storage.durable_file import write_durably as _write_durably
+from offsetd.storage.log_append import AppendResult, PreparedAppend, prepare_append, should_roll
 from offsetd.storage.log_config import LogConfig
 from offsetd.storage.log_dir import LogDirectory
+from offsetd.storage.log_loader import load_log, write_producer_snapshot, write_recovery_point
+from offsetd.storage.log_read import pread_all, ranges_data, ranges_end_offset, read_ranges
+from offsetd.storage.log_retention import retention_deletions
 from offsetd.storage.producer_state import ProducerStateManager
-from offsetd.storage.segment_swap import CLEANED_SUFFIX, commit_swap, missing_cleaned_file, recover_interrupted_swap
-from offsetd.storage.transactions import (
-    PartitionTransactions,
-    ProducerRecovery,
-    remove_txn_snapshot,
-    validate_log_batches,
-    write_txn_snapshot,
-)
-from offsetd.storage.txn_index import TXNINDEX_SUFFIX, index_path
-from offsetd.storage.segment import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIMEINDEX_SUFFIX,
-    Segment,
-    segment_file_name,
-)
+from offsetd.storage.segment import Segment
+from offsetd.storage.segment_swap import CLEANED_SUFFIX, check_replacement, commit_swap
+from offsetd.storage.time_lookup import max_timestamp, offset_for_timestamp
+from offsetd.storage.transactions import PartitionTransactions, remove_txn_snapshot, write_txn_snapshot
 
-__all__ = [
-    "PartitionLog",
-    "AppendResult",
-    "PreparedAppend",
-    "OffsetOutOfRange",
-    "PRODUCER_STATE_FILE",
-    "RECOVERY_POINT_FILE",
-]
+__all__ = ["PartitionLog"]
 
 log = logging.getLogger("offsetd.storage")
-
-PRODUCER_STATE_FILE = "offsetd-producer-state.json"
-RECOVERY_POINT_FILE = "offsetd-recovery-point"
-OFFSET_OUT_OF_RANGE = 1
-_INT32_MAX = 2**31 - 1
-_pack_int64 = struct.Struct(">q").pack
-_pack_int32 = struct.Struct(">i").pack
-
-
-@dataclass(slots=True)
-class AppendResult:
-    """Outcome of one append: offsets assigned (or, for a duplicate, originally assigned)."""
-
-    base_offset: int
-    last_offset: int
-    log_append_time_ms: int = -1
-    log_start_offset: int = 0
-    duplicate: bool = False
-
-
-@dataclass(slots=True)
-class PreparedAppend:
-    """An append decided but not yet written (PartitionLog.prepare_append): offsets
-    [first, next_offset), the iovecs to write and the producer state to commit after."""
-
-    first: int
-    next_offset: int
-    size: int
-    parts: list[bytes | memoryview]
-    batches: list[tuple[int, BatchHeader, int]]
-    messages: int
-    pending: object
-    replica: bool = False  # copied with its own offsets (may start past the log end: a compacted gap)
-
-    def data(self) -> bytes:
-        """The bytes as they will be stored (base offsets and leader epoch patched)."""
-        return b"".join(self.parts)
-
-
-class OffsetOutOfRange(Exception):
-    """A read asked for an offset outside [log_start_offset, log_end_offset]."""
-
-    error_code = OFFSET_OUT_OF_RANGE
-
-    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
-        super().__init__(
-            f"offset {offset} is out of range [{log_start_offset}, {log_end_offset}]"
-        )
-        self.offset = offset
-        self.log_start_offset = log_start_offset
-        self.log_end_offset = log_end_offset
-
-
-def _parse_base(name: str, suffix: str) -> int | None:
-    """Base offset from a Kafka segment file name, None if the name is not one."""
-    if not name.endswith(suffix):
-        return None
-    stem = name[: -len(suffix)]
-    if len(stem) != 20 or not stem.isdigit():
-        return None
-    return int(stem)
-
-
-def _pread_all(ranges: list[tuple[Segment, int, int]]) -> bytes:
-    """The bytes of `PartitionLog._read_ranges`' ranges (one pread per segment)."""
-    if len(ranges) == 1:
-        seg, pos, length = ranges[0]
-        return seg.pread(length, pos)
-    return b"".join(seg.pread(length, pos) for seg, pos, length in ranges)
-
 
 class PartitionLog:
     """Append-only, segmented log of one partition (single broker: LEO is the high watermark)."""
@@ -201,60 +90,11 @@ class PartitionLog:
         verified; torn or CRC-corrupt tails are truncated and logged on "offsetd.storage";
         missing/corrupt indexes of older segments are rebuilt. `now_ms` seeds segment ages.
         """
-        directory = Path(directory)
-        pdir = directory / f"{topic}-{partition}"
-        if not pdir.is_dir():
-            pdir.mkdir(parents=True, exist_ok=True)
-            _fsync_dir(directory)
-        recover_interrupted_swap(pdir)
-        names = os.listdir(pdir)
-        bases = sorted(b for b in (_parse_base(n, LOG_SUFFIX) for n in names) if b is not None)
-        base_set = set(bases)
-        for n in names:  # index files whose .log is gone are leftovers of a deletion
-            for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX):
-                b = _parse_base(n, suffix)
-                if b is not None and b not in base_set:
-                    os.unlink(pdir / n)
-        snapshot = cls._take_snapshot_file(pdir)
-        recovery_point = cls._read_recovery_point(pdir)
-
-        segments: list[Segment] = []
-        if not bases:
-            segments.append(Segment.create(pdir, 0, config))
-            _fsync_dir(pdir)
-            producers = ProducerStateManager()
-        else:
-            last = len(bases) - 1
-            first_recover = last
-            if recovery_point is not None:
-                first_recover = next(i for i, b in enumerate(bases) if b >= recovery_point or i == last)
-            scan = ProducerRecovery(pdir, now_ms, snapshot, bases[-1])
-            for i in range(first_recover):
-                segments.append(Segment.open_sealed(pdir, bases[i], config, bases[i + 1]))
-                scan.sealed(segments[-1], bases[i + 1])
-            for i in range(first_recover, last + 1):
-                scan.begin(pdir / segment_file_name(bases[i], LOG_SUFFIX), bases[i])
-                seg = Segment.recover(pdir, bases[i], config, now_ms, scan.on_batch)
-                segments.append(seg)
-                if i == last:
-                    break
-                if seg.truncated_bytes:
-                    # Later segments would follow a hole: drop them, as Kafka's recovery does.
-                    for later in bases[i + 1 :]:
-                        log.warning(
-                            "recovery of %s: deleting segment %d that follows a damaged segment",
-                            pdir,
-                            later,
-                        )
-                        Segment(pdir, later, config).delete()
-                        index_path(pdir, later).unlink(missing_ok=True)
-                    break
-                seg.seal()
-                seg.flush()
-            producers = scan.finish(segments)
-        transactions = PartitionTransactions.load(pdir, [s.base_offset for s in segments])
-        plog = cls(pdir, topic, partition, config, segments, producers, log_dir, transactions)
-        plog._recovery_point = recovery_point
+        pdir = Path(directory) / f"{topic}-{partition}"
+        loaded = load_log(pdir, config, now_ms)
+        segments, producers = loaded.segments, loaded.producers
+        plog = cls(pdir, topic, partition, config, segments, producers, log_dir, loaded.transactions)
+        plog._recovery_point = loaded.recovery_point
         plog._advance_recovery_point()
         log.debug(
             "opened %s: %d segment(s), offsets [%d, %d), %d producer(s)",
@@ -266,53 +106,13 @@ class PartitionLog:
         )
         return plog
 
-    @staticmethod
-    def _take_snapshot_file(pdir: Path) -> tuple[int, dict] | None:
-        """Read and remove the producer-state snapshot; None when absent or unreadable."""
-        path = pdir / PRODUCER_STATE_FILE
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        try:
-            os.unlink(path)
-            data = json.loads(raw)
-            if data.get("version") != 1:
-                raise ValueError(f"unknown version {data.get('version')}")
-            return int(data["offset"]), data["producers"]
-        except (ValueError, KeyError, TypeError, OSError) as exc:
-            log.warning("ignoring unreadable producer state %s: %s", path, exc)
-            return None
-
-    def _write_snapshot(self) -> None:
-        """Persist producer state as of the log end offset (on clean close)."""
-        if not self._producers.producers:
-            return
-        _write_durably(self.dir / PRODUCER_STATE_FILE, json.dumps(
-            {"version": 1, "offset": self.log_end_offset, "producers": self._producers.to_snapshot()}))
-
-    @staticmethod
-    def _read_recovery_point(pdir: Path) -> int | None:
-        """Base offset of the oldest segment that may hold unsynced data; None if unknown."""
-        try:
-            return int((pdir / RECOVERY_POINT_FILE).read_text().strip())
-        except (FileNotFoundError, ValueError):
-            return None
-
     def _advance_recovery_point(self) -> None:
         """Persist the recovery point (oldest unsynced sealed segment, else the active one)."""
         rp = self._unsynced_sealed[0].base_offset if self._unsynced_sealed else self._segments[-1].base_offset
         if rp == self._recovery_point:
             return
-        try:
-            _write_durably(self.dir / RECOVERY_POINT_FILE, f"{rp}\n")
-        except OSError as exc:
-            # The file keeps an older point, which only makes the next start verify more
-            # segments; it is written again at the next roll, flush or close.
-            log.warning("%s: recovery point not advanced to %d: %s", self.dir, rp, exc)
-            (self.dir / (RECOVERY_POINT_FILE + ".tmp")).unlink(missing_ok=True)
-            return
-        self._recovery_point = rp
+        if write_recovery_point(self.dir, rp):
+            self._recovery_point = rp
 
     def close(self) -> None:
         """Flush everything, save producer state and close all file descriptors."""
@@ -322,7 +122,7 @@ class PartitionLog:
             seg.close()
         self._unsynced_sealed.clear()
         self._advance_recovery_point()
-        self._write_snapshot()
+        write_producer_snapshot(self.dir, self.log_end_offset, self._producers)
         self._closed = True
 
     def delete(self) -> None:
@@ -445,57 +245,14 @@ class PartitionLog:
         replica: bool = False,
     ) -> "PreparedAppend | AppendResult":
         """The first half of append(): validation, producer rules and offset assignment, with
-        no I/O. A duplicate gives its original AppendResult. The PostgreSQL engine stores
-        `PreparedAppend.data()` before apply_append() writes it here; nothing may be appended in
-        between (apply_append checks). `replica`: batches copied from the log of record (already
-        accepted there), so producer rules are not judged again, only recorded."""
+        no I/O (storage/log_append.py). A duplicate gives its original AppendResult. The PostgreSQL
+        engine stores `PreparedAppend.data()` before apply_append() writes it here; nothing may be
+        appended in between (apply_append checks). `replica`: batches copied from the log of record
+        (already accepted there), so producer rules are not judged again, only recorded."""
         self._check_open()
-        mv = records if isinstance(records, memoryview) else memoryview(records)
-        if mv.ndim != 1 or mv.itemsize != 1:
-            mv = mv.cast("B")
-        if validated is None:  # the broker's own writers: markers allowed
-            validated = validate_log_batches(mv, self.config.max_message_bytes)
-        if not validated:
-            raise InvalidBatch(INVALID_RECORD, "produce request contains no record batch")
-        if replica:  # stored offsets are kept: a compacted log has gaps, never overlaps
-            first = validated[0].base_offset
-            if first < self.log_end_offset:
-                raise InvalidBatch(INVALID_RECORD, f"replica batch at {first} below the log end {self.log_end_offset}")
-            pending, dup = self._producers.replica_pending(validated, mv), None
-        else:
-            first = self.log_end_offset
-            pending, dup = self._producers.validate(validated, first, mv)
-        if dup is not None:
-            return AppendResult(dup.base_offset, dup.last_offset, -1, self.log_start_offset, True)
-
-        # iovecs: the patched 8-byte baseOffset, then the batch bytes as received.
-        parts: list[bytes | memoryview] = []
-        batches: list[tuple[int, BatchHeader, int]] = []
-        pos = 0
-        offset = first
-        messages = 0
-        for h in validated:
-            size = h.batch_length + 12
-            if replica:
-                if h.base_offset < offset:
-                    raise InvalidBatch(INVALID_RECORD, f"replica batches out of order at {h.base_offset}")
-                offset = h.base_offset
-                parts.append(mv[pos : pos + size])
-            elif leader_epoch is None:
-                parts.append(_pack_int64(offset))
-                parts.append(mv[pos + 8 : pos + size])
-            else:
-                parts.append(_pack_int64(offset))
-                parts.append(mv[pos + 8 : pos + 12])
-                parts.append(_pack_int32(leader_epoch))
-                parts.append(mv[pos + 16 : pos + size])
-            batches.append((pos, h, offset))
-            pos += size
-            offset += h.last_offset_delta + 1
-            messages += h.records_count
-        if pos != len(mv):
-            raise ValueError(f"validated headers cover {pos} bytes but the blob has {len(mv)}")
-        return PreparedAppend(first, offset, pos, parts, batches, messages, pending, replica)
+        return prepare_append(records, validated, self._producers, self.config.max_message_bytes,
+                              self.log_start_offset, self.log_end_offset, leader_epoch=leader_epoch,
+                              replica=replica)
 
     def apply_append(self, prepared: "PreparedAppend", now_ms: int, *, sync: bool = False) -> AppendResult:
         """The second half of append(): roll if due, write, index, fsync when asked, and only then
@@ -507,7 +264,7 @@ class PartitionLog:
         log_dir = self.log_dir
         log_dir.check()
         try:
-            if self._should_roll(pos, offset - 1, now_ms):
+            if should_roll(self._segments[-1], self.config, pos, offset - 1, now_ms):
                 self.roll(now_ms)
         except OSError as exc:  # roll() leaves the old active segment in place when it fails
             raise log_dir.failed(exc, self._append_what) from exc
@@ -542,18 +299,6 @@ class PartitionLog:
     def _append_what(self) -> str:
         """How a failed append is named in errors and log lines (built only when one fails)."""
         return f"append to {self.topic}-{self.partition}"
-
-    def _should_roll(self, size: int, last_offset: int, now_ms: int) -> bool:
-        """Kafka's roll rules: segment full, segment_ms elapsed since its first batch, or
-        offsets no longer fitting the index's int32 relative offset."""
-        seg = self._segments[-1]
-        if seg.size == 0:
-            return False
-        if seg.size + size > min(self.config.segment_bytes, _INT32_MAX):  # index positions are int32
-            return True
-        if seg.rolling_base_ms is not None and now_ms - seg.rolling_base_ms > self.config.segment_ms:
-            return True
-        return last_offset - seg.base_offset > _INT32_MAX
 
     def roll(self, now_ms: int | None = None) -> None:
         """Seal the active segment and start a new one at log_end_offset; no-op if empty.
@@ -607,10 +352,6 @@ class PartitionLog:
 
     # ----------------------------------------------------------------- reads
 
-    def _segment_index(self, offset: int) -> int:
-        """Index into self._segments of the segment holding `offset` (clamped to the first)."""
-        return max(bisect_right(self._bases, offset) - 1, 0)
-
     def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True) -> bytes:
         """Whole batches from the one containing `offset`, at most `max_bytes` in total.
 
@@ -618,7 +359,7 @@ class PartitionLog:
         min_one_batch (so consumers make progress), else b"". Continues into following segments
         while budget remains. offset == log_end_offset gives b"". Raises OffsetOutOfRange.
         """
-        return _pread_all(self._read_ranges(offset, max_bytes, min_one_batch))
+        return pread_all(self._read_ranges(offset, max_bytes, min_one_batch))
 
     def read_file(self, offset: int, max_bytes: int, *, min_one_batch: bool = True,
                   min_file_bytes: int = 0) -> bytes | FileRecords:
@@ -626,7 +367,7 @@ class PartitionLog:
         sends them with sendfile); plain bytes when there are fewer than `min_file_bytes` (a
         pread is cheaper than a descriptor and a syscall per range) or when FileRecords may hold
         no more descriptors (its budget, or EMFILE)."""
-        return self._ranges_data(self._read_ranges(offset, max_bytes, min_one_batch), min_file_bytes)
+        return ranges_data(self._read_ranges(offset, max_bytes, min_one_batch), min_file_bytes)
 
     def read_committed(self, offset: int, max_bytes: int, *, min_one_batch: bool = True,
                        min_file_bytes: int | None = None) -> tuple[bytes | FileRecords, list[tuple[int, int]]]:
@@ -634,133 +375,36 @@ class PartitionLog:
         and the aborted transactions overlapping them (`aborted_transactions` up to the end of
         the returned data). As `read_file` when `min_file_bytes` is given, else as `read`."""
         ranges = self._read_ranges(offset, max_bytes, min_one_batch, self.last_stable_offset)
-        data = self._ranges_data(ranges, min_file_bytes) if min_file_bytes is not None else _pread_all(ranges)
+        data = ranges_data(ranges, min_file_bytes) if min_file_bytes is not None else pread_all(ranges)
         if not ranges:
             return data, []
-        seg, pos, length = ranges[-1]
-        end = pos + length
-        if end < seg.size:
-            upper = seg.header_at(end).base_offset
-        else:
-            i = self._segment_index(seg.base_offset) + 1
-            upper = self._bases[i] if i < len(self._bases) else self.log_end_offset
-        return data, self.aborted_transactions(offset, upper)
-
-    @staticmethod
-    def _ranges_data(ranges: list[tuple[Segment, int, int]], min_file_bytes: int) -> bytes | FileRecords:
-        """The ranges as FileRecords, or bytes below `min_file_bytes` or when no descriptor is left."""
-        if not ranges or sum(r[2] for r in ranges) < min_file_bytes:
-            return _pread_all(ranges)
-        held = FileRecords.hold([(seg.fd, pos, length) for seg, pos, length in ranges])
-        return _pread_all(ranges) if held is None else held
+        return data, self.aborted_transactions(offset, ranges_end_offset(ranges, self._bases, self.log_end_offset))
 
     def _read_ranges(self, offset: int, max_bytes: int, min_one_batch: bool,
                      max_offset: int | None = None) -> list[tuple[Segment, int, int]]:
-        """(segment, position, length) of the whole batches `read` returns, in log order; no
-        record byte is read, only batch headers to find the boundaries. `max_offset` (the LSO, a
-        batch boundary) excludes the batches starting at or after it, even a first one."""
+        """(segment, position, length) of the whole batches to read (storage/log_read.py)."""
         self._check_open()
-        if offset < self.log_start_offset or offset > self.log_end_offset:
-            raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
-        ranges: list[tuple[Segment, int, int]] = []
-        if max_offset is None or max_offset > self.log_end_offset:
-            max_offset = self.log_end_offset
-        if offset >= max_offset:
-            return ranges
-        # The segment holding max_offset and the byte where its batch starts (None: no bound).
-        stop_seg: Segment | None = None
-        stop_pos = 0
-        if max_offset < self.log_end_offset:
-            stop_seg = self._segments[self._segment_index(max_offset)]
-            found = stop_seg.find_batch(max_offset)
-            stop_pos = stop_seg.size if found is None else found
-        remaining = max_bytes
-        searching = True
-        for seg in self._segments[self._segment_index(offset) :]:
-            if seg.size == 0:
-                if seg is stop_seg:
-                    break
-                continue
-            if searching:
-                pos = seg.find_batch(offset)
-                if pos is None:
-                    if seg is stop_seg:
-                        break
-                    continue  # offset lies in a gap after this segment's last batch
-                searching = False
-            else:
-                pos = 0
-            seg_end = stop_pos if seg is stop_seg else seg.size
-            if seg_end <= pos:
-                break
-            limit = pos + max(remaining, 0)
-            end = seg_end if limit >= seg_end else seg.last_boundary(pos, limit)
-            if end == pos:
-                if not ranges and min_one_batch:
-                    ranges.append((seg, pos, min(seg.header_at(pos).size, seg_end - pos)))
-                break
-            ranges.append((seg, pos, end - pos))
-            remaining -= end - pos
-            if end < seg.size or remaining <= 0 or seg is stop_seg:
-                break
-        return ranges
+        return read_ranges(self._segments, self._bases, offset, max_bytes, min_one_batch,
+                           self.log_start_offset, self.log_end_offset, max_offset)
 
     def offset_for_timestamp(self, ts: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the earliest record with timestamp >= ts (ListOffsets).
-
-        The time index gives the batch to start from; batches whose maxTimestamp is below ts are
-        skipped by their headers, and the first one that may hold a match is decoded (and
-        decompressed, whatever its codec) to find the exact record. Only when that batch has no
-        qualifying record (e.g. all of them below the log start offset) are the next ones read.
-        None when no record qualifies. Raises InvalidBatch when a batch cannot be decoded.
-        """
+        """(offset, timestamp) of the earliest record with timestamp >= ts (ListOffsets), None
+        when no record qualifies (storage/time_lookup.py). Raises InvalidBatch."""
         self._check_open()
-        start_offset = self.log_start_offset
-        for seg in self._segments:
-            if seg.size == 0 or seg.max_timestamp < ts:
-                continue
-            hint = seg.time_index.lookup(ts)
-            start = seg.offset_index.lookup(hint) if hint is not None else 0
-            for pos, h in seg.iter_headers(start, 16 * 1024):
-                if h.max_timestamp < ts or h.last_offset < start_offset:
-                    continue
-                for rec_offset, rec_ts in batch_record_timestamps(seg.pread(h.size, pos)):
-                    if rec_ts >= ts and rec_offset >= start_offset:
-                        return rec_offset, rec_ts
-        return None
+        return offset_for_timestamp(self._segments, self.log_start_offset, ts)
 
     def max_timestamp(self) -> tuple[int, int]:
-        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3, KIP-734).
-
-        Ties go to the earliest such record, as Kafka: the first segment reaching the largest
-        timestamp, its first batch whose maxTimestamp equals it, and in that batch (decompressed
-        if need be) the first record carrying it. (-1, -1) when the log has no timestamped
-        record. Raises InvalidBatch when the batch cannot be decoded.
-        """
+        """(offset, timestamp) of the record with the largest timestamp, the earliest on ties
+        (ListOffsets -3, KIP-734); (-1, -1) when none (storage/time_lookup.py)."""
         self._check_open()
-        best: Segment | None = None
-        for seg in self._segments:
-            if seg.size and seg.max_timestamp >= 0 and (best is None or seg.max_timestamp > best.max_timestamp):
-                best = seg
-        if best is None:
-            return -1, -1
-        target = best.max_timestamp
-        start = best.find_batch(best.offset_of_max_timestamp)
-        if start is None:
-            start = 0
-        for pos, h in best.iter_headers(start, 16 * 1024):
-            if h.max_timestamp != target:
-                continue
-            for rec_offset, rec_ts in batch_record_timestamps(best.pread(h.size, pos)):
-                if rec_ts == target and rec_offset >= self.log_start_offset:
-                    return rec_offset, rec_ts
-        return -1, -1
+        return max_timestamp(self._segments, self.log_start_offset)
 
     # ----------------------------------------------------------------- retention
 
     def apply_retention(self, now_ms: int) -> int:
         """Delete the oldest segments past retention_ms (by largest timestamp) or while the log
-        exceeds retention_bytes; advance log_start_offset; return how many were deleted.
+        exceeds retention_bytes (storage/log_retention.py); advance log_start_offset; return how
+        many were deleted.
 
         Like Kafka, an expired active segment is rolled first and deleted too (the log then
         stays empty at its log end offset). No deletion when cleanup_policy lacks "delete".
@@ -770,19 +414,9 @@ class PartitionLog:
         self._producers.expire(now_ms, self.config.producer_id_expiration_ms)
         if not self.config.deletes:
             return 0
-        deleted = 0
-        retention_ms = self.config.retention_ms
-        if retention_ms >= 0:
-            while self._deletable(0) and now_ms - self._segments[0].largest_timestamp > retention_ms:
-                self._delete_oldest_segment(now_ms)
-                deleted += 1
-        retention_bytes = self.config.retention_bytes
-        if retention_bytes >= 0:
-            excess = self.size_bytes - retention_bytes
-            while self._deletable(0) and excess - self._segments[0].size >= 0:
-                excess -= self._segments[0].size
-                self._delete_oldest_segment(now_ms)
-                deleted += 1
+        deleted = retention_deletions(self._segments, self.config, now_ms)
+        for _ in range(deleted):
+            self._delete_oldest_segment(now_ms)
         if deleted:
             log.info(
                 "retention deleted %d segment(s) of %s-%d; log start offset now %d",
@@ -792,11 +426,6 @@ class PartitionLog:
                 self.log_start_offset,
             )
         return deleted
-
-    def _deletable(self, i: int) -> bool:
-        """Retention may delete segment i: it holds data, or it is a sealed segment the cleaner
-        emptied (an empty active segment is the log's end and stays)."""
-        return self._segments[i].size > 0 or i < len(self._segments) - 1
 
     def _delete_oldest_segment(self, now_ms: int) -> None:
         """Remove the first segment (rolling first if it is the active one)."""
@@ -840,29 +469,15 @@ class PartitionLog:
         `.index.cleaned` / `.timeindex.cleaned`, for each base in `new_bases` (strictly
         increasing, the first equal to old[0]'s base so the log start offset is kept, all below
         the base of the segment after the run). Their records must be exactly the surviving
-        records of `old`, with their original offsets. Crash-safe (see the module docstring):
+        records of `old`, with their original offsets. Crash-safe (storage/segment_swap.py):
         after the manifest is durable the swap always completes, if need be at the next open().
         Raises ValueError, touching nothing, when `old` is not a run of this log's sealed
         segments. Must run on the thread that owns the log. Returns the new segments.
         """
         self._check_open()
+        i = check_replacement(self.dir, self._segments, old, new_bases)
         n = len(old)
-        i = next((k for k, s in enumerate(self._segments) if s is old[0]), None) if n else None
-        if i is None or i + n >= len(self._segments) or any(
-            a is not b for a, b in zip(self._segments[i : i + n], old)
-        ):
-            raise ValueError("replace_segments: not a run of this log's sealed segments")
         next_base = self._segments[i + n].base_offset
-        if (
-            not new_bases
-            or new_bases[0] != old[0].base_offset
-            or any(a >= b for a, b in zip(new_bases, new_bases[1:]))
-            or new_bases[-1] >= next_base
-        ):
-            raise ValueError(f"replace_segments: bad new base offsets {new_bases[:5]}...")
-        missing = missing_cleaned_file(self.dir, list(new_bases))
-        if missing:
-            raise ValueError(f"replace_segments: {missing} is missing")
         old_bases = [s.base_offset for s in old]
         # The moved .txnindex entries travel with the swap as `.txnindex.cleaned` files.
         new_entries = self._txns.replace(old_bases, list(new_bases), CLEANED_SUFFIX)

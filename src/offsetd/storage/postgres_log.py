@@ -27,7 +27,9 @@ from typing import Any, Callable
 
 from offsetd.records.batch import InvalidBatch, iter_batches
 from offsetd.storage.log_dir import NotLeader, StorageError
-from offsetd.storage.partition_log import AppendResult, OffsetOutOfRange, PartitionLog, PreparedAppend
+from offsetd.storage.log_append import AppendResult, PreparedAppend
+from offsetd.storage.log_read import OffsetOutOfRange
+from offsetd.storage.partition_log import PartitionLog
 from offsetd.storage.postgres_store import Claim, Fenced, PostgresStore, StoreUnavailable
 from offsetd.storage.transactions import validate_log_batches
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from offsetd.storage.durable_file import fsync_dir as _fsync_dir
 from offsetd.storage.durable_file import write_durably as _write_durably
-from offsetd.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
+from offsetd.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, Segment
 from offsetd.storage.txn_index import TXNINDEX_SUFFIX
 
 log = logging.getLogger("offsetd.storage")
@@ -54,6 +54,29 @@ def missing_cleaned_file(pdir: Path, new_bases: list[int]) -> str | None:
             if not path.exists():
                 return path.name
     return None
+
+
+def check_replacement(pdir: Path, segments: list[Segment], old: list[Segment], new_bases: list[int]) -> int:
+    """Index in `segments` of the run `old` a cleaning may replace by segments based at
+    `new_bases` (PartitionLog.replace_segments' rules); ValueError when it may not."""
+    n = len(old)
+    i = next((k for k, s in enumerate(segments) if s is old[0]), None) if n else None
+    if i is None or i + n >= len(segments) or any(
+        a is not b for a, b in zip(segments[i : i + n], old)
+    ):
+        raise ValueError("replace_segments: not a run of this log's sealed segments")
+    next_base = segments[i + n].base_offset
+    if (
+        not new_bases
+        or new_bases[0] != old[0].base_offset
+        or any(a >= b for a, b in zip(new_bases, new_bases[1:]))
+        or new_bases[-1] >= next_base
+    ):
+        raise ValueError(f"replace_segments: bad new base offsets {new_bases[:5]}...")
+    missing = missing_cleaned_file(pdir, list(new_bases))
+    if missing:
+        raise ValueError(f"replace_segments: {missing} is missing")
+    return i
 
 
 def commit_swap(pdir: Path, old_bases: list[int], new_bases: list[int]) -> None:

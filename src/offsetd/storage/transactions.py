@@ -12,7 +12,8 @@ the transaction snapshot written at rolls, and the recovery scan that rebuilds b
 * Recovery re-derives the `.txnindex` entries of the segments it verifies (past the recovery
   point), since their markers may not have been durable.
 
-Synchronous file I/O, called by storage/partition_log.py only.
+Synchronous file I/O, called by the local partition log only (storage/partition_log.py and the
+log_loader.py, log_append.py it delegates to).
 """
 
 from __future__ import annotations

@@ -1,0 +1,181 @@
+"""Loading a partition directory at open: what survives a crash is found and cut back here, so
+PartitionLog starts from segments, producer state and transactions it can trust.
+
+* The file `offsetd-recovery-point` holds the base offset of the oldest segment that may hold
+  unsynced data (so at most the active segment and the one rolled before it). On open those
+  segments are verified batch by batch (header + CRC) and cut back at the first bad batch
+  (segments after a damaged one are deleted, as Kafka does); older segments only get their
+  indexes rebuilt when those are missing or corrupt. Without the file only the active segment
+  is verified.
+* Idempotent producer state is rebuilt on open from the active segment's headers. A clean
+  close also writes `offsetd-producer-state.json` (state at the log end offset), which the next
+  open uses when it is still consistent with the log, so state survives segment rolls across
+  restarts. The file is removed once loaded, so a crash never leaves a stale snapshot behind.
+* An interrupted cleaner swap is finished (or an uncommitted one cleared) before anything else
+  (storage/segment_swap.py), and index files whose `.log` is gone are removed.
+
+Pure synchronous file I/O; no asyncio, no clock reads (time is always passed in).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from offsetd.storage.durable_file import fsync_dir as _fsync_dir
+from offsetd.storage.durable_file import write_durably as _write_durably
+from offsetd.storage.log_config import LogConfig
+from offsetd.storage.producer_state import ProducerStateManager
+from offsetd.storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    Segment,
+    segment_file_name,
+)
+from offsetd.storage.segment_swap import recover_interrupted_swap
+from offsetd.storage.transactions import PartitionTransactions, ProducerRecovery
+from offsetd.storage.txn_index import TXNINDEX_SUFFIX, index_path
+
+__all__ = [
+    "LoadedLog",
+    "load_log",
+    "write_producer_snapshot",
+    "write_recovery_point",
+    "PRODUCER_STATE_FILE",
+    "RECOVERY_POINT_FILE",
+]
+
+log = logging.getLogger("offsetd.storage")
+
+PRODUCER_STATE_FILE = "offsetd-producer-state.json"
+RECOVERY_POINT_FILE = "offsetd-recovery-point"
+
+
+@dataclass(slots=True)
+class LoadedLog:
+    """What `load_log` found in a partition directory, ready for PartitionLog's constructor."""
+
+    segments: list[Segment]
+    producers: ProducerStateManager
+    transactions: PartitionTransactions
+    recovery_point: int | None
+
+
+def _parse_base(name: str, suffix: str) -> int | None:
+    """Base offset from a Kafka segment file name, None if the name is not one."""
+    if not name.endswith(suffix):
+        return None
+    stem = name[: -len(suffix)]
+    if len(stem) != 20 or not stem.isdigit():
+        return None
+    return int(stem)
+
+
+def load_log(pdir: Path, config: LogConfig, now_ms: int) -> LoadedLog:
+    """Open (or create) the partition directory `pdir` and recover it (see the module docstring).
+
+    Torn or CRC-corrupt tails are truncated and logged on "offsetd.storage"; `now_ms` seeds
+    segment ages.
+    """
+    if not pdir.is_dir():
+        pdir.mkdir(parents=True, exist_ok=True)
+        _fsync_dir(pdir.parent)
+    recover_interrupted_swap(pdir)
+    names = os.listdir(pdir)
+    bases = sorted(b for b in (_parse_base(n, LOG_SUFFIX) for n in names) if b is not None)
+    base_set = set(bases)
+    for n in names:  # index files whose .log is gone are leftovers of a deletion
+        for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX):
+            b = _parse_base(n, suffix)
+            if b is not None and b not in base_set:
+                os.unlink(pdir / n)
+    snapshot = _take_snapshot_file(pdir)
+    recovery_point = _read_recovery_point(pdir)
+
+    segments: list[Segment] = []
+    if not bases:
+        segments.append(Segment.create(pdir, 0, config))
+        _fsync_dir(pdir)
+        producers = ProducerStateManager()
+    else:
+        last = len(bases) - 1
+        first_recover = last
+        if recovery_point is not None:
+            first_recover = next(i for i, b in enumerate(bases) if b >= recovery_point or i == last)
+        scan = ProducerRecovery(pdir, now_ms, snapshot, bases[-1])
+        for i in range(first_recover):
+            segments.append(Segment.open_sealed(pdir, bases[i], config, bases[i + 1]))
+            scan.sealed(segments[-1], bases[i + 1])
+        for i in range(first_recover, last + 1):
+            scan.begin(pdir / segment_file_name(bases[i], LOG_SUFFIX), bases[i])
+            seg = Segment.recover(pdir, bases[i], config, now_ms, scan.on_batch)
+            segments.append(seg)
+            if i == last:
+                break
+            if seg.truncated_bytes:
+                # Later segments would follow a hole: drop them, as Kafka's recovery does.
+                for later in bases[i + 1 :]:
+                    log.warning(
+                        "recovery of %s: deleting segment %d that follows a damaged segment",
+                        pdir,
+                        later,
+                    )
+                    Segment(pdir, later, config).delete()
+                    index_path(pdir, later).unlink(missing_ok=True)
+                break
+            seg.seal()
+            seg.flush()
+        producers = scan.finish(segments)
+    transactions = PartitionTransactions.load(pdir, [s.base_offset for s in segments])
+    return LoadedLog(segments, producers, transactions, recovery_point)
+
+
+def _take_snapshot_file(pdir: Path) -> tuple[int, dict] | None:
+    """Read and remove the producer-state snapshot; None when absent or unreadable."""
+    path = pdir / PRODUCER_STATE_FILE
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        os.unlink(path)
+        data = json.loads(raw)
+        if data.get("version") != 1:
+            raise ValueError(f"unknown version {data.get('version')}")
+        return int(data["offset"]), data["producers"]
+    except (ValueError, KeyError, TypeError, OSError) as exc:
+        log.warning("ignoring unreadable producer state %s: %s", path, exc)
+        return None
+
+
+def write_producer_snapshot(pdir: Path, log_end_offset: int, producers: ProducerStateManager) -> None:
+    """Persist producer state as of the log end offset (on clean close)."""
+    if not producers.producers:
+        return
+    _write_durably(pdir / PRODUCER_STATE_FILE, json.dumps(
+        {"version": 1, "offset": log_end_offset, "producers": producers.to_snapshot()}))
+
+
+def _read_recovery_point(pdir: Path) -> int | None:
+    """Base offset of the oldest segment that may hold unsynced data; None if unknown."""
+    try:
+        return int((pdir / RECOVERY_POINT_FILE).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def write_recovery_point(pdir: Path, rp: int) -> bool:
+    """Persist the recovery point `rp`; False (logged) when it could not be written."""
+    try:
+        _write_durably(pdir / RECOVERY_POINT_FILE, f"{rp}\n")
+    except OSError as exc:
+        # The file keeps an older point, which only makes the next start verify more
+        # segments; it is written again at the next roll, flush or close.
+        log.warning("%s: recovery point not advanced to %d: %s", pdir, rp, exc)
+        (pdir / (RECOVERY_POINT_FILE + ".tmp")).unlink(missing_ok=True)
+        return False
+    return True

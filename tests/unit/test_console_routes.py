@@ -64,6 +64,7 @@ def test_root_page_links_the_console_metrics_and_api_index():
     for link in (b'href="console/"', b'href="metrics"', b'href="v1/"', b'href="v1/lag"'):
         assert link in body
     assert b'href="v1/groups/{group}' not in body  # a template is named, not linked
+    assert ("Vary", "Accept") in asyncio.run(server.respond("GET", "/")).headers
     for accept in ("text/html,application/json;q=0.9", "*/*", "text/plain"):
         assert asyncio.run(server.respond("GET", "/", accept=accept)).content_type.startswith("text/html"), accept
 

@@ -12,8 +12,7 @@ GET only, one request per connection (`Connection: close`), a Content-Length on 
 | `/v1/topics` | JSON: per topic its partitions' log start / end and the groups reading each |
 | `/console/` | the web console (static pages in offsetd/console/ that read the JSON above) |
 | `/v1/` (or `/v1`) | JSON: the index of these endpoints, for scripts |
-| `/` | a small HTML page leading to the console, /metrics and the index; the JSON index when the
-  request's Accept asks for application/json and not for text/html |
+| `/` | HTML: links to the console, /metrics and the index (the JSON index for an Accept of JSON, not HTML) |
 
 Groups the caller may not DESCRIBE (guard.may_describe_group) are left out of lists and answered
 403 GROUP_AUTHORIZATION_FAILED on their own routes; /v1/lag and /v1/topics show guard.visible's view.
@@ -54,6 +53,7 @@ log = logging.getLogger("offsetd.metrics")
 
 JSON_TYPE = "application/json"
 TEXT_TYPE = "text/plain; charset=utf-8"
+HTML_TYPE = "text/html; charset=utf-8"
 MAX_LINE = 8192          # request line or one header line
 MAX_HEADERS = 100
 MAX_DISCARDED_BODY = 1 << 20
@@ -61,7 +61,7 @@ READ_TIMEOUT = 10.0      # seconds to send the request head
 GROUPS_PREFIX = "/v1/groups/"
 HISTORY_SUFFIX = "/history"
 CONSOLE_PREFIX = "/console/"
-CONSOLE_FILES = {"": ("index.html", "text/html; charset=utf-8"), "app.js": ("app.js", "text/javascript; charset=utf-8"),
+CONSOLE_FILES = {"": ("index.html", HTML_TYPE), "app.js": ("app.js", "text/javascript; charset=utf-8"),
                  "style.css": ("style.css", "text/css; charset=utf-8")}
 GZIP_MIN_BYTES = 64 * 1024  # larger JSON answers go gzipped to clients that accept it (the console's history)
 DEFAULT_HISTORY_MS = 3_600_000  # the charts' default window: the last hour
@@ -70,7 +70,6 @@ JSON_CHUNK = 1000        # groups per json.dumps call
 REASONS = {200: "OK", 301: "Moved Permanently", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
            408: "Request Timeout", 500: "Internal Server Error", 503: "Service Unavailable"}
 _REQUEST_LINE = re.compile(r"^([!#$%&'*+.^_`|~0-9A-Za-z-]+) (\S+) HTTP/1\.[01]$")
-HTML_TYPE = "text/html; charset=utf-8"
 API_INDEX_PATHS = ("/v1", "/v1/")
 ENDPOINTS = (  # (path, what it answers): the API index, and the links of the / page
     ("/console/", "the web console"),
@@ -260,7 +259,10 @@ class MetricsHttpServer:
         if method != "GET":
             return error(405, "METHOD_NOT_ALLOWED", f"{method} is not allowed here: the endpoint is read-only (GET)")
         if route == "/":
-            return Response(200, API_INDEX) if wants_json(accept) else Response(200, HOME_PAGE, HTML_TYPE)
+            vary = (("Vary", "Accept"),)  # the same path answers a browser and a script differently
+            if wants_json(accept):
+                return Response(200, API_INDEX, headers=vary)
+            return Response(200, HOME_PAGE, HTML_TYPE, vary)
         if route == "index":
             return Response(200, API_INDEX)
         if route == "/console":

@@ -74,7 +74,7 @@ test-quick: $(VENV)/.test-deps
 bench: $(VENV)/.test-deps
 	$(PY) bench/run.py
 
-# offsetd single-node vs 3 brokers + PostgreSQL vs Tansu (README "Cluster mode"; about 13 min).
+# offsetd single-node vs 3 brokers + PostgreSQL vs Tansu (docs/performance.md "Cluster mode"; about 13 min).
 bench-cluster: $(VENV)/.test-deps postgresql
 	$(PY) bench/cluster.py $(BENCH_ARGS)
 

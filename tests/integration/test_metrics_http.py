@@ -1,5 +1,6 @@
 """`metrics.listener` against the real broker process: Prometheus /metrics and the /v1/groups JSON
-API, scraped with urllib after real confluent-kafka commits and group membership."""
+API, scraped with urllib after real confluent-kafka commits and group membership; the / page and
+the /v1/ index."""
 
 from __future__ import annotations
 
@@ -46,9 +47,10 @@ def broker(tmp_path_factory):
         proc.stop()
 
 
-def http_get(broker: BrokerProcess, path: str) -> tuple[int, str, bytes]:
+def http_get(broker: BrokerProcess, path: str, accept: str | None = None) -> tuple[int, str, bytes]:
+    request = urllib.request.Request(broker.metrics_url + path, headers={"Accept": accept} if accept else {})
     try:
-        with urllib.request.urlopen(broker.metrics_url + path, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, response.headers["Content-Type"], response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.headers["Content-Type"], exc.read()
@@ -180,6 +182,30 @@ def test_subscribed_consumer_group_never_expires_until_it_empties(broker):
     assert abs(at - (left_ms + RETENTION_MS)) < 5000
     samples = scrape(broker)
     assert samples[("offsetd_group_earliest_offset_expiry_timestamp_ms", (("group", group),))] == at
+
+
+def test_root_is_a_page_leading_to_the_console_and_the_api_index(broker):
+    status, content_type, body = http_get(broker, "/")
+    assert status == 200 and content_type == "text/html; charset=utf-8"
+    links = re.findall(r'href="([^"]+)"', body.decode())
+    assert {"console/", "metrics", "v1/"} <= set(links)
+    for link in links:  # every link leads somewhere (relative to /)
+        assert http_get(broker, "/" + link)[0] == 200, link
+    status, content_type, body = http_get(broker, "/console/")
+    assert status == 200 and content_type.startswith("text/html") and b'src="app.js"' in body
+    browser_accept = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+    assert http_get(broker, "/", browser_accept)[1].startswith("text/html")
+
+
+def test_api_index_at_v1_and_for_json_clients_of_root(broker):
+    for path, accept in (("/v1/", None), ("/v1", None), ("/", "application/json")):
+        status, content_type, body = http_get(broker, path, accept)
+        assert status == 200 and content_type == "application/json", (path, accept)
+        index = json.loads(body)
+        paths = [e["path"] for e in index["endpoints"]]
+        assert {"/metrics", "/v1/groups", "/v1/groups/{group}", "/v1/lag", "/v1/topics", "/console/"} <= set(paths)
+        assert all(e["answer"] for e in index["endpoints"])
+    assert http_get(broker, "/v1/groups")[0] == 200  # a path of the index answers
 
 
 def test_unknown_group_path_and_method(broker):

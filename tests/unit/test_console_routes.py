@@ -1,5 +1,6 @@
-"""The console's routes of metrics/http.py in-process: static files, /v1/lag, /v1/topics and
-/v1/groups/{group}/history over a LagSource holding a fixed snapshot, and a guard that hides a group."""
+"""The console's routes of metrics/http.py in-process: the / page leading to it, the /v1/ index, static
+files, /v1/lag, /v1/topics and /v1/groups/{group}/history over a LagSource holding a fixed snapshot,
+and a guard that hides a group."""
 
 from __future__ import annotations
 
@@ -54,6 +55,32 @@ class FakeHistory:
 def ask(server: MetricsHttpServer, target: str) -> tuple[int, str, bytes]:
     response = asyncio.run(server.respond("GET", target, Caller(None, "127.0.0.1")))
     return response.status, response.content_type, response.body
+
+
+def test_root_page_links_the_console_metrics_and_api_index():
+    server = MetricsHttpServer([])
+    status, kind, body = ask(server, "/")
+    assert status == 200 and kind == "text/html; charset=utf-8" and body.startswith(b"<!doctype html>")
+    for link in (b'href="console/"', b'href="metrics"', b'href="v1/"', b'href="v1/lag"'):
+        assert link in body
+    assert b'href="v1/groups/{group}' not in body  # a template is named, not linked
+    assert ("Vary", "Accept") in asyncio.run(server.respond("GET", "/")).headers
+    for accept in ("text/html,application/json;q=0.9", "*/*", "text/plain"):
+        assert asyncio.run(server.respond("GET", "/", accept=accept)).content_type.startswith("text/html"), accept
+
+
+def test_api_index_at_v1_and_for_json_clients_of_root():
+    server = MetricsHttpServer([])
+    answers = [asyncio.run(server.respond("GET", "/v1/")), asyncio.run(server.respond("GET", "/v1")),
+               asyncio.run(server.respond("GET", "/", accept="application/json")),
+               asyncio.run(server.respond("GET", "/?x=1", accept="application/json; charset=utf-8"))]
+    assert all(r.status == 200 and r.content_type == "application/json" for r in answers)
+    assert len({r.body for r in answers}) == 1
+    index = json.loads(answers[0].body)
+    assert index["service"] == "offsetd"
+    assert [e["path"] for e in index["endpoints"]] == ["/console/", "/metrics", "/v1/groups", "/v1/groups/{group}",
+                                                       "/v1/groups/{group}/history", "/v1/lag", "/v1/topics"]
+    assert asyncio.run(server.respond("POST", "/v1/")).status == 405
 
 
 def test_console_static_files_are_served():

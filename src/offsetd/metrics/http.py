@@ -11,7 +11,8 @@ GET only, one request per connection (`Connection: close`), a Content-Length on 
 | `/v1/lag` | JSON: the lag snapshot (groups, partitions' lag, time lag, expiry, members); `?group=G` for one |
 | `/v1/topics` | JSON: per topic its partitions' log start / end and the groups reading each |
 | `/console/` | the web console (static pages in offsetd/console/ that read the JSON above) |
-| `/` | a short plain-text index |
+| `/v1/` (or `/v1`) | JSON: the index of these endpoints, for scripts |
+| `/` | HTML: links to the console, /metrics and the index (the JSON index for an Accept of JSON, not HTML) |
 
 Groups the caller may not DESCRIBE (guard.may_describe_group) are left out of lists and answered
 403 GROUP_AUTHORIZATION_FAILED on their own routes; /v1/lag and /v1/topics show guard.visible's view.
@@ -52,6 +53,7 @@ log = logging.getLogger("offsetd.metrics")
 
 JSON_TYPE = "application/json"
 TEXT_TYPE = "text/plain; charset=utf-8"
+HTML_TYPE = "text/html; charset=utf-8"
 MAX_LINE = 8192          # request line or one header line
 MAX_HEADERS = 100
 MAX_DISCARDED_BODY = 1 << 20
@@ -59,7 +61,7 @@ READ_TIMEOUT = 10.0      # seconds to send the request head
 GROUPS_PREFIX = "/v1/groups/"
 HISTORY_SUFFIX = "/history"
 CONSOLE_PREFIX = "/console/"
-CONSOLE_FILES = {"": ("index.html", "text/html; charset=utf-8"), "app.js": ("app.js", "text/javascript; charset=utf-8"),
+CONSOLE_FILES = {"": ("index.html", HTML_TYPE), "app.js": ("app.js", "text/javascript; charset=utf-8"),
                  "style.css": ("style.css", "text/css; charset=utf-8")}
 GZIP_MIN_BYTES = 64 * 1024  # larger JSON answers go gzipped to clients that accept it (the console's history)
 DEFAULT_HISTORY_MS = 3_600_000  # the charts' default window: the last hour
@@ -68,14 +70,24 @@ JSON_CHUNK = 1000        # groups per json.dumps call
 REASONS = {200: "OK", 301: "Moved Permanently", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
            408: "Request Timeout", 500: "Internal Server Error", 503: "Service Unavailable"}
 _REQUEST_LINE = re.compile(r"^([!#$%&'*+.^_`|~0-9A-Za-z-]+) (\S+) HTTP/1\.[01]$")
-INDEX = (b"offsetd metrics and read-only group API\n"
-         b"  /metrics            Prometheus text format\n"
-         b"  /v1/groups          groups: state, members, offsets, earliest expiry (JSON)\n"
-         b"  /v1/groups/{group}  one group: members, offsets and their expiry times (JSON)\n"
-         b"  /v1/groups/{group}/history  lag and time lag over time, health (JSON)\n"
-         b"  /v1/lag             lag of every group and partition (JSON)\n"
-         b"  /v1/topics          topics, partitions' offsets and the groups reading them (JSON)\n"
-         b"  /console/           the web console\n")
+API_INDEX_PATHS = ("/v1", "/v1/")
+ENDPOINTS = (  # (path, what it answers): the API index, and the links of the / page
+    ("/console/", "the web console"),
+    ("/metrics", "Prometheus text format"),
+    ("/v1/groups", "groups: state, members, offsets, earliest expiry (JSON)"),
+    ("/v1/groups/{group}", "one group: members, offsets and their expiry times (JSON)"),
+    ("/v1/groups/{group}/history", "lag and time lag over time, health (JSON)"),
+    ("/v1/lag", "lag of every group and partition (JSON)"),
+    ("/v1/topics", "topics, partitions' offsets and the groups reading them (JSON)"),
+)
+API_INDEX = json.dumps({"service": "offsetd", "endpoints": [{"path": path, "answer": answer}
+                                                              for path, answer in ENDPOINTS]}).encode() + b"\n"
+HOME_PAGE = ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>offsetd</title></head>\n"
+             "<body>\n<h1>offsetd</h1>\n<p><a href=\"console/\">Open the console</a></p>\n<p>Also here:</p>\n<ul>\n"
+             + "".join(f"<li><a href=\"{path[1:]}\">{path}</a>: {answer}</li>\n" if "{" not in path
+                       else f"<li>{path}: {answer}</li>\n" for path, answer in ENDPOINTS if path != CONSOLE_PREFIX)
+             + "<li><a href=\"v1/\">/v1/</a>: the index of these paths as JSON, for scripts</li>\n</ul>\n"
+             "</body></html>\n").encode()  # relative links, so a proxy may serve the listener under a prefix
 
 
 class BadRequest(Exception):
@@ -101,6 +113,12 @@ class Response:
 def error(status: int, name: str, message: str, **extra: Any) -> Response:
     return Response(status, json.dumps({"error": name, "message": message, **extra}).encode() + b"\n",
                     headers=(("Allow", "GET"),) if status == 405 else ())
+
+
+def wants_json(accept: str) -> bool:
+    """Whether an Accept header asks for JSON and not for HTML (a script, not a browser, asking for /)."""
+    types = {part.split(";", 1)[0].strip().lower() for part in accept.split(",")}
+    return "application/json" in types and "text/html" not in types
 
 
 async def pace(steps: Iterator[Any]) -> None:
@@ -202,7 +220,7 @@ class MetricsHttpServer:
             return await send(writer, Response(401, json.dumps({"error": "UNAUTHORIZED", "message": str(exc)}).encode()
                                                + b"\n", headers=(("WWW-Authenticate", 'Basic realm="offsetd"'),)))
         try:
-            response = await self.respond(method, target, caller)
+            response = await self.respond(method, target, caller, headers.get("accept", ""))
         except Exception:
             log.exception("metrics endpoint failed on %s %s", method, target)
             response = error(500, "INTERNAL_ERROR", "see the broker log")
@@ -218,13 +236,15 @@ class MetricsHttpServer:
 
     # --------------------------------------------------------------------------- routing
 
-    async def respond(self, method: str, target: str, caller: Caller | None = None) -> Response:
-        """The answer to one request (method and request-target as sent)."""
+    async def respond(self, method: str, target: str, caller: Caller | None = None, accept: str = "") -> Response:
+        """The answer to one request (method, request-target and Accept header as sent)."""
         path = urlsplit(target).path if not target.startswith("/") else target.split("?", 1)[0].split("#", 1)[0]
         caller = caller or Caller(None, "")
         query = parse_qs(target.split("?", 1)[1].split("#", 1)[0]) if "?" in target else {}
         if path in ("/metrics", "/", "/v1/lag", "/v1/topics", "/console"):
             route = path
+        elif path in API_INDEX_PATHS:
+            route = "index"
         elif path.startswith(CONSOLE_PREFIX) and path[len(CONSOLE_PREFIX):] in CONSOLE_FILES:
             route = "console"
         elif path in ("/v1/groups", GROUPS_PREFIX):
@@ -235,11 +255,16 @@ class MetricsHttpServer:
         elif path.startswith(GROUPS_PREFIX):
             route = "group"
         else:
-            return error(404, "NOT_FOUND", f"no such path: {path} (try /metrics, /v1/groups or /console/)")
+            return error(404, "NOT_FOUND", f"no such path: {path} (try /metrics, /v1/ or /console/)")
         if method != "GET":
             return error(405, "METHOD_NOT_ALLOWED", f"{method} is not allowed here: the endpoint is read-only (GET)")
         if route == "/":
-            return Response(200, INDEX, TEXT_TYPE)
+            vary = (("Vary", "Accept"),)  # the same path answers a browser and a script differently
+            if wants_json(accept):
+                return Response(200, API_INDEX, headers=vary)
+            return Response(200, HOME_PAGE, HTML_TYPE, vary)
+        if route == "index":
+            return Response(200, API_INDEX)
         if route == "/console":
             return Response(301, b"", TEXT_TYPE, (("Location", CONSOLE_PREFIX),))
         if route == "console":

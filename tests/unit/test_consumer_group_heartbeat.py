@@ -63,10 +63,13 @@ JOIN = dict(member_id="m", member_epoch=0, rebalance_timeout_ms=REBALANCE_MS, su
     (1, dict(JOIN, rebalance_timeout_ms=-1), "RebalanceTimeoutMs must be provided in first request."),
     (1, dict(JOIN, topic_partitions=None), "TopicPartitions must be empty when (re-)joining."),
     (1, dict(JOIN, topic_partitions=tps({FOO: {0}})), "TopicPartitions must be empty when (re-)joining."),
+    (1, dict(JOIN, group_id="   "), "GroupId can't be empty."),
     (1, dict(JOIN, subscribed_topic_names=None),
-     "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."),
+     "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining."),
     (1, dict(JOIN, member_epoch=-2), "InstanceId can't be null."),
-    (1, dict(JOIN, member_epoch=-3), "MemberEpoch is -3, but must be greater than or equal to -2."),
+    (1, dict(JOIN, member_epoch=-3), "MemberEpoch is invalid."),
+    # Kafka's order: the join rows come before InstanceId and RackId.
+    (1, dict(JOIN, rebalance_timeout_ms=-1, instance_id=""), "RebalanceTimeoutMs must be provided in first request."),
 ])
 def test_consumer_heartbeat_request_validation(version, fields, message) -> None:
     h = Harness()

@@ -118,16 +118,12 @@ class _Reject(Exception):
 
 
 def _validate(req: ConsumerGroupHeartbeatRequest, api_version: int) -> None:
-    """The INVALID_REQUEST rows of B2."""
+    """The INVALID_REQUEST rows of B2, in Kafka's order and with its messages."""
     epoch = req.member_epoch
     if not req.member_id and (api_version >= 1 or epoch > 0 or epoch == LEAVE_GROUP_MEMBER_EPOCH):
         raise _Reject(INVALID_REQUEST, "MemberId can't be empty.")
-    if not req.group_id:
+    if not req.group_id.strip():
         raise _Reject(INVALID_REQUEST, "GroupId can't be empty.")
-    if req.instance_id is not None and not req.instance_id.strip():
-        raise _Reject(INVALID_REQUEST, "InstanceId can't be empty.")
-    if req.rack_id is not None and not req.rack_id.strip():
-        raise _Reject(INVALID_REQUEST, "RackId can't be empty.")
     if epoch == 0:
         if req.rebalance_timeout_ms == -1:
             raise _Reject(INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request.")
@@ -135,18 +131,22 @@ def _validate(req: ConsumerGroupHeartbeatRequest, api_version: int) -> None:
             raise _Reject(INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining.")
         if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
             raise _Reject(INVALID_REQUEST,
-                          "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
-    elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-        if req.instance_id is None:
-            raise _Reject(INVALID_REQUEST, "InstanceId can't be null.")
-    elif epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-        raise _Reject(INVALID_REQUEST, f"MemberEpoch is {epoch}, but must be greater than or equal to -2.")
+                          "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining.")
+    if req.instance_id is not None and not req.instance_id.strip():
+        raise _Reject(INVALID_REQUEST, "InstanceId can't be empty.")
+    if req.rack_id is not None and not req.rack_id.strip():
+        raise _Reject(INVALID_REQUEST, "RackId can't be empty.")
+    if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH and req.instance_id is None:
+        raise _Reject(INVALID_REQUEST, "InstanceId can't be null.")
+    if epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        raise _Reject(INVALID_REQUEST, "MemberEpoch is invalid.")
 
 
 def _compile_regex(regex: str) -> re.Pattern[str]:
     """Compile a subscription regex; INVALID_REGULAR_EXPRESSION if RE2J would refuse it."""
     if _NOT_RE2.search(regex):
-        raise _Reject(INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex `{regex}` is not a valid RE2 expression.")
+        raise _Reject(INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex `{regex}` is not a valid regular "
+                                                  f"expression: lookarounds and backreferences are not supported.")
     try:
         return re.compile(regex)
     except re.error as exc:
@@ -233,7 +233,7 @@ class ConsumerGroupOperations:
             if req.member_epoch < 0:
                 records, response = self._leave(req)
             else:
-                records, response = self._heartbeat(req, api_version, now, topics)
+                records, response = self._heartbeat(req, now, topics)
         except _Reject as reject:
             return CoordinatorResult(replay=False).respond(token, ConsumerGroupHeartbeatResponse(  # type: ignore[arg-type]
                 error_code=reject.error_code, error_message=reject.message))
@@ -278,8 +278,8 @@ class ConsumerGroupOperations:
             member = self._static_member(group, req)
         response = ConsumerGroupHeartbeatResponse(member_id=req.member_id, member_epoch=req.member_epoch)
         if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-            away = replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
-                           previous_member_epoch=member.member_epoch)
+            # Its partitions stay reserved for its return; those it was revoking are freed.
+            away = replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, partitions_pending_revocation={})
             return [current_assignment_record(group.group_id, away)], response
         return self._remove_member(group, member.member_id), response
 
@@ -299,7 +299,7 @@ class ConsumerGroupOperations:
         records = group.member_tombstones(member_id)
         regex = member.subscribed_topic_regex
         resolved = dict(group.resolved_regexes)
-        if regex is not None and regex in resolved and group.regex_users(regex, ignoring=member_id) == 0:
+        if regex and regex in resolved and group.regex_users(regex, ignoring=member_id) == 0:
             records.append(regex_record(group.group_id, regex, None))
             del resolved[regex]
         others = [m for m in group.members.values() if m.member_id != member_id]
@@ -319,65 +319,44 @@ class ConsumerGroupOperations:
 
     # ----------------------------------------------------------------------- heartbeat
 
-    def _heartbeat(self, req: ConsumerGroupHeartbeatRequest, api_version: int, now: int,
+    def _heartbeat(self, req: ConsumerGroupHeartbeatRequest, now: int,
                    topics: TopicsImage) -> tuple[list[ConsumerGroupRecord], ConsumerGroupHeartbeatResponse]:
+        """Join or heartbeat: update the member, then the group epoch, then the target
+        assignment, then reconcile the member towards it (B3, B4)."""
         group = self.groups.get(req.group_id)
         if group is None:
             if req.member_epoch != 0:
                 raise _Reject(GROUP_ID_NOT_FOUND, f"Group {req.group_id} not found.")
-            group = ConsumerGroup(req.group_id)  # created by its first records
+            group = ConsumerGroup(req.group_id)  # created by replaying its first records
         member_id = req.member_id or str(uuid.uuid4())  # v0 may ask the server for an id
         if member_id not in group.members and len(group.members) >= self.config.max_size:
             raise _Reject(GROUP_MAX_SIZE_REACHED, f"The consumer group has reached its maximum capacity of "
                                                   f"{self.config.max_size} members.")
-        records: list[ConsumerGroupRecord] = []
         member, replaced = self._member_for(group, req, member_id)
-        if replaced is not None:
-            records.extend(group.member_tombstones(replaced.member_id))
         owned = None if req.topic_partitions is None else assignment_of(req.topic_partitions)
         if req.member_epoch > 0:
             self._check_epoch(member, req.member_epoch, owned)
 
+        records: list[ConsumerGroupRecord] = []
+        if replaced is not None:
+            records.extend(group.member_tombstones(replaced.member_id))
         updated = _updated_member(member, req)
         new_member = member_id not in group.members
-        if new_member or updated.metadata_value() != member.metadata_value() or replaced is not None:
+        if new_member or replaced is not None or updated.metadata_value() != member.metadata_value():
             records.append(member_metadata_record(group.group_id, updated))
-        bump = (new_member and replaced is None) or _subscription_changed(member, updated)
-
-        members = {m.member_id: m for m in group.members.values() if replaced is None or m.member_id != replaced.member_id}
+        members = {m.member_id: m for m in group.members.values() if replaced is None or m is not replaced}
         members[member_id] = updated
-        resolved, regex_records, regex_changed = self._resolve_regexes(group, members, now, topics)
-        records.extend(regex_records)
-        bump |= regex_changed
-        metadata = _subscribed_metadata(members.values(), resolved, topics)
-        if metadata != group.subscription_metadata:
-            records.append(partition_metadata_record(group.group_id, metadata))
-            bump = True
-        group_epoch = group.group_epoch + 1 if bump else group.group_epoch
-        if bump:
-            records.append(metadata_record(group.group_id, group_epoch))
-
-        targets = dict(group.target_assignment)
-        if replaced is not None:
-            targets[member_id] = targets.pop(replaced.member_id, {})
-            records.append(target_member_record(group.group_id, member_id, targets[member_id]))
-        assignment_epoch = group.assignment_epoch
-        if group_epoch > assignment_epoch:
-            new_targets = self._assign(members, targets, metadata, resolved)
-            for m in sorted(new_targets):
-                if new_targets[m] != targets.get(m) or m not in group.target_assignment:
-                    records.append(target_member_record(group.group_id, m, new_targets[m]))
-            targets = new_targets
-            assignment_epoch = group_epoch
-            records.append(target_metadata_record(group.group_id, assignment_epoch))
+        changed = (new_member and replaced is None) or _subscription_changed(member, updated)
+        group_epoch, resolved, metadata = self._update_group_epoch(group, members, changed, now, topics, records)
+        assignment_epoch, targets = self._update_target_assignment(
+            group, members, member_id, replaced, group_epoch, resolved, metadata, records)
 
         def held_by_other(topic_id: TopicId, partition: int) -> bool:
             owner = group.owner_of(topic_id, partition)
             return owner is not None and owner != member_id and (replaced is None or owner != replaced.member_id)
 
-        # A (re)join starts from nothing owned; a static rejoin takes over what its predecessor held.
         start = updated
-        if req.member_epoch == 0 and replaced is None:
+        if req.member_epoch == 0 and replaced is None:  # a (re)join: the member starts from scratch
             start = replace(updated, member_epoch=0, state=MemberState.STABLE, partitions_pending_revocation={})
         reconciled = reconcile(start, assignment_epoch, targets.get(member_id, {}), owned, held_by_other)
         if new_member or replaced is not None or not reconciled.same_assignment(member):
@@ -392,6 +371,45 @@ class ConsumerGroupOperations:
             heartbeat_interval_ms=self.config.heartbeat_interval_ms,
             assignment=topic_partitions_of(reconciled.assigned_partitions) if send_assignment else None)
         return records, response
+
+    def _update_group_epoch(self, group: ConsumerGroup, members: Mapping[str, ConsumerGroupMember],
+                            subscription_changed: bool, now: int, topics: TopicsImage,
+                            records: list[ConsumerGroupRecord],
+                            ) -> tuple[int, dict[str, ConsumerGroupRegularExpressionValue], dict[str, TopicMetadata]]:
+        """Records 16, 4 and 3 as needed: the group epoch moves when a subscription, a resolved
+        regex or the subscribed topics' metadata changed. Returns (epoch, regexes, metadata)."""
+        resolved, regex_records, regex_changed = self._resolve_regexes(group, members, now, topics)
+        records.extend(regex_records)
+        bump = subscription_changed or regex_changed
+        metadata = _subscribed_metadata(members.values(), resolved, topics)
+        if metadata != group.subscription_metadata:
+            records.append(partition_metadata_record(group.group_id, metadata))
+            bump = True
+        if not bump:
+            return group.group_epoch, resolved, metadata
+        records.append(metadata_record(group.group_id, group.group_epoch + 1))
+        return group.group_epoch + 1, resolved, metadata
+
+    def _update_target_assignment(self, group: ConsumerGroup, members: Mapping[str, ConsumerGroupMember],
+                                  member_id: str, replaced: ConsumerGroupMember | None, group_epoch: int,
+                                  resolved: Mapping[str, ConsumerGroupRegularExpressionValue],
+                                  metadata: Mapping[str, TopicMetadata], records: list[ConsumerGroupRecord],
+                                  ) -> tuple[int, dict[str, Assignment]]:
+        """Records 7 and 6: a static member's new incarnation inherits its predecessor's target;
+        a group epoch ahead of the assignment epoch recomputes every member's. Returns the
+        assignment epoch and the targets."""
+        targets = dict(group.target_assignment)
+        if replaced is not None:
+            targets[member_id] = targets.pop(replaced.member_id, {})
+            records.append(target_member_record(group.group_id, member_id, targets[member_id]))
+        if group_epoch <= group.assignment_epoch:
+            return group.assignment_epoch, targets
+        new_targets = self._assign(members, targets, metadata, resolved)
+        for m in sorted(new_targets):
+            if m not in targets or new_targets[m] != targets[m]:
+                records.append(target_member_record(group.group_id, m, new_targets[m]))
+        records.append(target_metadata_record(group.group_id, group_epoch))
+        return group_epoch, new_targets
 
     def _member_for(self, group: ConsumerGroup, req: ConsumerGroupHeartbeatRequest,
                     member_id: str) -> tuple[ConsumerGroupMember, ConsumerGroupMember | None]:
@@ -440,7 +458,7 @@ class ConsumerGroupOperations:
         resolved = dict(group.resolved_regexes)
         records: list[ConsumerGroupRecord] = []
         changed = False
-        in_use = {m.subscribed_topic_regex for m in members.values() if m.subscribed_topic_regex is not None}
+        in_use = {m.subscribed_topic_regex for m in members.values() if m.subscribed_topic_regex}
         for regex in sorted(in_use):
             old = resolved.get(regex)
             if old is not None and (old.version == topics.version or now - old.timestamp < REGEX_REFRESH_INTERVAL_MS):
@@ -493,7 +511,7 @@ def _updated_member(member: ConsumerGroupMember, req: ConsumerGroupHeartbeatRequ
     if req.subscribed_topic_names is not None:
         changes["subscribed_topic_names"] = tuple(sorted(set(req.subscribed_topic_names)))
     if req.subscribed_topic_regex is not None:
-        changes["subscribed_topic_regex"] = req.subscribed_topic_regex or None
+        changes["subscribed_topic_regex"] = req.subscribed_topic_regex  # "" is kept: it means none
     if req.server_assignor is not None:
         changes["server_assignor"] = req.server_assignor
     return replace(member, **changes)  # type: ignore[arg-type]
@@ -509,7 +527,7 @@ def _subscribed_names(members, resolved: Mapping[str, ConsumerGroupRegularExpres
     names: set[str] = set()
     for m in members:
         names.update(m.subscribed_topic_names)
-        if m.subscribed_topic_regex is not None and m.subscribed_topic_regex in resolved:
+        if m.subscribed_topic_regex and m.subscribed_topic_regex in resolved:
             names.update(resolved[m.subscribed_topic_regex].topics)
     return names
 

@@ -23,23 +23,27 @@ def reconcile(member: ConsumerGroupMember, target_epoch: int, target: Assignment
     """The member's next state. `owned` is the request's TopicPartitions (None: not sent, so the
     member is assumed to still hold everything)."""
     if member.state is MemberState.UNREVOKED_PARTITIONS:
-        if owned is None or _owns_any(owned, member.partitions_pending_revocation):
+        if _owns_any(owned, member.partitions_pending_revocation):
             return member  # still revoking
-        return _next(member, member.member_epoch, target_epoch, target, held_by_other)
+        return _next(member, target_epoch, target, owned, held_by_other)
     if member.state is MemberState.STABLE and member.member_epoch == target_epoch:
         return member
     # STABLE behind the target, or UNRELEASED_PARTITIONS (perhaps released by now).
-    return _next(member, member.member_epoch, target_epoch, target, held_by_other)
+    return _next(member, target_epoch, target, owned, held_by_other)
 
 
-def _owns_any(owned: Assignment, partitions: Assignment) -> bool:
+def _owns_any(owned: Assignment | None, partitions: Assignment) -> bool:
+    """Whether the member still holds any of `partitions` (not saying counts as holding all)."""
+    if owned is None:
+        return True
     return any(owned.get(t, frozenset()) & ps for t, ps in partitions.items())
 
 
-def _next(member: ConsumerGroupMember, member_epoch: int, target_epoch: int, target: Assignment,
+def _next(member: ConsumerGroupMember, target_epoch: int, target: Assignment, owned: Assignment | None,
           held_by_other: OtherOwner) -> ConsumerGroupMember:
     """keep = current ∩ target, revoke = current − target, add = target − current minus what
-    another member still holds; revoke first, then assign what is free."""
+    another member still holds. Partitions to revoke that the member still holds keep it at its
+    epoch until it lets them go; otherwise it moves to the target epoch with what is free."""
     current = member.assigned_partitions
     keep: dict[TopicId, frozenset[int]] = {}
     revoke: dict[TopicId, frozenset[int]] = {}
@@ -57,8 +61,8 @@ def _next(member: ConsumerGroupMember, member_epoch: int, target_epoch: int, tar
                 unreleased = True
             else:
                 add.setdefault(topic_id, set()).add(p)
-    if revoke:
-        return _with(member, member_epoch, MemberState.UNREVOKED_PARTITIONS, keep, revoke)
+    if revoke and _owns_any(owned, revoke):
+        return _with(member, member.member_epoch, MemberState.UNREVOKED_PARTITIONS, keep, revoke)
     assigned = dict(keep)
     for topic_id, ps in add.items():
         assigned[topic_id] = assigned.get(topic_id, frozenset()) | ps
@@ -68,7 +72,6 @@ def _next(member: ConsumerGroupMember, member_epoch: int, target_epoch: int, tar
 
 def _with(member: ConsumerGroupMember, epoch: int, state: MemberState, assigned: Assignment,
           pending: Assignment) -> ConsumerGroupMember:
-    """The member at `epoch`; the previous epoch moves only when the epoch does."""
-    previous = member.member_epoch if epoch != member.member_epoch else member.previous_member_epoch
-    return replace(member, member_epoch=epoch, previous_member_epoch=previous, state=state,
+    """The member at `epoch`, its epoch before becoming the previous one (as Kafka records it)."""
+    return replace(member, member_epoch=epoch, previous_member_epoch=member.member_epoch, state=state,
                    assigned_partitions=assigned, partitions_pending_revocation=pending)

@@ -25,7 +25,7 @@ from consumer_group_helpers import (
     tps,
 )
 from offsetd.coordinator.consumer_group import ConsumerGroupState, MemberState
-from offsetd.coordinator.consumer_group_ops import ConsumerGroupConfig, TopicsImage
+from offsetd.coordinator.consumer_group_ops import ConsumerGroupConfig, ConsumerGroupOperations, TopicsImage
 from offsetd.records.consumer_group_records import (
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupMemberMetadataKey,
@@ -36,6 +36,8 @@ from offsetd.records.consumer_group_records import (
     ConsumerGroupTargetAssignmentMemberKey,
     ConsumerGroupTargetAssignmentMetadataKey,
     ConsumerGroupTargetAssignmentMetadataValue,
+    encode_key,
+    encode_value,
 )
 
 
@@ -81,7 +83,8 @@ def test_consumer_heartbeat_request_validation(version, fields, message) -> None
 def test_empty_names_or_regex_are_a_valid_first_subscription() -> None:
     h = Harness()
     assert h.heartbeat(**dict(JOIN, subscribed_topic_names=())).error_code == NONE
-    assert h.heartbeat(**dict(JOIN, member_id="n", subscribed_topic_names=None, subscribed_topic_regex="")).error_code == NONE
+    regex_only = dict(JOIN, member_id="n", subscribed_topic_names=None, subscribed_topic_regex="")
+    assert h.heartbeat(**regex_only).error_code == NONE
 
 
 def test_v0_join_without_member_id_gets_one() -> None:
@@ -170,7 +173,8 @@ def test_member_joins_empty_consumer_group() -> None:
     # member (5), subscribed topics (4), group epoch (3), target (7, 6), current assignment (8)
     assert kinds(h.last_records) == ["5", "4", "3", "7", "6", "8"]
     assert h.last_records[2] == (ConsumerGroupMetadataKey("g"), ConsumerGroupMetadataValue(1))
-    assert h.last_records[4] == (ConsumerGroupTargetAssignmentMetadataKey("g"), ConsumerGroupTargetAssignmentMetadataValue(1))
+    assert h.last_records[4] == (ConsumerGroupTargetAssignmentMetadataKey("g"),
+                                 ConsumerGroupTargetAssignmentMetadataValue(1))
     group = h.group()
     assert (group.group_epoch, group.assignment_epoch, group.state()) == (1, 1, ConsumerGroupState.STABLE)
 
@@ -455,3 +459,20 @@ def test_group_tombstones_in_kafkas_order() -> None:
     for key, value in records:
         h.ops.replay(key, value)
     assert h.ops.groups == {}
+
+
+def test_loading_from_bytes_rearms_the_timers() -> None:
+    h = Harness()
+    a = Client(h, "a", rebalance_timeout_ms=10_000)
+    Client(h, "b")
+    a.beat(topic_partitions=tps({FOO: set(range(6))}))  # a is revoking
+    loaded = ConsumerGroupOperations(h.config)
+    for key, value in h.log:
+        assert loaded.replay_raw(encode_key(key), None if value is None else encode_value(value))
+    assert not loaded.replay_raw(bytes.fromhex("0002" "0001" "67"), None)  # a classic group's record
+    assert loaded.groups == h.ops.groups
+    loaded.on_loaded(1_000)
+    assert loaded.next_deadline() == 11_000  # a's rebalance timeout, re-armed from the load
+    removed = loaded.fire_timers(11_000).records
+    assert kinds(removed) == ["8-", "7-", "5-", "3"] and set(loaded.groups["g"].members) == {"b"}
+    assert kinds(loaded.fire_timers(46_000).records) == ["8-", "7-", "5-", "4", "3"]  # b's session

@@ -139,7 +139,8 @@ def test_bad_keys_and_versions_raise() -> None:
     with pytest.raises(RecordDecodeError):
         decode_value(ConsumerGroupMetadataKey("g"), H("0001" "00000005" "00"))
     with pytest.raises(RecordDecodeError):  # non-nullable ClientId as null
-        decode_value(ConsumerGroupMemberMetadataKey("g", "m"), H("0000" "00" "00" "00" "0268" "01" "00" "00000000" "00" "00"))
+        decode_value(ConsumerGroupMemberMetadataKey("g", "m"),
+                     H("0000" "00" "00" "00" "0268" "01" "00" "00000000" "00" "00"))
     with pytest.raises(TypeError):
         encode_key(("g",))  # type: ignore[arg-type]
 

@@ -54,7 +54,8 @@ def test_members_owners_and_state_from_records() -> None:
 def test_pending_revocation_partitions_still_have_their_owner() -> None:
     g = ConsumerGroup("g")
     g.replay(ConsumerGroupMemberMetadataKey("g", "a"), subscription())
-    g.replay(ConsumerGroupCurrentMemberAssignmentKey("g", "a"), current(1, int(MemberState.UNREVOKED_PARTITIONS), (0,), (1,)))
+    unrevoked = current(1, int(MemberState.UNREVOKED_PARTITIONS), (0,), (1,))
+    g.replay(ConsumerGroupCurrentMemberAssignmentKey("g", "a"), unrevoked)
     assert g.owner_of(T, 1) == "a"
     g.replay(ConsumerGroupCurrentMemberAssignmentKey("g", "a"), current(2, 0, (0,)))
     assert g.owner_of(T, 1) is None and g.partition_owners == {(T, 0): ("a", 2)}

@@ -40,6 +40,7 @@ Assignor = Callable[[Mapping[str, AssignmentMemberSpec], Mapping[TopicId, int]],
 
 
 def _freeze(owned: dict[str, dict[TopicId, set[int]]]) -> dict[str, Assignment]:
+    """The assignors' result form: frozensets, empty topics dropped, topics sorted."""
     return {m: {t: frozenset(ps) for t, ps in sorted(topics.items()) if ps} for m, topics in owned.items()}
 
 

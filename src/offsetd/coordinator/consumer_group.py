@@ -101,6 +101,7 @@ class ConsumerGroupMember:
             topic_partitions_of(self.assigned_partitions), topic_partitions_of(self.partitions_pending_revocation))
 
     def with_metadata(self, value: ConsumerGroupMemberMetadataValue) -> "ConsumerGroupMember":
+        """This member with record 5's fields."""
         return replace(
             self, instance_id=value.instance_id, rack_id=value.rack_id, client_id=value.client_id,
             client_host=value.client_host, subscribed_topic_names=value.subscribed_topic_names,
@@ -108,6 +109,7 @@ class ConsumerGroupMember:
             server_assignor=value.server_assignor, classic_member_metadata=value.classic_member_metadata)
 
     def with_assignment(self, value: ConsumerGroupCurrentMemberAssignmentValue) -> "ConsumerGroupMember":
+        """This member with record 8's fields."""
         return replace(
             self, member_epoch=value.member_epoch, previous_member_epoch=value.previous_member_epoch,
             state=MemberState(value.state), assigned_partitions=assignment_of(value.assigned_partitions),
@@ -136,6 +138,7 @@ class ConsumerGroup:
     # ------------------------------------------------------------------------- derived
 
     def state(self) -> ConsumerGroupState:
+        """Empty, Assigning (epoch ahead of the target), Reconciling (a member behind), or Stable (B3)."""
         if not self.members:
             return ConsumerGroupState.EMPTY
         if self.group_epoch > self.assignment_epoch:
@@ -174,7 +177,8 @@ class ConsumerGroup:
             if value is None:
                 self.target_assignment.pop(key.member_id, None)  # type: ignore[union-attr]
             else:
-                self.target_assignment[key.member_id] = assignment_of(value.topic_partitions)  # type: ignore[union-attr]
+                target = assignment_of(value.topic_partitions)  # type: ignore[union-attr]
+                self.target_assignment[key.member_id] = target  # type: ignore[union-attr]
         elif t is ConsumerGroupCurrentMemberAssignmentKey:
             self._replay_member_assignment(key.member_id, value)  # type: ignore[union-attr, arg-type]
         elif t is ConsumerGroupRegularExpressionKey:
@@ -184,6 +188,7 @@ class ConsumerGroup:
                 self.resolved_regexes[key.regular_expression] = value  # type: ignore[union-attr, assignment]
 
     def _replay_member_metadata(self, member_id: str, value: ConsumerGroupMemberMetadataValue | None) -> None:
+        """Record 5: create or update a member (and the instance-id index); its tombstone removes it."""
         old = self.members.get(member_id)
         if old is not None and old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
             del self.static_members[old.instance_id]
@@ -199,6 +204,7 @@ class ConsumerGroup:
 
     def _replay_member_assignment(self, member_id: str,
                                   value: ConsumerGroupCurrentMemberAssignmentValue | None) -> None:
+        """Record 8: a member's assignment (and the owner index); its tombstone resets it."""
         old = self.members.get(member_id)
         if old is None and value is None:
             return
@@ -250,30 +256,37 @@ class ConsumerGroup:
 
 
 def metadata_record(group_id: str, epoch: int) -> ConsumerGroupRecord:
+    """Record 3: the group epoch."""
     return ConsumerGroupMetadataKey(group_id), ConsumerGroupMetadataValue(epoch)
 
 
 def partition_metadata_record(group_id: str, topics: dict[str, TopicMetadata]) -> ConsumerGroupRecord:
+    """Record 4: the subscribed topics' metadata, sorted by name."""
     return ConsumerGroupPartitionMetadataKey(group_id), ConsumerGroupPartitionMetadataValue(
         tuple(topics[name] for name in sorted(topics)))
 
 
 def member_metadata_record(group_id: str, member: ConsumerGroupMember) -> ConsumerGroupRecord:
+    """Record 5: a member's subscription."""
     return ConsumerGroupMemberMetadataKey(group_id, member.member_id), member.metadata_value()
 
 
 def target_member_record(group_id: str, member_id: str, assignment: Assignment) -> ConsumerGroupRecord:
+    """Record 7: a member's target assignment."""
     return (ConsumerGroupTargetAssignmentMemberKey(group_id, member_id),
             ConsumerGroupTargetAssignmentMemberValue(topic_partitions_of(assignment)))
 
 
 def target_metadata_record(group_id: str, epoch: int) -> ConsumerGroupRecord:
+    """Record 6: the target assignment's epoch."""
     return ConsumerGroupTargetAssignmentMetadataKey(group_id), ConsumerGroupTargetAssignmentMetadataValue(epoch)
 
 
 def current_assignment_record(group_id: str, member: ConsumerGroupMember) -> ConsumerGroupRecord:
+    """Record 8: a member's epochs, state and partitions."""
     return ConsumerGroupCurrentMemberAssignmentKey(group_id, member.member_id), member.assignment_value()
 
 
 def regex_record(group_id: str, regex: str, value: ConsumerGroupRegularExpressionValue | None) -> ConsumerGroupRecord:
+    """Record 16 (None: its tombstone)."""
     return ConsumerGroupRegularExpressionKey(group_id, regex), value

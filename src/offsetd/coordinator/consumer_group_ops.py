@@ -23,6 +23,8 @@ from ..records.consumer_group_records import (
     ConsumerGroupValue,
     TopicMetadata,
     TopicPartitions,
+    decode_key,
+    decode_value,
 )
 from .consumer_assignors import ASSIGNORS, DEFAULT_ASSIGNOR, Assignment, AssignmentMemberSpec, TopicId
 from .consumer_group import (
@@ -162,6 +164,9 @@ class ConsumerGroupOperations:
         self.groups: dict[str, ConsumerGroup] = {}
         self.timers = Timers()
         self._rebalance_epochs: dict[tuple[str, str], int] = {}
+        # group id -> (topics image version, group epoch) at which its subscribed topics and
+        # regexes were last found current: a heartbeat changing nothing skips recomputing them.
+        self._current_at: dict[str, tuple[int, int]] = {}
 
     # ========================================================================== replay
 
@@ -170,6 +175,7 @@ class ConsumerGroupOperations:
         when loading."""
         group = self.groups.get(key.group_id)
         if type(key) is ConsumerGroupMetadataKey and value is None:
+            self._current_at.pop(key.group_id, None)
             if group is not None:
                 del self.groups[key.group_id]
                 for member_id in group.members:
@@ -181,8 +187,29 @@ class ConsumerGroupOperations:
             group = self.groups[key.group_id] = ConsumerGroup(key.group_id)
         group.replay(key, value)
 
+    def replay_raw(self, key: bytes, value: bytes | None) -> bool:
+        """Apply one record as stored in `__consumer_offsets`; False when its key type is not a
+        consumer-group one (3-8, 16), so the caller routes it elsewhere."""
+        decoded = decode_key(key)
+        if decoded is None:
+            return False
+        self.replay(decoded, decode_value(decoded, value))
+        return True
+
+    def on_loaded(self, now: int) -> None:
+        """After loading: every member gets a fresh session timer, and one revoking partitions a
+        fresh rebalance timer (timers are not in the log)."""
+        for group in self.groups.values():
+            for member in group.members.values():
+                self._schedule_session(group.group_id, member.member_id, now)
+                if member.state is MemberState.UNREVOKED_PARTITIONS and member.member_epoch >= 0:
+                    self._rebalance_epochs[(group.group_id, member.member_id)] = member.member_epoch
+                    self.timers.schedule(("rebalance", group.group_id, member.member_id),
+                                         now + member.rebalance_timeout_ms)
+
     def _write(self, records: list[ConsumerGroupRecord], token: Hashable,
                response: ConsumerGroupHeartbeatResponse) -> CoordinatorResult:
+        """Replay the records at once, then package them with the response."""
         for key, value in records:
             self.replay(key, value)
         result = CoordinatorResult(records=records, replay=False)  # type: ignore[arg-type]
@@ -191,6 +218,7 @@ class ConsumerGroupOperations:
     # ========================================================================== timers
 
     def next_deadline(self) -> int | None:
+        """The earliest timer deadline, for the shell's sleep."""
         return self.timers.next_deadline()
 
     def fire_timers(self, now: int) -> CoordinatorResult:
@@ -213,9 +241,11 @@ class ConsumerGroupOperations:
         return CoordinatorResult(records=records, replay=False)  # type: ignore[arg-type]
 
     def _schedule_session(self, group_id: str, member_id: str, now: int) -> None:
+        """(Re-)arm a member's session timeout."""
         self.timers.schedule(("session", group_id, member_id), now + self.config.session_timeout_ms)
 
     def _cancel_member_timers(self, group_id: str, member_id: str) -> None:
+        """Forget a member's session and rebalance timers."""
         self.timers.cancel(("session", group_id, member_id))
         self.timers.cancel(("rebalance", group_id, member_id))
         self._rebalance_epochs.pop((group_id, member_id), None)
@@ -235,8 +265,8 @@ class ConsumerGroupOperations:
             else:
                 records, response = self._heartbeat(req, now, topics)
         except _Reject as reject:
-            return CoordinatorResult(replay=False).respond(token, ConsumerGroupHeartbeatResponse(  # type: ignore[arg-type]
-                error_code=reject.error_code, error_message=reject.message))
+            error = ConsumerGroupHeartbeatResponse(error_code=reject.error_code, error_message=reject.message)
+            return CoordinatorResult(replay=False).respond(token, error)  # type: ignore[arg-type]
         result = self._write(records, token, response)
         self._after_write(req, response, now)
         return result
@@ -344,14 +374,21 @@ class ConsumerGroupOperations:
         new_member = member_id not in group.members
         if new_member or replaced is not None or updated.metadata_value() != member.metadata_value():
             records.append(member_metadata_record(group.group_id, updated))
-        members = {m.member_id: m for m in group.members.values() if replaced is None or m is not replaced}
-        members[member_id] = updated
         changed = (new_member and replaced is None) or _subscription_changed(member, updated)
-        group_epoch, resolved, metadata = self._update_group_epoch(group, members, changed, now, topics, records)
-        assignment_epoch, targets = self._update_target_assignment(
-            group, members, member_id, replaced, group_epoch, resolved, metadata, records)
+        steady = self._current_at.get(group.group_id) == (topics.version, group.group_epoch)
+        if not changed and replaced is None and steady:
+            assignment_epoch, targets = group.assignment_epoch, group.target_assignment
+        else:
+            members = {m.member_id: m for m in group.members.values() if replaced is None or m is not replaced}
+            members[member_id] = updated
+            group_epoch, resolved, metadata = self._update_group_epoch(group, members, changed, now, topics, records)
+            assignment_epoch, targets = self._update_target_assignment(
+                group, members, member_id, replaced, group_epoch, resolved, metadata, records)
+            if all(v.version == topics.version for v in resolved.values()):
+                self._current_at[group.group_id] = (topics.version, group_epoch)
 
         def held_by_other(topic_id: TopicId, partition: int) -> bool:
+            """Whether a member other than this one (or the one it replaces) holds the partition."""
             owner = group.owner_of(topic_id, partition)
             return owner is not None and owner != member_id and (replaced is None or owner != replaced.member_id)
 
@@ -398,8 +435,9 @@ class ConsumerGroupOperations:
         """Records 7 and 6: a static member's new incarnation inherits its predecessor's target;
         a group epoch ahead of the assignment epoch recomputes every member's. Returns the
         assignment epoch and the targets."""
-        targets = dict(group.target_assignment)
+        targets = group.target_assignment
         if replaced is not None:
+            targets = dict(targets)
             targets[member_id] = targets.pop(replaced.member_id, {})
             records.append(target_member_record(group.group_id, member_id, targets[member_id]))
         if group_epoch <= group.assignment_epoch:
@@ -445,7 +483,9 @@ class ConsumerGroupOperations:
                                                f"than the one known by the group coordinator "
                                                f"({member.member_epoch}).")
         if epoch < member.member_epoch:
-            if epoch != member.previous_member_epoch or owned is None or not _is_subset(owned, member.assigned_partitions):
+            lost_bump = epoch == member.previous_member_epoch and owned is not None and _is_subset(
+                owned, member.assigned_partitions)
+            if not lost_bump:
                 raise _Reject(FENCED_MEMBER_EPOCH, f"The consumer group member has a smaller member epoch "
                                                    f"({epoch}) than the one known by the group coordinator "
                                                    f"({member.member_epoch}).")
@@ -496,6 +536,7 @@ class ConsumerGroupOperations:
 
 
 def _is_subset(owned: Assignment, assigned: Assignment) -> bool:
+    """Every owned partition is assigned."""
     return all(ps <= assigned.get(t, frozenset()) for t, ps in owned.items())
 
 
@@ -518,6 +559,7 @@ def _updated_member(member: ConsumerGroupMember, req: ConsumerGroupHeartbeatRequ
 
 
 def _subscription_changed(old: ConsumerGroupMember, new: ConsumerGroupMember) -> bool:
+    """Names or regex differ (what bumps the group epoch)."""
     return (old.subscribed_topic_names != new.subscribed_topic_names
             or old.subscribed_topic_regex != new.subscribed_topic_regex)
 

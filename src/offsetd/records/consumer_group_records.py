@@ -297,11 +297,13 @@ def _topic_partitions(tps: tuple[TopicPartitions, ...]) -> bytes:
 
 
 def _classic_member_metadata(m: ClassicMemberMetadata) -> bytes:
+    """ClassicMemberMetadata struct (the body of record 5's tag 0)."""
     protocols = _carray([_cstr(p.name) + _cbytes(p.metadata) + _NO_TAGS for p in m.supported_protocols])
     return _i.pack(m.session_timeout_ms) + protocols + _NO_TAGS
 
 
 def _member_metadata_value(v: ConsumerGroupMemberMetadataValue) -> bytes:
+    """Record 5's body; ClassicMemberMetadata goes in the tag section only when present."""
     body = b"".join((
         _cstr(v.instance_id), _cstr(v.rack_id), _cstr(v.client_id), _cstr(v.client_host),
         _carray([_cstr(t) for t in v.subscribed_topic_names]), _cstr(v.subscribed_topic_regex),
@@ -314,6 +316,7 @@ def _member_metadata_value(v: ConsumerGroupMemberMetadataValue) -> bytes:
 
 
 def _partition_metadata_value(v: ConsumerGroupPartitionMetadataValue) -> bytes:
+    """Record 4's body."""
     topics = []
     for t in v.topics:
         racks = _carray([
@@ -374,6 +377,7 @@ class _Reader:
         self.p = p
 
     def _take(self, n: int) -> bytes:
+        """The next n bytes."""
         e = self.p + n
         if n < 0 or e > len(self.d):
             raise RecordDecodeError(f"field of {n} bytes overruns the buffer at byte {self.p}")
@@ -382,9 +386,11 @@ class _Reader:
         return out
 
     def fixed(self, s: struct.Struct) -> int:
+        """A big-endian fixed-size integer."""
         return s.unpack(self._take(s.size))[0]
 
     def uvarint(self) -> int:
+        """An unsigned varint of at most 5 bytes."""
         result = 0
         for shift in range(0, 35, 7):
             b = self._take(1)[0]
@@ -394,6 +400,7 @@ class _Reader:
         raise RecordDecodeError("varint longer than 5 bytes")
 
     def cstr(self) -> str | None:
+        """A compact nullable string."""
         n = self.uvarint() - 1
         if n < 0:
             return None
@@ -403,18 +410,21 @@ class _Reader:
             raise RecordDecodeError(f"invalid UTF-8: {exc}") from exc
 
     def cstr_nn(self, name: str) -> str:
+        """A compact string that must not be null."""
         s = self.cstr()
         if s is None:
             raise RecordDecodeError(f"non-nullable field {name} was serialized as null")
         return s
 
     def cbytes_nn(self, name: str) -> bytes:
+        """Compact bytes that must not be null."""
         n = self.uvarint() - 1
         if n < 0:
             raise RecordDecodeError(f"non-nullable field {name} was serialized as null")
         return self._take(n)
 
     def count(self, name: str) -> int:
+        """A compact array's element count (null is an error)."""
         n = self.uvarint() - 1
         if n < 0:
             raise RecordDecodeError(f"non-nullable array {name} was serialized as null")
@@ -423,6 +433,7 @@ class _Reader:
         return n
 
     def uuid(self) -> uuid.UUID:
+        """A 16-byte uuid."""
         return uuid.UUID(bytes=self._take(16))
 
     def tags(self) -> dict[int, bytes]:
@@ -434,6 +445,7 @@ class _Reader:
         return out
 
     def end(self, what: str) -> None:
+        """Raise unless every byte was read."""
         if self.p != len(self.d):
             raise RecordDecodeError(f"{what}: {len(self.d) - self.p} trailing bytes")
 
@@ -467,6 +479,7 @@ def decode_key(data: bytes | bytearray | memoryview) -> ConsumerGroupKey | None:
 
 
 def _read_topic_partitions(r: _Reader, name: str) -> tuple[TopicPartitions, ...]:
+    """[]TopicPartitions; element tags (e.g. KIP-1251 AssignmentEpochs) are skipped."""
     out = []
     for _ in range(r.count(name)):
         topic_id = r.uuid()
@@ -477,6 +490,7 @@ def _read_topic_partitions(r: _Reader, name: str) -> tuple[TopicPartitions, ...]
 
 
 def _read_classic_member_metadata(raw: bytes) -> ClassicMemberMetadata:
+    """Record 5's tag 0 from its raw bytes."""
     r = _Reader(raw)
     session_timeout = r.fixed(_i)
     protocols = []
@@ -491,6 +505,7 @@ def _read_classic_member_metadata(raw: bytes) -> ClassicMemberMetadata:
 
 
 def _read_member_metadata(r: _Reader) -> ConsumerGroupMemberMetadataValue:
+    """Record 5's body."""
     instance_id = r.cstr()
     rack_id = r.cstr()
     client_id = r.cstr_nn("ClientId")
@@ -508,6 +523,7 @@ def _read_member_metadata(r: _Reader) -> ConsumerGroupMemberMetadataValue:
 
 
 def _read_partition_metadata(r: _Reader) -> ConsumerGroupPartitionMetadataValue:
+    """Record 4's body."""
     topics = []
     for _ in range(r.count("Topics")):
         topic_id = r.uuid()
@@ -526,6 +542,7 @@ def _read_partition_metadata(r: _Reader) -> ConsumerGroupPartitionMetadataValue:
 
 
 def _read_value(key: ConsumerGroupKey, r: _Reader) -> ConsumerGroupValue:
+    """The body of the value that goes with `key`."""
     t = type(key)
     if t is ConsumerGroupMetadataKey:
         epoch = r.fixed(_i)

@@ -1,0 +1,588 @@
+"""KIP-848 consumer-group records of `__consumer_offsets` (types 3-8 and 16): key/value codecs.
+
+Pure code, byte-exact with Kafka 4.0's coordinator record schemas (reference B6). A key is an
+int16 record type followed by a non-flexible struct (int16-length strings). A value is int16
+version 0 followed by a flexible struct: compact strings, bytes and arrays (uvarint of n + 1,
+0 = null), 16-byte uuids, and a tagged-field section closing every struct. A null value is a
+tombstone. Readers skip tags they do not know (later Kafka versions add some).
+
+    3  ConsumerGroupMetadata                 GroupId                 Epoch
+    4  ConsumerGroupPartitionMetadata        GroupId                 Topics[TopicMetadata]
+    5  ConsumerGroupMemberMetadata           GroupId, MemberId       member's subscription
+    6  ConsumerGroupTargetAssignmentMetadata GroupId                 AssignmentEpoch
+    7  ConsumerGroupTargetAssignmentMember   GroupId, MemberId       TopicPartitions[]
+    8  ConsumerGroupCurrentMemberAssignment  GroupId, MemberId       epochs, state, partitions
+    16 ConsumerGroupRegularExpression        GroupId, RegularExpression  Topics, Version, Timestamp
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from dataclasses import dataclass
+from typing import Union
+
+from .offsets import RecordDecodeError
+from .varint import encode_uvarint
+
+__all__ = [
+    "CONSUMER_GROUP_RECORD_TYPES",
+    "TopicPartitions",
+    "TopicMetadata",
+    "PartitionRacks",
+    "ClassicProtocol",
+    "ClassicMemberMetadata",
+    "ConsumerGroupMetadataKey",
+    "ConsumerGroupMetadataValue",
+    "ConsumerGroupPartitionMetadataKey",
+    "ConsumerGroupPartitionMetadataValue",
+    "ConsumerGroupMemberMetadataKey",
+    "ConsumerGroupMemberMetadataValue",
+    "ConsumerGroupTargetAssignmentMetadataKey",
+    "ConsumerGroupTargetAssignmentMetadataValue",
+    "ConsumerGroupTargetAssignmentMemberKey",
+    "ConsumerGroupTargetAssignmentMemberValue",
+    "ConsumerGroupCurrentMemberAssignmentKey",
+    "ConsumerGroupCurrentMemberAssignmentValue",
+    "ConsumerGroupRegularExpressionKey",
+    "ConsumerGroupRegularExpressionValue",
+    "ConsumerGroupKey",
+    "ConsumerGroupValue",
+    "encode_key",
+    "decode_key",
+    "encode_value",
+    "decode_value",
+]
+
+_h = struct.Struct(">h")
+_b = struct.Struct(">b")
+_i = struct.Struct(">i")
+_q = struct.Struct(">q")
+
+_VALUE_VERSION = 0
+_NO_TAGS = b"\x00"
+
+# ClassicMemberMetadata is tag 0 of the member metadata value.
+_TAG_CLASSIC_MEMBER_METADATA = 0
+
+
+# ---------------------------------------------------------------------------------- structs
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartitions:
+    """Partitions of one topic, by topic id (assignments carry ids, not names)."""
+
+    topic_id: uuid.UUID
+    partitions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRacks:
+    """Racks of one partition (record 4; unused after Kafka 4.0, written empty)."""
+
+    partition: int
+    racks: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    """One subscribed topic as record 4 stores it."""
+
+    topic_id: uuid.UUID
+    topic_name: str
+    num_partitions: int
+    partition_metadata: tuple[PartitionRacks, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicProtocol:
+    """One protocol a classic-protocol member inside a consumer group supports."""
+
+    name: str
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """Tag 0 of record 5: present only for a member that joined with the classic protocol."""
+
+    session_timeout_ms: int
+    supported_protocols: tuple[ClassicProtocol, ...]
+
+
+# ------------------------------------------------------------------------------ keys/values
+# Keys are frozen dataclasses, not NamedTuples: two key types with the same fields must never
+# compare equal (they are dict keys in the coordinator).
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadataKey:
+    """Key of record 3: the group epoch."""
+
+    group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadataValue:
+    """Value of record 3."""
+
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupPartitionMetadataKey:
+    """Key of record 4: metadata of the subscribed topics."""
+
+    group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupPartitionMetadataValue:
+    """Value of record 4."""
+
+    topics: tuple[TopicMetadata, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMemberMetadataKey:
+    """Key of record 5: one member's subscription and client details."""
+
+    group_id: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMemberMetadataValue:
+    """Value of record 5."""
+
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+    classic_member_metadata: ClassicMemberMetadata | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupTargetAssignmentMetadataKey:
+    """Key of record 6: the epoch of the target assignment."""
+
+    group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupTargetAssignmentMetadataValue:
+    """Value of record 6."""
+
+    assignment_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupTargetAssignmentMemberKey:
+    """Key of record 7: one member's target assignment."""
+
+    group_id: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupTargetAssignmentMemberValue:
+    """Value of record 7."""
+
+    topic_partitions: tuple[TopicPartitions, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupCurrentMemberAssignmentKey:
+    """Key of record 8: one member's current epoch, state and owned partitions."""
+
+    group_id: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupCurrentMemberAssignmentValue:
+    """Value of record 8; `state` is 0 STABLE, 1 UNREVOKED_PARTITIONS, 2 UNRELEASED_PARTITIONS."""
+
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned_partitions: tuple[TopicPartitions, ...]
+    partitions_pending_revocation: tuple[TopicPartitions, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupRegularExpressionKey:
+    """Key of record 16: one subscribed regular expression of a group."""
+
+    group_id: str
+    regular_expression: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupRegularExpressionValue:
+    """Value of record 16: the topics the expression resolved to, and when."""
+
+    topics: tuple[str, ...]
+    version: int
+    timestamp: int
+
+
+ConsumerGroupKey = Union[
+    ConsumerGroupMetadataKey, ConsumerGroupPartitionMetadataKey, ConsumerGroupMemberMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataKey, ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupRegularExpressionKey,
+]
+ConsumerGroupValue = Union[
+    ConsumerGroupMetadataValue, ConsumerGroupPartitionMetadataValue, ConsumerGroupMemberMetadataValue,
+    ConsumerGroupTargetAssignmentMetadataValue, ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupCurrentMemberAssignmentValue, ConsumerGroupRegularExpressionValue,
+]
+
+# record type -> (key class, the key's string fields in order)
+_KEY_TYPES: dict[int, tuple[type, tuple[str, ...]]] = {
+    3: (ConsumerGroupMetadataKey, ("group_id",)),
+    4: (ConsumerGroupPartitionMetadataKey, ("group_id",)),
+    5: (ConsumerGroupMemberMetadataKey, ("group_id", "member_id")),
+    6: (ConsumerGroupTargetAssignmentMetadataKey, ("group_id",)),
+    7: (ConsumerGroupTargetAssignmentMemberKey, ("group_id", "member_id")),
+    8: (ConsumerGroupCurrentMemberAssignmentKey, ("group_id", "member_id")),
+    16: (ConsumerGroupRegularExpressionKey, ("group_id", "regular_expression")),
+}
+_TYPE_OF_KEY: dict[type, int] = {cls: t for t, (cls, _fields) in _KEY_TYPES.items()}
+
+CONSUMER_GROUP_RECORD_TYPES = frozenset(_KEY_TYPES)
+"""The `__consumer_offsets` key types (the key's first int16) of consumer groups."""
+
+
+# ------------------------------------------------------------------------------- encoding
+# A minimal flexible-version writer; records/offsets.py keeps its own private helpers.
+
+
+def _str(s: str) -> bytes:
+    """Non-flexible (key) string: int16 length + UTF-8."""
+    raw = s.encode("utf-8")
+    if len(raw) > 0x7FFF:
+        raise ValueError(f"string of {len(raw)} UTF-8 bytes does not fit an int16 length")
+    return _h.pack(len(raw)) + raw
+
+
+def _cstr(s: str | None) -> bytes:
+    """Compact string: uvarint(length + 1) + UTF-8; null -> 0."""
+    if s is None:
+        return b"\x00"
+    raw = s.encode("utf-8")
+    return encode_uvarint(len(raw) + 1) + raw
+
+
+def _cbytes(b: bytes) -> bytes:
+    """Compact bytes: uvarint(length + 1) + data."""
+    return encode_uvarint(len(b) + 1) + bytes(b)
+
+
+def _carray(items: list[bytes]) -> bytes:
+    """Compact array of already-encoded elements."""
+    return encode_uvarint(len(items) + 1) + b"".join(items)
+
+
+def _topic_partitions(tps: tuple[TopicPartitions, ...]) -> bytes:
+    """[]TopicPartitions: uuid, compact []int32, empty tag section per element."""
+    return _carray([
+        tp.topic_id.bytes + _carray([_i.pack(p) for p in tp.partitions]) + _NO_TAGS for tp in tps
+    ])
+
+
+def _classic_member_metadata(m: ClassicMemberMetadata) -> bytes:
+    """ClassicMemberMetadata struct (the body of record 5's tag 0)."""
+    protocols = _carray([_cstr(p.name) + _cbytes(p.metadata) + _NO_TAGS for p in m.supported_protocols])
+    return _i.pack(m.session_timeout_ms) + protocols + _NO_TAGS
+
+
+def _member_metadata_value(v: ConsumerGroupMemberMetadataValue) -> bytes:
+    """Record 5's body; ClassicMemberMetadata goes in the tag section only when present."""
+    body = b"".join((
+        _cstr(v.instance_id), _cstr(v.rack_id), _cstr(v.client_id), _cstr(v.client_host),
+        _carray([_cstr(t) for t in v.subscribed_topic_names]), _cstr(v.subscribed_topic_regex),
+        _i.pack(v.rebalance_timeout_ms), _cstr(v.server_assignor),
+    ))
+    if v.classic_member_metadata is None:
+        return body + _NO_TAGS
+    tagged = _classic_member_metadata(v.classic_member_metadata)
+    return body + b"\x01" + encode_uvarint(_TAG_CLASSIC_MEMBER_METADATA) + encode_uvarint(len(tagged)) + tagged
+
+
+def _partition_metadata_value(v: ConsumerGroupPartitionMetadataValue) -> bytes:
+    """Record 4's body."""
+    topics = []
+    for t in v.topics:
+        racks = _carray([
+            _i.pack(pr.partition) + _carray([_cstr(r) for r in pr.racks]) + _NO_TAGS
+            for pr in t.partition_metadata
+        ])
+        topics.append(t.topic_id.bytes + _cstr(t.topic_name) + _i.pack(t.num_partitions) + racks + _NO_TAGS)
+    return _carray(topics) + _NO_TAGS
+
+
+def encode_key(key: ConsumerGroupKey) -> bytes:
+    """int16 record type, then the key's strings (non-flexible)."""
+    record_type = _TYPE_OF_KEY.get(type(key))
+    if record_type is None:
+        raise TypeError(f"encode_key: not a consumer-group key: {type(key).__name__}")
+    fields = _KEY_TYPES[record_type][1]
+    return _h.pack(record_type) + b"".join(_str(getattr(key, f)) for f in fields)
+
+
+def encode_value(value: ConsumerGroupValue) -> bytes:
+    """int16 version 0, then the flexible value body."""
+    t = type(value)
+    if t is ConsumerGroupMetadataValue:
+        body = _i.pack(value.epoch) + _NO_TAGS  # type: ignore[union-attr]
+    elif t is ConsumerGroupPartitionMetadataValue:
+        body = _partition_metadata_value(value)  # type: ignore[arg-type]
+    elif t is ConsumerGroupMemberMetadataValue:
+        body = _member_metadata_value(value)  # type: ignore[arg-type]
+    elif t is ConsumerGroupTargetAssignmentMetadataValue:
+        body = _i.pack(value.assignment_epoch) + _NO_TAGS  # type: ignore[union-attr]
+    elif t is ConsumerGroupTargetAssignmentMemberValue:
+        body = _topic_partitions(value.topic_partitions) + _NO_TAGS  # type: ignore[union-attr]
+    elif t is ConsumerGroupCurrentMemberAssignmentValue:
+        v: ConsumerGroupCurrentMemberAssignmentValue = value  # type: ignore[assignment]
+        body = b"".join((
+            _i.pack(v.member_epoch), _i.pack(v.previous_member_epoch), _b.pack(v.state),
+            _topic_partitions(v.assigned_partitions), _topic_partitions(v.partitions_pending_revocation),
+            _NO_TAGS,
+        ))
+    elif t is ConsumerGroupRegularExpressionValue:
+        r: ConsumerGroupRegularExpressionValue = value  # type: ignore[assignment]
+        body = _carray([_cstr(s) for s in r.topics]) + _q.pack(r.version) + _q.pack(r.timestamp) + _NO_TAGS
+    else:
+        raise TypeError(f"encode_value: not a consumer-group value: {t.__name__}")
+    return _h.pack(_VALUE_VERSION) + body
+
+
+# ------------------------------------------------------------------------------- decoding
+
+
+class _Reader:
+    """Cursor over a flexible struct; every read raises RecordDecodeError when out of bytes."""
+
+    __slots__ = ("d", "p")
+
+    def __init__(self, d: bytes, p: int = 0) -> None:
+        self.d = d
+        self.p = p
+
+    def _take(self, n: int) -> bytes:
+        """The next n bytes."""
+        e = self.p + n
+        if n < 0 or e > len(self.d):
+            raise RecordDecodeError(f"field of {n} bytes overruns the buffer at byte {self.p}")
+        out = self.d[self.p:e]
+        self.p = e
+        return out
+
+    def fixed(self, s: struct.Struct) -> int:
+        """A big-endian fixed-size integer."""
+        return s.unpack(self._take(s.size))[0]
+
+    def uvarint(self) -> int:
+        """An unsigned varint of at most 5 bytes."""
+        result = 0
+        for shift in range(0, 35, 7):
+            b = self._take(1)[0]
+            result |= (b & 0x7F) << shift
+            if b < 0x80:
+                return result
+        raise RecordDecodeError("varint longer than 5 bytes")
+
+    def cstr(self) -> str | None:
+        """A compact nullable string."""
+        n = self.uvarint() - 1
+        if n < 0:
+            return None
+        try:
+            return self._take(n).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise RecordDecodeError(f"invalid UTF-8: {exc}") from exc
+
+    def cstr_nn(self, name: str) -> str:
+        """A compact string that must not be null."""
+        s = self.cstr()
+        if s is None:
+            raise RecordDecodeError(f"non-nullable field {name} was serialized as null")
+        return s
+
+    def cbytes_nn(self, name: str) -> bytes:
+        """Compact bytes that must not be null."""
+        n = self.uvarint() - 1
+        if n < 0:
+            raise RecordDecodeError(f"non-nullable field {name} was serialized as null")
+        return self._take(n)
+
+    def count(self, name: str) -> int:
+        """A compact array's element count (null is an error)."""
+        n = self.uvarint() - 1
+        if n < 0:
+            raise RecordDecodeError(f"non-nullable array {name} was serialized as null")
+        if n > len(self.d) - self.p:  # every element takes at least one byte
+            raise RecordDecodeError(f"array {name} of {n} elements overruns the buffer")
+        return n
+
+    def uuid(self) -> uuid.UUID:
+        """A 16-byte uuid."""
+        return uuid.UUID(bytes=self._take(16))
+
+    def tags(self) -> dict[int, bytes]:
+        """A tagged-field section as {tag: raw bytes}; callers pick the tags they know."""
+        out = {}
+        for _ in range(self.uvarint()):
+            tag = self.uvarint()
+            out[tag] = self._take(self.uvarint())
+        return out
+
+    def end(self, what: str) -> None:
+        """Raise unless every byte was read."""
+        if self.p != len(self.d):
+            raise RecordDecodeError(f"{what}: {len(self.d) - self.p} trailing bytes")
+
+
+def decode_key(data: bytes | bytearray | memoryview) -> ConsumerGroupKey | None:
+    """The key of a consumer-group record, or None when its type is not one of 3-8, 16."""
+    d = bytes(data)
+    if len(d) < 2:
+        raise RecordDecodeError(f"record key of {len(d)} bytes has no type")
+    (record_type,) = _h.unpack_from(d, 0)
+    entry = _KEY_TYPES.get(record_type)
+    if entry is None:
+        return None
+    cls, fields = entry
+    p = 2
+    values = []
+    try:
+        for name in fields:
+            (n,) = _h.unpack_from(d, p)
+            if n < 0 or p + 2 + n > len(d):
+                raise RecordDecodeError(f"key field {name} of length {n} is null or overruns the key")
+            values.append(d[p + 2:p + 2 + n].decode("utf-8"))
+            p += 2 + n
+    except struct.error as exc:
+        raise RecordDecodeError(f"truncated key (type {record_type}): {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise RecordDecodeError(f"invalid UTF-8 in key (type {record_type}): {exc}") from exc
+    if p != len(d):
+        raise RecordDecodeError(f"key (type {record_type}): {len(d) - p} trailing bytes")
+    return cls(*values)
+
+
+def _read_topic_partitions(r: _Reader, name: str) -> tuple[TopicPartitions, ...]:
+    """[]TopicPartitions; element tags (e.g. KIP-1251 AssignmentEpochs) are skipped."""
+    out = []
+    for _ in range(r.count(name)):
+        topic_id = r.uuid()
+        partitions = tuple(r.fixed(_i) for _ in range(r.count("Partitions")))
+        r.tags()  # e.g. AssignmentEpochs (KIP-1251, after 4.0)
+        out.append(TopicPartitions(topic_id, partitions))
+    return tuple(out)
+
+
+def _read_classic_member_metadata(raw: bytes) -> ClassicMemberMetadata:
+    """Record 5's tag 0 from its raw bytes."""
+    r = _Reader(raw)
+    session_timeout = r.fixed(_i)
+    protocols = []
+    for _ in range(r.count("SupportedProtocols")):
+        name = r.cstr_nn("Name")
+        metadata = r.cbytes_nn("Metadata")
+        r.tags()
+        protocols.append(ClassicProtocol(name, metadata))
+    r.tags()
+    r.end("ClassicMemberMetadata")
+    return ClassicMemberMetadata(session_timeout, tuple(protocols))
+
+
+def _read_member_metadata(r: _Reader) -> ConsumerGroupMemberMetadataValue:
+    """Record 5's body."""
+    instance_id = r.cstr()
+    rack_id = r.cstr()
+    client_id = r.cstr_nn("ClientId")
+    client_host = r.cstr_nn("ClientHost")
+    names = tuple(r.cstr_nn("SubscribedTopicNames") for _ in range(r.count("SubscribedTopicNames")))
+    regex = r.cstr()
+    rebalance_timeout = r.fixed(_i)
+    server_assignor = r.cstr()
+    tags = r.tags()
+    classic = None
+    if _TAG_CLASSIC_MEMBER_METADATA in tags:
+        classic = _read_classic_member_metadata(tags[_TAG_CLASSIC_MEMBER_METADATA])
+    return ConsumerGroupMemberMetadataValue(instance_id, rack_id, client_id, client_host, names, regex,
+                                            rebalance_timeout, server_assignor, classic)
+
+
+def _read_partition_metadata(r: _Reader) -> ConsumerGroupPartitionMetadataValue:
+    """Record 4's body."""
+    topics = []
+    for _ in range(r.count("Topics")):
+        topic_id = r.uuid()
+        name = r.cstr_nn("TopicName")
+        num_partitions = r.fixed(_i)
+        racks = []
+        for _ in range(r.count("PartitionMetadata")):
+            partition = r.fixed(_i)
+            names = tuple(r.cstr_nn("Racks") for _ in range(r.count("Racks")))
+            r.tags()
+            racks.append(PartitionRacks(partition, names))
+        r.tags()
+        topics.append(TopicMetadata(topic_id, name, num_partitions, tuple(racks)))
+    r.tags()
+    return ConsumerGroupPartitionMetadataValue(tuple(topics))
+
+
+def _read_value(key: ConsumerGroupKey, r: _Reader) -> ConsumerGroupValue:
+    """The body of the value that goes with `key`."""
+    t = type(key)
+    if t is ConsumerGroupMetadataKey:
+        epoch = r.fixed(_i)
+        r.tags()  # MetadataHash (KIP-1101, 4.1) and later tags
+        return ConsumerGroupMetadataValue(epoch)
+    if t is ConsumerGroupPartitionMetadataKey:
+        return _read_partition_metadata(r)
+    if t is ConsumerGroupMemberMetadataKey:
+        return _read_member_metadata(r)
+    if t is ConsumerGroupTargetAssignmentMetadataKey:
+        epoch = r.fixed(_i)
+        r.tags()
+        return ConsumerGroupTargetAssignmentMetadataValue(epoch)
+    if t is ConsumerGroupTargetAssignmentMemberKey:
+        tps = _read_topic_partitions(r, "TopicPartitions")
+        r.tags()
+        return ConsumerGroupTargetAssignmentMemberValue(tps)
+    if t is ConsumerGroupCurrentMemberAssignmentKey:
+        member_epoch = r.fixed(_i)
+        previous = r.fixed(_i)
+        state = r.fixed(_b)
+        assigned = _read_topic_partitions(r, "AssignedPartitions")
+        pending = _read_topic_partitions(r, "PartitionsPendingRevocation")
+        r.tags()
+        return ConsumerGroupCurrentMemberAssignmentValue(member_epoch, previous, state, assigned, pending)
+    topics = tuple(r.cstr_nn("Topics") for _ in range(r.count("Topics")))
+    version = r.fixed(_q)
+    timestamp = r.fixed(_q)
+    r.tags()
+    return ConsumerGroupRegularExpressionValue(topics, version, timestamp)
+
+
+def decode_value(key: ConsumerGroupKey, data: bytes | bytearray | memoryview | None) -> ConsumerGroupValue | None:
+    """The value that goes with an already-decoded key; None for a tombstone."""
+    if data is None:
+        return None
+    r = _Reader(bytes(data))
+    version = r.fixed(_h)
+    if version != _VALUE_VERSION:
+        raise RecordDecodeError(f"{type(key).__name__}: unknown value version {version}")
+    value = _read_value(key, r)
+    r.end(f"value of {type(key).__name__}")
+    return value

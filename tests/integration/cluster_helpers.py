@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import asyncpg
 import kafka
 from broker_process import wait_for
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from offsetd.cluster.ownership import rendezvous_owner
@@ -101,10 +101,25 @@ def commit_forever(bootstrap: str, history: GroupHistory, stop: threading.Event,
         consumer.close()
 
 
+COORDINATOR_MOVING = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                      KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
+
+
 def committed(bootstrap: str, group: str) -> int:
+    """The group's committed offset of hist-0, asked again while the coordinator is moving (a
+    retriable NOT_COORDINATOR or load in progress, as an application would retry it)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+
+    def ask() -> int | None:
+        try:
+            return consumer.committed([TopicPartition("hist", 0)], timeout=15)[0].offset
+        except KafkaException as exc:
+            if exc.args[0].code() not in COORDINATOR_MOVING:
+                raise
+            return None
     try:
-        return consumer.committed([TopicPartition("hist", 0)], timeout=15)[0].offset
+        return wait_for(lambda: (offset := ask()) is not None and (offset,), timeout=30,
+                        message="an answer from the group's coordinator")[0]
     finally:
         consumer.close()
 

@@ -11,14 +11,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Callable, Hashable, Iterable
 
-from ..records.offsets import (
-    GroupMetadataKey,
-    OffsetCommitKey,
-    OffsetCommitValue,
-    decode_key,
-    decode_offset_commit_value,
-    encode_key,
-)
+from ..records.offset_commit_value import OffsetCommitValue, decode_offset_commit_value
+from ..records.offsets import GroupMetadataKey, OffsetCommitKey, decode_key, encode_key
 from .config import GroupCoordinatorConfig
 from .errors import (
     COORDINATOR_NOT_AVAILABLE, GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC, ILLEGAL_GENERATION,

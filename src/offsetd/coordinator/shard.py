@@ -16,16 +16,9 @@ from typing import Any, Hashable, Iterable
 
 from ..records.batch import decode_records, parse_header
 from ..records.control import CONTROL_ABORT, CONTROL_COMMIT, parse_marker
-from ..records.offsets import (
-    GroupMetadataKey,
-    GroupMetadataValue,
-    OffsetCommitKey,
-    OffsetCommitValue,
-    decode_group_metadata_value,
-    decode_key,
-    encode_key,
-    encode_value,
-)
+from ..records.group_metadata_value import GroupMetadataValue, decode_group_metadata_value
+from ..records.offset_commit_value import OffsetCommitValue
+from ..records.offsets import GroupMetadataKey, OffsetCommitKey, decode_key, encode_key, encode_value
 from .config import GroupCoordinatorConfig
 from .errors import (
     COORDINATOR_NOT_AVAILABLE, FENCED_INSTANCE_ID, GROUP_MAX_SIZE_REACHED, ILLEGAL_GENERATION,

@@ -28,7 +28,8 @@ from kio.serial import entity_writer as kio_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
 from offsetd.protocol.api_versions import SUPPORTED, is_supported
-from offsetd.protocol.codec import DecodeError, decode_body, request_class
+from offsetd.protocol.codec import decode_body, request_class
+from offsetd.protocol.primitives import DecodeError
 from offsetd.protocol.header import RequestHeader, parse_header, peek_ids
 from offsetd.records.batch import (
     BATCH_HEADER_SIZE,

@@ -22,7 +22,8 @@ from typing import Any, Hashable
 from offsetd.coordinator.config import GroupCoordinatorConfig
 from offsetd.coordinator.group import GroupState
 from offsetd.coordinator.result import CoordinatorResult
-from offsetd.coordinator.shard import GroupCoordinatorShard, JoinRequest
+from offsetd.coordinator.classic_group_ops import JoinRequest
+from offsetd.coordinator.shard import GroupCoordinatorShard
 from offsetd.records.consumer_protocol import encode_consumer_subscription
 from offsetd.records.offset_commit_value import OffsetCommitValue
 from offsetd.records.offsets import GroupMetadataKey, OffsetCommitKey

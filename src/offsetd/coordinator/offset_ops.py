@@ -1,9 +1,10 @@
-"""The offsets half of GroupCoordinatorShard: OffsetCommit, TxnOffsetCommit, OffsetFetch,
+"""The offset APIs of GroupCoordinatorShard: OffsetCommit, TxnOffsetCommit, OffsetFetch,
 OffsetDelete, DeleteGroups and the retention sweep (KOC §1.1-§1.5, §2, §5.4).
 
 A mixin: GroupCoordinatorShard (shard.py) holds the state these methods read (`groups`,
-`offsets`, `table`, `txn`, `config`, `counters`) and the member checks they share with the
-membership APIs (`_validate_member`, `_schedule_heartbeat`). Offsets change only by replay.
+`offsets`, `table`, `txn`, `config`, `counters`); the member checks they share with the
+membership APIs (`_validate_member`, `_schedule_heartbeat`) come from classic_group_ops.py.
+Offsets change only by replay.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from offsetd.records.batch import build_batch
 from offsetd.records.scan import scan_key_values
-from offsetd.records.offsets import OffsetCommitKey, OffsetCommitValue, encode_key, encode_value
+from offsetd.records.offset_commit_value import OffsetCommitValue
+from offsetd.records.offsets import OffsetCommitKey, encode_key, encode_value
 from offsetd.storage import LogConfig, PartitionLog
 from offsetd.storage.cleaner import LogCleaner
 

@@ -32,7 +32,8 @@ from offsetd.metrics.lag_exporter import render_lag  # noqa: E402
 from offsetd.metrics.lag_view import BrokerLagSource, collector_paused  # noqa: E402
 from offsetd.metrics.snapshot import Slicer  # noqa: E402
 from offsetd.records.batch import build_batch  # noqa: E402
-from offsetd.records.offsets import OffsetCommitKey, OffsetCommitValue, partition_for  # noqa: E402
+from offsetd.records.offset_commit_value import OffsetCommitValue  # noqa: E402
+from offsetd.records.offsets import OffsetCommitKey, partition_for  # noqa: E402
 
 SHARDS = 50
 RECORDS = 100  # per data partition; every group committed offset 90 (lag 10)

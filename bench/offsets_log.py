@@ -29,13 +29,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from offsetd.records.offsets import (
-    OffsetCommitKey,
-    OffsetCommitValue,
-    encode_key,
-    encode_value,
-    partition_for,
-)
+from offsetd.records.offset_commit_value import OffsetCommitValue
+from offsetd.records.offsets import OffsetCommitKey, encode_key, encode_value, partition_for
 
 from bench.procs import run_in_children
 

@@ -20,7 +20,7 @@ from typing import Any, Callable
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from offsetd.protocol.codec import SplitFrame, encode_response  # noqa: E402
+from offsetd.protocol.encoder import SplitFrame, encode_response  # noqa: E402
 from offsetd.records.batch import build_batch  # noqa: E402
 from offsetd.storage.log_config import LogConfig  # noqa: E402
 from offsetd.storage.partition_log import PartitionLog  # noqa: E402

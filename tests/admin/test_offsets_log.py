@@ -23,8 +23,8 @@ from integration.group_helpers import (GROUP_BROKER, GroupKey, LogRecord, Member
                                        poll_until, raw_offset_commit, read_offsets_log, records_of_group, unique)
 from offsetd.admin.offsets_log_cli import main
 from offsetd.records.batch import CONTROL_MASK, TRANSACTIONAL_MASK, build_batch
-from offsetd.records.offsets import (GroupMetadataKey, OffsetCommitKey, OffsetCommitValue, encode_key,
-                                     encode_value)
+from offsetd.records.offset_commit_value import OffsetCommitValue
+from offsetd.records.offsets import GroupMetadataKey, OffsetCommitKey, encode_key, encode_value
 
 OFFSETD = Path(sys.executable).with_name("offsetd")
 

@@ -13,7 +13,9 @@ from typing import Any
 from hypothesis import strategies as st
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
-from offsetd.records import offsets as oc
+from offsetd.records.group_metadata_value import GroupMetadataValue, MemberMetadata
+from offsetd.records.offset_commit_value import OffsetCommitValue
+from offsetd.records.offsets import GroupMetadataKey, OffsetCommitKey
 
 _INT_RANGES = {
     "int8": (-(2**7), 2**7 - 1), "int16": (-(2**15), 2**15 - 1), "int32": (-(2**31), 2**31 - 1),
@@ -123,35 +125,35 @@ _int32 = st.integers(-(2**31), 2**31 - 1)
 _int64 = st.integers(-(2**63), 2**63 - 1)
 _short_text = st.text(max_size=12)
 
-offset_commit_keys = st.builds(oc.OffsetCommitKey, _short_text, _short_text, _int32)
-group_metadata_keys = st.builds(oc.GroupMetadataKey, _short_text)
-offset_commit_values = st.builds(oc.OffsetCommitValue, _int64, _int32, _short_text, _int64, _int64)
+offset_commit_keys = st.builds(OffsetCommitKey, _short_text, _short_text, _int32)
+group_metadata_keys = st.builds(GroupMetadataKey, _short_text)
+offset_commit_values = st.builds(OffsetCommitValue, _int64, _int32, _short_text, _int64, _int64)
 members = st.builds(
-    oc.MemberMetadata, _short_text, st.none() | _short_text, _short_text, _short_text,
+    MemberMetadata, _short_text, st.none() | _short_text, _short_text, _short_text,
     _int32.filter(lambda t: t != -1), _int32, st.binary(max_size=16), st.binary(max_size=16),
 )
 group_metadata_values = st.builds(
-    oc.GroupMetadataValue, _short_text, _int32, st.none() | _short_text, st.none() | _short_text, _int64,
+    GroupMetadataValue, _short_text, _int32, st.none() | _short_text, st.none() | _short_text, _int64,
     st.lists(members, max_size=3).map(tuple),
 )
 
 
-def offset_commit_as_decoded(v: oc.OffsetCommitValue, version: int) -> oc.OffsetCommitValue:
+def offset_commit_as_decoded(v: OffsetCommitValue, version: int) -> OffsetCommitValue:
     """What decoding an OffsetCommit value written at `version` gives back (fields it lacks drop)."""
     epoch = v.leader_epoch if version in (3, 4) else -1
     expire = v.expire_timestamp if version == 1 else -1
-    return oc.OffsetCommitValue(v.offset, epoch, v.metadata, v.commit_timestamp, expire)
+    return OffsetCommitValue(v.offset, epoch, v.metadata, v.commit_timestamp, expire)
 
 
-def group_metadata_as_decoded(v: oc.GroupMetadataValue, version: int) -> oc.GroupMetadataValue:
+def group_metadata_as_decoded(v: GroupMetadataValue, version: int) -> GroupMetadataValue:
     """What decoding a GroupMetadata value written at `version` gives back."""
     ms = tuple(
-        oc.MemberMetadata(
+        MemberMetadata(
             m.member_id, m.group_instance_id if version >= 3 else None, m.client_id, m.client_host,
             m.rebalance_timeout if version >= 1 else m.session_timeout, m.session_timeout,
             m.subscription, m.assignment,
         )
         for m in v.members
     )
-    return oc.GroupMetadataValue(v.protocol_type, v.generation, v.protocol, v.leader,
-                                 v.current_state_timestamp if version >= 2 else -1, ms)
+    return GroupMetadataValue(v.protocol_type, v.generation, v.protocol, v.leader,
+                              v.current_state_timestamp if version >= 2 else -1, ms)

@@ -28,9 +28,9 @@ from kio.serial import entity_writer as kio_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
 from offsetd.protocol.api_versions import SUPPORTED, is_supported
-from offsetd.protocol.codec import DecodeError, decode_body, request_class
+from offsetd.protocol.codec import decode_body, request_class
+from offsetd.protocol.primitives import DecodeError
 from offsetd.protocol.header import RequestHeader, parse_header, peek_ids
-from offsetd.records import offsets as oc
 from offsetd.records.batch import (
     BATCH_HEADER_SIZE,
     COMPRESSION_NONE,
@@ -48,6 +48,12 @@ from offsetd.records.batch import (
     validate_batches,
 )
 from offsetd.records.compression import batch_record_timestamps
+from offsetd.records.consumer_protocol import parse_subscription_topics
+from offsetd.records.coordinator_serde import RecordDecodeError
+from offsetd.records.group_metadata_value import decode_group_metadata_value
+from offsetd.records.log_walker import iter_log_records
+from offsetd.records.offset_commit_value import decode_offset_commit_value
+from offsetd.records.offsets import decode_key
 from offsetd.records.scan import scan_columns, scan_key_values
 
 PAIRS: list[tuple[int, int]] = [(k, v) for k, (lo, hi) in sorted(SUPPORTED.items()) for v in range(lo, hi + 1)]
@@ -288,13 +294,13 @@ def check_offsets_log_scan(data: bytes) -> str:
         assert exc.error_code == CORRUPT_MESSAGE
     for verify in (False, True):
         try:
-            gen = oc.iter_log_records(data, verify=verify)
+            gen = iter_log_records(data, verify=verify)
             while True:
                 next(gen)
         except StopIteration as stop:
             assert 0 <= stop.value <= len(data)
             outcome.append(f"log{int(verify)}")
-        except oc.RecordDecodeError:
+        except RecordDecodeError:
             pass
     return "/".join(outcome)
 
@@ -318,13 +324,13 @@ def check_offsets_codecs(data: bytes) -> str:
     """Property: decode_key / decode_offset_commit_value / decode_group_metadata_value return a
     value or raise RecordDecodeError; parse_subscription_topics never raises."""
     outcome = []
-    for fn in (oc.decode_key, oc.decode_offset_commit_value, oc.decode_group_metadata_value):
+    for fn in (decode_key, decode_offset_commit_value, decode_group_metadata_value):
         try:
             fn(data)
             outcome.append("ok")
-        except oc.RecordDecodeError:
+        except RecordDecodeError:
             outcome.append("err")
-    topics = oc.parse_subscription_topics(data)
+    topics = parse_subscription_topics(data)
     assert topics is None or all(type(t) is str for t in topics)
     return "/".join(outcome)
 

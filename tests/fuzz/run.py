@@ -46,6 +46,8 @@ def _import_targets(instrument: bool):  # type: ignore[no-untyped-def]
             import offsetd.protocol.codec  # noqa: F401
             import offsetd.protocol.header  # noqa: F401
             import offsetd.records.batch  # noqa: F401
+            import offsetd.records.consumer_protocol  # noqa: F401
+            import offsetd.records.log_walker  # noqa: F401
             import offsetd.records.offsets  # noqa: F401
             import offsetd.records.scan  # noqa: F401  (compiled: not instrumentable, still checked)
             import offsetd.records.varint  # noqa: F401
@@ -121,7 +123,10 @@ def make_runner(ft) -> dict[str, Callable[[bytes], None]]:  # type: ignore[no-un
 
 def seeds(ft) -> dict[str, list[bytes]]:  # type: ignore[no-untyped-def]
     """Valid inputs per target (without the selector byte) to start mutating from."""
-    from offsetd.records import offsets as oc
+    from offsetd.records.consumer_protocol import encode_consumer_subscription
+    from offsetd.records.group_metadata_value import GroupMetadataValue, MemberMetadata
+    from offsetd.records.offset_commit_value import OffsetCommitValue
+    from offsetd.records.offsets import GroupMetadataKey, OffsetCommitKey, encode_key, encode_value
 
     request = []
     for index, (key, version) in enumerate(ft.PAIRS):
@@ -132,23 +137,26 @@ def seeds(ft) -> dict[str, list[bytes]]:  # type: ignore[no-untyped-def]
             request.append(b"\x00" + bytes([index]) + body)
     batch = [
         ft.build_batch(ft.sample_records(n, seed=n), base_offset=n * 10) for n in (1, 3, 7)
-    ] + [oc_batch for oc_batch in _offsets_batches(ft, oc)]
+    ] + [oc_batch for oc_batch in _offsets_batches(ft)]
     offsets = [
-        oc.encode_key(oc.OffsetCommitKey("group", "topic", 3)),
-        oc.encode_key(oc.GroupMetadataKey("group")),
-        *(oc.encode_value(oc.OffsetCommitValue(42, 1, "m", 1000, 2000), v) for v in range(5)),
-        *(oc.encode_value(oc.GroupMetadataValue("consumer", 1, "range", "m", 5, (
-            oc.MemberMetadata("m", "i", "c", "/h", 300, 100, b"\x00\x01", b"\x02"),)), v) for v in range(5)),
-        oc.encode_consumer_subscription(["a", "b"], b"u"),
+        encode_key(OffsetCommitKey("group", "topic", 3)),
+        encode_key(GroupMetadataKey("group")),
+        *(encode_value(OffsetCommitValue(42, 1, "m", 1000, 2000), v) for v in range(5)),
+        *(encode_value(GroupMetadataValue("consumer", 1, "range", "m", 5, (
+            MemberMetadata("m", "i", "c", "/h", 300, 100, b"\x00\x01", b"\x02"),)), v) for v in range(5)),
+        encode_consumer_subscription(["a", "b"], b"u"),
     ]
     recovery = [bytes([3, 1, 2, 3]), bytes([2, 4, 4, 1, 0, 90, 0]), bytes([4, 1, 1, 1, 1, 0, 1, 7, 3])]
     return {"request": request, "batch": batch, "offsets": offsets, "recovery": recovery}
 
 
-def _offsets_batches(ft, oc) -> list[bytes]:  # type: ignore[no-untyped-def]
+def _offsets_batches(ft) -> list[bytes]:  # type: ignore[no-untyped-def]
     """A batch of offsets-log records (what scan_key_values walks at start-up)."""
-    key = oc.encode_key(oc.OffsetCommitKey("g", "t", 0))
-    value = oc.encode_value(oc.OffsetCommitValue(5, -1, "", 1000, -1))
+    from offsetd.records.offset_commit_value import OffsetCommitValue
+    from offsetd.records.offsets import OffsetCommitKey, encode_key, encode_value
+
+    key = encode_key(OffsetCommitKey("g", "t", 0))
+    value = encode_value(OffsetCommitValue(5, -1, "", 1000, -1))
     return [ft.build_batch([(key, value, 1000, []), (key, None, 1001, [])])]
 
 

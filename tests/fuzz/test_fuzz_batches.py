@@ -1,5 +1,5 @@
 """Fuzzing the magic-v2 batch parsers (records/batch.py) and the offsets-log record walkers
-(records/scan.py, records/offsets.py iter_log_records): valid batches parse back to what was
+(records/scan.py, records/log_walker.py iter_log_records): valid batches parse back to what was
 built; damaged ones are refused with the documented error (InvalidBatch with a Kafka error code,
 RecordDecodeError), and a flipped bit under the CRC is always refused."""
 
@@ -19,7 +19,6 @@ from fuzz_targets import (
     fix_crc,
     no_hang,
 )
-from offsetd.records import offsets as oc
 from offsetd.records.batch import (
     BATCH_HEADER_SIZE,
     CORRUPT_MESSAGE,
@@ -30,6 +29,8 @@ from offsetd.records.batch import (
     validate_batches,
 )
 from offsetd.records.compression import batch_record_timestamps
+from offsetd.records.coordinator_serde import RecordDecodeError
+from offsetd.records.log_walker import iter_log_records
 from offsetd.records.scan import scan_columns, scan_key_values
 
 FAST = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -67,7 +68,7 @@ def test_built_batches_validate_and_decode_to_their_records(sample: tuple[list[l
         assert batch_record_timestamps(one) == [(r.offset, r.timestamp) for r in decoded]
         flat += [(r.offset, r.timestamp, r.key, r.value) for r in decoded]
         pos += h.size
-    walked = list(oc.iter_log_records(blob, verify=True))
+    walked = list(iter_log_records(blob, verify=True))
     assert [(o, ts, k, v) for o, ts, k, v, _pid in walked] == flat
 
 
@@ -95,8 +96,8 @@ def test_a_bit_flip_under_the_crc_is_always_refused(sample: tuple[list[list[tupl
         else:
             raise AssertionError("scan_key_values accepted a corrupt batch")
         try:
-            list(oc.iter_log_records(damaged, verify=True))
-        except oc.RecordDecodeError:
+            list(iter_log_records(damaged, verify=True))
+        except RecordDecodeError:
             pass
         else:
             raise AssertionError("iter_log_records(verify=True) accepted a corrupt batch")
@@ -185,7 +186,7 @@ def test_a_negative_records_count_is_refused_not_read_as_an_empty_batch() -> Non
         batch = fix_crc(header)
         if count == 0:
             assert decode_records(batch) == [] and batch_record_timestamps(batch) == []
-            assert list(oc.iter_log_records(batch, verify=True)) == []
+            assert list(iter_log_records(batch, verify=True)) == []
             continue
         for fn in (decode_records, batch_record_timestamps):
             try:
@@ -195,8 +196,8 @@ def test_a_negative_records_count_is_refused_not_read_as_an_empty_batch() -> Non
             else:
                 raise AssertionError(f"{fn.__name__} read recordsCount {count} as an empty batch")
         try:
-            list(oc.iter_log_records(batch, verify=True))
-        except oc.RecordDecodeError as exc:
+            list(iter_log_records(batch, verify=True))
+        except RecordDecodeError as exc:
             assert "recordsCount" in str(exc)
         else:
             raise AssertionError(f"iter_log_records read recordsCount {count} as an empty batch")

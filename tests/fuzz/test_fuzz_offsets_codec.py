@@ -1,6 +1,6 @@
-"""Fuzzing the `__consumer_offsets` key/value codecs (records/offsets.py): generated keys and
-values of every schema version round-trip, and random, truncated, bit-flipped or extended bytes
-give a value or RecordDecodeError, never IndexError/struct.error/UnicodeDecodeError."""
+"""Fuzzing the `__consumer_offsets` key/value codecs (records/offsets.py and the value modules):
+generated keys and values of every schema version round-trip, and random, truncated, bit-flipped
+or extended bytes give a value or RecordDecodeError, never IndexError/struct.error/UnicodeDecodeError."""
 
 from __future__ import annotations
 
@@ -19,7 +19,22 @@ from fuzz_strategies import (
     truncations,
 )
 from fuzz_targets import check_offsets_codecs, no_hang
-from offsetd.records import offsets as oc
+from offsetd.records.consumer_protocol import encode_consumer_subscription, parse_subscription_topics
+from offsetd.records.coordinator_serde import RecordDecodeError
+from offsetd.records.group_metadata_value import (
+    GroupMetadataValue,
+    MemberMetadata,
+    decode_group_metadata_value,
+)
+from offsetd.records.offset_commit_value import OffsetCommitValue, decode_offset_commit_value
+from offsetd.records.offsets import (
+    GroupMetadataKey,
+    OffsetCommitKey,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
 
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -28,38 +43,38 @@ def _refused(fn: object, data: bytes) -> bool:
     """True when the decoder raises RecordDecodeError (any other exception propagates)."""
     try:
         fn(data)  # type: ignore[operator]
-    except oc.RecordDecodeError:
+    except RecordDecodeError:
         return True
     return False
 
 
 @FAST
 @given(offset_commit_keys | group_metadata_keys)
-def test_keys_round_trip(key: oc.OffsetCommitKey | oc.GroupMetadataKey) -> None:
+def test_keys_round_trip(key: OffsetCommitKey | GroupMetadataKey) -> None:
     """decode_key(encode_key(k)) == k for OffsetCommit (v1) and GroupMetadata (v2) keys."""
-    assert oc.decode_key(oc.encode_key(key)) == key
+    assert decode_key(encode_key(key)) == key
 
 
 @FAST
 @given(offset_commit_values, st.sampled_from([None, 0, 1, 2, 3, 4]))
-def test_offset_commit_values_round_trip_at_every_version(value: oc.OffsetCommitValue, version: int | None) -> None:
+def test_offset_commit_values_round_trip_at_every_version(value: OffsetCommitValue, version: int | None) -> None:
     """OffsetCommit values round-trip at v0-v4 minus missing fields; the default is v1 iff expiring."""
-    data = oc.encode_value(value, version)
+    data = encode_value(value, version)
     written = int.from_bytes(data[:2], "big", signed=True)
     if version is None:
         assert written == (1 if value.expire_timestamp != -1 else 3)
-    key = oc.OffsetCommitKey("g", "t", 0)
-    assert oc.decode_value(key, data) == offset_commit_as_decoded(value, written)
+    key = OffsetCommitKey("g", "t", 0)
+    assert decode_value(key, data) == offset_commit_as_decoded(value, written)
 
 
 @FAST
 @given(group_metadata_values, st.sampled_from([None, 0, 1, 2, 3, 4]))
-def test_group_metadata_values_round_trip_at_every_version(value: oc.GroupMetadataValue, version: int | None) -> None:
+def test_group_metadata_values_round_trip_at_every_version(value: GroupMetadataValue, version: int | None) -> None:
     """Every GroupMetadata value version (v4 flexible) decodes to the value minus missing fields."""
-    data = oc.encode_value(value, version)
+    data = encode_value(value, version)
     written = 3 if version is None else version
     assert int.from_bytes(data[:2], "big") == written
-    assert oc.decode_value(oc.GroupMetadataKey("g"), data) == group_metadata_as_decoded(value, written)
+    assert decode_value(GroupMetadataKey("g"), data) == group_metadata_as_decoded(value, written)
 
 
 @st.composite
@@ -67,13 +82,13 @@ def encoded(draw: st.DrawFn) -> tuple[str, bytes]:
     """(which decoder, a valid encoding for it) of any record type and version."""
     which = draw(st.sampled_from(["key", "commit", "group"]))
     if which == "key":
-        return which, oc.encode_key(draw(offset_commit_keys | group_metadata_keys))
+        return which, encode_key(draw(offset_commit_keys | group_metadata_keys))
     if which == "commit":
-        return which, oc.encode_value(draw(offset_commit_values), draw(st.sampled_from([None, 0, 1, 2, 3, 4])))
-    return which, oc.encode_value(draw(group_metadata_values), draw(st.sampled_from([None, 0, 1, 2, 3, 4])))
+        return which, encode_value(draw(offset_commit_values), draw(st.sampled_from([None, 0, 1, 2, 3, 4])))
+    return which, encode_value(draw(group_metadata_values), draw(st.sampled_from([None, 0, 1, 2, 3, 4])))
 
 
-DECODERS = {"key": oc.decode_key, "commit": oc.decode_offset_commit_value, "group": oc.decode_group_metadata_value}
+DECODERS = {"key": decode_key, "commit": decode_offset_commit_value, "group": decode_group_metadata_value}
 
 
 @FAST
@@ -118,20 +133,20 @@ def test_random_bodies_behind_a_known_version_decode_or_raise(version: int, body
 def test_subscription_parser_reads_its_topics_and_never_raises(topics: list[str], user_data: bytes | None,
                                                                data: st.DataObject) -> None:
     """parse_subscription_topics reads back encoded topics and never raises on mutations of them."""
-    raw = oc.encode_consumer_subscription(topics, user_data)
-    assert oc.parse_subscription_topics(raw) == topics
-    mutated = oc.parse_subscription_topics(data.draw(mutations(raw)))
+    raw = encode_consumer_subscription(topics, user_data)
+    assert parse_subscription_topics(raw) == topics
+    mutated = parse_subscription_topics(data.draw(mutations(raw)))
     assert mutated is None or isinstance(mutated, list)
 
 
 def test_every_prefix_of_each_value_version_is_refused() -> None:
     """Every strict prefix of an OffsetCommit and a GroupMetadata value (v0-v4) is RecordDecodeError."""
-    commit = oc.OffsetCommitValue(42, 3, "meta", 1_700_000_000_000, 1_700_000_100_000)
-    member = oc.MemberMetadata("m", "i", "c", "/h", 300, 100, b"\x00\x01", b"\x02")
-    group = oc.GroupMetadataValue("consumer", 5, "range", "m", 1_700_000_000_000, (member, member))
+    commit = OffsetCommitValue(42, 3, "meta", 1_700_000_000_000, 1_700_000_100_000)
+    member = MemberMetadata("m", "i", "c", "/h", 300, 100, b"\x00\x01", b"\x02")
+    group = GroupMetadataValue("consumer", 5, "range", "m", 1_700_000_000_000, (member, member))
     for version in range(5):
-        for value, decode in ((commit, oc.decode_offset_commit_value), (group, oc.decode_group_metadata_value)):
-            raw = oc.encode_value(value, version)
+        for value, decode in ((commit, decode_offset_commit_value), (group, decode_group_metadata_value)):
+            raw = encode_value(value, version)
             decode(raw)
             for n in range(len(raw)):
                 assert _refused(decode, raw[:n]), (type(value).__name__, version, n)

@@ -25,7 +25,8 @@ from fuzz_targets import (
     sample_frames,
 )
 from offsetd.protocol import codec
-from offsetd.protocol.codec import DecodeError, request_class
+from offsetd.protocol.codec import request_class
+from offsetd.protocol.primitives import DecodeError
 from offsetd.protocol.header import parse_header, peek_ids
 
 SAMPLES = sample_frames()
@@ -174,7 +175,8 @@ def test_huge_array_counts_are_decode_errors_not_a_process_abort() -> None:
         """
         import resource, sys
         resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
-        from offsetd.protocol.codec import DecodeError, decode_body, request_class
+        from offsetd.protocol.codec import decode_body, request_class
+        from offsetd.protocol.primitives import DecodeError
         for key, version, body in %r:
             try:
                 decode_body(request_class(key, version), memoryview(bytes.fromhex(body)), 0)

@@ -14,7 +14,7 @@ from clients import create_topic
 
 from offsetd.records.batch import iter_batches
 from offsetd.records.compression import decompress
-from offsetd.records.offsets import iter_log_records
+from offsetd.records.log_walker import iter_log_records
 
 CLEANING = {
     "offsets.topic.num.partitions": "1",

@@ -488,7 +488,8 @@ def test_raw_fetch_v3_response_max_bytes_and_v2_long_poll(old_broker):
     """Fetch v3's response max_bytes (stored bytes): the first partition gets its first batch
     whole, the next nothing. Fetch v2 waiting in a long poll is answered, down-converted to
     magic 1, when a record arrives."""
-    from offsetd.protocol.codec import response_class, tolerant_reader
+    from offsetd.protocol.codec import response_class
+    from offsetd.protocol.tolerant_reader import tolerant_reader
     from offsetd.records.legacy_messages import flatten, parse_message_set
 
     create_topic(old_broker.bootstrap, "raw-max", partitions=2)

@@ -6,8 +6,9 @@ cases; these are the ones a live broker makes awkward to reach."""
 from __future__ import annotations
 
 from offsetd.records.batch import build_batch
-from offsetd.records.offsets import (GroupMetadataKey, GroupMetadataValue, MemberMetadata, OffsetCommitKey,
-                                     OffsetCommitValue, encode_key, encode_value)
+from offsetd.records.group_metadata_value import GroupMetadataValue, MemberMetadata
+from offsetd.records.offset_commit_value import OffsetCommitValue
+from offsetd.records.offsets import GroupMetadataKey, OffsetCommitKey, encode_key, encode_value
 from offsetd.spark.pipelines import expiry_forecast, load_offsets_log
 
 RETENTION = 100_000

@@ -1,5 +1,5 @@
 """The offsets-log source's column-wise decoding agrees with the project's row codecs
-(records.offsets.iter_log_records + decode_key / decode_value) on every batch shape: the
+(records.log_walker.iter_log_records + decode_key / decode_value) on every batch shape: the
 coordinator's uniform batches (framing proven column-wise), and batches that need the record
 walk (timestamp deltas, headers, LogAppendTime, long batches, tombstones, other key versions)."""
 
@@ -10,9 +10,18 @@ from pathlib import Path
 import pytest
 
 from offsetd.records.batch import CONTROL_MASK, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, build_batch
-from offsetd.records.offsets import (GroupMetadataKey, GroupMetadataValue, MemberMetadata, OffsetCommitKey,
-                                     OffsetCommitValue, UnknownRecordKey, decode_key, decode_value, encode_key,
-                                     encode_value, iter_log_records)
+from offsetd.records.group_metadata_value import GroupMetadataValue, MemberMetadata
+from offsetd.records.log_walker import iter_log_records
+from offsetd.records.offset_commit_value import OffsetCommitValue
+from offsetd.records.offsets import (
+    GroupMetadataKey,
+    OffsetCommitKey,
+    UnknownRecordKey,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
 from offsetd.spark import offsets_log_decode
 from offsetd.spark.offsets_log_decode import ALL_COLUMNS, Selection, decode_segment
 from offsetd.spark.offsets_log_source import OffsetsLogReader, pack, task_target

@@ -19,8 +19,16 @@ from helpers import commit, create_topic, records, unique
 from pyspark.sql.datasource import EqualTo, In, IsNotNull, Not
 
 from offsetd.records.batch import CONTROL_MASK, TRANSACTIONAL_MASK, build_batch
-from offsetd.records.offsets import (OFFSETS_TOPIC, GroupMetadataKey, GroupMetadataValue, MemberMetadata,
-                                     OffsetCommitKey, OffsetCommitValue, encode_key, encode_value, partition_for)
+from offsetd.records.group_metadata_value import GroupMetadataValue, MemberMetadata
+from offsetd.records.offset_commit_value import OffsetCommitValue
+from offsetd.records.offsets import (
+    OFFSETS_TOPIC,
+    GroupMetadataKey,
+    OffsetCommitKey,
+    encode_key,
+    encode_value,
+    partition_for,
+)
 from offsetd.spark import FILTER_PUSHDOWN_CONF, register
 from offsetd.spark.offsets_log_decode import COMMIT, GROUP, decode_segment
 from offsetd.spark.offsets_log_source import OffsetsLogReader, PushdownOffsetsLogReader

@@ -22,13 +22,11 @@ from typing import Any, Hashable
 from offsetd.coordinator.config import GroupCoordinatorConfig
 from offsetd.coordinator.group import GroupState
 from offsetd.coordinator.result import CoordinatorResult
-from offsetd.coordinator.shard import GroupCoordinatorShard, JoinRequest
-from offsetd.records.offsets import (
-    GroupMetadataKey,
-    OffsetCommitKey,
-    OffsetCommitValue,
-    encode_consumer_subscription,
-)
+from offsetd.coordinator.classic_group_ops import JoinRequest
+from offsetd.coordinator.shard import GroupCoordinatorShard
+from offsetd.records.consumer_protocol import encode_consumer_subscription
+from offsetd.records.offset_commit_value import OffsetCommitValue
+from offsetd.records.offsets import GroupMetadataKey, OffsetCommitKey
 
 # ------------------------------------------------------------------------------------------
 # §0 error codes (the numbers, from the reference's table)

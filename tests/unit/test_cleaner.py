@@ -36,14 +36,9 @@ from offsetd.records.batch import TRANSACTIONAL_MASK, build_batch, iter_batches
 from offsetd.records.compression import decompress
 from offsetd.records.control import build_marker_batch
 from offsetd.records.scan import scan_key_values
-from offsetd.records.offsets import (
-    GroupMetadataKey,
-    OffsetCommitKey,
-    OffsetCommitValue,
-    encode_key,
-    encode_value,
-    iter_log_records,
-)
+from offsetd.records.log_walker import iter_log_records
+from offsetd.records.offset_commit_value import OffsetCommitValue
+from offsetd.records.offsets import GroupMetadataKey, OffsetCommitKey, encode_key, encode_value
 from offsetd.storage import LogConfig, PartitionLog, segment_swap
 from offsetd.storage.cleaner import (
     CHECKPOINT_FILE,

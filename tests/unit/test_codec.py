@@ -10,7 +10,9 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer as kio_writer
 
 from offsetd.protocol.api_versions import SUPPORTED, api_keys_body
-from offsetd.protocol.codec import decode_body, entity_writer, request_class, response_class, tolerant_reader
+from offsetd.protocol.codec import decode_body, request_class, response_class
+from offsetd.protocol.encoder import entity_writer
+from offsetd.protocol.tolerant_reader import tolerant_reader
 
 METADATA_BODY = {
     "brokers": [{"node_id": 1, "host": "localhost", "port": 9092}], "cluster_id": "abc", "controller_id": 1,

@@ -14,7 +14,9 @@ import pytest
 import offsetd.coordinator.offsets_table as offsets_table
 import offsetd.records.scan as scan
 from offsetd.records.batch import TRANSACTIONAL_MASK, InvalidBatch, build_batch
-from offsetd.records.offsets import OffsetCommitKey, OffsetCommitValue, encode_key, encode_value, iter_log_records
+from offsetd.records.log_walker import iter_log_records
+from offsetd.records.offset_commit_value import OffsetCommitValue
+from offsetd.records.offsets import OffsetCommitKey, encode_key, encode_value
 
 COMPILED = [scan, offsets_table]
 

@@ -15,7 +15,8 @@ from coordinator_helpers import (
     GroupInfo, Harness, build_group, form_group, stabilize,
 )
 from offsetd.coordinator.group import GroupState
-from offsetd.records.offsets import GroupMetadataKey, OffsetCommitKey, OffsetCommitValue
+from offsetd.records.offset_commit_value import OffsetCommitValue
+from offsetd.records.offsets import GroupMetadataKey, OffsetCommitKey
 
 # ------------------------------------------------------------------------------------------
 # §1.1 result matrix (classic/simple), verbatim.

@@ -31,9 +31,9 @@ from coordinator_helpers import (
 )
 from offsetd.coordinator.result import CoordinatorResult
 from offsetd.coordinator.shard import GroupCoordinatorShard
-from offsetd.records.offsets import (
-    GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue, encode_key, encode_value,
-)
+from offsetd.records.group_metadata_value import GroupMetadataValue
+from offsetd.records.offset_commit_value import OffsetCommitValue
+from offsetd.records.offsets import GroupMetadataKey, OffsetCommitKey, encode_key, encode_value
 from offsetd.server.coordinator_runtime import SWEEP_CHUNK, ShardRuntime, ShardState
 
 MINUTE = 60_000

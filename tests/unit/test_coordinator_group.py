@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from offsetd.coordinator.group import ClassicGroup, ClassicGroupMember, GroupState, IllegalStateTransition
-from offsetd.records.offsets import encode_consumer_subscription
+from offsetd.records.consumer_protocol import encode_consumer_subscription
 
 E, P, C, S, D = (GroupState.EMPTY, GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE,
                  GroupState.STABLE, GroupState.DEAD)

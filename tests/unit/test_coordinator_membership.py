@@ -17,7 +17,8 @@ from coordinator_helpers import (
     REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID,
     Harness, build_group, connect_protocols, consumer_protocols, form_group, group_records, stabilize,
 )
-from offsetd.records.offsets import GroupMetadataKey, GroupMetadataValue, MemberMetadata
+from offsetd.records.group_metadata_value import GroupMetadataValue, MemberMetadata
+from offsetd.records.offsets import GroupMetadataKey
 
 
 def join_done(done: dict, token: str) -> dict:

@@ -12,10 +12,10 @@ from coordinator_helpers import (
     Harness, build_group, connect_protocols, form_group, make_config, replay_into_fresh_shard, stabilize,
 )
 from offsetd.coordinator.shard import GroupCoordinatorShard
-from offsetd.records.offsets import (
-    GroupMetadataKey, GroupMetadataValue, MemberMetadata, OffsetCommitKey, OffsetCommitValue,
-    encode_consumer_subscription,
-)
+from offsetd.records.consumer_protocol import encode_consumer_subscription
+from offsetd.records.group_metadata_value import GroupMetadataValue, MemberMetadata
+from offsetd.records.offset_commit_value import OffsetCommitValue
+from offsetd.records.offsets import GroupMetadataKey, OffsetCommitKey
 
 
 def observable(shard: GroupCoordinatorShard, group_ids: list[str]) -> dict:

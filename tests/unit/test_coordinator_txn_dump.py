@@ -9,7 +9,8 @@ from offsetd.admin.offsets_log import read_files
 from offsetd.admin.offsets_log_cli import format_json, format_text
 from offsetd.records.batch import TRANSACTIONAL_MASK, build_batch, patch_base_offset
 from offsetd.records.control import build_marker_batch
-from offsetd.records.offsets import OffsetCommitKey, OffsetCommitValue, encode_key, encode_value
+from offsetd.records.offset_commit_value import OffsetCommitValue
+from offsetd.records.offsets import OffsetCommitKey, encode_key, encode_value
 
 
 def _at(batch: bytes, offset: int) -> bytes:

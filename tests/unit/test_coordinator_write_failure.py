@@ -17,7 +17,8 @@ import pytest
 from small_disk import SmallDisk
 from coordinator_helpers import NONE, REBALANCE_MS, SESSION_MS, consumer_protocols, make_config
 
-from offsetd.coordinator.shard import GroupCoordinatorShard, JoinRequest
+from offsetd.coordinator.classic_group_ops import JoinRequest
+from offsetd.coordinator.shard import GroupCoordinatorShard
 from offsetd.coordinator.write_errors import KAFKA_STORAGE_ERROR, NOT_COORDINATOR, CoordinatorWriteError
 from offsetd.server.coordinator_runtime import ShardRuntime, ShardState, new_token
 from offsetd.storage import LogConfig, PartitionLog

@@ -83,8 +83,9 @@ def test_offsets_log_records_become_the_groups_commit_history():
     """metrics/history.read_commits: other groups skipped, tombstones forget, a transaction's
     commits count only once its COMMIT marker is read (an ABORT drops them)."""
     from offsetd.metrics.history import read_commits
-    from offsetd.records.offsets import (ControlMarker, GroupMetadataKey, OffsetCommitKey, OffsetCommitValue,
-                                         encode_key, encode_value)
+    from offsetd.records.log_walker import ControlMarker
+    from offsetd.records.offset_commit_value import OffsetCommitValue
+    from offsetd.records.offsets import GroupMetadataKey, OffsetCommitKey, encode_key, encode_value
 
     def commit(offset, topic="t", partition=0, group="g", ts=-1):
         return (encode_key(OffsetCommitKey(group, topic, partition)),

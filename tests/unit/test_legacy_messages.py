@@ -17,7 +17,8 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 from offsetd.broker.fetch_down_convert import as_v3_request, convert_response, message_format
-from offsetd.protocol.codec import decode_body, encode_response, request_class
+from offsetd.protocol.codec import decode_body, request_class
+from offsetd.protocol.encoder import encode_response
 from offsetd.records.batch import InvalidBatch, build_batch, decode_records, parse_header, validate_batches
 from offsetd.records.legacy_messages import (
     UNSUPPORTED_COMPRESSION_TYPE,

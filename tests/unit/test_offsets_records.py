@@ -1,4 +1,4 @@
-"""`__consumer_offsets` codecs (records/offsets.py): hex vectors, hash, versions, log walking.
+"""`__consumer_offsets` codecs (records/offsets.py and beside it): hex vectors, hash, versions, log walking.
 
 Hex and hash vectors come from the conformance reference §4.3 / §4.8. Older and flexible value
 versions are checked against bytes assembled by hand here with struct, not only against our own
@@ -19,26 +19,25 @@ from offsetd.records.batch import (
     build_batch,
     decode_records,
 )
-from offsetd.records.offsets import (
-    OFFSETS_TOPIC,
-    ControlMarker,
-    GroupMetadataKey,
+from offsetd.records.consumer_protocol import encode_consumer_subscription, parse_subscription_topics
+from offsetd.records.coordinator_serde import RecordDecodeError
+from offsetd.records.group_metadata_value import (
     GroupMetadataValue,
     MemberMetadata,
-    OffsetCommitKey,
-    OffsetCommitValue,
-    RecordDecodeError,
-    UnknownRecordKey,
     decode_group_metadata_value,
+)
+from offsetd.records.log_walker import ControlMarker, iter_log_records
+from offsetd.records.offset_commit_value import OffsetCommitValue, decode_offset_commit_value
+from offsetd.records.offsets import (
+    OFFSETS_TOPIC,
+    GroupMetadataKey,
+    OffsetCommitKey,
+    UnknownRecordKey,
     decode_key,
-    decode_offset_commit_value,
     decode_value,
-    encode_consumer_subscription,
     encode_key,
     encode_value,
-    iter_log_records,
     java_string_hash,
-    parse_subscription_topics,
     partition_for,
 )
 

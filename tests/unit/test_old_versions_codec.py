@@ -12,8 +12,10 @@ import pytest
 
 from offsetd.broker.list_offsets_v0 import offsets_before
 from offsetd.protocol.api_versions import SUPPORTED
-from offsetd.protocol.codec import DecodeError, decode_body, encode_response, request_class, response_class
-from offsetd.records.offsets import OffsetCommitValue
+from offsetd.protocol.codec import decode_body, request_class, response_class
+from offsetd.protocol.encoder import encode_response
+from offsetd.protocol.primitives import DecodeError
+from offsetd.records.offset_commit_value import OffsetCommitValue
 
 sys.path.insert(0, str(Path(__file__).parent))
 from coordinator_helpers import Harness  # noqa: E402

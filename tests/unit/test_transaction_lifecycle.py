@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from offsetd.records.offsets import RecordDecodeError
+from offsetd.records.coordinator_serde import RecordDecodeError
 from offsetd.records.transaction_log import TransactionLogValue, encode_key, encode_value
 from offsetd.transaction.metadata import (
     STATE_NAMES, IllegalTransition, TransactionMetadata, split_state_filters,

@@ -12,7 +12,7 @@ from crc32c import crc32c
 
 from offsetd.records.batch import build_batch, iter_batches
 from offsetd.records.control import build_marker_batch
-from offsetd.records.offsets import iter_log_records
+from offsetd.records.log_walker import iter_log_records
 from offsetd.storage import LogConfig, PartitionLog
 from offsetd.storage.cleaner import LogCleaner
 

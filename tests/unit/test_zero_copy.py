@@ -16,7 +16,7 @@ import pytest
 from kio.index import load_response_schema
 from kio.serial import entity_reader
 
-from offsetd.protocol.codec import SplitFrame, encode_response
+from offsetd.protocol.encoder import SplitFrame, encode_response
 from offsetd.records.batch import build_batch
 from offsetd.server.connection import Connection
 from offsetd.storage.file_records import FileRecords

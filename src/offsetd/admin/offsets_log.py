@@ -33,18 +33,17 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from offsetd.records.batch import InvalidBatch, iter_batches
 from offsetd.records.control import parse_marker
+from offsetd.records.coordinator_serde import RecordDecodeError
+from offsetd.records.group_metadata_value import GroupMetadataValue
+from offsetd.records.log_walker import ControlMarker, iter_log_records
+from offsetd.records.offset_commit_value import OffsetCommitValue
 from offsetd.records.offsets import (
     OFFSETS_TOPIC,
-    ControlMarker,
     GroupMetadataKey,
-    GroupMetadataValue,
     OffsetCommitKey,
-    OffsetCommitValue,
-    RecordDecodeError,
     UnknownRecordKey,
     decode_key,
     decode_value,
-    iter_log_records,
     partition_for,
 )
 

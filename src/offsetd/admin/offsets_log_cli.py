@@ -36,16 +36,11 @@ from typing import Callable, NoReturn, TextIO
 
 from offsetd.admin.offsets_log import LogEntry, OffsetsLogError, read_cluster, read_files
 from offsetd.config import parse_properties
-from offsetd.records.offsets import (
-    ControlMarker,
-    GroupMetadataKey,
-    GroupMetadataValue,
-    MemberMetadata,
-    OffsetCommitKey,
-    OffsetCommitValue,
-    UnknownRecordKey,
-    parse_subscription_topics,
-)
+from offsetd.records.consumer_protocol import parse_subscription_topics
+from offsetd.records.group_metadata_value import GroupMetadataValue, MemberMetadata
+from offsetd.records.log_walker import ControlMarker
+from offsetd.records.offset_commit_value import OffsetCommitValue
+from offsetd.records.offsets import GroupMetadataKey, OffsetCommitKey, UnknownRecordKey
 
 __all__ = ["main", "format_text", "format_json"]
 

@@ -13,7 +13,9 @@ import dataclasses
 from typing import Any, Awaitable, Callable
 
 from ..protocol.api_versions import ApiKey
-from ..protocol.codec import encode_response, request_class, response_class, tolerant_reader
+from ..protocol.codec import request_class, response_class
+from ..protocol.encoder import encode_response
+from ..protocol.tolerant_reader import tolerant_reader
 from ..records.batch import InvalidBatch
 from ..records.legacy_messages import down_convert, fit_to_size
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Hashable
 
-from ..records.offsets import GroupMetadataValue, MemberMetadata, parse_subscription_topics
+from ..records.consumer_protocol import parse_subscription_topics
+from ..records.group_metadata_value import GroupMetadataValue, MemberMetadata
 
 CONSUMER_PROTOCOL = "consumer"
 

@@ -1,9 +1,10 @@
-"""The offsets half of GroupCoordinatorShard: OffsetCommit, TxnOffsetCommit, OffsetFetch,
+"""The offset APIs of GroupCoordinatorShard: OffsetCommit, TxnOffsetCommit, OffsetFetch,
 OffsetDelete, DeleteGroups and the retention sweep (KOC §1.1-§1.5, §2, §5.4).
 
 A mixin: GroupCoordinatorShard (shard.py) holds the state these methods read (`groups`,
-`offsets`, `table`, `txn`, `config`, `counters`) and the member checks they share with the
-membership APIs (`_validate_member`, `_schedule_heartbeat`). Offsets change only by replay.
+`offsets`, `table`, `txn`, `config`, `counters`); the member checks they share with the
+membership APIs (`_validate_member`, `_schedule_heartbeat`) come from classic_group_ops.py.
+Offsets change only by replay.
 """
 
 from __future__ import annotations
@@ -11,14 +12,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Callable, Hashable, Iterable
 
-from ..records.offsets import (
-    GroupMetadataKey,
-    OffsetCommitKey,
-    OffsetCommitValue,
-    decode_key,
-    decode_offset_commit_value,
-    encode_key,
-)
+from ..records.offset_commit_value import OffsetCommitValue, decode_offset_commit_value
+from ..records.offsets import GroupMetadataKey, OffsetCommitKey, decode_key, encode_key
 from .config import GroupCoordinatorConfig
 from .errors import (
     COORDINATOR_NOT_AVAILABLE, GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC, ILLEGAL_GENERATION,

@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
-from ..records.offsets import GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue
+from ..records.group_metadata_value import GroupMetadataValue
+from ..records.offset_commit_value import OffsetCommitValue
+from ..records.offsets import GroupMetadataKey, OffsetCommitKey
 
 Key = OffsetCommitKey | GroupMetadataKey
 Value = OffsetCommitValue | GroupMetadataValue | None  # None: tombstone

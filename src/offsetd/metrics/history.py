@@ -20,8 +20,9 @@ from ..lag.compute import LogBounds, offset_lag
 from ..lag.history import MAX_POINTS, CommitHistory, HistoryPlan, TopicPartition
 from ..records.batch import iter_batches
 from ..records.compression import decompress
-from ..records.offsets import (ControlMarker, GroupMetadataKey, OffsetCommitKey, decode_key,
-                               decode_offset_commit_value, encode_key, iter_log_records, partition_for)
+from ..records.log_walker import ControlMarker, iter_log_records
+from ..records.offset_commit_value import decode_offset_commit_value
+from ..records.offsets import GroupMetadataKey, OffsetCommitKey, decode_key, encode_key, partition_for
 from ..storage.log_dir import NotLeader, StorageError
 from ..storage.log_read import OffsetOutOfRange
 

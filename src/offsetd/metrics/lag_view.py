@@ -21,7 +21,9 @@ from typing import Any, Awaitable, Callable, Iterator, Sequence
 
 from ..lag.compute import LogBounds, first_unconsumed, offset_lag
 from ..lag.model import GroupLag, GroupMember, LagSnapshot, PartitionLag
-from ..records.offsets import decode_key, decode_offset_commit_value, parse_assignment_partitions
+from ..records.consumer_protocol import parse_assignment_partitions
+from ..records.offset_commit_value import decode_offset_commit_value
+from ..records.offsets import decode_key
 from .snapshot import Slicer
 
 

@@ -22,7 +22,8 @@ from typing import Any, Iterable, Iterator, Protocol, Sequence
 
 from ..coordinator.group import GroupState
 from ..coordinator.shard import GroupCoordinatorShard
-from ..records.offsets import decode_key, decode_offset_commit_value, partition_for
+from ..records.offset_commit_value import decode_offset_commit_value
+from ..records.offsets import decode_key, partition_for
 
 SLICE_SECONDS = 0.005  # longest stretch of work between two yields
 GROUP_STATES = tuple(s.value for s in GroupState)  # Empty, PreparingRebalance, ..., Dead

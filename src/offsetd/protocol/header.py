@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from .codec import DecodeError, skip_tagged_fields
+from .primitives import DecodeError, skip_tagged_fields
 
 _HEAD = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from .offsets import RecordDecodeError, partition_for as _hash_partition
+from .coordinator_serde import RecordDecodeError
+from .offsets import partition_for as _hash_partition
 from .varint import encode_uvarint
 
 __all__ = [

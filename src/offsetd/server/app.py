@@ -29,7 +29,9 @@ from ..broker.metadata import handle_metadata
 from ..broker.produce import handle_produce
 from ..config import BrokerConfig
 from ..protocol.api_versions import ApiKey, api_keys_body, is_supported
-from ..protocol.codec import DecodeError, decode_body, encode_response, request_class
+from ..protocol.codec import decode_body, request_class
+from ..protocol.encoder import encode_response
+from ..protocol.primitives import DecodeError
 from ..protocol.errors import Error
 from ..protocol.header import parse_header, peek_ids
 from ..coordinator.config import GroupCoordinatorConfig

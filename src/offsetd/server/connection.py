@@ -28,7 +28,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Coroutine
 
-from ..protocol.codec import SplitFrame
+from ..protocol.encoder import SplitFrame
 from .listeners import ANONYMOUS
 from .log_limiter import LogLimiter
 

@@ -12,7 +12,7 @@ from typing import Any, Awaitable, Callable
 
 from ..broker.broker import Broker
 from ..coordinator.result import CoordinatorResult
-from ..coordinator.shard import JoinRequest
+from ..coordinator.classic_group_ops import JoinRequest
 from ..coordinator.write_errors import WRITE_ERROR_REMAP, CoordinatorWriteError
 from ..protocol.errors import Error
 from ..records.offsets import OFFSETS_TOPIC, partition_for

@@ -17,7 +17,9 @@ from typing import Any, Callable
 
 from scramp import ScramClient, ScramException
 
-from ..protocol.codec import decode_body, entity_writer, request_class, response_class, skip_tagged_fields
+from ..protocol.codec import decode_body, request_class, response_class
+from ..protocol.encoder import entity_writer
+from ..protocol.primitives import skip_tagged_fields
 
 WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION = 27, 1
 CLIENT_ID = b"offsetd-broker"

@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..protocol.codec import DecodeError, decode_body, encode_response, request_class
+from ..protocol.codec import decode_body, request_class
+from ..protocol.encoder import encode_response
+from ..protocol.primitives import DecodeError
 from ..protocol.errors import Error
 from ..protocol.header import parse_header
 from ..security.sasl import Action, Admission, SaslServer

@@ -9,7 +9,7 @@ Records are decoded in chunks of about CHUNK_RECORDS into Arrow columns, never r
   else through `decode_key`), and the key columns are taken from that table by key number;
 * OffsetCommit values of the common layout (v3, empty metadata) are one numpy view, others
   `decode_offset_commit_value` each; GroupMetadata values `decode_group_metadata_value` each.
-Compressed, transactional and control batches take `records.offsets.iter_log_records`
+Compressed, transactional and control batches take `records.log_walker.iter_log_records`
 (committed transactions only, as a read_committed consumer sees them). Records of key versions
 other than 0-2 (KIP-848 / share groups) and records without a key are skipped, as the broker's
 loader skips them.
@@ -27,9 +27,11 @@ import pyarrow.compute as pc
 from pyspark.sql.types import StructType
 
 from offsetd.records.batch import LOG_OVERHEAD, TRANSACTIONAL_MASK, iter_batches
-from offsetd.records.offsets import (ControlMarker, GroupMetadataKey, OffsetCommitKey, decode_group_metadata_value,
-                                     decode_key, decode_offset_commit_value, iter_log_records,
-                                     parse_subscription_topics)
+from offsetd.records.consumer_protocol import parse_subscription_topics
+from offsetd.records.group_metadata_value import decode_group_metadata_value
+from offsetd.records.log_walker import ControlMarker, iter_log_records
+from offsetd.records.offset_commit_value import decode_offset_commit_value
+from offsetd.records.offsets import GroupMetadataKey, OffsetCommitKey, decode_key
 from offsetd.records.scan import scan_columns
 
 from .options import option_bool

@@ -1,6 +1,6 @@
 """Stored batches handed out as file ranges instead of bytes, for zero-copy Fetch responses.
 
-A Fetch of v4+ lays these out in its response by length only (protocol.codec) and the connection
+A Fetch of v4+ lays these out in its response by length only (protocol.encoder) and the connection
 sends them with sendfile(2) straight from the page cache (server/connection.py), so record bytes
 never pass through Python buffers. Each range holds a descriptor of its own (os.dup of the
 segment's), so a segment that retention deletes, the cleaner replaces or a truncation unlinks

@@ -61,11 +61,11 @@ postgresql:
 
 # The whole suite on TEST_WORKERS pytest-xdist workers: most tests wait on brokers, clients and
 # timeouts rather than the CPU, so more workers than cores pay. Each worker has its own session
-# fixtures (PostgreSQL, a SparkSession); the slowest tests start first (tests/conftest.py) and an
-# idle worker steals queued tests from a busy one.
+# fixtures (PostgreSQL, a SparkSession); a test file stays on one worker and the slowest files start
+# first (tests/conftest.py).
 TEST_WORKERS ?= 4
 test: $(VENV)/.test-deps tools
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # The inner loop: the sans-IO cores, codecs and other unit tests (no broker processes, no Spark).
 test-quick: $(VENV)/.test-deps

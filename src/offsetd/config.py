@@ -167,7 +167,7 @@ def _parse_super_users(raw: str) -> tuple[str, ...]:
     return users
 
 
-# Kafka's authorizers; offsetd's own ACL authorizer (server/authorization.py) stands for both.
+# Kafka's authorizers; offsetd's own ACL authorizer (security/authorization.py) stands for both.
 AUTHORIZERS = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer", "kafka.security.authorizer.AclAuthorizer")
 
 

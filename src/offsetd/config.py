@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from .config_tls import TlsConfigError, check_listener
+
 log = logging.getLogger("offsetd.config")
 
 
@@ -504,11 +506,7 @@ class BrokerConfig:
         for key, text in prefixed.items():
             self._parse_listener_key(key, text)
         self._check_listeners()
-        self.tls: dict[str, Any] = {}  # listener name -> ssl.SSLContext (server/tls.py)
-        if any(self.security_protocol(l.name).endswith("SSL") for l in self.listeners):
-            from .server.tls import server_contexts  # imported only when a listener uses TLS
-
-            self.tls = server_contexts(self)
+        self._check_tls()
 
     def _parse_listener_key(self, key: str, text: str) -> None:
         """A `listener.name.<name>.<key>` override: the key's own parser, or a per-mechanism key."""
@@ -551,9 +549,7 @@ class BrokerConfig:
             protocol = self.security_protocol(listener.name)
             if not protocol.startswith("SASL_"):
                 continue
-            key = f"listener.name.{listener.name.lower()}.sasl.enabled.mechanisms"
-            if (listener.name.lower(), "sasl.enabled.mechanisms") not in self._overrides:
-                key = "sasl.enabled.mechanisms"
+            key = self.listener_key(listener.name, "sasl.enabled.mechanisms")
             enabled = self.listener_value(listener.name, "sasl.enabled.mechanisms")
             usable = self.sasl_mechanisms(listener.name)
             for mechanism in enabled:
@@ -579,6 +575,17 @@ class BrokerConfig:
                 log.warning("ssl.client.auth is ignored on SASL_SSL listener %s: set "
                             "listener.name.%s.ssl.client.auth (KIP-684)", listener.name, listener.name.lower())
 
+    def _check_tls(self) -> None:
+        """Every SSL / SASL_SSL listener's keystore, truststore and mapping rules, checked without
+        building its ssl context (server/tls.py builds them at start-up)."""
+        for listener in self.listeners:
+            protocol = self.security_protocol(listener.name)
+            if protocol.endswith("SSL"):
+                try:
+                    check_listener(self, listener.name, protocol)
+                except TlsConfigError as exc:
+                    raise ConfigError(exc.line(listener.name)) from None
+
     # ------------------------------------------------------------------ listeners
 
     @property
@@ -601,6 +608,12 @@ class BrokerConfig:
         if _MECHANISM_KEY.match(key):
             return None
         return self._values[key]
+
+    def listener_key(self, listener: "Listener | str", key: str) -> str:
+        """The key to name in an error about a listener's `key`: `listener.name.<name>.<key>` if
+        set, else the broker-wide key."""
+        name = (listener.name if isinstance(listener, Listener) else listener).lower()
+        return f"listener.name.{name}.{key}" if (name, key) in self._overrides else key
 
     def sasl_mechanisms(self, listener: "Listener | str") -> tuple[str, ...]:
         """The enabled mechanisms of a listener that offsetd serves, in the configured order."""

@@ -14,7 +14,6 @@ def test_default_is_one_plaintext_listener() -> None:
     config = BrokerConfig()
     assert config.listeners == (Listener("PLAINTEXT", "127.0.0.1", 9092),)
     assert config.security_protocol("PLAINTEXT") == "PLAINTEXT"
-    assert config.tls == {}
     assert config.get("sasl.enabled.mechanisms") == ("GSSAPI",)
     assert config.get("authorizer.class.name") == "" and config.get("super.users") == ()
     assert config.get("connection.failed.authentication.delay.ms") == 100

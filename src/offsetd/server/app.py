@@ -156,6 +156,8 @@ class KafkaServer:
     def __init__(self, config: BrokerConfig, clock: Callable[[], int] = wall_clock_ms) -> None:
         self.config = config
         self.clock = clock
+        # first: a TLS setting ssl cannot use stops start-up (ConfigError) before any log is opened
+        self.listeners = listener_runtimes(config)
         self.max_request_bytes: int = config.get("socket.request.max.bytes")
         self._cleaner_executor: ThreadPoolExecutor | None = None
         self.runtimes: list[ShardRuntime] = []
@@ -197,7 +199,6 @@ class KafkaServer:
         self.fetch_sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"))
         self._server: asyncio.base_events.Server | None = None  # the first listener's
         self._servers: list[asyncio.base_events.Server] = []
-        self.listeners = listener_runtimes(config)
         # SCRAM credentials: (user, mechanism) -> credential. S3's credential store replaces
         # scram_lookup (one line); until then this dict is the store (tests fill it).
         self.scram_credentials: dict[tuple[str, str], Any] = {}
@@ -351,7 +352,7 @@ class KafkaServer:
         flush_ms = self.config.get("log.flush.interval.ms")
         if flush_ms:
             self._tasks.append(asyncio.create_task(self._every(flush_ms, self.broker.flush_all)))
-        reloaders = keystore_reloaders(self.config)
+        reloaders = keystore_reloaders(self.config, {l.name: l.ssl for l in self.listeners if l.ssl is not None})
         if reloaders:  # a renewed certificate file is picked up without a restart
             self._tasks.append(asyncio.create_task(self._every(
                 KEYSTORE_CHECK_MS, lambda: [r.check() for r in reloaders])))

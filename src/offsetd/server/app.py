@@ -42,7 +42,8 @@ from ..metrics.lag_view import BrokerLagSource
 from ..records.offsets import OFFSETS_TOPIC
 from ..storage.cleaner import LogCleaner
 from ..storage.postgres_store import PostgresSecurityStore, PostgresStore
-from .connection import CloseConnection, Connection, ConnectionGuard, Pending
+from .close_connection import CloseConnection
+from .connection import Connection, ConnectionGuard, Pending
 from .cluster_runtime import (
     ClusterGroupConfigs,
     ClusterRuntime,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from offsetd.config import BrokerConfig, ConfigError, Listener
+from offsetd.config import BrokerConfig, ConfigError
+from offsetd.config_keys import Listener
 
 JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_a="b";'
 

@@ -10,7 +10,8 @@ import ssl
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..config import SASL_MECHANISMS, BrokerConfig
+from ..config import BrokerConfig
+from ..config_keys import SASL_MECHANISMS
 from ..config_tls import ListenerKeys, truststore
 from ..security.jaas import parse_jaas_config
 from .peer_client import PeerSecurity

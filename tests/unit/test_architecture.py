@@ -71,14 +71,16 @@ def _imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[str, i
     return sorted(found, key=lambda item: (item[1], item[0]))
 
 
-def _graph(top: Path) -> tuple[dict[str, Path], dict[str, list[tuple[str, int]]]]:
-    """The modules under `top` and each one's imports (all of them, inside the package or not)."""
+def _graph(top: Path) -> dict[str, list[tuple[str, int]]]:
+    """Each module under `top` -> its imports (all of them, inside the package or not). Importing a
+    package is importing its `__init__`, so what an `__init__` re-exports counts as its imports."""
     modules = _modules(top)
-    return modules, {name: _imports(name, path, modules) for name, path in modules.items()}
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
 
 
-def _within(module: str, prefixes: tuple[str, ...]) -> str | None:
-    return next((p for p in prefixes if module == p or module.startswith(p + ".")), None)
+def _within(module: str, prefixes: tuple[str, ...]) -> bool:
+    """Whether `module` is one of `prefixes` or inside one of them."""
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
 def _cycles(imports: dict[str, list[tuple[str, int]]]) -> list[list[str]]:
@@ -119,13 +121,13 @@ def _cycles(imports: dict[str, list[tuple[str, int]]]) -> list[list[str]]:
 
 
 def _describe_cycle(component: list[str], imports: dict[str, list[tuple[str, int]]], top: Path) -> str:
+    """The modules of a circle and the imports that close it, file and line each."""
     inside = set(component)
-    lines = [f"  {imports_path(m, top)}:{line} imports {t}"
-             for m in component for t, line in imports[m] if t in inside]
+    lines = [f"  {_file(m, top)}:{line} imports {t}" for m in component for t, line in imports[m] if t in inside]
     return "circle among " + ", ".join(component) + ":\n" + "\n".join(lines)
 
 
-def imports_path(module: str, top: Path) -> str:
+def _file(module: str, top: Path) -> str:
     """A module's file, relative to the repository, for a failure message."""
     return str(_modules(top)[module].relative_to(ROOT))
 
@@ -135,26 +137,23 @@ BENCH = ROOT / "bench"
 
 
 def test_no_layer_imports_against_the_flow() -> None:
-    _, imports = _graph(SRC)
-    climbing = []
-    for module, targets in imports.items():
-        package = module.split(".")[1] if module.count(".") else ""
-        for target, line in targets:
-            if _within(target, FORBIDDEN.get(package, ())):
-                climbing.append(f"{imports_path(module, SRC)}:{line} ({module}) imports {target}")
+    imports = _graph(SRC)
+    climbing = [f"{_file(module, SRC)}:{line} ({module}) imports {target}"
+                for module, targets in imports.items() for target, line in targets
+                if _within(target, FORBIDDEN.get(module.split(".")[1] if "." in module else "", ()))]
     assert not climbing, "imports against DESIGN.md's flow:\n" + "\n".join(climbing)
 
 
 @pytest.mark.parametrize("top", [SRC, BENCH], ids=["offsetd", "bench"])
 def test_no_import_circles(top: Path) -> None:
-    _, imports = _graph(top)
+    imports = _graph(top)
     circles = [_describe_cycle(c, imports, top) for c in _cycles(imports)]
     assert not circles, "\n".join(circles)
 
 
 def test_bench_workloads_build_on_shared_modules_not_on_each_other() -> None:
-    _, imports = _graph(BENCH)
-    wrong = [f"{imports_path(module, BENCH)}:{line} ({module}) imports {target}"
+    imports = _graph(BENCH)
+    wrong = [f"{_file(module, BENCH)}:{line} ({module}) imports {target}"
              for module, forbidden in BENCH_FORBIDDEN.items() if module in imports
              for target, line in imports[module] if _within(target, forbidden)]
     assert not wrong, "bench imports against the flow (shared -> workloads -> runners):\n" + "\n".join(wrong)

@@ -64,16 +64,8 @@ from typing import TYPE_CHECKING, Any
 from bench import clients
 from bench.brokers import REPO_ROOT, BrokerStartError, OffsetdBroker, make_launcher
 from bench.procs import ChildError, run_in_child, run_in_children, start_barrier
-from bench.workloads import (
-    BenchConfig,
-    Metric,
-    Workload,
-    WorkloadFailed,
-    _commit_problems,
-    _create_topic,
-    _percentile,
-    _rss_mb,
-)
+from bench.workload import BenchConfig, Metric, Workload, WorkloadFailed
+from bench.workload_steps import commit_problems, create_topic_and_wait, percentile, process_rss_mb
 
 if TYPE_CHECKING:
     from multiprocessing.synchronize import Barrier
@@ -310,7 +302,7 @@ def garbage_storm_workload(cfg: BenchConfig, rate_per_s: float, bootstrap: str,
     storm_end = max(g.finished for g in garbage)
     failures = dict(sum((g.connect_failures for g in garbage), Counter()))
 
-    problems = _commit_problems(commits.errors, commits.first_error, commits.last_sent,
+    problems = commit_problems(commits.errors, commits.first_error, commits.last_sent,
                                 commits.read_back, commits.read_back_error)  # fmt: skip
     # Quiet: done before the first garbage connection; storm: in flight at any time between
     # the first garbage connection and the last (a commit stuck across the storm counts).
@@ -327,8 +319,8 @@ def garbage_storm_workload(cfg: BenchConfig, rate_per_s: float, bootstrap: str,
     if problems:
         raise WorkloadFailed("; ".join(problems))
     storm_s = max(storm_end - storm_start, 1e-9)
-    quiet_p99 = _percentile(quiet, 99) * 1e3
-    storm_p99 = _percentile(storm, 99) * 1e3
+    quiet_p99 = percentile(quiet, 99) * 1e3
+    storm_p99 = percentile(storm, 99) * 1e3
     note = f"; connect failures {failures}" if failures else ""
     kind = f"storm {rate_per_s:,.0f}/s" if rate_per_s > 0 else "storm flat out"
     print(f"  [{broker_name}] garbage {kind}: {made:,} connections in {storm_s:.1f} s "
@@ -337,10 +329,10 @@ def garbage_storm_workload(cfg: BenchConfig, rate_per_s: float, bootstrap: str,
           f"{storm_p99:.2f} ms (slowest {storm[-1] * 1e3:.1f} ms)", flush=True)  # fmt: skip
     return {
         "quiet_p50_ms": Metric(f"{kind}: commit p50 quiet", "ms",
-                               _percentile(quiet, 50) * 1e3, False),
+                               percentile(quiet, 50) * 1e3, False),
         "quiet_p99_ms": Metric(f"{kind}: commit p99 quiet", "ms", quiet_p99, False),
         "storm_p50_ms": Metric(f"{kind}: commit p50 in storm", "ms",
-                               _percentile(storm, 50) * 1e3, False),
+                               percentile(storm, 50) * 1e3, False),
         "storm_p99_ms": Metric(f"{kind}: commit p99 in storm", "ms", storm_p99, False),
         "p99_ratio": Metric(f"{kind}: p99 storm/quiet (target <= 2)", "x",
                             storm_p99 / quiet_p99, False),
@@ -414,14 +406,14 @@ def idle_rss_workload(cfg: BenchConfig, bootstrap: str, broker_name: str) -> dic
         for i in range(cfg.idle_warmup_connections):  # first-use costs, not per connection
             _kafka_connection(port, i).close()
         time.sleep(cfg.idle_settle_s)
-        before = _rss_mb(pid)
+        before = process_rss_mb(pid)
         try:
             for i in range(count):
                 socks.append(_kafka_connection(port, i))
         except OSError as exc:
             raise WorkloadFailed(f"connection {len(socks) + 1} of {count}: {exc}") from exc
         time.sleep(cfg.idle_settle_s)
-        after = _rss_mb(pid)
+        after = process_rss_mb(pid)
         closed = _closed_by_peer(socks)
         if closed:
             raise WorkloadFailed(f"the broker closed {closed} of the {count} idle connections")
@@ -634,7 +626,7 @@ def disk_full_workload(cfg: BenchConfig, bootstrap: str, broker_name: str) -> di
         except BrokerStartError as exc:
             raise WorkloadFailed(f"offsetd on a {cfg.disk_size} tmpfs did not start: {exc}"
                                  ) from exc  # fmt: skip
-        _create_topic(launcher.bootstrap, cfg.topic, cfg.partitions, cfg.setup_timeout_s)
+        create_topic_and_wait(launcher.bootstrap, cfg.topic, cfg.partitions, cfg.setup_timeout_s)
         group = f"{cfg.group_id}-disk-{uuid.uuid4().hex[:8]}"
         timeout = cfg.setup_timeout_s + cfg.disk_cycles * cfg.disk_cycle_timeout_s
         try:
@@ -654,7 +646,7 @@ def disk_full_workload(cfg: BenchConfig, bootstrap: str, broker_name: str) -> di
         disk.unmount()
         shutil.rmtree(scratch, ignore_errors=True)
     problems = [res.problem] if res.problem else []
-    problems += _commit_problems(0, None, res.last_acked, res.read_back, res.read_back_error)
+    problems += commit_problems(0, None, res.last_acked, res.read_back, res.read_back_error)
     if problems:
         raise WorkloadFailed("; ".join(problems))
     for i, c in enumerate(res.cycles):

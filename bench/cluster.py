@@ -61,14 +61,9 @@ from bench.cluster_launcher import OFFSETS_TOPIC, ClusterLauncher  # noqa: E402
 from bench.procs import ChildError, run_in_child, run_in_children, start_barrier  # noqa: E402
 from bench.report import BrokerRun, Row, aggregate, failures, format_value, write_json  # noqa: E402
 from bench.run import RESULTS_DIR, _interrupt, run_suite  # noqa: E402
-from bench.workloads import (  # noqa: E402
-    BenchConfig,
-    Metric,
-    Workload,
-    WorkloadFailed,
-    _create_topic,
-    default_workloads,
-)
+from bench.workload import BenchConfig, Metric, Workload, WorkloadFailed  # noqa: E402
+from bench.workload_steps import create_topic_and_wait  # noqa: E402
+from bench.workloads import core_workloads  # noqa: E402
 from offsetd.dev.broker import BrokerProcess  # noqa: E402
 from offsetd.records.offsets import partition_for  # noqa: E402
 
@@ -278,7 +273,7 @@ def _groups_of_partition(ccfg: ClusterConfig) -> list[str]:
 
 def _fill_shard(cfg: BenchConfig, ccfg: ClusterConfig, bootstrap: str, groups: list[str]) -> None:
     """Create the shard topic and commit every group's offsets ``shard_rounds`` times."""
-    _create_topic(bootstrap, ccfg.shard_topic, ccfg.shard_topic_partitions, cfg.setup_timeout_s)
+    create_topic_and_wait(bootstrap, ccfg.shard_topic, ccfg.shard_topic_partitions, cfg.setup_timeout_s)
     timeout = 600.0
     try:
         written, error = run_in_child(cluster_clients.load_shard,
@@ -368,7 +363,7 @@ def _stamp(text: str) -> float:
 
 def suite(cfg: BenchConfig, ccfg: ClusterConfig, launcher: Any, names: list[str] | None) -> list[Workload]:
     """The workloads for one launcher (the failover ones are bound to it), in run order."""
-    shared = {w.name: w for w in default_workloads(cfg)}
+    shared = {w.name: w for w in core_workloads(cfg)}
     workloads = [shared[name] for name in SHARED] + [
         Workload("commit-100-groups", partial(commit_groups, cfg, ccfg), requires=("create_topic",)),
         Workload("failover-kill9", partial(failover, cfg, ccfg, launcher, False), requires=("create_topic",),

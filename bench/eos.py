@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from bench.procs import ChildError, run_in_child
-from bench.workloads import BenchConfig, Metric, Workload, WorkloadFailed, _create_topic
+from bench.workload import BenchConfig, Metric, Workload, WorkloadFailed
+from bench.workload_steps import create_topic_and_wait
 
 @dataclass(frozen=True)
 class EosConfig:
@@ -277,7 +278,7 @@ def _prefill(bootstrap: str, topic: str, ecfg: EosConfig) -> None:
     """Create the input topic and fill it (``records`` values, round-robin over partitions)."""
     from confluent_kafka import Producer
 
-    _create_topic(bootstrap, topic, ecfg.partitions, ecfg.setup_timeout_s)
+    create_topic_and_wait(bootstrap, topic, ecfg.partitions, ecfg.setup_timeout_s)
     failed: list[str] = []
 
     def on_delivery(err: object, _msg: object) -> None:
@@ -304,7 +305,7 @@ def _loop(bootstrap: str, broker_name: str, in_topic: str, ecfg: EosConfig, tran
     """Run one loop in a child process and check its result."""
     kind = "txn" if transactional else "plain"
     out_topic = f"eos-out-{kind}-{run_id}"
-    _create_topic(bootstrap, out_topic, ecfg.partitions, ecfg.setup_timeout_s)
+    create_topic_and_wait(bootstrap, out_topic, ecfg.partitions, ecfg.setup_timeout_s)
     budget = (duration_s or 0) + ecfg.warmup_timeout_s * 2 + ecfg.verify_timeout_s * 2
     try:
         res = run_in_child(process_loop, (

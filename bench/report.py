@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from bench.workloads import Metric
+from bench.workload import Metric
 
 #: "n/a": the workload does not apply to this broker (see ``Workload.brokers``).
 Status = Literal["ok", "failed", "skipped", "n/a"]

@@ -56,9 +56,11 @@ from bench.report import (  # noqa: E402
     format_value,
     write_json,
 )
-from bench.workloads import BenchConfig, Workload, WorkloadFailed, default_workloads  # noqa: E402
-from bench.abuse import GROUP, abuse_workloads  # noqa: E402  (after bench.workloads)
-from bench import security  # noqa: E402  (after bench.workloads)
+from bench.workload import BenchConfig, Workload, WorkloadFailed  # noqa: E402
+from bench.workloads import core_workloads  # noqa: E402
+from bench.abuse import GROUP, abuse_workloads  # noqa: E402
+from bench.eos import eos_workloads  # noqa: E402
+from bench import security  # noqa: E402
 
 #: Table columns; the ratio is the first over the second.
 BROKERS = ["offsetd", "tansu"]
@@ -172,6 +174,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if unknown:
             p.error(f"unknown workload(s) {', '.join(unknown)}; known: {', '.join(known)}")
     return args
+
+
+def default_workloads(cfg: BenchConfig) -> list[Workload]:
+    """The suite, in run order: bench/workloads.py's, then each workload module's."""
+    return [*core_workloads(cfg), *abuse_workloads(cfg), *eos_workloads(cfg), *security.security_workloads(cfg)]
 
 
 def workload_groups(cfg: BenchConfig) -> dict[str, list[str]]:

@@ -42,7 +42,8 @@ from pathlib import Path
 
 from bench.brokers import BrokerStartError, OffsetdBroker, free_port
 from bench.procs import ChildError, run_in_children, start_barrier
-from bench.workloads import BenchConfig, Metric, Workload, WorkloadFailed, _create_topic
+from bench.workload import BenchConfig, Metric, Workload, WorkloadFailed
+from bench.workload_steps import create_topic_and_wait
 
 GROUP = "security"
 TANSU_NA = ("Tansu 0.6.0 has no working TLS (its CLI refuses --cert with --key; either alone serves "
@@ -381,11 +382,11 @@ def overhead(scfg: SecurityConfig, bootstrap: str, broker_name: str) -> dict[str
                               "sasl.username": SCRAM_USER, "sasl.password": SCRAM_PASSWORD}}
         best: dict[str, float] = {}
         commit_topic = "bench-sec-commits"
-        _create_topic(broker.address("PLAINTEXT"), commit_topic, scfg.commit_partitions, 30)
+        create_topic_and_wait(broker.address("PLAINTEXT"), commit_topic, scfg.commit_partitions, 30)
         for round_ in range(scfg.rounds):
             for name in (("plain", "sasl_ssl") if round_ % 2 == 0 else ("sasl_ssl", "plain")):
                 topic = f"bench-sec-{name}-{round_}"
-                _create_topic(broker.address("PLAINTEXT"), topic, scfg.partitions, 30)
+                create_topic_and_wait(broker.address("PLAINTEXT"), topic, scfg.partitions, 30)
                 args = (confs[name], topic, scfg.messages, scfg.message_size, scfg.partitions, scfg.timeout_s)
                 for kind, fn in (("produce", produce_mb_s), ("consume", consume_mb_s)):
                     value = _children(fn, [args], scfg.timeout_s + 60)[0]
@@ -448,7 +449,7 @@ def acl_cost(scfg: SecurityConfig, bootstrap: str, broker_name: str) -> dict[str
             broker.seed = partial(_seed_acls, scfg.acl_count, topic, prefix)
             _start(broker)
             try:
-                _create_topic(broker.address("PLAINTEXT"), topic, scfg.commit_partitions, 30)
+                create_topic_and_wait(broker.address("PLAINTEXT"), topic, scfg.commit_partitions, 30)
                 before = process_cpu_s(broker.pid)
                 rate = _commit_rate(scfg, {"bootstrap.servers": broker.address("PLAINTEXT")}, topic)
                 after = process_cpu_s(broker.pid)

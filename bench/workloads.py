@@ -1,4 +1,5 @@
-"""The workloads: each is a function ``(bootstrap, broker_name) -> {metric_key: Metric}``.
+"""The workloads: each is a function ``(bootstrap, broker_name) -> {metric_key: Metric}``
+(bench/workload.py says what a workload is).
 
 A workload raises :class:`WorkloadFailed` when the broker misbehaved (errors, missing or
 wrong data, deadline missed); such a run is reported as failed, never as a number. Workloads
@@ -10,7 +11,9 @@ report it as "n/a".
 Adding a workload: write ``def my_workload(cfg, bootstrap, broker_name) -> dict[str, Metric]``
 (client loops that need their own process go in ``clients`` and run via ``procs``), then
 append ``Workload("name", partial(my_workload, cfg), requires=(...))`` in
-:func:`default_workloads`.
+:func:`core_workloads`. A module of related workloads (``abuse``, ``eos``, ``security``) builds
+on ``bench.workload`` and ``bench.workload_steps``, never on this module, and bench/run.py's
+``default_workloads`` adds its list to the suite.
 
 The suite (``bench/run.py --workloads NAME ...`` selects some; requirements come along):
 
@@ -45,133 +48,18 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from bench import clients, offsets_log
-from bench.brokers import DEFAULT_OFFSETD_CONFIG, BrokerStartError, OffsetdBroker
+from bench.brokers import BrokerStartError, OffsetdBroker
 from bench.procs import ChildError, run_in_child, run_in_children, start_barrier
-
-
-@dataclass(frozen=True)
-class Metric:
-    """One measured figure. ``higher_is_better`` decides which run is best of N."""
-
-    label: str
-    unit: str
-    value: float
-    higher_is_better: bool = True
-
-
-class WorkloadFailed(Exception):
-    """The broker did not do what the workload needs; the run has no valid figure.
-    ``detail`` is optional supporting text (e.g. a child's traceback)."""
-
-    def __init__(self, message: str, detail: str | None = None) -> None:
-        super().__init__(message)
-        self.detail = detail
-
-
-WorkloadFn = Callable[..., dict[str, Metric]]
-
-
-@dataclass(frozen=True)
-class Workload:
-    """A named workload function plus the names of workloads it builds on, and the brokers
-    it applies to (empty: all)."""
-
-    name: str
-    run: WorkloadFn
-    requires: tuple[str, ...] = ()
-    brokers: tuple[str, ...] = ()
-    #: Why it is "n/a" for the other brokers (default: "<brokers> only").
-    not_applicable: str = ""
-    #: Called with ``broker_pid=`` (the broker process, e.g. to read its CPU time) too.
-    wants_pid: bool = False
-
-    def applies_to(self, broker_name: str) -> bool:
-        return not self.brokers or broker_name in self.brokers
-
-    def not_applicable_reason(self) -> str:
-        return self.not_applicable or f"{', '.join(self.brokers)} only"
-
-
-@dataclass(frozen=True)
-class BenchConfig:
-    """Parameters shared by the workloads."""
-
-    #: 200 MB of values: produce and consume each run ~2 s. With 200,000 (the figure before
-    #: 2026-11-23) a consume took ~0.25 s, of which the first record alone took 30-100 ms:
-    #: a start-up latency, not a throughput (README "Performance").
-    messages: int = 2_000_000
-    message_size: int = 100
-    partitions: int = 8
-    topic: str = "bench"
-    linger_ms: int = 5
-    group_id: str = "offsetd-bench"
-    setup_timeout_s: float = 30.0
-    produce_timeout_s: float = 120.0
-    consume_timeout_s: float = 120.0
-    #: Extra allowance for a child process to start up and report, on top of its deadline.
-    child_slack_s: float = 30.0
-
-    # commit-throughput / commit-latency (offsets of cfg.partitions partitions of cfg.topic)
-    commit_clients: int = 4
-    commit_max_in_flight: int = 200
-    commit_duration_s: float = 5.0
-    latency_warmup_s: float = 1.0
-    latency_duration_s: float = 3.0
-
-    # subscribe-to-first-record
-    first_record_timeout_s: float = 90.0
-
-    # time-lookup: a partition of lookup_messages x lookup_value_size B in lookup_codec batches
-    lookup_topic: str = "bench-time"
-    lookup_messages: int = 1_000_000  # ~1 GB stored
-    lookup_value_size: int = 1000
-    lookup_codec: str = "lz4"
-    lookups: int = 200
-    lookup_warmup: int = 10
-    lookup_produce_timeout_s: float = 300.0
-
-    # offsets-load: groups x topics x partitions commit records, one per key
-    load_groups: int = 1000
-    load_topics: int = 100
-    load_partitions: int = 100
-    load_records_per_batch: int = 2048
-    load_timeout_s: float = 600.0
-    #: Building the data set (once; cached under cache_dir).
-    load_build_timeout_s: float = 1800.0
-    offsetd_config: str = str(DEFAULT_OFFSETD_CONFIG)
-
-    # abuse-* (bench/abuse.py): garbage storm, idle connections, full disk
-    storm_quiet_s: float = 10.0
-    storm_s: float = 20.0
-    garbage_workers: int = 2
-    garbage_max_per_worker: int = 200_000
-    garbage_connect_timeout_s: float = 0.1
-    #: The paced storm's (it runs first), all processes together: the user trial's 40,000 in 20 s.
-    garbage_paced_rate_per_s: float = 2000.0
-    idle_connections: int = 1200
-    idle_warmup_connections: int = 20
-    idle_settle_s: float = 1.0
-    disk_size: str = "32m"
-    disk_cycles: int = 3
-    disk_refusals: int = 3
-    disk_max_commits: int = 20_000
-    disk_cycle_timeout_s: float = 60.0
-
-    cache_dir: str = str(Path(__file__).resolve().parent / "results" / "cache")
-
-    def expected_per_partition(self) -> list[int]:
-        """How many messages ``produce`` sends to each partition (message i -> i % P)."""
-        base, extra = divmod(self.messages, self.partitions)
-        return [base + (1 if p < extra else 0) for p in range(self.partitions)]
+from bench.workload import BenchConfig, Metric, Workload, WorkloadFailed
+from bench.workload_steps import commit_problems, create_topic_and_wait, percentile, process_rss_mb
 
 
 # -- workloads ------------------------------------------------------------------------------
@@ -180,40 +68,8 @@ class BenchConfig:
 def create_topic(cfg: BenchConfig, bootstrap: str, broker_name: str) -> dict[str, Metric]:
     """Create the topic with ``cfg.partitions`` partitions via the AdminClient, then poll
     Metadata until every partition has a leader. Produces no figure."""
-    _create_topic(bootstrap, cfg.topic, cfg.partitions, cfg.setup_timeout_s)
+    create_topic_and_wait(bootstrap, cfg.topic, cfg.partitions, cfg.setup_timeout_s)
     return {}
-
-
-def _create_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float) -> None:
-    """CreateTopics, then poll Metadata until every partition has a leader."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=1)],
-        operation_timeout=timeout_s,
-        request_timeout=timeout_s,
-    )
-    try:
-        futures[topic].result(timeout=timeout_s)
-    except KafkaException as exc:
-        raise WorkloadFailed(f"CreateTopics {topic!r} failed: {exc}") from exc
-
-    deadline = time.monotonic() + timeout_s
-    problem = "no metadata"
-    while (remaining := deadline - time.monotonic()) > 0:
-        try:
-            meta = admin.list_topics(topic, timeout=min(1.0, remaining)).topics.get(topic)
-        except KafkaException as exc:
-            problem = str(exc)
-            continue
-        if meta is None or meta.error is not None:
-            problem = f"topic metadata error: {meta.error if meta else 'topic missing'}"
-        elif len(meta.partitions) != partitions:
-            problem = f"{len(meta.partitions)} partitions, expected {partitions}"
-        elif any(p.leader < 0 or p.error is not None for p in meta.partitions.values()):
-            problem = "some partitions have no leader yet"
-        else:
-            return
-    raise WorkloadFailed(f"topic {topic!r} not ready after {timeout_s:.0f} s: {problem}")
 
 
 def produce_throughput(cfg: BenchConfig, bootstrap: str, broker_name: str) -> dict[str, Metric]:
@@ -308,7 +164,7 @@ def commit_throughput(cfg: BenchConfig, bootstrap: str, broker_name: str) -> dic
         raise WorkloadFailed(str(exc), exc.detail) from exc
     problems: list[str] = []
     for i, res in enumerate(results):
-        problems += [f"client {i}: {p}" for p in _commit_problems(res.errors, res.first_error,
+        problems += [f"client {i}: {p}" for p in commit_problems(res.errors, res.first_error,
                      res.last_sent, res.read_back, res.read_back_error)]  # fmt: skip
         if res.in_flight_at_end:
             problems.append(f"client {i}: {res.in_flight_at_end} commits never acknowledged")
@@ -341,7 +197,7 @@ def commit_latency(cfg: BenchConfig, bootstrap: str, broker_name: str) -> dict[s
         )  # fmt: skip
     except ChildError as exc:
         raise WorkloadFailed(str(exc), exc.detail) from exc
-    problems = _commit_problems(res.errors, res.first_error, res.last_sent, res.read_back,
+    problems = commit_problems(res.errors, res.first_error, res.last_sent, res.read_back,
                                 res.read_back_error)  # fmt: skip
     if not res.latencies_s:
         problems.append("no successful commit in the timed section")
@@ -349,33 +205,9 @@ def commit_latency(cfg: BenchConfig, bootstrap: str, broker_name: str) -> dict[s
         raise WorkloadFailed("; ".join(problems))
     samples = sorted(res.latencies_s)
     return {
-        "commit_p50_ms": Metric("sync commit p50", "ms", _percentile(samples, 50) * 1e3, False),
-        "commit_p99_ms": Metric("sync commit p99", "ms", _percentile(samples, 99) * 1e3, False),
+        "commit_p50_ms": Metric("sync commit p50", "ms", percentile(samples, 50) * 1e3, False),
+        "commit_p99_ms": Metric("sync commit p99", "ms", percentile(samples, 99) * 1e3, False),
     }
-
-
-def _commit_problems(
-    errors: int,
-    first_error: str | None,
-    last_sent: list[int],
-    read_back: list[int],
-    read_back_error: str | None,
-) -> list[str]:
-    """What is wrong with a commit client's counts and read-back (empty: nothing)."""
-    problems: list[str] = []
-    if errors:
-        problems.append(f"{errors} commits failed, first: {first_error}")
-    if read_back_error:
-        problems.append(f"committed() failed: {read_back_error}")
-    elif read_back != last_sent:
-        problems.append(f"committed() returned {read_back}, last commit sent {last_sent}")
-    return problems
-
-
-def _percentile(sorted_values: list[float], pct: float) -> float:
-    """Nearest-rank percentile of an ascending, non-empty list."""
-    rank = max(1, math.ceil(pct / 100 * len(sorted_values)))
-    return sorted_values[rank - 1]
 
 
 def subscribe_to_first_record(
@@ -388,7 +220,7 @@ def subscribe_to_first_record(
     """
     run_id = uuid.uuid4().hex[:8]
     topic, group = f"bench-first-{run_id}", f"{cfg.group_id}-first-{run_id}"
-    _create_topic(bootstrap, topic, 1, cfg.setup_timeout_s)
+    create_topic_and_wait(bootstrap, topic, 1, cfg.setup_timeout_s)
     try:
         sent = run_in_child(
             clients.produce,
@@ -434,7 +266,7 @@ def time_lookup(cfg: BenchConfig, bootstrap: str, broker_name: str) -> dict[str,
     p99 (client round trip), and the share of answers that are the exact record (Kafka's
     answer; a broker answering with the batch's first offset is counted as wrong).
     Fails on produce or lookup errors."""
-    _create_topic(bootstrap, cfg.lookup_topic, 1, cfg.setup_timeout_s)
+    create_topic_and_wait(bootstrap, cfg.lookup_topic, 1, cfg.setup_timeout_s)
     t0_ms = int(time.time() * 1000) - cfg.lookup_messages - 3_600_000  # within 7 days' retention
     try:
         produced = run_in_child(
@@ -463,9 +295,9 @@ def time_lookup(cfg: BenchConfig, bootstrap: str, broker_name: str) -> dict[str,
     latencies = sorted(res.latencies_ms)
     return {
         "time_lookup_p50_ms": Metric("time lookup, 1 GB compressed partition: p50", "ms",
-                                     _percentile(latencies, 50), False),
+                                     percentile(latencies, 50), False),
         "time_lookup_p99_ms": Metric("time lookup, 1 GB compressed partition: p99", "ms",
-                                     _percentile(latencies, 99), False),
+                                     percentile(latencies, 99), False),
         "time_lookup_exact_pct": Metric("time lookup: exact record answered", "%",
                                         100.0 * res.exact / len(latencies)),
     }
@@ -559,7 +391,7 @@ def offsets_load(cfg: BenchConfig, bootstrap: str, broker_name: str) -> dict[str
         assert launcher.started_at is not None
         ready_s = time.monotonic() - launcher.started_at
         seen = _observe_load(launcher, data.probes, spec, launcher.started_at + cfg.load_timeout_s)
-        rss_mb = _rss_mb(launcher.pid)
+        rss_mb = process_rss_mb(launcher.pid)
     finally:
         launcher.stop()
     served_s = seen.served_at - launcher.started_at
@@ -719,18 +551,6 @@ def _check_group(
                              f"{seen}, expected {want}")  # fmt: skip
 
 
-def _rss_mb(pid: int) -> float | None:
-    """Resident set size of process ``pid`` in MB (10^6 bytes), or None off Linux."""
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024 / 1e6
-    except OSError:
-        pass
-    return None
-
-
 def _throughput(label: str, messages: int, size: int, elapsed_s: float) -> dict[str, Metric]:
     elapsed_s = max(elapsed_s, 1e-9)
     return {
@@ -739,10 +559,8 @@ def _throughput(label: str, messages: int, size: int, elapsed_s: float) -> dict[
     }
 
 
-def default_workloads(cfg: BenchConfig) -> list[Workload]:
-    """The suite, in run order."""
-    from bench import abuse, eos, security  # they build on this module
-
+def core_workloads(cfg: BenchConfig) -> list[Workload]:
+    """This module's workloads, in run order (bench/run.py's suite puts the others after them)."""
     return [
         Workload("create_topic", partial(create_topic, cfg)),
         Workload("produce", partial(produce_throughput, cfg), requires=("create_topic",)),
@@ -754,7 +572,4 @@ def default_workloads(cfg: BenchConfig) -> list[Workload]:
         Workload("subscribe-to-first-record", partial(subscribe_to_first_record, cfg)),
         Workload("time-lookup", partial(time_lookup, cfg)),
         Workload("offsets-load", partial(offsets_load, cfg), brokers=("offsetd",)),
-        *abuse.abuse_workloads(cfg),
-        *eos.eos_workloads(cfg),
-        *security.security_workloads(cfg),
     ]

@@ -31,6 +31,9 @@ async def _run(config: BrokerConfig) -> int:
     try:
         server = KafkaServer(config)
         await server.start()
+    except ConfigError as exc:  # a TLS setting ssl cannot use, found as the listeners' contexts are built
+        print(f"offsetd: {exc}", file=sys.stderr)
+        return 2
     except ClusterJoinError as exc:
         print(f"offsetd: {exc}", file=sys.stderr)
         return 1

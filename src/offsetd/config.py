@@ -1,4 +1,6 @@
-"""Broker configuration: Kafka's key names, types, defaults and validation, as one table.
+"""Broker configuration: a `server.properties` file and `--override`s loaded through config_keys.py's
+table, the keys checked against each other (listeners, SASL, TLS), and typed lookups by Kafka key,
+per listener where a `listener.name.<name>.` prefix overrides a key (KIP-103).
 
 `server.properties` uses Java properties syntax; every key a user sets is validated up front so a
 bad value stops start-up with one line naming the key, as `kafka-server-start.sh` does.
@@ -6,13 +8,13 @@ bad value stops start-up with one line naming the key, as `kafka-server-start.sh
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import re
-import socket
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
+
+from .config_keys import LISTENER_KEYS, MECHANISM_KEYS, OPTIONAL_KEYS, SASL_MECHANISMS, SCHEMA, SENSITIVE_KEYS, Listener
+from .config_tls import TlsConfigError, check_listener
 
 log = logging.getLogger("offsetd.config")
 
@@ -21,429 +23,9 @@ class ConfigError(ValueError):
     """A configuration value that cannot be used; the message names the key."""
 
 
-def _parse_int(lo: int, hi: int = 2**63 - 1) -> Callable[[str], int]:
-    def parse(raw: str) -> int:
-        try:
-            value = int(raw.strip())
-        except ValueError:
-            raise ValueError(f"expected an integer, got {raw!r}") from None
-        if not lo <= value <= hi:
-            raise ValueError(f"{value} is out of range [{lo}, {hi}]")
-        return value
-
-    return parse
-
-
-def _parse_bool(raw: str) -> bool:
-    text = raw.strip().lower()
-    if text in ("true", "false"):
-        return text == "true"
-    raise ValueError(f"expected true or false, got {raw!r}")
-
-
-def _parse_ratio(raw: str) -> float:
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        raise ValueError(f"expected a number, got {raw!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{value} is out of range [0.0, 1.0]")
-    return value
-
-
-def _parse_str(raw: str) -> str:
-    return raw.strip()
-
-
-def _parse_engine(raw: str) -> str:
-    """`local` (segments in log.dirs, one node) or a PostgreSQL URL (cluster mode)."""
-    value = raw.strip()
-    if value == "local" or value.startswith(("postgresql://", "postgres://")):
-        return value
-    raise ValueError("expected local or a postgresql://user@host:port/database URL")
-
-
-def _parse_choice(*choices: str) -> Callable[[str], str]:
-    def parse(raw: str) -> str:
-        value = raw.strip()
-        if value not in choices:
-            raise ValueError(f"expected one of {', '.join(choices)}, got {raw!r}")
-        return value
-
-    return parse
-
-
-@dataclass(frozen=True, slots=True)
-class Listener:
-    """One `NAME://host:port` entry of `listeners` / `advertised.listeners`."""
-
-    name: str
-    host: str
-    port: int
-
-
-_LISTENER = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)://(\[[^\]]*\]|[^:/]*):(\d+)$")
-
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-# SASL mechanisms offsetd serves (GSSAPI and OAUTHBEARER are not: reference §2.7).
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-
-
-def _parse_listeners(raw: str) -> tuple[Listener, ...]:
-    entries = [item.strip() for item in raw.split(",") if item.strip()]
-    if not entries:
-        raise ValueError("at least one listener is required, e.g. PLAINTEXT://127.0.0.1:9092")
-    listeners: list[Listener] = []
-    for item in entries:
-        match = _LISTENER.match(item)
-        if not match:
-            raise ValueError(f"{item!r} is not of the form NAME://host:port")
-        name, host, port = match.group(1).upper(), match.group(2).strip("[]"), int(match.group(3))
-        if not 0 <= port <= 65535:
-            raise ValueError(f"port {port} is out of range")
-        if any(other.name == name for other in listeners):
-            raise ValueError(f"listener name {name} appears twice")
-        if port and any(other.port == port for other in listeners):
-            raise ValueError(f"port {port} appears twice")
-        listeners.append(Listener(name, host, port))
-    return tuple(listeners)
-
-
-def _parse_protocol_map(raw: str) -> dict[str, str]:
-    """`listener.security.protocol.map`: `NAME:PROTOCOL,…` (both case-insensitive)."""
-    mapping: dict[str, str] = {}
-    for item in (part.strip() for part in raw.split(",")):
-        if not item:
-            continue
-        name, sep, protocol = item.partition(":")
-        name, protocol = name.strip().upper(), protocol.strip().upper()
-        if not sep or not name:
-            raise ValueError(f"{item!r} is not of the form NAME:PROTOCOL")
-        if protocol not in SECURITY_PROTOCOLS:
-            raise ValueError(f"{protocol!r} is not a security protocol ({', '.join(SECURITY_PROTOCOLS)})")
-        mapping[name] = protocol
-    return mapping
-
-
-def _parse_list(raw: str) -> tuple[str, ...]:
-    return tuple(item.strip() for item in raw.split(",") if item.strip())
-
-
-def _parse_mechanisms(raw: str) -> tuple[str, ...]:
-    return tuple(item.upper() for item in _parse_list(raw))
-
-
-def _parse_store_type(raw: str) -> str:
-    value = raw.strip().upper()
-    if value not in ("JKS", "PKCS12", "PEM"):
-        raise ValueError(f"expected JKS, PKCS12 or PEM, got {raw!r}")
-    return value
-
-
-def _parse_client_auth(raw: str) -> str:
-    value = raw.strip().lower()
-    if value not in ("none", "requested", "required"):
-        raise ValueError(f"expected none, requested or required, got {raw!r}")
-    return value
-
-
-def _parse_protocols(raw: str) -> tuple[str, ...]:
-    protocols = _parse_list(raw)
-    for protocol in protocols:
-        if protocol not in ("TLSv1.2", "TLSv1.3"):
-            raise ValueError(f"{protocol!r} is not served (TLSv1.2 and TLSv1.3 are)")
-    if not protocols:
-        raise ValueError("at least one protocol is required")
-    return protocols
-
-
-def _parse_super_users(raw: str) -> tuple[str, ...]:
-    """`super.users`: principals separated by `;` (a DN may contain commas), e.g. `User:admin;User:CN=x,O=y`."""
-    users = tuple(item.strip() for item in raw.split(";") if item.strip())
-    for user in users:
-        kind, sep, name = user.partition(":")
-        if not sep or not kind or not name:
-            raise ValueError(f"{user!r} is not a principal of the form Type:name")
-    return users
-
-
-# Kafka's authorizers; offsetd's own ACL authorizer (server/authorization.py) stands for both.
-AUTHORIZERS = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer", "kafka.security.authorizer.AclAuthorizer")
-
-
-def _parse_authorizer(raw: str) -> str:
-    value = raw.strip()
-    if value and value not in AUTHORIZERS:
-        raise ValueError(f"expected empty (no authorization) or one of {', '.join(AUTHORIZERS)}")
-    return value
-
-
-_HTTP_LISTENER = re.compile(r"^http://(\[[^\]]*\]|[^:/\[\]]*):(\d+)(/|/metrics)?$")
-
-
-def _parse_metrics_listener(raw: str) -> Listener | None:
-    """`metrics.listener`: `http://host:port` (an optional `/metrics` path is accepted); empty = off."""
-    text = raw.strip()
-    if not text:
-        return None
-    match = _HTTP_LISTENER.match(text)
-    if not match:
-        raise ValueError(f"{text!r} is not of the form http://host:port, e.g. http://127.0.0.1:9404")
-    host, port = match.group(1).strip("[]"), int(match.group(2))
-    if not 0 <= port <= 65535:
-        raise ValueError(f"port {port} is out of range")
-    return Listener("HTTP", host, port)
-
-
-def _parse_rate(raw: str) -> float | None:
-    """A positive number, or -1 for "off" (None)."""
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        raise ValueError(f"expected a number, got {raw!r}") from None
-    if value == -1:
-        return None
-    if not value > 0:
-        raise ValueError(f"{value} must be positive (or -1: off)")
-    return value
-
-
-def _parse_regex(raw: str) -> re.Pattern[str] | None:
-    """A regular expression matched against whole group ids; empty = none."""
-    text = raw.strip()
-    if not text:
-        return None
-    try:
-        return re.compile(text)
-    except re.error as exc:
-        raise ValueError(f"{text!r} is not a regular expression: {exc}") from None
-
-
-def _parse_webhook(raw: str) -> str | None:
-    text = raw.strip()
-    if not text:
-        return None
-    if not re.match(r"^https?://[^/\s]+", text):
-        raise ValueError(f"{text!r} is not an http:// or https:// URL")
-    return text
-
-
-def _parse_off(lo: int) -> Callable[[str], int | None]:
-    """An integer >= lo, or -1 for "off" (None)."""
-    parse_int = _parse_int(-1)
-
-    def parse(raw: str) -> int | None:
-        value = parse_int(raw)
-        if value == -1:
-            return None
-        if value < lo:
-            raise ValueError(f"{value} is out of range: at least {lo}, or -1 (off)")
-        return value
-    return parse
-
-
-INT32_MAX = 2**31 - 1
-LONG_MAX = 2**63 - 1
-
-
-def _parse_timeout_ms(raw: str) -> int:
-    """A time limit in ms, or -1 for none (Kafka disables idle expiry for a negative value)."""
-    value = _parse_int(-1)(raw)
-    if value == 0:
-        raise ValueError("0 is not a usable time limit (use -1 for none)")
-    return value
-
-
-def _host_addresses(host: str) -> list[str]:
-    """The addresses of an IP literal or host name, as peer addresses are written."""
-    try:
-        return [str(ipaddress.ip_address(host))]
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise ValueError(f"cannot resolve host {host!r}: {exc}") from None
-    return sorted({str(info[4][0]) for info in infos})
-
-
-def _parse_ip_overrides(raw: str) -> dict[str, int]:
-    """`max.connections.per.ip.overrides`: Kafka's `host:count,host:count`; host names are
-    resolved here, once, so the check at accept is a dict lookup by peer address."""
-    overrides: dict[str, int] = {}
-    for item in (part.strip() for part in raw.split(",")):
-        if not item:
-            continue
-        host, sep, count = item.rpartition(":")  # the last colon: IPv6 literals have colons
-        host = host.strip().strip("[]")
-        if not sep or not host:
-            raise ValueError(f"{item!r} is not of the form host:count")
-        limit = _parse_int(0, INT32_MAX)(count)
-        for address in _host_addresses(host):
-            overrides[address] = limit
-    return overrides
-
-
-# key: (parser, default as Kafka would write it in server.properties, one-line doc)
-SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
-    "listeners": (_parse_listeners, "PLAINTEXT://127.0.0.1:9092", "Where the broker listens."),
-    "advertised.listeners": (_parse_listeners, "", "Addresses given to clients (default: listeners)."),
-    "node.id": (_parse_int(0, INT32_MAX), "1", "This broker's id."),
-    "log.dirs": (_parse_str, "./data", "Directory holding the partition logs."),
-    "storage.engine": (_parse_engine, "local",
-                       "local (one node), or postgresql://… (cluster mode: logs, catalogue and ownership in "
-                       "PostgreSQL; log.dirs caches the partitions this broker leads)."),
-    "broker.session.timeout.ms": (_parse_int(100, INT32_MAX), "9000",
-                                  "Cluster mode: a broker's lease; a broker not renewing it within this long "
-                                  "loses its partitions (KRaft's name and default)."),
-    "broker.heartbeat.interval.ms": (_parse_int(10, INT32_MAX), "2000",
-                                     "Cluster mode: how often a broker renews its lease and looks at ownership."),
-    "num.partitions": (_parse_int(1, 100000), "1", "Partitions of an auto-created topic."),
-    "default.replication.factor": (_parse_int(1, 1), "1", "Only 1 (single node)."),
-    "auto.create.topics.enable": (_parse_bool, "true", "Create unknown topics on Metadata/Produce."),
-    "delete.topic.enable": (_parse_bool, "true", "Allow DeleteTopics."),
-    "log.segment.bytes": (_parse_int(14, INT32_MAX), "1073741824", "Segment size before a roll."),
-    "log.roll.ms": (_parse_int(1), "604800000", "Segment age before a roll."),
-    "log.retention.ms": (_parse_int(-1), "604800000", "Delete segments older than this (-1: never)."),
-    "log.retention.bytes": (_parse_int(-1), "-1", "Delete old segments above this size (-1: never)."),
-    "log.retention.check.interval.ms": (_parse_int(1), "300000", "How often retention runs."),
-    "log.flush.interval.messages": (_parse_int(1), str(LONG_MAX), "fsync after this many messages."),
-    "log.flush.interval.ms": (_parse_int(1), "", "fsync dirty logs this often (default: never)."),
-    "log.index.interval.bytes": (_parse_int(0, INT32_MAX), "4096", "Bytes between index entries."),
-    "log.preallocate": (_parse_bool, "false", "Zero-fill space ahead of active segments (cheaper fsyncs)."),
-    "log.cleanup.policy": (_parse_choice("delete", "compact"), "delete", "Default cleanup policy."),
-    "log.cleaner.enable": (_parse_bool, "true", "Compact cleanup.policy=compact topics."),
-    "log.cleaner.backoff.ms": (_parse_int(1), "15000", "Pause between cleaner passes."),
-    "log.cleaner.delete.retention.ms": (_parse_int(0), "86400000", "How long tombstones are kept."),
-    "log.cleaner.min.cleanable.ratio": (_parse_ratio, "0.5", "Dirty share that makes a log cleanable."),
-    "log.cleaner.min.compaction.lag.ms": (_parse_int(0), "0", "Records younger than this are not cleaned."),
-    "message.max.bytes": (_parse_int(0, INT32_MAX), "1048588", "Largest record batch accepted."),
-    "socket.request.max.bytes": (_parse_int(1, INT32_MAX), "104857600", "Largest request frame."),
-    "socket.request.receive.timeout.ms": (_parse_timeout_ms, "30000",
-                                          "Close a connection whose started request frame is not complete "
-                                          "within this (offsetd's own; -1: no limit)."),
-    "connections.max.idle.ms": (_parse_timeout_ms, "600000", "Close connections idle this long (-1: never)."),
-    "max.connections": (_parse_int(0, INT32_MAX), str(INT32_MAX), "Most client connections at once."),
-    "max.connections.per.ip": (_parse_int(0, INT32_MAX), str(INT32_MAX), "Most connections from one address."),
-    "max.connections.per.ip.overrides": (_parse_ip_overrides, "",
-                                         "Per-address limits, host:count,host:count."),
-    "max.incremental.fetch.session.cache.slots": (_parse_int(0, INT32_MAX), "1000",
-                                                  "Most incremental fetch sessions (KIP-227) at once."),
-    "group.initial.rebalance.delay.ms": (_parse_int(0), "3000", "Delay of a new group's first rebalance."),
-    "offsets.topic.num.partitions": (_parse_int(1, 10000), "50", "Partitions of __consumer_offsets."),
-    "offsets.topic.replication.factor": (_parse_int(1, 1), "1", "Only 1 (single node)."),
-    "offsets.topic.segment.bytes": (_parse_int(14, INT32_MAX), "104857600", "Segment size of __consumer_offsets."),
-    "offsets.topic.fsync.enable": (_parse_bool, "true", "fsync __consumer_offsets before acknowledging a commit."),
-    "offsets.retention.minutes": (_parse_int(1), "10080", "Offsets retention (KIP-211)."),
-    "offsets.retention.check.interval.ms": (_parse_int(1), "600000", "How often offsets expire."),
-    "offset.metadata.max.bytes": (_parse_int(0, INT32_MAX), "4096", "Longest commit metadata."),
-    "group.min.session.timeout.ms": (_parse_int(0, INT32_MAX), "6000", "Shortest session timeout."),
-    "group.max.session.timeout.ms": (_parse_int(0, INT32_MAX), "1800000", "Longest session timeout."),
-    "group.max.size": (_parse_int(1, INT32_MAX), str(INT32_MAX), "Most members in a group."),
-    "transactional.id.expiration.ms": (_parse_int(1), "604800000",
-                                       "Idle transactional ids are forgotten after this."),
-    "transaction.max.timeout.ms": (_parse_int(1, INT32_MAX), "900000",
-                                   "Longest transaction.timeout.ms a producer may ask for."),
-    "transaction.state.log.num.partitions": (_parse_int(1, 10000), "50", "Partitions of __transaction_state."),
-    "transaction.state.log.segment.bytes": (_parse_int(14, INT32_MAX), "104857600",
-                                            "Segment size of __transaction_state."),
-    "transaction.state.log.replication.factor": (_parse_int(1, 1), "1", "Only 1 (the log is stored once)."),
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (_parse_int(1, INT32_MAX), "10000",
-                                                                    "How often timed-out transactions are aborted."),
-    "transaction.remove.expired.transaction.cleanup.interval.ms": (_parse_int(1, INT32_MAX), "3600000",
-                                                                   "How often expired transactional ids go."),
-    "transaction.partition.verification.enable": (_parse_bool, "true",
-                                                  "Check a partition is in the transaction before its first "
-                                                  "transactional batch is appended."),
-    "metrics.listener": (_parse_metrics_listener, "",
-                         "Prometheus /metrics and read-only /v1/groups JSON, e.g. http://127.0.0.1:9404 (empty: off)."),
-    # ---- lag alerts (README "Lag: metrics, alerts and the console"); each rule is off at -1
-    "lag.alert.lag.threshold": (_parse_off(1), "-1",
-                                "Alert when a group's lag (records, all its partitions) reaches this."),
-    "lag.alert.lag.growth.rate": (_parse_rate, "-1",
-                                  "Alert when a group's lag grows by at least this many records/s over "
-                                  "lag.alert.lag.growth.window.ms (falling behind while it consumes)."),
-    "lag.alert.lag.growth.window.ms": (_parse_int(1000, INT32_MAX), "300000",
-                                       "The window the lag growth rate is measured over."),
-    "lag.alert.time.lag.threshold.ms": (_parse_off(1), "-1",
-                                        "Alert when a group's oldest unconsumed record is this old."),
-    "lag.alert.expiry.warning.ms": (_parse_off(1), "-1",
-                                    "Alert when a group's first offset expires within this long (KIP-211/496)."),
-    "lag.alert.for.ms": (_parse_int(0, INT32_MAX), "60000",
-                         "A condition fires only after holding this long, and resolves only after clearing "
-                         "this long."),
-    "lag.alert.resolve.ratio": (_parse_ratio, "0.8",
-                                "Hysteresis: an alert resolves once its value is back past threshold x ratio "
-                                "(for the expiry warning: threshold / ratio)."),
-    "lag.alert.interval.ms": (_parse_int(100, INT32_MAX), "10000", "How often the rules are evaluated."),
-    "lag.alert.groups.include": (_parse_regex, "", "Only groups whose whole id matches (empty: all)."),
-    "lag.alert.groups.exclude": (_parse_regex, "", "Groups whose whole id matches are never alerted on."),
-    "lag.alert.webhook.url": (_parse_webhook, "", "POST each firing / resolved event here as JSON (empty: off)."),
-    "lag.alert.webhook.timeout.ms": (_parse_int(1, INT32_MAX), "5000", "Timeout of one webhook POST."),
-    # ---- security (reference security.md §1-§3); every listener is PLAINTEXT unless mapped otherwise
-    "listener.security.protocol.map": (_parse_protocol_map,
-                                       "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-                                       "Security protocol of each listener name."),
-    "ssl.keystore.type": (_parse_store_type, "JKS", "PKCS12 or PEM (JKS is refused: convert it with keytool)."),
-    "ssl.keystore.location": (_parse_str, "", "The broker's key and certificate chain (file)."),
-    "ssl.keystore.password": (_parse_str, "", "Password of a PKCS12 keystore."),
-    "ssl.key.password": (_parse_str, "", "Password of the private key (PKCS12 entry or encrypted PEM)."),
-    "ssl.keystore.key": (_parse_str, "", "Inline PEM private key (ssl.keystore.type=PEM)."),
-    "ssl.keystore.certificate.chain": (_parse_str, "", "Inline PEM certificate chain (ssl.keystore.type=PEM)."),
-    "ssl.truststore.type": (_parse_store_type, "JKS", "PKCS12 or PEM."),
-    "ssl.truststore.location": (_parse_str, "", "CAs trusted for client certificates (file)."),
-    "ssl.truststore.password": (_parse_str, "", "Password of a PKCS12 truststore."),
-    "ssl.truststore.certificates": (_parse_str, "", "Inline PEM CA certificates (ssl.truststore.type=PEM)."),
-    "ssl.client.auth": (_parse_client_auth, "none", "Client certificates: none, requested or required."),
-    "ssl.enabled.protocols": (_parse_protocols, "TLSv1.2,TLSv1.3", "TLS versions served."),
-    "ssl.protocol": (_parse_str, "TLSv1.3", "Accepted and ignored (ssl.enabled.protocols decides)."),
-    "ssl.cipher.suites": (_parse_list, "", "TLS 1.2 cipher suites by IANA name (empty: OpenSSL's defaults)."),
-    "ssl.endpoint.identification.algorithm": (_parse_str, "https", "Client-side only: accepted and ignored."),
-    "ssl.principal.mapping.rules": (_parse_str, "DEFAULT", "RULE:regex/replacement/[LU] list mapping a DN."),
-    "ssl.keymanager.algorithm": (_parse_str, "SunX509", "Java only: accepted and ignored."),
-    "ssl.trustmanager.algorithm": (_parse_str, "PKIX", "Java only: accepted and ignored."),
-    "ssl.secure.random.implementation": (_parse_str, "", "Java only: accepted and ignored."),
-    "ssl.provider": (_parse_str, "", "Java only: accepted and ignored."),
-    "ssl.engine.factory.class": (_parse_str, "", "Java only: accepted and ignored."),
-    "sasl.enabled.mechanisms": (_parse_mechanisms, "GSSAPI",
-                                "SASL mechanisms (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512; Kafka's default GSSAPI "
-                                "is not served, so set it)."),
-    "sasl.jaas.config": (_parse_str, "", "Ignored without a listener and mechanism prefix (as Kafka)."),
-    "connections.max.reauth.ms": (_parse_int(0), "0", "SASL session lifetime (KIP-368; 0: no expiry)."),
-    "connection.failed.authentication.delay.ms": (_parse_int(0, INT32_MAX), "100",
-                                                  "Delay before closing a connection that failed SASL."),
-    "sasl.server.max.receive.size": (_parse_int(1, INT32_MAX), "524288", "Largest SASL token accepted."),
-    "authorizer.class.name": (_parse_authorizer, "", "Empty: no authorization; else ACLs are enforced."),
-    "super.users": (_parse_super_users, "", "Principals that bypass ACLs, separated by ;."),
-    "allow.everyone.if.no.acl.found": (_parse_bool, "false", "Allow access to resources without any ACL."),
-    # Brokers reach each other only for transaction markers (the rest goes through PostgreSQL);
-    # there are no controller listeners.
-    "inter.broker.listener.name": (_parse_str, "", "The listener brokers send each other requests on "
-                                   "(empty: the first PLAINTEXT listener, else the first)."),
-    "security.inter.broker.protocol": (_parse_str, "PLAINTEXT", "Accepted and ignored (the listener's "
-                                       "protocol is used)."),
-    "controller.listener.names": (_parse_str, "", "Accepted and ignored."),
-    "sasl.mechanism.inter.broker.protocol": (_parse_str, "GSSAPI", "The SASL mechanism brokers log in to "
-                                             "each other with, with its JAAS username and password; one offsetd "
-                                             "does not serve (GSSAPI): PLAIN, else a SCRAM mechanism, whichever "
-                                             "the listener enables with a username and password."),
-    "sasl.mechanism.controller.protocol": (_parse_str, "GSSAPI", "Accepted and ignored."),
-}
-
-# Secrets: never reported by DescribeConfigs (Kafka's PASSWORD type).
-SENSITIVE_KEYS = frozenset({"ssl.keystore.password", "ssl.key.password", "ssl.truststore.password",
-                            "ssl.keystore.key", "sasl.jaas.config"})
-
-# Keys a `listener.name.<name>.` prefix may override (KIP-103), parsed with the key's own parser.
-LISTENER_KEYS = frozenset(k for k in SCHEMA if k.startswith("ssl.")) | {
-    "sasl.enabled.mechanisms", "connections.max.reauth.ms", "connection.failed.authentication.delay.ms",
-    "sasl.server.max.receive.size"}
 _LISTENER_PREFIX = re.compile(r"^listener\.name\.([a-z0-9_]+)\.(.+)$")
 # Per-mechanism keys under a listener prefix: `<mech>.sasl.jaas.config`, `<mech>.connections.max.reauth.ms`.
 _MECHANISM_KEY = re.compile(r"^([a-z0-9-]+)\.(sasl\.jaas\.config|connections\.max\.reauth\.ms)$")
-
-# Keys whose value must be given as an integer but may be left empty to mean "unset".
-_OPTIONAL = {"log.flush.interval.ms", "advertised.listeners"}
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -488,7 +70,7 @@ class BrokerConfig:
         self._values: dict[str, Any] = {}
         for key, text in raw.items():
             parser = SCHEMA[key][0]
-            if key in _OPTIONAL and text.strip() == "":
+            if key in OPTIONAL_KEYS and text.strip() == "":
                 self._values[key] = None
                 continue
             try:
@@ -504,11 +86,7 @@ class BrokerConfig:
         for key, text in prefixed.items():
             self._parse_listener_key(key, text)
         self._check_listeners()
-        self.tls: dict[str, Any] = {}  # listener name -> ssl.SSLContext (server/tls.py)
-        if any(self.security_protocol(l.name).endswith("SSL") for l in self.listeners):
-            from .server.tls import server_contexts  # imported only when a listener uses TLS
-
-            self.tls = server_contexts(self)
+        self._check_tls()
 
     def _parse_listener_key(self, key: str, text: str) -> None:
         """A `listener.name.<name>.<key>` override: the key's own parser, or a per-mechanism key."""
@@ -518,10 +96,8 @@ class BrokerConfig:
         mechanism = _MECHANISM_KEY.match(rest)
         if rest in LISTENER_KEYS:
             parser = SCHEMA[rest][0]
-        elif mechanism and mechanism.group(2) == "connections.max.reauth.ms":
-            parser = _parse_int(0)
         elif mechanism:
-            parser = _parse_str
+            parser = MECHANISM_KEYS[mechanism.group(2)]
         else:
             self.unknown.append(key)
             log.warning("unknown config key %s (ignored)", key)
@@ -551,9 +127,7 @@ class BrokerConfig:
             protocol = self.security_protocol(listener.name)
             if not protocol.startswith("SASL_"):
                 continue
-            key = f"listener.name.{listener.name.lower()}.sasl.enabled.mechanisms"
-            if (listener.name.lower(), "sasl.enabled.mechanisms") not in self._overrides:
-                key = "sasl.enabled.mechanisms"
+            key = self.listener_key(listener.name, "sasl.enabled.mechanisms")
             enabled = self.listener_value(listener.name, "sasl.enabled.mechanisms")
             usable = self.sasl_mechanisms(listener.name)
             for mechanism in enabled:
@@ -579,6 +153,17 @@ class BrokerConfig:
                 log.warning("ssl.client.auth is ignored on SASL_SSL listener %s: set "
                             "listener.name.%s.ssl.client.auth (KIP-684)", listener.name, listener.name.lower())
 
+    def _check_tls(self) -> None:
+        """Every SSL / SASL_SSL listener's keystore, truststore and mapping rules, checked without
+        building its ssl context (server/tls.py builds them at start-up)."""
+        for listener in self.listeners:
+            protocol = self.security_protocol(listener.name)
+            if protocol.endswith("SSL"):
+                try:
+                    check_listener(self, listener.name, protocol)
+                except TlsConfigError as exc:
+                    raise ConfigError(exc.line(listener.name)) from None
+
     # ------------------------------------------------------------------ listeners
 
     @property
@@ -601,6 +186,12 @@ class BrokerConfig:
         if _MECHANISM_KEY.match(key):
             return None
         return self._values[key]
+
+    def listener_key(self, listener: "Listener | str", key: str) -> str:
+        """The key to name in an error about a listener's `key`: `listener.name.<name>.<key>` if
+        set, else the broker-wide key."""
+        name = (listener.name if isinstance(listener, Listener) else listener).lower()
+        return f"listener.name.{name}.{key}" if (name, key) in self._overrides else key
 
     def sasl_mechanisms(self, listener: "Listener | str") -> tuple[str, ...]:
         """The enabled mechanisms of a listener that offsetd serves, in the configured order."""

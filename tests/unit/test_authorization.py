@@ -1,6 +1,7 @@
-"""server/authorization.py: THE TABLE (reference security.md §4) as data, held against the
-reference's rows; per-request Access decisions through S1's case table; the ACL admin APIs of
-server/security_api.py over a local store (durable, reloaded, SECURITY_DISABLED when off)."""
+"""server/api_checks.py: THE TABLE (reference security.md §4) as data, held against the
+reference's rows; security/authorization.py: per-request Access decisions through S1's case
+table; the ACL admin APIs of server/security_api.py over a local store (durable, reloaded,
+SECURITY_DISABLED when off)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from offsetd.protocol.api_versions import SUPPORTED, ApiKey
 from offsetd.protocol.errors import Error
 from offsetd.security.acl import Authorizer
 from offsetd.security.credentials import salted_password
-from offsetd.server.authorization import API_CHECKS, Access, Op, Res, Where, access, check
+from offsetd.security.authorization import Access, Op, Res, access
+from offsetd.server.api_checks import API_CHECKS, Where, check
 from offsetd.server.security_api import SecurityRuntime
 from offsetd.storage.security_store import LocalSecurityStore
 
@@ -116,8 +118,8 @@ def test_access_takes_the_host_from_client_host_when_the_shell_gives_none():
 
 
 def test_no_authorizer_means_no_access_object():
-    assert access(SimpleNamespace(authorizer=None)) is None
-    assert access(SimpleNamespace()) is None
+    assert access(SimpleNamespace(authorizer=None), SimpleNamespace()) is None
+    assert access(SimpleNamespace(), SimpleNamespace()) is None
 
 
 # ------------------------------------------------------------------ ACL APIs, local store

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from offsetd.config import BrokerConfig, ConfigError, Listener
+from offsetd.config import BrokerConfig, ConfigError
+from offsetd.config_keys import Listener
 
 JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_a="b";'
 
@@ -14,7 +15,6 @@ def test_default_is_one_plaintext_listener() -> None:
     config = BrokerConfig()
     assert config.listeners == (Listener("PLAINTEXT", "127.0.0.1", 9092),)
     assert config.security_protocol("PLAINTEXT") == "PLAINTEXT"
-    assert config.tls == {}
     assert config.get("sasl.enabled.mechanisms") == ("GSSAPI",)
     assert config.get("authorizer.class.name") == "" and config.get("super.users") == ()
     assert config.get("connection.failed.authentication.delay.ms") == 100

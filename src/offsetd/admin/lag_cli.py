@@ -19,7 +19,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from ..config import SCHEMA, BrokerConfig, ConfigError, parse_properties
+from ..config import BrokerConfig, ConfigError, parse_properties
+from ..config_keys import SCHEMA
 from ..lag.alerts import AlertEvaluator, AlertEvent, rules_from_config
 from ..lag.notify import Notifier, log_line
 from .client_config import build_client_config

@@ -6,9 +6,10 @@ from inspect import isawaitable
 from typing import Any, Awaitable, Callable
 
 from ..protocol.errors import Error
-from ..server.authorization import Access, Op, Res, access
+from ..security.authorization import Access, Op, Res, access
 from .broker import Broker
 from .group_configs import GROUP_KEYS, group_config_problem
+from .request_context import current_context
 from .topic_config import (
     DEFAULT_CONFIG,
     INT,
@@ -72,7 +73,7 @@ def handle_create_topics(broker: Broker, req: Any, version: int, now_ms: int) ->
     """Create each topic or report why not; v5+ echoes partitions, replication factor and configs."""
     results = []
     later: Later = []
-    acc = access(broker)
+    acc = access(broker, current_context())
     create_any = acc is None or acc.cluster(Op.CREATE)  # CREATE on CLUSTER: every name
     for item in req.topics:
         result: dict[str, Any] = {"name": item.name, "error_code": Error.NONE, "error_message": None}
@@ -131,7 +132,7 @@ def handle_delete_topics(broker: Broker, req: Any, version: int, now_ms: int) ->
         wanted = [(t.name, t.topic_id) for t in req.topics]
     responses = []
     later: Later = []
-    acc = access(broker)
+    acc = access(broker, current_context())
     delete_any = acc is None or acc.cluster(Op.DELETE)  # DELETE on CLUSTER: every topic
     for name, topic_id in wanted:
         topic = broker.topics.get(name) if name is not None else broker.topics.by_id(topic_id)
@@ -167,7 +168,7 @@ def handle_create_partitions(broker: Broker, req: Any, version: int, now_ms: int
     """Grow topics to the requested partition counts."""
     results = []
     later: Later = []
-    acc = access(broker)
+    acc = access(broker, current_context())
     for item in req.topics:
         result: dict[str, Any] = {"name": item.name, "error_code": Error.NONE}
         if acc is not None and not acc.allows(Op.ALTER, Res.TOPIC, item.name):
@@ -195,7 +196,7 @@ def _config_entry(name: str, value: str, source: int, config_type: int = STRING,
 def handle_describe_configs(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any]:
     """Configs of topics (overrides, broker defaults, built-in defaults) and of this broker."""
     results = []
-    acc = access(broker)
+    acc = access(broker, current_context())
     for res in req.resources:
         keys = set(res.configuration_keys) if res.configuration_keys else None
         result: dict[str, Any] = {"error_code": Error.NONE, "error_message": None,
@@ -243,7 +244,7 @@ def handle_incremental_alter_configs(broker: Broker, req: Any, version: int, now
     """Per-group `offsets.retention.minutes` (GROUP resources); SET and DELETE operations."""
     responses = []
     later: Later = []
-    acc = access(broker)
+    acc = access(broker, current_context())
     for res in req.resources:
         response: dict[str, Any] = {"error_code": Error.NONE, "error_message": None,
                                     "resource_type": res.resource_type, "resource_name": res.resource_name}

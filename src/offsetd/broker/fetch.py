@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from ..protocol.errors import Error
 from ..storage.log_read import OffsetOutOfRange
-from ..server.authorization import Op, Res, access
+from ..security.authorization import Op, Res, access
 from .broker import Broker
 from .cluster_view import leader_hint, node_endpoints
 from .fetch_sessions import (
@@ -34,6 +34,7 @@ from .fetch_sessions import (
     new_context,
     session_sent,
 )
+from .request_context import current_context
 
 READ_COMMITTED = 1
 ZERO_COPY_MIN_VERSION = 4  # v0-3 answer in message formats v0/v1: their records are rewritten
@@ -89,7 +90,7 @@ class _Reader:
         self.total = 0
         self.read_keys: list[tuple[str, int]] = []
         self.led_elsewhere: set[int] = set()
-        self.access = access(broker)
+        self.access = access(broker, current_context())
 
     def read(self, topic: Any, index: int, fetch_offset: int, max_bytes: int, name: str | None = None) -> dict[str, Any]:
         """One partition's response entry: watermarks and records, or its error. `topic` is

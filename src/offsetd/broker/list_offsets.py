@@ -12,9 +12,10 @@ from typing import Any
 
 from ..protocol.errors import Error
 from ..records.batch import InvalidBatch
-from ..server.authorization import Op, Res, access
+from ..security.authorization import Op, Res, access
 from .broker import Broker
 from .list_offsets_v0 import handle_list_offsets_v0
+from .request_context import current_context
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 READ_COMMITTED = 1
@@ -23,7 +24,7 @@ READ_COMMITTED = 1
 def denied_topics(broker: Broker, req: Any) -> set[str]:
     """The requested topics without DESCRIBE (reference security.md §4: 29 per partition, offset and
     timestamp -1, before existence); empty when authorization is off."""
-    acc = access(broker)
+    acc = access(broker, current_context())
     return set() if acc is None else acc.denied(Op.DESCRIBE, Res.TOPIC, {t.name for t in req.topics})
 
 

@@ -8,10 +8,11 @@ from typing import Any
 
 from ..protocol.errors import Error
 from ..security.acl import CLUSTER_NAME
-from ..server.authorization import Access, Op, Res, access
+from ..security.authorization import Access, Op, Res, access
 from .broker import Broker
 from .cluster_view import ClusterView
 from .topics import Topic, TopicError
+from .request_context import current_context
 
 
 def _partition_body(view: ClusterView, topic: Topic, index: int) -> dict[str, Any]:
@@ -40,7 +41,7 @@ def handle_metadata(broker: Broker, req: Any, version: int, now_ms: int) -> Any:
     wanted = req.topics
     topics: list[Any] = []
     view = broker.cluster
-    acc = access(broker)
+    acc = access(broker, current_context())
     if wanted is None or (version == 0 and not wanted):
         # all topics: those the principal may not DESCRIBE are left out silently (§4)
         topics = [_topic_body(t, view) for t in broker.topics

@@ -12,9 +12,10 @@ from ..records.batch import InvalidBatch, validate_batches
 from ..records.legacy_messages import up_convert
 from ..storage.log_dir import NotLeader, StorageError
 from ..storage.producer_state import ProduceError
-from ..server.authorization import Op, Res, access
+from ..security.authorization import Op, Res, access
 from .broker import Broker
 from .cluster_view import leader_hint, node_endpoints
+from .request_context import current_context
 
 log = logging.getLogger("offsetd.broker")
 
@@ -148,7 +149,7 @@ def _denied(broker: Broker, req: Any) -> dict[str, int] | None:
     """Per topic, the authorization error of its partitions (reference security.md §4 Produce):
     a transactional request without WRITE on its transactional id fails everywhere with 53; else
     each topic without WRITE gets 29, before it is known to exist. None: all allowed."""
-    acc = access(broker)
+    acc = access(broker, current_context())
     if acc is None:
         return None
     txn_id = getattr(req, "transactional_id", None)

@@ -3,7 +3,7 @@
 The server's dispatch sets it once per request. It is a ContextVar so that a Fetch long poll's
 task, which copied the context, still answers for its own request. Handlers below the server read
 it for the listener (Metadata and FindCoordinator answer with that listener's endpoints,
-reference security.md §1) and for authorization (server/authorization.py)."""
+reference security.md §1) and for authorization (security/authorization.py's Access)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,23 @@ from contextvars import ContextVar
 from typing import Any
 
 REQUEST_CONTEXT: ContextVar[Any] = ContextVar("request_context", default=None)
+
+
+class _Anonymous:
+    """What current_context() answers before any request set one (tests driving handlers)."""
+
+    client_id = ""
+    principal = "User:ANONYMOUS"
+    host = ""
+
+
+ANONYMOUS = _Anonymous()
+
+
+def current_context() -> Any:
+    """The context of the request being handled."""
+    ctx = REQUEST_CONTEXT.get()
+    return ANONYMOUS if ctx is None else ctx
 
 
 def request_listener(listener: str | None = None) -> str:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from ..config import SCHEMA, BrokerConfig
+from ..config import BrokerConfig
+from ..config_keys import SCHEMA
 from ..storage.log_config import LogConfig
 
 # DescribeConfigs ConfigType values (KIP-569).

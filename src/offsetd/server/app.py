@@ -1,4 +1,5 @@
-"""The broker process: listener, request dispatch, Fetch long polls and periodic tasks."""
+"""The broker process: listeners, request dispatch and periodic tasks (Fetch and its long polls are
+fetch_polls.py's, the log cleaner's loop cleaner_loop.py's)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import asyncio
 import logging
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ..broker.admin import (
@@ -20,7 +20,6 @@ from ..broker.broker import Broker
 from ..broker.topics import TopicError
 from ..cluster.member import ClusterMember
 from ..broker.group_configs import retention_ms as group_retention_ms
-from ..broker.fetch import finish_fetch, open_fetch, read_fetch
 from ..broker.fetch_down_convert import fetch_old_version
 from ..broker.fetch_sessions import FetchSessionCache
 from ..broker.list_offsets import handle_list_offsets
@@ -40,9 +39,9 @@ from ..metrics.history import BrokerHistory
 from ..metrics.http import MetricsHttpServer
 from ..metrics.lag_view import BrokerLagSource
 from ..records.offsets import OFFSETS_TOPIC
-from ..storage.cleaner import LogCleaner
 from ..storage.postgres_store import PostgresSecurityStore, PostgresStore
-from .connection import CloseConnection, Connection, ConnectionGuard, Pending
+from .close_connection import CloseConnection
+from .connection import Connection, ConnectionGuard, Pending
 from .cluster_runtime import (
     ClusterGroupConfigs,
     ClusterRuntime,
@@ -50,7 +49,9 @@ from .cluster_runtime import (
     PostgresView,
     ProducerIdBlocks,
 )
+from .cleaner_loop import CleanerLoop
 from .coordinator_runtime import ShardRuntime, ShardState
+from .fetch_polls import FetchPolls
 from .futures import then
 from .group_api import GroupApi, RequestContext
 from .listeners import ListenerRuntime, bind, listener_runtimes, peer_listener, peer_security
@@ -156,8 +157,9 @@ class KafkaServer:
     def __init__(self, config: BrokerConfig, clock: Callable[[], int] = wall_clock_ms) -> None:
         self.config = config
         self.clock = clock
+        # first: a TLS setting ssl cannot use stops start-up (ConfigError) before any log is opened
+        self.listeners = listener_runtimes(config)
         self.max_request_bytes: int = config.get("socket.request.max.bytes")
-        self._cleaner_executor: ThreadPoolExecutor | None = None
         self.runtimes: list[ShardRuntime] = []
         self.cluster: ClusterMember | None = None
         if config.get("storage.engine") == "local":
@@ -172,7 +174,10 @@ class KafkaServer:
             self._group_configs = ClusterGroupConfigs(self._store)
             self.broker = Broker(config, clock(), topics=self._topics, producer_ids=self._producer_ids,
                                  group_configs=self._group_configs)
-        self.broker.on_append = self._wake_fetchers
+        sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"))
+        self.fetches = FetchPolls(self.broker, sessions, clock)  # Fetch and its long polls
+        self.broker.on_append = self.fetches.wake
+        self.cleaner = CleanerLoop(self.broker, self.runtimes, config, clock)
         self.security = security_api.install(self)  # ACLs (broker.authorizer) and SCRAM credentials
         self.group_api = GroupApi(self.broker, self.runtimes)
         self.txn_api = TransactionApi(self.broker, config, self.group_api, clock,
@@ -193,11 +198,8 @@ class KafkaServer:
         self.lag_alerts = LagAlerts.from_config(config, self.lag_source, clock)  # None: no lag.alert rules
         self.connections: set[Connection] = set()
         self.guard = ConnectionGuard(config, self.connections)
-        self._fetch_waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
-        self.fetch_sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"))
         self._server: asyncio.base_events.Server | None = None  # the first listener's
         self._servers: list[asyncio.base_events.Server] = []
-        self.listeners = listener_runtimes(config)
         # SCRAM credentials: (user, mechanism) -> credential. S3's credential store replaces
         # scram_lookup (one line); until then this dict is the store (tests fill it).
         self.scram_credentials: dict[tuple[str, str], Any] = {}
@@ -347,11 +349,11 @@ class KafkaServer:
         self._tasks.append(asyncio.create_task(self._every(
             self.config.get("log.retention.check.interval.ms"), self._retention)))
         if self.config.get("log.cleaner.enable"):
-            self._tasks.append(asyncio.create_task(self._clean_forever()))
+            self._tasks.append(asyncio.create_task(self.cleaner.run()))
         flush_ms = self.config.get("log.flush.interval.ms")
         if flush_ms:
             self._tasks.append(asyncio.create_task(self._every(flush_ms, self.broker.flush_all)))
-        reloaders = keystore_reloaders(self.config)
+        reloaders = keystore_reloaders(self.config, {l.name: l.ssl for l in self.listeners if l.ssl is not None})
         if reloaders:  # a renewed certificate file is picked up without a restart
             self._tasks.append(asyncio.create_task(self._every(
                 KEYSTORE_CHECK_MS, lambda: [r.check() for r in reloaders])))
@@ -379,8 +381,7 @@ class KafkaServer:
         self.txn_api.stop()
         for conn in list(self.connections):
             conn.close("broker shutting down")
-        if self._cleaner_executor is not None:
-            self._cleaner_executor.shutdown(wait=True, cancel_futures=True)
+        self.cleaner.stop()
         self.broker.close()
 
     async def _every(self, interval_ms: int, action: Callable[[], Any]) -> None:
@@ -390,48 +391,6 @@ class KafkaServer:
                 action()
             except Exception:
                 log.exception("periodic task %s failed", getattr(action, "__name__", action))
-
-    async def _clean_forever(self) -> None:
-        """The log cleaner: every log.cleaner.backoff.ms, compact each cleanable compacted log,
-        `__consumer_offsets` first. The heavy part runs on the cleaner thread; selecting and
-        swapping segments run here, and for an offsets partition only between two coordinator
-        writes (ShardRuntime.exclusive)."""
-        cleaner = LogCleaner()
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(self.config.get("log.cleaner.backoff.ms") / 1000)
-            topics = sorted(self.broker.topics, key=lambda t: t.name != OFFSETS_TOPIC)
-            for topic in topics:
-                for index, plog in enumerate(list(topic.partitions)):
-                    if not plog.config.compacts or plog.closed or not plog.leader:
-                        continue  # cluster mode: only the leader cleans (and PostgreSQL follows it)
-                    owner = self.runtimes[index] if topic.name == OFFSETS_TOPIC else None
-                    try:
-                        job = await self._exclusively(owner, lambda: cleaner.select(plog, self.clock()))
-                        if job is None:
-                            continue
-                        try:
-                            plan = await loop.run_in_executor(self._cleaner_pool(), cleaner.prepare, job)
-                        except BaseException:
-                            cleaner.abort(job)
-                            raise
-                        if await self._exclusively(owner, lambda: cleaner.commit(plog, plan)):
-                            log.info("cleaned %s-%d: %s", topic.name, index, plan.stats)
-                    except asyncio.CancelledError:
-                        raise
-                    except Exception:
-                        log.exception("log cleaner failed on %s-%d", topic.name, index)
-
-    @staticmethod
-    async def _exclusively(owner: ShardRuntime | None, fn: Callable[[], Any]) -> Any:
-        return fn() if owner is None else await owner.exclusive(fn)
-
-    def _cleaner_pool(self) -> ThreadPoolExecutor:
-        # A thread, not a worker process: a child process would outlive a kill -9 of the broker.
-        # prepare() holds the GIL in slices, so the event loop still gets its turns.
-        if self._cleaner_executor is None:
-            self._cleaner_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cleaner")
-        return self._cleaner_executor
 
     def _retention(self) -> None:
         removed = self.broker.apply_retention(self.clock())
@@ -488,8 +447,8 @@ class KafkaServer:
         REQUEST_CONTEXT.set(ctx)
         if api_key == ApiKey.FETCH:
             if version < 4:  # message formats v0/v1: the answer down-converted (fetch_down_convert)
-                return fetch_old_version(self._fetch, request, version, correlation_id)
-            return self._fetch(request, version, correlation_id)
+                return fetch_old_version(self.fetches.fetch, request, version, correlation_id)
+            return self.fetches.fetch(request, version, correlation_id)
         try:
             group_handler = GROUP_HANDLERS.get(api_key)
             txn_handler = TXN_HANDLERS.get(api_key)
@@ -533,53 +492,6 @@ class KafkaServer:
             body = {"error_code": Error.INVALID_REQUEST, "api_keys": [], "throttle_time": 0}
         return encode_response(ApiKey.API_VERSIONS, version, correlation_id, body)
 
-    # ----------------------------------------------------------------------------- fetch
-
-    def _fetch(self, request: Any, version: int, correlation_id: int) -> bytes | Pending:
-        context = open_fetch(self.fetch_sessions, request, version, self.clock)
-        result = read_fetch(self.broker, request, version, context)
-        max_wait_ms = int(request.max_wait.total_seconds() * 1000)
-        if result.total_bytes >= request.min_bytes or max_wait_ms <= 0 or not result.partitions:
-            return encode_response(ApiKey.FETCH, version, correlation_id, self._fetch_body(request, result))
-        return self._fetch_long_poll(request, version, correlation_id, result, max_wait_ms)
-
-    def _fetch_body(self, request: Any, result: Any) -> dict[str, Any]:
-        """The body of a Fetch response about to be sent (a fetch session learns what it says)."""
-        if result.context is None:
-            return result.body
-        return finish_fetch(self.fetch_sessions, request, result, self.clock())
-
-    async def _fetch_long_poll(self, request: Any, version: int, correlation_id: int,
-                               result: Any, max_wait_ms: int) -> bytes:
-        """Wait until min_bytes are available or max_wait passes, waking on appends."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max_wait_ms / 1000
-        keys = result.partitions
-        context = result.context
-        while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            waiter: asyncio.Future[None] = loop.create_future()
-            for key in keys:
-                self._fetch_waiters.setdefault(key, set()).add(waiter)
-            timer = loop.call_later(remaining, lambda w=waiter: w.done() or w.set_result(None))
-            try:
-                await waiter
-            finally:
-                timer.cancel()
-                for key in keys:
-                    waiters = self._fetch_waiters.get(key)
-                    if waiters is not None:
-                        waiters.discard(waiter)
-                        if not waiters:
-                            del self._fetch_waiters[key]
-            result = read_fetch(self.broker, request, version, context)
-            if result.total_bytes >= request.min_bytes:
-                return encode_response(ApiKey.FETCH, version, correlation_id, self._fetch_body(request, result))
-        result = read_fetch(self.broker, request, version, context)
-        return encode_response(ApiKey.FETCH, version, correlation_id, self._fetch_body(request, result))
-
     def _apply_group_config(self, group_id: str) -> None:
         """Give the group's shard its own retention (or the broker default again)."""
         shard = self.group_api.runtime_for(group_id).shard
@@ -596,10 +508,3 @@ class KafkaServer:
                 result = runtime.shard.on_partitions_deleted(topic, range(partitions))
                 if result.records:
                     runtime.submit(result)
-
-    def _wake_fetchers(self, topic: str, partition: int) -> None:
-        waiters = self._fetch_waiters.get((topic, partition))
-        if waiters:
-            for waiter in list(waiters):
-                if not waiter.done():
-                    waiter.set_result(None)

@@ -26,15 +26,15 @@ import os
 import struct
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Coroutine
+from typing import TYPE_CHECKING, Any, Coroutine, Protocol
 
 from ..protocol.encoder import SplitFrame
+from .close_connection import CloseConnection
 from .listeners import ANONYMOUS
 from .log_limiter import LogLimiter
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
-    from .app import KafkaServer
     from .listeners import ListenerRuntime
     from .sasl_wire import SaslSession
 
@@ -53,14 +53,26 @@ Pieces = deque[Any]
 _closes = LogLimiter(log, per_second=20, what="connections closed")
 
 
-class CloseConnection(Exception):
-    """Raised by dispatch when the request is so bad the connection must be closed."""
+class ConnectionServer(Protocol):
+    """What a connection needs of the server that accepted it (server/app.py's KafkaServer): the
+    frame limit, the guard and the set of open connections, and the dispatch of each request frame."""
+
+    max_request_bytes: int
+    trace: bool  # per-request log lines
+    guard: "ConnectionGuard"
+    connections: "set[Connection]"
+
+    def dispatch(self, conn: "Connection", frame: bytes) -> "bytes | Pending | None":
+        """The encoded response to one request frame, a coroutine producing it, or None."""
+
+    def sasl_session(self, conn: "Connection", listener: "ListenerRuntime") -> "SaslSession":
+        """The SASL state of a new connection on a SASL listener."""
 
 
 class Connection(asyncio.Protocol):
     """asyncio protocol for one Kafka client socket."""
 
-    def __init__(self, server: "KafkaServer", listener: "ListenerRuntime | None" = None) -> None:
+    def __init__(self, server: ConnectionServer, listener: "ListenerRuntime | None" = None) -> None:
         self.server = server
         self.listener_runtime = listener
         self.listener = listener.name if listener is not None else ""  # the listener name

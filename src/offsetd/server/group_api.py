@@ -16,7 +16,7 @@ from ..coordinator.classic_group_ops import JoinRequest
 from ..coordinator.write_errors import WRITE_ERROR_REMAP, CoordinatorWriteError
 from ..protocol.errors import Error
 from ..records.offsets import OFFSETS_TOPIC, partition_for
-from .authorization import Access, Op, Res, access
+from ..security.authorization import Access, Op, Res, access
 from .coordinator_runtime import ShardRuntime, ShardState, new_token
 from .futures import then
 

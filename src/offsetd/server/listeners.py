@@ -8,11 +8,14 @@ import asyncio
 import logging
 import ssl
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
-if TYPE_CHECKING:
-    from ..config import BrokerConfig, Listener
-    from .peer_client import PeerSecurity
+from ..config import BrokerConfig
+from ..config_keys import SASL_MECHANISMS
+from ..config_tls import ListenerKeys, truststore
+from ..security.jaas import parse_jaas_config
+from .peer_client import PeerSecurity
+from .tls import principal_builder, server_contexts
 
 ANONYMOUS = "User:ANONYMOUS"
 LISTEN_BACKLOG = 1024  # connections the kernel queues for us (a reconnect burst of many clients)
@@ -43,7 +46,7 @@ class ListenerRuntime:
 
 
 async def bind(listener: ListenerRuntime, protocol_factory: Callable[[], asyncio.Protocol],
-               config: "BrokerConfig") -> asyncio.base_events.Server:
+               config: BrokerConfig) -> asyncio.base_events.Server:
     """Listen on one listener (TLS listeners hand connections over after the handshake); a `:0`
     listener's port is then known and advertised."""
     loop = asyncio.get_running_loop()
@@ -65,28 +68,24 @@ async def bind(listener: ListenerRuntime, protocol_factory: Callable[[], asyncio
     return server
 
 
-def listener_runtimes(config: "BrokerConfig") -> list[ListenerRuntime]:
-    """One runtime per entry of `listeners`, in order (TLS contexts were built by the config)."""
+def listener_runtimes(config: BrokerConfig) -> list[ListenerRuntime]:
+    """One runtime per entry of `listeners`, in order, with the TLS contexts built now (ConfigError
+    naming the key when ssl cannot use a setting)."""
+    contexts = server_contexts(config)
     runtimes = []
     for listener in config.listeners:
         protocol = config.security_protocol(listener.name)
         runtime = ListenerRuntime(listener.name, protocol, listener.host, listener.port,
-                                  ssl=config.tls.get(listener.name))
+                                  ssl=contexts.get(listener.name))
         if protocol == "SSL":
-            runtime.principal_of = _principal_builder(config, listener)
+            runtime.principal_of = principal_builder(config, listener.name)
         if runtime.sasl:
             runtime.mechanisms = config.sasl_mechanisms(listener.name)
         runtimes.append(runtime)
     return runtimes
 
 
-def _principal_builder(config: "BrokerConfig", listener: "Listener") -> Callable[[bytes | None], str | None]:
-    from .tls import principal_builder
-
-    return principal_builder(config, listener.name)
-
-
-def peer_listener(config: "BrokerConfig") -> str:
+def peer_listener(config: BrokerConfig) -> str:
     """The listener brokers use to reach each other (WriteTxnMarkers, verification): the one named by
     `inter.broker.listener.name` if it exists, else the first PLAINTEXT listener, else the first."""
     names = [l.name for l in config.listeners]
@@ -96,32 +95,27 @@ def peer_listener(config: "BrokerConfig") -> str:
     return next((n for n in names if config.security_protocol(n) == "PLAINTEXT"), names[0])
 
 
-def peer_security(config: "BrokerConfig", listener: str) -> "PeerSecurity":
+def peer_security(config: BrokerConfig, listener: str) -> PeerSecurity:
     """How to reach peers on their `listener`: TLS trusting the listener's truststore (or the system's
     CAs), and on SASL a login as `_peer_login` picks it, as Kafka brokers authenticate to each other."""
-    from .peer_client import PeerSecurity
-
     protocol = config.security_protocol(listener)
     context = None
     if protocol.endswith("SSL"):
         context = ssl.create_default_context()
         context.check_hostname = config.listener_value(listener, "ssl.endpoint.identification.algorithm") != ""
-        store = config.tls[listener]
-        certificates = store.get_ca_certs(binary_form=True)
-        if certificates:
-            context.load_verify_locations(cadata=b"".join(certificates))
+        store = truststore(ListenerKeys(config, listener))
+        if store.cadata is not None or store.cafile is not None:
+            context.load_verify_locations(cafile=None if store.cafile is None else str(store.cafile),
+                                          cadata=store.cadata)
     login = _peer_login(config, listener) if protocol.startswith("SASL_") else None
     return PeerSecurity(context, login)
 
 
-def _peer_login(config: "BrokerConfig", listener: str) -> tuple[str, str, str] | None:
+def _peer_login(config: BrokerConfig, listener: str) -> tuple[str, str, str] | None:
     """(mechanism, username, password) this broker logs in to its peers' `listener` with:
     `sasl.mechanism.inter.broker.protocol` when the listener enables it, else (Kafka's default
     GSSAPI is not served) PLAIN, else a SCRAM mechanism; the first with a JAAS username and
     password. None, warned: requests between brokers (transaction markers) will fail."""
-    from ..config import SASL_MECHANISMS
-    from ..security.jaas import parse_jaas_config
-
     enabled = config.sasl_mechanisms(listener)
     wanted = config.get("sasl.mechanism.inter.broker.protocol").upper()
     candidates = [wanted] if wanted in SASL_MECHANISMS else sorted(enabled, key=lambda m: m != "PLAIN")

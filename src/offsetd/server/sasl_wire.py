@@ -9,7 +9,7 @@ responses, closes, and the connection's principal. Handlers never see credential
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..protocol.codec import decode_body, request_class
 from ..protocol.encoder import encode_response
@@ -18,11 +18,10 @@ from ..protocol.errors import Error
 from ..protocol.header import parse_header
 from ..security.sasl import Action, Admission, SaslServer
 from ..security.sasl import mechanism_factories as build_factories
-from .connection import CloseConnection
+from .close_connection import CloseConnection
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
-    from .connection import Connection
     from .listeners import ListenerRuntime
 
 log = logging.getLogger("offsetd.sasl")
@@ -40,11 +39,23 @@ def mechanism_factories(config: "BrokerConfig", listener: "ListenerRuntime", loo
                  lookup)
 
 
+class SaslConnection(Protocol):
+    """What the SASL exchange does to its connection (server/connection.py's Connection)."""
+
+    peer: str
+
+    def authenticated(self, principal: str) -> None:
+        """SASL succeeded: the principal of every later request."""
+
+    def close_after(self, delay_ms: int, reason: str) -> None:
+        """Answer nothing more and close after `delay_ms`."""
+
+
 class SaslSession:
     """The SASL state of one connection on a SASL listener: security/sasl.py's SaslServer decides,
     this turns its answers into responses, closes and the connection's principal."""
 
-    def __init__(self, conn: "Connection", factories: dict[str, Any], config: "BrokerConfig",
+    def __init__(self, conn: SaslConnection, factories: dict[str, Any], config: "BrokerConfig",
                  listener: "ListenerRuntime", now_ms: int) -> None:
         self.conn = conn
         self.listener = listener

@@ -11,6 +11,7 @@ import logging
 from collections import Counter
 from typing import Any, Iterable
 
+from ..broker.request_context import current_context
 from ..protocol.errors import Error
 from ..security.acl import (
     AclBinding,
@@ -21,9 +22,9 @@ from ..security.acl import (
     PatternType,
     ResourceType,
 )
+from ..security.authorization import Access, access, authorizer_enabled
 from ..security.credentials import ScramCredential, credential_from_salted_password
 from ..storage.security_store import AclRow, CredentialRow, LocalSecurityStore, SecurityStore
-from .authorization import Access, access, authorizer_enabled, current_context
 
 log = logging.getLogger("offsetd.security")
 

@@ -1,10 +1,9 @@
-"""TLS for SSL and SASL_SSL listeners: one server `ssl.SSLContext` per listener from Kafka's `ssl.*`
-keys (reference security.md §1), and the principal of a client certificate.
+"""TLS for SSL and SASL_SSL listeners: one server `ssl.SSLContext` per listener, built at start-up
+from Kafka's `ssl.*` keys as config_tls.py read and checked them (reference security.md §1), the
+keystore reloaded when its file changes, and the principal of a client certificate.
 
-Keystores: PEM files, inline PEM (`ssl.keystore.key` + `ssl.keystore.certificate.chain`), PKCS12
-(re-serialised as PEM through `cryptography`, since `ssl` loads only PEM). JKS is refused with the
-`keytool` command converting it. Private keys reach `ssl` only through files, so key material that
-is not already a PEM file is written to a 0600 temp file and removed once loaded.
+Private keys reach `ssl` only through files, so key material that is not already a PEM file is
+written to a 0600 temp file and removed once loaded.
 """
 
 from __future__ import annotations
@@ -14,16 +13,13 @@ import os
 import ssl
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Callable
 
-if TYPE_CHECKING:
-    from ..config import BrokerConfig
+from ..config import BrokerConfig, ConfigError
+from ..config_tls import ListenerKeys, TlsConfigError, keystore, truststore
+from ..security.principal import PrincipalMapper
 
 log = logging.getLogger("offsetd.tls")
-
-JKS_MAGIC = b"\xfe\xed\xfe\xed"
-JKS_ADVICE = ("JKS keystores are not supported; convert it with keytool -importkeystore -srckeystore FILE "
-              "-destkeystore FILE.p12 -deststoretype PKCS12 and set the type to PKCS12")
 
 CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 TLS_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
@@ -48,57 +44,21 @@ IANA_SUITES: dict[str, int] = {
 TLS13_SUITES = {"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"}
 
 
-class TlsConfigError(ValueError):
-    """A TLS setting that cannot be used; `key` is the (listener-prefixed) key to blame."""
-
-    def __init__(self, key: str, message: str) -> None:
-        super().__init__(message)
-        self.key = key
-
-
-class _Keys:
-    """The `ssl.*` values of one listener, each with the key name to blame in an error."""
-
-    def __init__(self, config: "BrokerConfig", listener: str) -> None:
-        self.config = config
-        self.listener = listener
-
-    def name(self, key: str) -> str:
-        prefixed = f"listener.name.{self.listener.lower()}.{key}"
-        return prefixed if (self.listener.lower(), key) in self.config._overrides else key
-
-    def __getitem__(self, key: str) -> Any:
-        return self.config.listener_value(self.listener, key)
-
-
-def server_contexts(config: "BrokerConfig") -> dict[str, ssl.SSLContext]:
-    """One server context per SSL / SASL_SSL listener; ConfigError naming the key otherwise."""
-    from ..config import ConfigError
-
+def server_contexts(config: BrokerConfig) -> dict[str, ssl.SSLContext]:
+    """One server context per SSL / SASL_SSL listener, built at start-up; ConfigError naming the key
+    when ssl cannot use a setting config.py could only check (a key and chain, a cipher suite)."""
     contexts = {}
     for listener in config.listeners:
         if not config.security_protocol(listener.name).endswith("SSL"):
             continue
         try:
-            keys = _Keys(config, listener.name)
-            contexts[listener.name] = server_context(keys)
-            if config.security_protocol(listener.name) == "SSL":
-                _check_mapping_rules(keys)
+            contexts[listener.name] = server_context(ListenerKeys(config, listener.name))
         except TlsConfigError as exc:
-            raise ConfigError(f"Invalid value for configuration {exc.key} (listener {listener.name}): {exc}") from None
+            raise ConfigError(exc.line(listener.name)) from None
     return contexts
 
 
-def _check_mapping_rules(keys: _Keys) -> None:
-    from ..security.principal import PrincipalMapper
-
-    try:
-        PrincipalMapper.parse(keys["ssl.principal.mapping.rules"])
-    except ValueError as exc:
-        raise TlsConfigError(keys.name("ssl.principal.mapping.rules"), str(exc)) from None
-
-
-def server_context(keys: _Keys) -> ssl.SSLContext:
+def server_context(keys: ListenerKeys) -> ssl.SSLContext:
     """The server context of one listener."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _load_keystore(ctx, keys)
@@ -111,115 +71,42 @@ def server_context(keys: _Keys) -> ssl.SSLContext:
     return ctx
 
 
-def _read(keys: _Keys, key: str) -> bytes:
-    try:
-        return Path(keys[key]).expanduser().read_bytes()
-    except OSError as exc:
-        raise TlsConfigError(keys.name(key), f"cannot read {keys[key]}: {exc.strerror}") from None
-
-
-def _store_type(keys: _Keys, type_key: str, data: bytes) -> str:
-    """The declared type, with Kafka's default JKS taken as what the file is (Java reads PKCS12
-    under the JKS type too); a real JKS file is refused with the conversion command."""
-    declared = keys[type_key]
-    if data.startswith(JKS_MAGIC):
-        raise TlsConfigError(keys.name(type_key), JKS_ADVICE)
-    if declared == "JKS":
-        if b"-----BEGIN" in data[:4096]:
-            raise TlsConfigError(keys.name(type_key), "the file is PEM: set the type to PEM")
-        return "PKCS12"
-    return declared
-
-
-def _load_keystore(ctx: ssl.SSLContext, keys: _Keys) -> None:
-    key_password = keys["ssl.key.password"] or None
-    inline_key, inline_chain = keys["ssl.keystore.key"], keys["ssl.keystore.certificate.chain"]
-    location = keys["ssl.keystore.location"]
-    if inline_key or inline_chain:
-        if keys["ssl.keystore.type"] != "PEM":
-            raise TlsConfigError(keys.name("ssl.keystore.type"), "inline ssl.keystore.key needs type PEM")
-        if not (inline_key and inline_chain):
-            missing = "ssl.keystore.certificate.chain" if inline_key else "ssl.keystore.key"
-            raise TlsConfigError(keys.name(missing), "inline PEM needs both the key and the certificate chain")
-        _load_pem_bytes(ctx, keys, (inline_key.strip() + "\n" + inline_chain.strip() + "\n").encode(), key_password)
-        return
-    if not location:
-        raise TlsConfigError(keys.name("ssl.keystore.location"), "a TLS listener needs a keystore (or inline PEM)")
-    data = _read(keys, "ssl.keystore.location")
-    kind = _store_type(keys, "ssl.keystore.type", data)
-    if kind == "PEM":
-        if keys["ssl.keystore.password"]:
-            raise TlsConfigError(keys.name("ssl.keystore.password"), "a PEM keystore has no store password "
-                                 "(use ssl.key.password for an encrypted key)")
+def _load_keystore(ctx: ssl.SSLContext, keys: ListenerKeys) -> None:
+    """The listener's key and chain into `ctx` (again when the reloader sees a new file)."""
+    store = keystore(keys)
+    if store.path is not None:
         try:
-            ctx.load_cert_chain(str(Path(location).expanduser()), password=key_password)
+            ctx.load_cert_chain(str(store.path), password=store.password)
         except (ssl.SSLError, OSError, ValueError) as exc:
-            raise TlsConfigError(keys.name("ssl.keystore.location"), f"cannot load the key and chain: {exc}") from None
+            raise TlsConfigError(store.blame, f"cannot load the key and chain: {exc}") from None
         return
-    _load_pem_bytes(ctx, keys, _pkcs12_to_pem(keys, data), None)
-
-
-def _pkcs12_to_pem(keys: _Keys, data: bytes) -> bytes:
-    """Key and chain of a PKCS12 keystore as unencrypted PEM (written only to a 0600 temp file)."""
-    from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, pkcs12
-
-    password = keys["ssl.keystore.password"] or keys["ssl.key.password"]
-    try:
-        key, cert, extra = pkcs12.load_key_and_certificates(data, password.encode() if password else None)
-    except ValueError as exc:
-        raise TlsConfigError(keys.name("ssl.keystore.password"), f"cannot open the PKCS12 keystore: {exc}") from None
-    if key is None or cert is None:
-        raise TlsConfigError(keys.name("ssl.keystore.location"), "the PKCS12 keystore holds no key entry")
-    pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
-    return pem + b"".join(c.public_bytes(Encoding.PEM) for c in [cert, *extra])
-
-
-def _load_pem_bytes(ctx: ssl.SSLContext, keys: _Keys, pem: bytes, password: str | None) -> None:
+    assert store.pem is not None
     fd, path = tempfile.mkstemp(prefix="offsetd-key-", suffix=".pem")  # mode 0600
     try:
         with os.fdopen(fd, "wb") as out:
-            out.write(pem)
-        ctx.load_cert_chain(path, password=password)
+            out.write(store.pem)
+        ctx.load_cert_chain(path, password=store.password)
     except (ssl.SSLError, ValueError) as exc:
-        key = "ssl.keystore.key" if keys["ssl.keystore.key"] else "ssl.keystore.location"
-        raise TlsConfigError(keys.name(key), f"cannot load the key and chain: {exc}") from None
+        raise TlsConfigError(store.blame, f"cannot load the key and chain: {exc}") from None
     finally:
         os.unlink(path)
 
 
-def _load_truststore(ctx: ssl.SSLContext, keys: _Keys) -> None:
-    inline, location = keys["ssl.truststore.certificates"], keys["ssl.truststore.location"]
+def _load_truststore(ctx: ssl.SSLContext, keys: ListenerKeys) -> None:
+    """The certificates `ctx` trusts for client certificates."""
+    store = truststore(keys)
     try:
-        if inline:
-            ctx.load_verify_locations(cadata=inline)
-        elif location:
-            data = _read(keys, "ssl.truststore.location")
-            if _store_type(keys, "ssl.truststore.type", data) == "PEM":
-                ctx.load_verify_locations(cafile=str(Path(location).expanduser()))
-            else:
-                ctx.load_verify_locations(cadata=_pkcs12_certificates(keys, data))
+        if store.cadata is not None:
+            ctx.load_verify_locations(cadata=store.cadata)
+        elif store.cafile is not None:
+            ctx.load_verify_locations(cafile=str(store.cafile))
         elif keys["ssl.client.auth"] != "none":
             ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)
     except (ssl.SSLError, ValueError) as exc:
-        key = "ssl.truststore.certificates" if inline else "ssl.truststore.location"
-        raise TlsConfigError(keys.name(key), f"cannot load the trusted certificates: {exc}") from None
+        raise TlsConfigError(store.blame, f"cannot load the trusted certificates: {exc}") from None
 
 
-def _pkcs12_certificates(keys: _Keys, data: bytes) -> str:
-    from cryptography.hazmat.primitives.serialization import Encoding, pkcs12
-
-    password = keys["ssl.truststore.password"]
-    try:
-        store = pkcs12.load_pkcs12(data, password.encode() if password else None)
-    except ValueError as exc:
-        raise TlsConfigError(keys.name("ssl.truststore.password"), f"cannot open the PKCS12 truststore: {exc}") from None
-    certs = [c.certificate for c in store.additional_certs] + ([store.cert.certificate] if store.cert else [])
-    if not certs:
-        raise TlsConfigError(keys.name("ssl.truststore.location"), "the PKCS12 truststore holds no certificate")
-    return "".join(c.public_bytes(Encoding.PEM).decode() for c in certs)
-
-
-def _set_ciphers(ctx: ssl.SSLContext, keys: _Keys) -> None:
+def _set_ciphers(ctx: ssl.SSLContext, keys: ListenerKeys) -> None:
     """`ssl.cipher.suites` by IANA name (OpenSSL names are accepted too)."""
     probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     probe.set_ciphers("ALL:@SECLEVEL=0")
@@ -245,7 +132,7 @@ class KeystoreReloader:
     connections without a restart (existing connections keep theirs). A file that does not load
     is logged and the certificate in use is kept."""
 
-    def __init__(self, ctx: ssl.SSLContext, keys: _Keys) -> None:
+    def __init__(self, ctx: ssl.SSLContext, keys: ListenerKeys) -> None:
         self.ctx, self.keys = ctx, keys
         location = keys["ssl.keystore.location"]
         self.path = Path(location).expanduser() if location and not keys["ssl.keystore.key"] else None
@@ -273,9 +160,9 @@ class KeystoreReloader:
         return True
 
 
-def keystore_reloaders(config: "BrokerConfig") -> list[KeystoreReloader]:
-    """One reloader per TLS listener whose keystore is a file."""
-    reloaders = [KeystoreReloader(ctx, _Keys(config, name)) for name, ctx in config.tls.items()]
+def keystore_reloaders(config: BrokerConfig, contexts: dict[str, ssl.SSLContext]) -> list[KeystoreReloader]:
+    """One reloader per TLS listener (name -> its server context) whose keystore is a file."""
+    reloaders = [KeystoreReloader(ctx, ListenerKeys(config, name)) for name, ctx in contexts.items()]
     return [r for r in reloaders if r.path is not None]
 
 
@@ -289,12 +176,10 @@ def certificate_dn(der: bytes) -> str:
     return x509.load_der_x509_certificate(der).subject.rfc4514_string()
 
 
-def principal_builder(config: "BrokerConfig", listener: str) -> Callable[[bytes | None], str | None]:
+def principal_builder(config: BrokerConfig, listener: str) -> Callable[[bytes | None], str | None]:
     """For an SSL listener: peer certificate (DER, or None) -> `User:<mapped DN>`, `User:ANONYMOUS`
     without a certificate, None when no `ssl.principal.mapping.rules` rule matches (the connection
     must then fail). The mapping is security/principal.py's."""
-    from ..security.principal import PrincipalMapper
-
     mapper = PrincipalMapper.parse(config.listener_value(listener, "ssl.principal.mapping.rules")).map
 
     def build(der: bytes | None) -> str | None:

@@ -20,11 +20,11 @@ from ..config import BrokerConfig
 from ..protocol.api_versions import ApiKey
 from ..protocol.errors import Error
 from ..records.offsets import OFFSETS_TOPIC, partition_for
+from ..security.authorization import Access, Op, Res, access
 from ..transaction.config import TransactionConfig
 from ..transaction.metadata import STATE_BY_NAME
 from ..transaction.result import TxnResult
 from ..transaction.shard import TransactionCoordinatorShard
-from .authorization import Access, Op, Res, access
 from .coordinator_runtime import new_token
 from .futures import then
 from .group_api import GroupApi, RequestContext, reply_when_durable, write_failure

@@ -1,30 +1,16 @@
-"""Authorization at the edge (reference security.md §3-§4): which check each served API makes, as
-data (API_CHECKS, shared with the tests), and the small helpers handlers call where Kafka checks.
-
-Authorization is on when `authorizer.class.name` is non-empty (config.py accepts Kafka's
-StandardAuthorizer and AclAuthorizer names, both served by security/acl.py's Authorizer). Off,
-`broker.authorizer` is None and every handler pays one attribute test. On, each check is one call
-of Authorizer.authorize(principal, host, operation, resource type, name)."""
+"""Authorization at the edge (reference security.md §4): which check each served API makes, in
+check order, as data the unit tests hold against the reference. The handlers in broker/ and
+server/ make these checks through security/authorization.py's Access."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Iterable
 
-from ..broker.request_context import REQUEST_CONTEXT
 from ..protocol.api_versions import ApiKey
 from ..protocol.errors import Error
-from ..security.acl import CLUSTER_NAME, AclOperation, Authorizer, ResourceType
-
-Op = AclOperation
-Res = ResourceType
-
-# Kafka's value of an authorized_operations field that was not asked for (§3 item 7).
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
-
-# The client id Kafka's own admin tools use: it may produce to internal topics (§4 Produce).
-ADMIN_CLIENT_ID = "__admin_client"
+from ..security.acl import AclOperation, ResourceType
+from ..security.authorization import Op, Res
 
 
 class Where(str, Enum):
@@ -142,73 +128,3 @@ API_CHECKS: dict[int, tuple[Check, ...]] = {
 def check(api_key: int, resource: ResourceType) -> Check:
     """The table's check of `api_key` on `resource` (the first one, when there are several)."""
     return next(c for c in API_CHECKS[api_key] if c.resource == resource)
-
-
-class _Anonymous:
-    """What current_context() answers before any request set one (tests driving handlers)."""
-
-    client_id = ""
-    principal = "User:ANONYMOUS"
-    host = ""
-
-
-ANONYMOUS = _Anonymous()
-
-
-def current_context() -> Any:
-    """The context of the request being handled (broker/request_context.py)."""
-    ctx = REQUEST_CONTEXT.get()
-    return ANONYMOUS if ctx is None else ctx
-
-
-def _host(ctx: Any) -> str:
-    host = getattr(ctx, "host", "")
-    if host:
-        return host
-    return getattr(ctx, "client_host", "").lstrip("/")
-
-
-class Access:
-    """One request's view of the authorizer: its principal and host, and the decisions already
-    made (a request naming a topic in many partitions asks once)."""
-
-    __slots__ = ("authorizer", "principal", "host", "_memo")
-
-    def __init__(self, authorizer: Authorizer, ctx: Any) -> None:
-        self.authorizer = authorizer
-        self.principal: str = getattr(ctx, "principal", "User:ANONYMOUS")
-        self.host = _host(ctx)
-        self._memo: dict[tuple[int, int, str], bool] = {}
-
-    def allows(self, op: AclOperation, rtype: ResourceType, name: str) -> bool:
-        key = (op, rtype, name)
-        decision = self._memo.get(key)
-        if decision is None:
-            decision = self._memo[key] = self.authorizer.authorize(self.principal, self.host, op, rtype, name)
-        return decision
-
-    def cluster(self, op: AclOperation) -> bool:
-        return self.allows(op, Res.CLUSTER, CLUSTER_NAME)
-
-    def by_type(self, op: AclOperation, rtype: ResourceType) -> bool:
-        return self.authorizer.authorize_by_type(self.principal, self.host, op, rtype)
-
-    def operations(self, rtype: ResourceType, name: str) -> int:
-        """The authorized_operations bit field of a resource (§3 item 7)."""
-        return self.authorizer.authorized_operations(self.principal, self.host, rtype, name)
-
-    def denied(self, op: AclOperation, rtype: ResourceType, names: Iterable[str]) -> set[str]:
-        return {name for name in names if not self.allows(op, rtype, name)}
-
-
-def access(broker: Any, ctx: Any = None) -> Access | None:
-    """The request's Access, or None when authorization is off (one attribute test)."""
-    authorizer = getattr(broker, "authorizer", None)  # unit tests drive handlers with stand-in brokers
-    if authorizer is None:
-        return None
-    return Access(authorizer, current_context() if ctx is None else ctx)
-
-
-def authorizer_enabled(config: Any) -> bool:
-    """`authorizer.class.name` set (to any value config.py accepts): ACLs are enforced."""
-    return bool(config.get("authorizer.class.name"))

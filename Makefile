@@ -65,7 +65,7 @@ postgresql:
 # first (tests/conftest.py).
 TEST_WORKERS ?= 4
 test: $(VENV)/.test-deps tools
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The inner loop: the sans-IO cores, codecs and other unit tests (no broker processes, no Spark).
 test-quick: $(VENV)/.test-deps

@@ -79,7 +79,7 @@ def shared_broker(tmp_path_factory):
 
 
 
-# Under pytest-xdist (`make test`, `--dist loadgroup`) a test file is one unit of work, so its module
+# Under pytest-xdist (`make test`, `--dist loadfile`) a test file is one unit of work, so its module
 # fixtures (a shared broker, a scripted timeline) are set up once; the longest files start first and
 # the short ones fill the tail. Measured per file (seconds on four workers, 2 cores):
 _SLOW_FIRST = (
@@ -94,9 +94,8 @@ _SLOW_FIRST = (
 _DIRECTORY_ORDER = ("spark", "chaos", "integration", "admin", "fuzz", "unit")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the group marks into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """One xdist group per test file; files ordered slowest first (stable within a file)."""
+    """Files ordered slowest first (stable within a file)."""
     here = Path(__file__).parent
 
     def rank(item: pytest.Item) -> tuple[int, int]:
@@ -106,5 +105,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return slow, _DIRECTORY_ORDER.index(top) if top in _DIRECTORY_ORDER else len(_DIRECTORY_ORDER)
 
     items.sort(key=rank)
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(Path(item.fspath).relative_to(here).as_posix()))

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from broker_process import BrokerProcess, wait_for
 from clients import create_topic, produce
-from console_browser import Browser, BrowserError, keep_artifact
+from console_browser import Browser, keep_artifact
 
 PARTITIONS = 3
 RECORDS = 40  # per partition
@@ -161,15 +161,8 @@ def test_history_api_has_the_commits_and_health(world):
 
 
 def history(world: dict, group: str) -> dict:
-    """The group's history as the page fetches it; a fetch the browser itself failed (seen twice
-    under a loaded parallel run, never with the broker's answer in question) is asked again."""
     url = world["url"] + "/v1/groups/" + urllib.parse.quote(group, safe="") + "/history"
-    try:
-        return world["browser"].eval(f"fetch({json.dumps(url)}).then(r => r.json())")
-    except BrowserError as exc:
-        if "Failed to fetch" not in str(exc):
-            raise
-        return {"partitions": []}
+    return world["browser"].eval(f"fetch({json.dumps(url)}).then(r => r.json())")
 
 
 def test_history_keeps_committed_transactions_and_drops_aborted_ones(world):

@@ -57,10 +57,7 @@ HTML_TYPE = "text/html; charset=utf-8"
 MAX_LINE = 8192          # request line or one header line
 MAX_HEADERS = 100
 MAX_DISCARDED_BODY = 1 << 20
-# Seconds to send the request head. Browsers open sockets ahead of their requests and keep them
-# unused for up to ~10 s (Chromium); a 408 sent at that moment races the request and the browser
-# sees a reset ("Failed to fetch"), so the limit stays well above that.
-READ_TIMEOUT = 30.0
+READ_TIMEOUT = 10.0      # seconds to send the request head
 GROUPS_PREFIX = "/v1/groups/"
 HISTORY_SUFFIX = "/history"
 CONSOLE_PREFIX = "/console/"

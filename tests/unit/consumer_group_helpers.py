@@ -11,8 +11,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from offsetd.coordinator.config import ConsumerGroupConfig
 from offsetd.coordinator.consumer_group_ops import (
-    ConsumerGroupConfig,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
     ConsumerGroupOperations,

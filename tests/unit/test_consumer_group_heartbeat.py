@@ -25,7 +25,8 @@ from consumer_group_helpers import (
     tps,
 )
 from offsetd.coordinator.consumer_group import ConsumerGroupState, MemberState
-from offsetd.coordinator.consumer_group_ops import ConsumerGroupConfig, ConsumerGroupOperations, TopicsImage
+from offsetd.coordinator.config import ConsumerGroupConfig
+from offsetd.coordinator.consumer_group_ops import ConsumerGroupOperations, TopicsImage
 from offsetd.records.consumer_group_records import (
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupMemberMetadataKey,

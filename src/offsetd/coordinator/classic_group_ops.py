@@ -103,15 +103,15 @@ class ClassicGroupOperations:
         """JoinGroup (§1.6): responses come when the join phase completes, or at once on error."""
         result = CoordinatorResult(replay=False)
         if not req.group_id:
-            return result.respond(token, _join_error(INVALID_GROUP_ID, req.member_id))
+            return result.respond(token, join_error(INVALID_GROUP_ID, req.member_id))
         cfg = self.config
         if not cfg.session_timeout_min_ms <= req.session_timeout_ms <= cfg.session_timeout_max_ms:
-            return result.respond(token, _join_error(INVALID_SESSION_TIMEOUT, req.member_id))
+            return result.respond(token, join_error(INVALID_SESSION_TIMEOUT, req.member_id))
         group = self.groups.get(req.group_id)
         created = group is None
         if group is None:
             if req.member_id:
-                return result.respond(token, _join_error(UNKNOWN_MEMBER_ID, req.member_id))
+                return result.respond(token, join_error(UNKNOWN_MEMBER_ID, req.member_id))
             group = self.groups[req.group_id] = ClassicGroup(req.group_id, state_timestamp=now)
             # A new group is persisted at once, as Kafka writes its "empty" GroupMetadata record.
             result.records.append((GroupMetadataKey(group.group_id), group.to_record()))
@@ -126,7 +126,7 @@ class ClassicGroupOperations:
             if created:  # roll the creation back: nothing was joined
                 del self.groups[req.group_id]
                 result.records.clear()
-            result.respond(token, _join_error(error, req.member_id))
+            result.respond(token, join_error(error, req.member_id))
             member = group.members.get(req.member_id)
             if error == GROUP_MAX_SIZE_REACHED and member is not None:  # Kafka drops the member
                 self._remove_member_and_update(group, member, now, result)
@@ -159,7 +159,7 @@ class ClassicGroupOperations:
         elif req.require_known_member_id:
             group.pending_members.add(new_id)
             self.timers.schedule(("pending", group.group_id, new_id), now + req.session_timeout_ms)
-            result.respond(token, _join_error(MEMBER_ID_REQUIRED, new_id))
+            result.respond(token, join_error(MEMBER_ID_REQUIRED, new_id))
         else:
             self._add_member_and_rebalance(group, token, req, new_id, now, result)
 
@@ -169,7 +169,7 @@ class ClassicGroupOperations:
         old id is fenced. In Stable with unchanged protocols there is no rebalance (KIP-345)."""
         old = group.members[old_id]
         if old.join_token is not None:  # the old incarnation's parked join is fenced
-            result.respond(old.join_token, _join_error(FENCED_INSTANCE_ID, old_id))
+            result.respond(old.join_token, join_error(FENCED_INSTANCE_ID, old_id))
             old.join_token = None
         if old.sync_token is not None:
             result.respond(old.sync_token, _sync_error(FENCED_INSTANCE_ID))
@@ -201,7 +201,7 @@ class ClassicGroupOperations:
             return
         error = self._validate_member(group, req.member_id, req.group_instance_id)
         if error:
-            result.respond(token, _join_error(error, req.member_id))
+            result.respond(token, join_error(error, req.member_id))
             return
         member = group.members[req.member_id]
         if group.state is S.PREPARING_REBALANCE:
@@ -217,7 +217,7 @@ class ClassicGroupOperations:
             else:
                 result.respond(token, self._join_response(group, member, include_members=False))
         else:  # Empty: no members, so validation above already failed
-            result.respond(token, _join_error(UNKNOWN_MEMBER_ID, req.member_id))
+            result.respond(token, join_error(UNKNOWN_MEMBER_ID, req.member_id))
 
     def _add_member_and_rebalance(self, group: ClassicGroup, token: Hashable, req: JoinRequest, member_id: str,
                                   now: int, result: CoordinatorResult) -> None:
@@ -235,7 +235,7 @@ class ClassicGroupOperations:
                                      req: JoinRequest, now: int, result: CoordinatorResult) -> None:
         if member.join_token is not None and member.join_token != token:
             # A second join from the same member replaces the first (the client gave up on it).
-            result.respond(member.join_token, _join_error(UNKNOWN_MEMBER_ID, member.member_id))
+            result.respond(member.join_token, join_error(UNKNOWN_MEMBER_ID, member.member_id))
         member.protocols = list(req.protocols)
         member.session_timeout_ms, member.rebalance_timeout_ms = req.session_timeout_ms, req.rebalance_timeout_ms
         member.join_token = token
@@ -346,7 +346,7 @@ class ClassicGroupOperations:
     def _drop_member(self, group: ClassicGroup, member: ClassicGroupMember, result: CoordinatorResult) -> None:
         """Remove a member, failing its parked requests (§1.6: join completed with 25 and "")."""
         if member.join_token is not None:
-            result.respond(member.join_token, _join_error(UNKNOWN_MEMBER_ID, ""))
+            result.respond(member.join_token, join_error(UNKNOWN_MEMBER_ID, ""))
         if member.sync_token is not None:
             result.respond(member.sync_token, _sync_error(UNKNOWN_MEMBER_ID))
         group.remove(member.member_id)
@@ -488,7 +488,8 @@ class ClassicGroupOperations:
         return result.respond(token, {"error_code": NONE, "members": answers})
 
 
-def _join_error(error: int, member_id: str) -> dict[str, Any]:
+def join_error(error: int, member_id: str) -> dict[str, Any]:
+    """A JoinGroup response carrying only an error."""
     return {"error_code": error, "generation_id": -1, "protocol_type": None, "protocol_name": None,
             "leader": "", "member_id": member_id, "members": ()}
 

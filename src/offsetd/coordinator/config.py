@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ConsumerGroupConfig:
+    """Settings of the consumer protocol (Kafka's keys and defaults, B1)."""
+
+    session_timeout_ms: int = 45000          # group.consumer.session.timeout.ms
+    heartbeat_interval_ms: int = 5000        # group.consumer.heartbeat.interval.ms
+    max_size: int = 2**31 - 1                # group.consumer.max.size
+    assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors; first = default
 
 
 @dataclass(frozen=True)
@@ -17,3 +27,4 @@ class GroupCoordinatorConfig:
     metadata_max_bytes: int = 4096              # offset.metadata.max.bytes
     retention_ms: int = 10080 * 60 * 1000       # offsets.retention.minutes
     retention_check_interval_ms: int = 600000   # offsets.retention.check.interval.ms
+    consumer: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)  # group.consumer.*

@@ -44,33 +44,20 @@ from .consumer_group import (
     target_metadata_record,
     topic_partitions_of,
 )
+from .config import ConsumerGroupConfig
 from .consumer_reconciliation import reconcile
-from .errors import FENCED_INSTANCE_ID, GROUP_ID_NOT_FOUND, GROUP_MAX_SIZE_REACHED, NONE, UNKNOWN_MEMBER_ID
+from .errors import (
+    FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH, GROUP_ID_NOT_FOUND, GROUP_MAX_SIZE_REACHED, INVALID_REGULAR_EXPRESSION,
+    INVALID_REQUEST, NONE, UNKNOWN_MEMBER_ID, UNRELEASED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR,
+)
 from .result import CoordinatorResult
 from .timers import Timers
-
-# Error codes only the consumer protocol answers (reference, TL;DR table).
-INVALID_REQUEST = 42
-FENCED_MEMBER_EPOCH = 110
-UNRELEASED_INSTANCE_ID = 111
-UNSUPPORTED_ASSIGNOR = 112
-INVALID_REGULAR_EXPRESSION = 128
 
 REGEX_REFRESH_INTERVAL_MS = 10_000
 """A group's regular expressions are resolved again at most this often (B5)."""
 
 # RE2J (what Kafka compiles with) has no lookaround and no backreferences; Python's re does.
 _NOT_RE2 = re.compile(r"\(\?<?[=!]|\\[1-9]|\(\?P=")
-
-
-@dataclass(frozen=True)
-class ConsumerGroupConfig:
-    """Settings of the consumer protocol (Kafka's keys and defaults, B1)."""
-
-    session_timeout_ms: int = 45000          # group.consumer.session.timeout.ms
-    heartbeat_interval_ms: int = 5000        # group.consumer.heartbeat.interval.ms
-    max_size: int = 2**31 - 1                # group.consumer.max.size
-    assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors; first = default
 
 
 @dataclass(frozen=True)
@@ -96,6 +83,8 @@ class ConsumerGroupHeartbeatRequest:
     subscribed_topic_regex: str | None = None
     server_assignor: str | None = None
     topic_partitions: tuple[TopicPartitions, ...] | None = None
+    client_id: str = ""  # from the request header and the connection (record 5); "" keeps the old
+    client_host: str = ""
 
 
 @dataclass(frozen=True)
@@ -212,8 +201,8 @@ class ConsumerGroupOperations:
         """Replay the records at once, then package them with the response."""
         for key, value in records:
             self.replay(key, value)
-        result = CoordinatorResult(records=records, replay=False)  # type: ignore[arg-type]
-        return result.respond(token, response)  # type: ignore[arg-type]
+        result = CoordinatorResult(records=records, replay=False)
+        return result.respond(token, response)
 
     # ========================================================================== timers
 
@@ -238,7 +227,7 @@ class ConsumerGroupOperations:
             for key, value in fenced:
                 self.replay(key, value)
             records.extend(fenced)
-        return CoordinatorResult(records=records, replay=False)  # type: ignore[arg-type]
+        return CoordinatorResult(records=records, replay=False)
 
     def _schedule_session(self, group_id: str, member_id: str, now: int) -> None:
         """(Re-)arm a member's session timeout."""
@@ -266,7 +255,7 @@ class ConsumerGroupOperations:
                 records, response = self._heartbeat(req, now, topics)
         except _Reject as reject:
             error = ConsumerGroupHeartbeatResponse(error_code=reject.error_code, error_message=reject.message)
-            return CoordinatorResult(replay=False).respond(token, error)  # type: ignore[arg-type]
+            return CoordinatorResult(replay=False).respond(token, error)
         result = self._write(records, token, response)
         self._after_write(req, response, now)
         return result
@@ -543,6 +532,10 @@ def _is_subset(owned: Assignment, assigned: Assignment) -> bool:
 def _updated_member(member: ConsumerGroupMember, req: ConsumerGroupHeartbeatRequest) -> ConsumerGroupMember:
     """The member with the request's non-null fields applied (null or -1: unchanged)."""
     changes: dict[str, object] = {}
+    if req.client_id:
+        changes["client_id"] = req.client_id
+    if req.client_host:
+        changes["client_host"] = req.client_host
     if req.instance_id is not None:
         changes["instance_id"] = req.instance_id
     if req.rack_id is not None:

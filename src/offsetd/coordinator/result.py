@@ -6,17 +6,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
+from ..records.consumer_group_records import ConsumerGroupKey, ConsumerGroupValue
 from ..records.group_metadata_value import GroupMetadataValue
 from ..records.offset_commit_value import OffsetCommitValue
 from ..records.offsets import GroupMetadataKey, OffsetCommitKey
 
-Key = OffsetCommitKey | GroupMetadataKey
-Value = OffsetCommitValue | GroupMetadataValue | None  # None: tombstone
+Key = OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey
+Value = OffsetCommitValue | GroupMetadataValue | ConsumerGroupValue | None  # None: tombstone
 Record = tuple[Key, Value]
 
-# A response body, or a function computing it at delivery time (a read that must see the state
-# after the writes it waited for).
-Response = dict[str, Any] | Callable[[], dict[str, Any]]
+# A response body (a dict, or an operation's response dataclass), or a function computing it at
+# delivery time (a read that must see the state after the writes it waited for).
+Response = dict[str, Any] | Callable[[], Any] | Any
 
 
 @dataclass
@@ -25,7 +26,8 @@ class CoordinatorResult:
 
     `replay` tells the shell to replay the records after they are durable: true for offset
     records and tombstones; false for GroupMetadata values of live classic groups, whose
-    in-memory state the state machine already holds (Kafka does the same).
+    in-memory state the state machine already holds (Kafka does the same), and for consumer-group
+    records, which the operation replayed at once (a failed write resets and reloads the shard).
     `barrier` makes a result with no records still wait for every earlier pending write.
     `producer_id` >= 0 makes the records one transactional batch of (producer_id,
     producer_epoch), written on its own, pending until the producer's marker (KOC §5.4).

@@ -7,11 +7,15 @@ membership is ephemeral state the state machine holds, persisted by GroupMetadat
 only loading replays (Kafka's model). Error codes and their order follow the reference (§ cited).
 This module holds the state, replay, loading, the timer loop and the group listings; the APIs
 are mixins beside it: offset_ops.py (offsets) and classic_group_ops.py (the classic group protocol).
+KIP-848 consumer groups live beside the classic ones in `consumer` (consumer_group_ops.py): a
+group id that has a consumer group is that consumer group (an offsets-only classic entry may stay
+beside it for its offsets); the shard routes their records and timers, and keeps the two kinds
+apart at the doors (a live classic group refuses consumer members and the other way round).
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Hashable, Iterable
 
 from ..records.batch import decode_records, parse_header
 from ..records.control import CONTROL_ABORT, CONTROL_COMMIT, parse_marker
@@ -19,8 +23,15 @@ from ..records.group_metadata_value import GroupMetadataValue, decode_group_meta
 from ..records.offset_commit_value import OffsetCommitValue
 from ..records.offsets import GroupMetadataKey, OffsetCommitKey, decode_key, encode_key, encode_value
 from .classic_group_ops import ClassicGroupOperations
+from .classic_group_ops import JoinRequest, join_error
 from .config import GroupCoordinatorConfig
-from .errors import NONE
+from .consumer_group_ops import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    ConsumerGroupOperations,
+    TopicsImage,
+)
+from .errors import GROUP_ID_NOT_FOUND, INCONSISTENT_GROUP_PROTOCOL, NONE
 from .group import ClassicGroup, GroupState
 from .metrics import CoordinatorCounters
 from .offset_ops import OffsetOperations
@@ -62,6 +73,7 @@ class GroupCoordinatorShard(ClassicGroupOperations, OffsetOperations):
         self.skipped_records = 0
         self.timers = Timers()
         self._expiry_warned: set[str] = set()
+        self.consumer = ConsumerGroupOperations(self.config.consumer)
 
     # ============================================================================ replay
 
@@ -104,9 +116,11 @@ class GroupCoordinatorShard(ClassicGroupOperations, OffsetOperations):
             self.replay_transactional(header.producer_id, record.key, record.value, record.offset)
 
     def _replay_other(self, key: bytes, value: bytes | None) -> None:
-        """A record that is not an offset commit: GroupMetadata, or a key version we skip."""
+        """A record that is not an offset commit: GroupMetadata, a consumer group's (types 3-8,
+        16), or a key version we skip."""
         if key[0] or key[1] != 2:
-            self.skipped_records += 1
+            if not self.consumer.replay_raw(key, value):
+                self.skipped_records += 1
             return
         group_id = decode_key(key).group  # type: ignore[union-attr]
         if value is None:
@@ -132,21 +146,60 @@ class GroupCoordinatorShard(ClassicGroupOperations, OffsetOperations):
                 self._schedule_heartbeat(group, member, now)
             if len(group.members) > self.config.group_max_size and group.state is S.STABLE:
                 self._prepare_rebalance(group, now, result)
+        self.consumer.on_loaded(now)
         return result
 
     # ====================================================================== timers
 
     def next_deadline(self) -> int | None:
-        return self.timers.next_deadline()
+        """The earliest deadline of a classic or a consumer group's timer."""
+        classic, consumer = self.timers.next_deadline(), self.consumer.next_deadline()
+        if classic is None or consumer is None:
+            return consumer if classic is None else classic
+        return min(classic, consumer)
 
     def fire_timers(self, now: int) -> CoordinatorResult:
-        """Run every expired timer; the result may complete parked requests and write records."""
+        """Run every expired timer; the result may complete parked requests and write records
+        (both kinds' records are replayed already: replay=False)."""
         result = CoordinatorResult(replay=False)
         for key in self.timers.pop_expired(now):
             group = self.groups.get(key[1])
             if group is None:
                 continue
             self._fire_classic_timer(key, group, now, result)
+        return result.merge(self.consumer.fire_timers(now))
+
+    # ============================================================= the two group kinds
+
+    def consumer_group_heartbeat(self, token: Hashable, req: ConsumerGroupHeartbeatRequest, api_version: int,
+                                 now: int, topics: TopicsImage) -> CoordinatorResult:
+        """ConsumerGroupHeartbeat (consumer_group_ops.py), after the classic side's say (B7): a
+        classic group with members answers GROUP_ID_NOT_FOUND; an empty or offsets-only one is
+        taken over, its offsets kept (its entry stays beside the consumer group for them)."""
+        if req.group_id not in self.consumer.groups:
+            classic = self.groups.get(req.group_id)
+            if classic is not None and (classic.members or classic.state not in (S.EMPTY, S.DEAD)):
+                error = ConsumerGroupHeartbeatResponse(
+                    error_code=GROUP_ID_NOT_FOUND,
+                    error_message=f"Group {req.group_id} is not a consumer group.")
+                return CoordinatorResult(replay=False).respond(token, error)
+        return self.consumer.consumer_group_heartbeat(token, req, api_version, now, topics)
+
+    def join_group(self, token: Hashable, req: JoinRequest, now: int) -> CoordinatorResult:
+        """JoinGroup (classic_group_ops.py) on a group id a consumer group holds: refused with
+        INCONSISTENT_GROUP_PROTOCOL while it has members; an empty one becomes classic (its
+        records tombstoned in Kafka's order, ahead of the join's, its offsets kept), B7."""
+        group = self.consumer.groups.get(req.group_id) if req.group_id else None
+        if group is None:
+            return super().join_group(token, req, now)
+        if group.members:
+            return CoordinatorResult(replay=False).respond(token, join_error(INCONSISTENT_GROUP_PROTOCOL,
+                                                                              req.member_id))
+        tombstones = group.group_tombstones()
+        for key, value in tombstones:
+            self.consumer.replay(key, value)
+        result = super().join_group(token, req, now)
+        result.records[:0] = tombstones
         return result
 
     # ======================================================================== admin

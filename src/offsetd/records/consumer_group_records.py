@@ -22,7 +22,16 @@ import uuid
 from dataclasses import dataclass
 from typing import Union
 
-from .offsets import RecordDecodeError
+from .coordinator_serde import (
+    INT16,
+    INT32,
+    INT64,
+    NO_TAGGED_FIELDS,
+    RecordDecodeError,
+    write_compact_bytes,
+    write_compact_string,
+    write_string,
+)
 from .varint import encode_uvarint
 
 __all__ = [
@@ -54,13 +63,9 @@ __all__ = [
     "decode_value",
 ]
 
-_h = struct.Struct(">h")
 _b = struct.Struct(">b")
-_i = struct.Struct(">i")
-_q = struct.Struct(">q")
 
 _VALUE_VERSION = 0
-_NO_TAGS = b"\x00"
 
 # ClassicMemberMetadata is tag 0 of the member metadata value.
 _TAG_CLASSIC_MEMBER_METADATA = 0
@@ -260,28 +265,7 @@ CONSUMER_GROUP_RECORD_TYPES = frozenset(_KEY_TYPES)
 
 
 # ------------------------------------------------------------------------------- encoding
-# A minimal flexible-version writer; records/offsets.py keeps its own private helpers.
-
-
-def _str(s: str) -> bytes:
-    """Non-flexible (key) string: int16 length + UTF-8."""
-    raw = s.encode("utf-8")
-    if len(raw) > 0x7FFF:
-        raise ValueError(f"string of {len(raw)} UTF-8 bytes does not fit an int16 length")
-    return _h.pack(len(raw)) + raw
-
-
-def _cstr(s: str | None) -> bytes:
-    """Compact string: uvarint(length + 1) + UTF-8; null -> 0."""
-    if s is None:
-        return b"\x00"
-    raw = s.encode("utf-8")
-    return encode_uvarint(len(raw) + 1) + raw
-
-
-def _cbytes(b: bytes) -> bytes:
-    """Compact bytes: uvarint(length + 1) + data."""
-    return encode_uvarint(len(b) + 1) + bytes(b)
+# Field writers are coordinator_serde's: key strings non-flexible, value strings and bytes compact.
 
 
 def _carray(items: list[bytes]) -> bytes:
@@ -292,25 +276,28 @@ def _carray(items: list[bytes]) -> bytes:
 def _topic_partitions(tps: tuple[TopicPartitions, ...]) -> bytes:
     """[]TopicPartitions: uuid, compact []int32, empty tag section per element."""
     return _carray([
-        tp.topic_id.bytes + _carray([_i.pack(p) for p in tp.partitions]) + _NO_TAGS for tp in tps
+        tp.topic_id.bytes + _carray([INT32.pack(p) for p in tp.partitions]) + NO_TAGGED_FIELDS for tp in tps
     ])
 
 
 def _classic_member_metadata(m: ClassicMemberMetadata) -> bytes:
     """ClassicMemberMetadata struct (the body of record 5's tag 0)."""
-    protocols = _carray([_cstr(p.name) + _cbytes(p.metadata) + _NO_TAGS for p in m.supported_protocols])
-    return _i.pack(m.session_timeout_ms) + protocols + _NO_TAGS
+    protocols = _carray([write_compact_string(p.name) + write_compact_bytes(p.metadata) + NO_TAGGED_FIELDS
+                         for p in m.supported_protocols])
+    return INT32.pack(m.session_timeout_ms) + protocols + NO_TAGGED_FIELDS
 
 
 def _member_metadata_value(v: ConsumerGroupMemberMetadataValue) -> bytes:
     """Record 5's body; ClassicMemberMetadata goes in the tag section only when present."""
     body = b"".join((
-        _cstr(v.instance_id), _cstr(v.rack_id), _cstr(v.client_id), _cstr(v.client_host),
-        _carray([_cstr(t) for t in v.subscribed_topic_names]), _cstr(v.subscribed_topic_regex),
-        _i.pack(v.rebalance_timeout_ms), _cstr(v.server_assignor),
+        write_compact_string(v.instance_id), write_compact_string(v.rack_id),
+        write_compact_string(v.client_id), write_compact_string(v.client_host),
+        _carray([write_compact_string(t) for t in v.subscribed_topic_names]),
+        write_compact_string(v.subscribed_topic_regex),
+        INT32.pack(v.rebalance_timeout_ms), write_compact_string(v.server_assignor),
     ))
     if v.classic_member_metadata is None:
-        return body + _NO_TAGS
+        return body + NO_TAGGED_FIELDS
     tagged = _classic_member_metadata(v.classic_member_metadata)
     return body + b"\x01" + encode_uvarint(_TAG_CLASSIC_MEMBER_METADATA) + encode_uvarint(len(tagged)) + tagged
 
@@ -320,11 +307,12 @@ def _partition_metadata_value(v: ConsumerGroupPartitionMetadataValue) -> bytes:
     topics = []
     for t in v.topics:
         racks = _carray([
-            _i.pack(pr.partition) + _carray([_cstr(r) for r in pr.racks]) + _NO_TAGS
+            INT32.pack(pr.partition) + _carray([write_compact_string(r) for r in pr.racks]) + NO_TAGGED_FIELDS
             for pr in t.partition_metadata
         ])
-        topics.append(t.topic_id.bytes + _cstr(t.topic_name) + _i.pack(t.num_partitions) + racks + _NO_TAGS)
-    return _carray(topics) + _NO_TAGS
+        topics.append(t.topic_id.bytes + write_compact_string(t.topic_name) + INT32.pack(t.num_partitions)
+                      + racks + NO_TAGGED_FIELDS)
+    return _carray(topics) + NO_TAGGED_FIELDS
 
 
 def encode_key(key: ConsumerGroupKey) -> bytes:
@@ -333,35 +321,36 @@ def encode_key(key: ConsumerGroupKey) -> bytes:
     if record_type is None:
         raise TypeError(f"encode_key: not a consumer-group key: {type(key).__name__}")
     fields = _KEY_TYPES[record_type][1]
-    return _h.pack(record_type) + b"".join(_str(getattr(key, f)) for f in fields)
+    return INT16.pack(record_type) + b"".join(write_string(getattr(key, f)) for f in fields)
 
 
 def encode_value(value: ConsumerGroupValue) -> bytes:
     """int16 version 0, then the flexible value body."""
     t = type(value)
     if t is ConsumerGroupMetadataValue:
-        body = _i.pack(value.epoch) + _NO_TAGS  # type: ignore[union-attr]
+        body = INT32.pack(value.epoch) + NO_TAGGED_FIELDS  # type: ignore[union-attr]
     elif t is ConsumerGroupPartitionMetadataValue:
         body = _partition_metadata_value(value)  # type: ignore[arg-type]
     elif t is ConsumerGroupMemberMetadataValue:
         body = _member_metadata_value(value)  # type: ignore[arg-type]
     elif t is ConsumerGroupTargetAssignmentMetadataValue:
-        body = _i.pack(value.assignment_epoch) + _NO_TAGS  # type: ignore[union-attr]
+        body = INT32.pack(value.assignment_epoch) + NO_TAGGED_FIELDS  # type: ignore[union-attr]
     elif t is ConsumerGroupTargetAssignmentMemberValue:
-        body = _topic_partitions(value.topic_partitions) + _NO_TAGS  # type: ignore[union-attr]
+        body = _topic_partitions(value.topic_partitions) + NO_TAGGED_FIELDS  # type: ignore[union-attr]
     elif t is ConsumerGroupCurrentMemberAssignmentValue:
         v: ConsumerGroupCurrentMemberAssignmentValue = value  # type: ignore[assignment]
         body = b"".join((
-            _i.pack(v.member_epoch), _i.pack(v.previous_member_epoch), _b.pack(v.state),
+            INT32.pack(v.member_epoch), INT32.pack(v.previous_member_epoch), _b.pack(v.state),
             _topic_partitions(v.assigned_partitions), _topic_partitions(v.partitions_pending_revocation),
-            _NO_TAGS,
+            NO_TAGGED_FIELDS,
         ))
     elif t is ConsumerGroupRegularExpressionValue:
         r: ConsumerGroupRegularExpressionValue = value  # type: ignore[assignment]
-        body = _carray([_cstr(s) for s in r.topics]) + _q.pack(r.version) + _q.pack(r.timestamp) + _NO_TAGS
+        body = (_carray([write_compact_string(s) for s in r.topics]) + INT64.pack(r.version)
+                + INT64.pack(r.timestamp) + NO_TAGGED_FIELDS)
     else:
         raise TypeError(f"encode_value: not a consumer-group value: {t.__name__}")
-    return _h.pack(_VALUE_VERSION) + body
+    return INT16.pack(_VALUE_VERSION) + body
 
 
 # ------------------------------------------------------------------------------- decoding
@@ -455,7 +444,7 @@ def decode_key(data: bytes | bytearray | memoryview) -> ConsumerGroupKey | None:
     d = bytes(data)
     if len(d) < 2:
         raise RecordDecodeError(f"record key of {len(d)} bytes has no type")
-    (record_type,) = _h.unpack_from(d, 0)
+    (record_type,) = INT16.unpack_from(d, 0)
     entry = _KEY_TYPES.get(record_type)
     if entry is None:
         return None
@@ -464,7 +453,7 @@ def decode_key(data: bytes | bytearray | memoryview) -> ConsumerGroupKey | None:
     values = []
     try:
         for name in fields:
-            (n,) = _h.unpack_from(d, p)
+            (n,) = INT16.unpack_from(d, p)
             if n < 0 or p + 2 + n > len(d):
                 raise RecordDecodeError(f"key field {name} of length {n} is null or overruns the key")
             values.append(d[p + 2:p + 2 + n].decode("utf-8"))
@@ -483,7 +472,7 @@ def _read_topic_partitions(r: _Reader, name: str) -> tuple[TopicPartitions, ...]
     out = []
     for _ in range(r.count(name)):
         topic_id = r.uuid()
-        partitions = tuple(r.fixed(_i) for _ in range(r.count("Partitions")))
+        partitions = tuple(r.fixed(INT32) for _ in range(r.count("Partitions")))
         r.tags()  # e.g. AssignmentEpochs (KIP-1251, after 4.0)
         out.append(TopicPartitions(topic_id, partitions))
     return tuple(out)
@@ -492,7 +481,7 @@ def _read_topic_partitions(r: _Reader, name: str) -> tuple[TopicPartitions, ...]
 def _read_classic_member_metadata(raw: bytes) -> ClassicMemberMetadata:
     """Record 5's tag 0 from its raw bytes."""
     r = _Reader(raw)
-    session_timeout = r.fixed(_i)
+    session_timeout = r.fixed(INT32)
     protocols = []
     for _ in range(r.count("SupportedProtocols")):
         name = r.cstr_nn("Name")
@@ -512,7 +501,7 @@ def _read_member_metadata(r: _Reader) -> ConsumerGroupMemberMetadataValue:
     client_host = r.cstr_nn("ClientHost")
     names = tuple(r.cstr_nn("SubscribedTopicNames") for _ in range(r.count("SubscribedTopicNames")))
     regex = r.cstr()
-    rebalance_timeout = r.fixed(_i)
+    rebalance_timeout = r.fixed(INT32)
     server_assignor = r.cstr()
     tags = r.tags()
     classic = None
@@ -528,10 +517,10 @@ def _read_partition_metadata(r: _Reader) -> ConsumerGroupPartitionMetadataValue:
     for _ in range(r.count("Topics")):
         topic_id = r.uuid()
         name = r.cstr_nn("TopicName")
-        num_partitions = r.fixed(_i)
+        num_partitions = r.fixed(INT32)
         racks = []
         for _ in range(r.count("PartitionMetadata")):
-            partition = r.fixed(_i)
+            partition = r.fixed(INT32)
             names = tuple(r.cstr_nn("Racks") for _ in range(r.count("Racks")))
             r.tags()
             racks.append(PartitionRacks(partition, names))
@@ -545,7 +534,7 @@ def _read_value(key: ConsumerGroupKey, r: _Reader) -> ConsumerGroupValue:
     """The body of the value that goes with `key`."""
     t = type(key)
     if t is ConsumerGroupMetadataKey:
-        epoch = r.fixed(_i)
+        epoch = r.fixed(INT32)
         r.tags()  # MetadataHash (KIP-1101, 4.1) and later tags
         return ConsumerGroupMetadataValue(epoch)
     if t is ConsumerGroupPartitionMetadataKey:
@@ -553,7 +542,7 @@ def _read_value(key: ConsumerGroupKey, r: _Reader) -> ConsumerGroupValue:
     if t is ConsumerGroupMemberMetadataKey:
         return _read_member_metadata(r)
     if t is ConsumerGroupTargetAssignmentMetadataKey:
-        epoch = r.fixed(_i)
+        epoch = r.fixed(INT32)
         r.tags()
         return ConsumerGroupTargetAssignmentMetadataValue(epoch)
     if t is ConsumerGroupTargetAssignmentMemberKey:
@@ -561,16 +550,16 @@ def _read_value(key: ConsumerGroupKey, r: _Reader) -> ConsumerGroupValue:
         r.tags()
         return ConsumerGroupTargetAssignmentMemberValue(tps)
     if t is ConsumerGroupCurrentMemberAssignmentKey:
-        member_epoch = r.fixed(_i)
-        previous = r.fixed(_i)
+        member_epoch = r.fixed(INT32)
+        previous = r.fixed(INT32)
         state = r.fixed(_b)
         assigned = _read_topic_partitions(r, "AssignedPartitions")
         pending = _read_topic_partitions(r, "PartitionsPendingRevocation")
         r.tags()
         return ConsumerGroupCurrentMemberAssignmentValue(member_epoch, previous, state, assigned, pending)
     topics = tuple(r.cstr_nn("Topics") for _ in range(r.count("Topics")))
-    version = r.fixed(_q)
-    timestamp = r.fixed(_q)
+    version = r.fixed(INT64)
+    timestamp = r.fixed(INT64)
     r.tags()
     return ConsumerGroupRegularExpressionValue(topics, version, timestamp)
 
@@ -580,7 +569,7 @@ def decode_value(key: ConsumerGroupKey, data: bytes | bytearray | memoryview | N
     if data is None:
         return None
     r = _Reader(bytes(data))
-    version = r.fixed(_h)
+    version = r.fixed(INT16)
     if version != _VALUE_VERSION:
         raise RecordDecodeError(f"{type(key).__name__}: unknown value version {version}")
     value = _read_value(key, r)

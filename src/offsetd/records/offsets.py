@@ -8,7 +8,8 @@ the record type:
 
     key v0, v1  OffsetCommit   group string, topic string, partition int32  (offset_commit_value.py)
     key v2      GroupMetadata  group string                                 (group_metadata_value.py)
-    other       not ours (KIP-848 / share groups / future): decode_key returns UnknownRecordKey
+    3-8, 16     KIP-848 consumer groups (consumer_group_records.py); decode_key here returns
+                UnknownRecordKey for them and for the other types (share groups, future)
 
 The broker's start-up replay does not decode values at all (records/scan.py `scan_key_values`
 feeds key and value bytes to the coordinator); these decoders serve reads, tools and tests.
@@ -30,6 +31,7 @@ from offsetd.records.coordinator_serde import (
     read_required_string,
     write_string,
 )
+from offsetd.records import consumer_group_records
 from offsetd.records.group_metadata_value import (
     GroupMetadataValue,
     decode_group_metadata_value,
@@ -135,14 +137,15 @@ def _offset_commit_key_bytes(key: OffsetCommitKey) -> bytes:
     return b"".join((b"\x00\x01", write_string(key.group), write_string(key.topic), INT32.pack(key.partition)))
 
 
-def encode_key(key: RecordKey) -> bytes:
-    """OffsetCommitKey -> key version 1; GroupMetadataKey -> key version 2."""
+def encode_key(key: RecordKey | consumer_group_records.ConsumerGroupKey) -> bytes:
+    """OffsetCommitKey -> key version 1; GroupMetadataKey -> key version 2; a consumer-group key
+    -> its record type (consumer_group_records.py)."""
     if type(key) is OffsetCommitKey:
         return _offset_commit_key_bytes(key)
     if type(key) is GroupMetadataKey:
         # int16 version 2 | string group
         return b"\x00\x02" + write_string(key.group)
-    raise TypeError(f"encode_key: expected OffsetCommitKey or GroupMetadataKey, got {type(key).__name__}")
+    return consumer_group_records.encode_key(key)  # type: ignore[arg-type]
 
 
 def decode_key(
@@ -180,17 +183,18 @@ def decode_key(
 RecordValue = Union[OffsetCommitValue, GroupMetadataValue]
 
 
-def encode_value(value: RecordValue, version: int | None = None) -> bytes:
-    """Serialize a value: OffsetCommit -> v3 (v1 if expire_timestamp != -1); GroupMetadata -> v3.
+def encode_value(value: RecordValue | consumer_group_records.ConsumerGroupValue, version: int | None = None) -> bytes:
+    """Serialize a value: OffsetCommit -> v3 (v1 if expire_timestamp != -1); GroupMetadata -> v3;
+    a consumer-group value -> its v0 (consumer_group_records.py).
 
-    `version` forces another schema version (0..4; for tests and compatibility tools); fields
-    that version lacks are dropped.
+    `version` forces another schema version of the first two (0..4; for tests and compatibility
+    tools); fields that version lacks are dropped.
     """
     if type(value) is OffsetCommitValue:
         return encode_offset_commit_value(value, version)
     if type(value) is GroupMetadataValue:
         return encode_group_metadata_value(value, version)
-    raise TypeError(f"encode_value: expected OffsetCommitValue or GroupMetadataValue, got {type(value).__name__}")
+    return consumer_group_records.encode_value(value)  # type: ignore[arg-type]
 
 
 def decode_value(

@@ -81,12 +81,29 @@ class BrokerConfig:
             raise ConfigError("broker.heartbeat.interval.ms must be less than broker.session.timeout.ms "
                               f"({self._values['broker.heartbeat.interval.ms']} >= "
                               f"{self._values['broker.session.timeout.ms']})")
+        self._check_consumer_group_bounds()
         self._raw = raw
         self._overrides: dict[tuple[str, str], Any] = {}
         for key, text in prefixed.items():
             self._parse_listener_key(key, text)
         self._check_listeners()
         self._check_tls()
+
+    def _check_consumer_group_bounds(self) -> None:
+        """The consumer protocol's session timeout and heartbeat interval within their min and
+        max, and the interval below the timeout (Kafka's GroupCoordinatorConfig checks)."""
+        v = self._values
+        for what in ("session.timeout", "heartbeat.interval"):
+            key, lo, hi = (f"group.consumer.{what}.ms", f"group.consumer.min.{what}.ms",
+                           f"group.consumer.max.{what}.ms")
+            if v[lo] > v[hi]:
+                raise ConfigError(f"{lo} must be at most {hi} ({v[lo]} > {v[hi]})")
+            if not v[lo] <= v[key] <= v[hi]:
+                raise ConfigError(f"Invalid value {v[key]} for configuration {key}: must be between "
+                                  f"{lo} ({v[lo]}) and {hi} ({v[hi]})")
+        if v["group.consumer.heartbeat.interval.ms"] >= v["group.consumer.session.timeout.ms"]:
+            raise ConfigError("group.consumer.heartbeat.interval.ms must be less than "
+                              "group.consumer.session.timeout.ms")
 
     def _parse_listener_key(self, key: str, text: str) -> None:
         """A `listener.name.<name>.<key>` override: the key's own parser, or a per-mechanism key."""

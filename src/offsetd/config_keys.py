@@ -120,6 +120,26 @@ def _parse_list(raw: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in raw.split(",") if item.strip())
 
 
+def _parse_rebalance_protocols(raw: str) -> tuple[str, ...]:
+    """group.coordinator.rebalance.protocols: classic (required) and optionally consumer."""
+    protocols = tuple(p.lower() for p in _parse_list(raw))
+    unknown = [p for p in protocols if p not in ("classic", "consumer")]
+    if unknown:
+        raise ValueError(f"unknown protocol(s) {', '.join(unknown)}; expected classic and consumer")
+    if "classic" not in protocols:
+        raise ValueError("the classic protocol must be enabled")
+    return protocols
+
+
+def _parse_assignors(raw: str) -> tuple[str, ...]:
+    """group.consumer.assignors: server-side assignor names (uniform, range), the first the default."""
+    names = tuple(a.lower() for a in _parse_list(raw))
+    unknown = [a for a in names if a not in ("uniform", "range")]
+    if unknown or not names:
+        raise ValueError(f"expected a list of uniform and range, got {raw!r}")
+    return names
+
+
 def _parse_mechanisms(raw: str) -> tuple[str, ...]:
     return tuple(item.upper() for item in _parse_list(raw))
 
@@ -331,6 +351,24 @@ SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
     "group.min.session.timeout.ms": (_parse_int(0, INT32_MAX), "6000", "Shortest session timeout."),
     "group.max.session.timeout.ms": (_parse_int(0, INT32_MAX), "1800000", "Longest session timeout."),
     "group.max.size": (_parse_int(1, INT32_MAX), str(INT32_MAX), "Most members in a group."),
+    "group.coordinator.rebalance.protocols": (_parse_rebalance_protocols, "classic,consumer",
+                                              "Group protocols served; without consumer, KIP-848's APIs "
+                                              "answer UNSUPPORTED_VERSION."),
+    "group.consumer.session.timeout.ms": (_parse_int(1, INT32_MAX), "45000",
+                                          "Session timeout of consumer-protocol members."),
+    "group.consumer.min.session.timeout.ms": (_parse_int(1, INT32_MAX), "45000",
+                                              "Lower bound of group.consumer.session.timeout.ms."),
+    "group.consumer.max.session.timeout.ms": (_parse_int(1, INT32_MAX), "60000",
+                                              "Upper bound of group.consumer.session.timeout.ms."),
+    "group.consumer.heartbeat.interval.ms": (_parse_int(1, INT32_MAX), "5000",
+                                             "Heartbeat interval given to consumer-protocol members."),
+    "group.consumer.min.heartbeat.interval.ms": (_parse_int(1, INT32_MAX), "5000",
+                                                 "Lower bound of group.consumer.heartbeat.interval.ms."),
+    "group.consumer.max.heartbeat.interval.ms": (_parse_int(1, INT32_MAX), "15000",
+                                                 "Upper bound of group.consumer.heartbeat.interval.ms."),
+    "group.consumer.max.size": (_parse_int(1, INT32_MAX), str(INT32_MAX), "Most members in a consumer group."),
+    "group.consumer.assignors": (_parse_assignors, "uniform,range",
+                                 "Server-side assignors (uniform, range); the first is the default."),
     "transactional.id.expiration.ms": (_parse_int(1), "604800000",
                                        "Idle transactional ids are forgotten after this."),
     "transaction.max.timeout.ms": (_parse_int(1, INT32_MAX), "900000",

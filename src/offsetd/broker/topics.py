@@ -65,6 +65,10 @@ class Topic:
 class TopicRegistry:
     """All topics of this broker, opened from `log.dirs` at start-up."""
 
+    version = 0
+    """Moves whenever a topic is added, removed or grows (what the consumer groups' view of the
+    topics, and their resolved regular expressions, are dated by)."""
+
     def __init__(self, config: BrokerConfig, now_ms: int) -> None:
         self.config = config
         self.root = config.log_dir
@@ -102,6 +106,7 @@ class TopicRegistry:
         return cluster_id
 
     def _add(self, topic: Topic) -> None:
+        self.version += 1
         self._by_name[topic.name] = topic
         self._by_id[topic.topic_id] = topic
 
@@ -176,6 +181,7 @@ class TopicRegistry:
             return
         for p in range(current, count):
             topic.partitions.append(self._open(topic, p, now_ms))
+        self.version += 1
         self._save()
         log.info("topic %s now has %d partitions", name, count)
 
@@ -183,6 +189,7 @@ class TopicRegistry:
         """Remove a topic and its data (DeleteTopics)."""
         del self._by_name[topic.name]
         del self._by_id[topic.topic_id]
+        self.version += 1
         self._save()
         for partition in topic.partitions:
             partition.delete()

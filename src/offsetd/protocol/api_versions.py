@@ -53,6 +53,7 @@ class ApiKey(IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
 
 
 # Highest versions we implement the semantics of. Produce v13 / Fetch v17+ / Metadata v13 change
@@ -107,6 +108,9 @@ SERVED_MAX: dict[ApiKey, int] = {
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: 0,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,
     ApiKey.DESCRIBE_CLIENT_QUOTAS: 1,
+    # KIP-848 consumer groups (reference B2); librdkafka sends v1 only. Listed even when
+    # group.coordinator.rebalance.protocols leaves consumer out (then answered 35), as Kafka does.
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: 1,
 }
 
 

@@ -99,6 +99,9 @@ API_CHECKS: dict[int, tuple[Check, ...]] = {
         _c(Res.CLUSTER, Op.DESCRIBE, Error.NONE, Where.FILTERED, "shows every group"),
         _c(Res.GROUP, Op.DESCRIBE, Error.NONE, Where.FILTERED, "else per group")),
     ApiKey.DELETE_GROUPS: (_c(Res.GROUP, Op.DELETE, _GROUP_DENIED, Where.RESOURCE),),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (
+        _c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.TOP),
+        _c(Res.TOPIC, Op.DESCRIBE, _TOPIC_DENIED, Where.TOP, "every subscribed topic name")),
     ApiKey.TXN_OFFSET_COMMIT: (
         _c(Res.TRANSACTIONAL_ID, Op.WRITE, _TXN_DENIED, Where.ALL_PARTITIONS),
         _c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.ALL_PARTITIONS),

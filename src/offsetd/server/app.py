@@ -33,7 +33,7 @@ from ..protocol.encoder import encode_response
 from ..protocol.primitives import DecodeError
 from ..protocol.errors import Error
 from ..protocol.header import parse_header, peek_ids
-from ..coordinator.config import GroupCoordinatorConfig
+from ..coordinator.config import ConsumerGroupConfig, GroupCoordinatorConfig
 from ..coordinator.shard import GroupCoordinatorShard
 from ..metrics.history import BrokerHistory
 from ..metrics.http import MetricsHttpServer
@@ -53,6 +53,7 @@ from .cleaner_loop import CleanerLoop
 from .coordinator_runtime import ShardRuntime, ShardState
 from .fetch_polls import FetchPolls
 from .futures import then
+from .consumer_group_api import ConsumerGroupApi
 from .group_api import GroupApi, RequestContext
 from .listeners import ListenerRuntime, bind, listener_runtimes, peer_listener, peer_security
 from .tls import keystore_reloaders
@@ -105,6 +106,11 @@ GROUP_HANDLERS: dict[int, Callable[[GroupApi, RequestContext, Any], Any]] = {
     ApiKey.TXN_OFFSET_COMMIT: GroupApi.txn_offset_commit,
 }
 
+# KIP-848 consumer-group APIs: ConsumerGroupApi methods, answering later like GroupApi's.
+CONSUMER_GROUP_HANDLERS: dict[int, Callable[[ConsumerGroupApi, RequestContext, Any], Any]] = {
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: ConsumerGroupApi.heartbeat,
+}
+
 # Transaction coordinator APIs (FindCoordinator too: it routes group keys to GroupApi).
 TXN_HANDLERS: dict[int, Callable[[TransactionApi, RequestContext, Any], Any]] = {
     ApiKey.FIND_COORDINATOR: TransactionApi.find_coordinator,
@@ -134,6 +140,11 @@ def coordinator_config(config: BrokerConfig) -> GroupCoordinatorConfig:
         metadata_max_bytes=config.get("offset.metadata.max.bytes"),
         retention_ms=config.get("offsets.retention.minutes") * 60 * 1000,
         retention_check_interval_ms=config.get("offsets.retention.check.interval.ms"),
+        consumer=ConsumerGroupConfig(
+            session_timeout_ms=config.get("group.consumer.session.timeout.ms"),
+            heartbeat_interval_ms=config.get("group.consumer.heartbeat.interval.ms"),
+            max_size=config.get("group.consumer.max.size"),
+            assignors=config.get("group.consumer.assignors")),
     )
 
 
@@ -180,6 +191,8 @@ class KafkaServer:
         self.cleaner = CleanerLoop(self.broker, self.runtimes, config, clock)
         self.security = security_api.install(self)  # ACLs (broker.authorizer) and SCRAM credentials
         self.group_api = GroupApi(self.broker, self.runtimes)
+        self.consumer_group_api = ConsumerGroupApi(
+            self.group_api, "consumer" in config.get("group.coordinator.rebalance.protocols"))
         self.txn_api = TransactionApi(self.broker, config, self.group_api, clock,
                                       MarkerWriter(self.broker, self.runtimes, clock),
                                       local=config.get("storage.engine") == "local")
@@ -456,6 +469,8 @@ class KafkaServer:
                 body = group_handler(self.group_api, ctx, request)
             elif txn_handler is not None:
                 body = txn_handler(self.txn_api, ctx, request)
+            elif api_key in CONSUMER_GROUP_HANDLERS:
+                body = CONSUMER_GROUP_HANDLERS[api_key](self.consumer_group_api, ctx, request)
             else:
                 body = HANDLERS[api_key](self.broker, request, version, self.clock())
         except Exception:

@@ -73,10 +73,13 @@ class ClusterTopicRegistry(TopicRegistry):
                     self.on_deleted(stale)
                 topic = Topic(row.name, row.topic_id, dict(row.configs), internal=row.internal)
                 self._add(topic)
+            if len(topic.partitions) < row.partitions:
+                self.version += 1
             while len(topic.partitions) < row.partitions:
                 topic.partitions.append(self._open(topic, len(topic.partitions), now_ms))
 
     def _forget(self, topic: Topic) -> None:
+        self.version += 1
         self._by_name.pop(topic.name, None)
         self._by_id.pop(topic.topic_id, None)
         for plog in topic.partitions:

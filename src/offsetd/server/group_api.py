@@ -76,7 +76,7 @@ class GroupApi:
     def runtime_for(self, group_id: str) -> ShardRuntime:
         return self.runtimes[partition_for(group_id, len(self.runtimes))]
 
-    def _state_error(self, runtime: ShardRuntime) -> int:
+    def state_error(self, runtime: ShardRuntime) -> int:
         """§0.2 steps 4-5: loading -> 14; failed, or owned by another broker -> 16."""
         if runtime.state is ShardState.LOADING:
             return Error.COORDINATOR_LOAD_IN_PROGRESS
@@ -125,7 +125,7 @@ class GroupApi:
         if self._read_denied(ctx, req.group_id):
             return _join_failure(Error.GROUP_AUTHORIZATION_FAILED, req.member_id)
         runtime = self.runtime_for(req.group_id)
-        error = self._state_error(runtime)
+        error = self.state_error(runtime)
         if error:
             return _join_failure(error, req.member_id)
         session = _ms(req.session_timeout)
@@ -146,7 +146,7 @@ class GroupApi:
         if self._read_denied(ctx, req.group_id):
             return _sync_failure(Error.GROUP_AUTHORIZATION_FAILED)
         runtime = self.runtime_for(req.group_id)
-        error = self._state_error(runtime)
+        error = self.state_error(runtime)
         if error:
             return _sync_failure(error)
         if ctx.version >= 5 and (req.protocol_type is None or req.protocol_name is None):
@@ -178,7 +178,7 @@ class GroupApi:
         if self._read_denied(ctx, req.group_id):  # the whole batch fails
             return {"error_code": Error.GROUP_AUTHORIZATION_FAILED} if legacy else \
                 {"error_code": Error.GROUP_AUTHORIZATION_FAILED, "members": ()}
-        error = self._state_error(runtime)
+        error = self.state_error(runtime)
         if error:
             return {"error_code": error, "members": ()}
         members = [(req.member_id, None)] if legacy else [(m.member_id, m.group_instance_id) for m in req.members]
@@ -237,7 +237,7 @@ class GroupApi:
         def failure(code: int) -> Body:
             return shape({(t, p): code for t, p, *_ in known})
 
-        error = self._state_error(runtime)
+        error = self.state_error(runtime)
         if error:
             return failure(error)
         token = new_token()
@@ -301,7 +301,7 @@ class GroupApi:
     def _fetch_group(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
                      require_stable: bool) -> Any:
         runtime = self.runtime_for(group_id)
-        error = self._state_error(runtime)
+        error = self.state_error(runtime)
         if error:
             return (error, [])
         if group_id is None:
@@ -342,12 +342,12 @@ class GroupApi:
         if not req.group_id:
             return failure(Error.INVALID_GROUP_ID)
         runtime = self.runtime_for(req.group_id)
-        error = self._state_error(runtime)
+        error = self.state_error(runtime)
         if error:
             return failure(error)
 
         def commit() -> Reply:
-            error = self._state_error(runtime)  # again: the verifier may have answered later
+            error = self.state_error(runtime)  # again: the verifier may have answered later
             if error:
                 return failure(error)
             token = new_token()
@@ -385,7 +385,7 @@ class GroupApi:
         groups = []
         for group_id in group_ids:
             runtime = self.runtime_for(group_id)
-            error = self._state_error(runtime)
+            error = self.state_error(runtime)
             if error:
                 groups.append({"error_code": error, "group_id": group_id, "group_state": "",
                                "protocol_type": "", "protocol_data": "", "members": ()})
@@ -438,7 +438,7 @@ class GroupApi:
                 errors[group_id] = Error.GROUP_AUTHORIZATION_FAILED
                 continue
             runtime = self.runtime_for(group_id)
-            error = self._state_error(runtime)
+            error = self.state_error(runtime)
             if error:
                 errors[group_id] = error
             else:
@@ -487,7 +487,7 @@ class GroupApi:
         def failure(code: int) -> Body:
             return {"error_code": code, "topics": ()}
 
-        error = self._state_error(runtime)
+        error = self.state_error(runtime)
         if error:
             return failure(error)
         token = new_token()

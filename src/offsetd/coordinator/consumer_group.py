@@ -33,6 +33,7 @@ from ..records.consumer_group_records import (
     TopicPartitions,
 )
 from .consumer_assignors import Assignment, TopicId
+from .errors import NONE, STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, UNSUPPORTED_VERSION
 
 ConsumerGroupRecord = tuple[ConsumerGroupKey, "ConsumerGroupValue | None"]
 
@@ -152,6 +153,35 @@ class ConsumerGroup:
         """The member that holds (or is still revoking) a partition, or None."""
         entry = self.partition_owners.get((topic_id, partition))
         return entry[0] if entry else None
+
+    def subscribed_topics(self) -> set[str]:
+        """Topics the members subscribe to now (names and resolved regexes that exist): their
+        offsets never expire (B7); none while the group has no members."""
+        return set(self.subscription_metadata) if self.members else set()
+
+    def validate_offset_commit(self, member_id: str, member_epoch: int, api_version: int,
+                               transactional: bool = False) -> int:
+        """OffsetCommit / TxnOffsetCommit against this group (B7): a negative epoch with no
+        members is a simple commit; else the member must exist (25), need v9+ for a plain commit
+        (35), and carry its current epoch (113)."""
+        if member_epoch < 0 and not self.members:
+            return NONE
+        member = self.members.get(member_id)
+        if member is None:
+            return UNKNOWN_MEMBER_ID
+        if not transactional and api_version < 9:
+            return UNSUPPORTED_VERSION
+        return NONE if member_epoch == member.member_epoch else STALE_MEMBER_EPOCH
+
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> int:
+        """OffsetFetch v9 against this group (B7): no member and a negative epoch is not checked;
+        else the member must exist (25) and carry its current epoch (113)."""
+        if member_id is None and member_epoch < 0:
+            return NONE
+        member = self.members.get(member_id or "")
+        if member is None:
+            return UNKNOWN_MEMBER_ID
+        return NONE if member_epoch == member.member_epoch else STALE_MEMBER_EPOCH
 
     def regex_users(self, regex: str, ignoring: str | None = None) -> int:
         """How many members (other than `ignoring`) subscribe with this regular expression."""

@@ -27,6 +27,7 @@ from .result import CoordinatorResult
 from .txn_offsets import PendingTxnOffsets
 
 if TYPE_CHECKING:
+    from .consumer_group_ops import ConsumerGroupOperations
     from .timers import Timers
 
 log = logging.getLogger("offsetd.coordinator")
@@ -42,6 +43,16 @@ def metadata_length(metadata: str | None) -> int:
     if metadata is None:
         return 0
     return len(metadata) if metadata.isascii() else len(metadata.encode("utf-16-le")) // 2
+
+
+def _commit_time(value: OffsetCommitValue) -> int:
+    """An offset's own commit time (what a consumer group's retention counts from)."""
+    return value.commit_timestamp
+
+
+def _nothing(topic: str) -> bool:
+    """No topic is subscribed (an Empty classic group)."""
+    return False
 
 
 def _tp(key: bytes) -> TopicPartition:
@@ -62,6 +73,7 @@ class OffsetOperations:
     group_retention_ms: dict[str, int]
     _unreplayed: dict[bytes, int]
     _expiry_warned: set[str]
+    consumer: "ConsumerGroupOperations"
 
     def _validate_member(self, group: ClassicGroup, member_id: str, instance_id: str | None) -> int:
         raise NotImplementedError
@@ -106,7 +118,11 @@ class OffsetOperations:
         if group_id is None:
             return result.respond(token, {(t, p): INVALID_GROUP_ID for t, p, *_ in offsets})
         group = self.groups.get(group_id)
-        error = self._validate_commit(group, member_id, instance_id, generation, version)
+        consumer = self.consumer.groups.get(group_id)
+        if consumer is not None:  # a consumer group's members and epochs (B7)
+            error = consumer.validate_offset_commit(member_id, generation, version)
+        else:
+            error = self._validate_commit(group, member_id, instance_id, generation, version)
         if error:
             return result.respond(token, {(t, p): error for t, p, *_ in offsets})
         if group is not None and group.is_in(S.STABLE, S.PREPARING_REBALANCE) and member_id in group.members:
@@ -141,8 +157,12 @@ class OffsetOperations:
         result = CoordinatorResult(replay=True, producer_id=producer_id, producer_epoch=producer_epoch)
         if not group_id:  # unlike OffsetCommit, "" is rejected too
             return result.respond(token, {(t, p): INVALID_GROUP_ID for t, p, *_ in offsets})
-        error = self._validate_commit(self.groups.get(group_id), member_id, instance_id, generation, -1,
-                                      transactional=True)
+        consumer = self.consumer.groups.get(group_id)
+        if consumer is not None:
+            error = consumer.validate_offset_commit(member_id, generation, -1, transactional=True)
+        else:
+            error = self._validate_commit(self.groups.get(group_id), member_id, instance_id, generation, -1,
+                                          transactional=True)
         if error:
             return result.respond(token, {(t, p): error for t, p, *_ in offsets})
         errors: dict[TopicPartition, int] = {}
@@ -220,18 +240,25 @@ class OffsetOperations:
         errors: dict[str, int] = {}
         for group_id in group_ids:
             group = self.groups.get(group_id)
-            if group is None or group.state is S.DEAD:
+            consumer = self.consumer.groups.get(group_id)
+            if consumer is not None:  # B7: 68 unless Empty
+                errors[group_id] = NON_EMPTY_GROUP if consumer.members else NONE
+            elif group is None or group.state is S.DEAD:
                 errors[group_id] = GROUP_ID_NOT_FOUND
             elif group.state is not S.EMPTY:
                 errors[group_id] = NON_EMPTY_GROUP
             else:
                 errors[group_id] = NONE
+            if errors[group_id] == NONE:
                 committed = self.offsets.get(group_id, {})
                 for key in [*committed, *(k for k in self.txn.pending_keys(group_id) if k not in committed)]:
                     # committed offsets, then pending-only partitions: each gets one tombstone
                     topic, partition = _tp(key)
                     result.records.append((OffsetCommitKey(group_id, topic, partition), None))
-                result.records.append((GroupMetadataKey(group_id), None))
+                if consumer is not None:
+                    result.records.extend(consumer.group_tombstones())
+                if group is not None:
+                    result.records.append((GroupMetadataKey(group_id), None))
         return result.respond(token, errors)
 
     def delete_offsets(self, token: Hashable, group_id: str | None,
@@ -241,14 +268,19 @@ class OffsetOperations:
         if not group_id:
             return result.respond(token, {"error_code": INVALID_GROUP_ID, "topics": {}})
         group = self.groups.get(group_id)
-        if group is None or group.state is S.DEAD:
+        consumer = self.consumer.groups.get(group_id)
+        if consumer is not None:  # a consumer group refuses its subscribed topics (B7)
+            is_subscribed: Callable[[str], bool] = consumer.subscribed_topics().__contains__
+        elif group is None or group.state is S.DEAD:
             return result.respond(token, {"error_code": GROUP_ID_NOT_FOUND, "topics": {}})
-        if group.state is not S.EMPTY and group.protocol_type != "consumer":
+        elif group.state is not S.EMPTY and group.protocol_type != "consumer":
             return result.respond(token, {"error_code": NON_EMPTY_GROUP, "topics": {}})
+        else:
+            is_subscribed = group.is_subscribed_to_topic if group.state is not S.EMPTY else _nothing
         stored = self.offsets.get(group_id, {})
         answer: dict[str, dict[int, int]] = {}
         for topic, partitions in topics:
-            subscribed = group.state is not S.EMPTY and group.is_subscribed_to_topic(topic)
+            subscribed = is_subscribed(topic)
             answer[topic] = {}
             for partition in partitions:
                 if subscribed:
@@ -300,13 +332,19 @@ class OffsetOperations:
         it expires, or None. For readers that keep decoded offsets of their own (the lag view);
         None when the group does not exist."""
         group = self.groups.get(group_id)
-        if group is None:
+        consumer = self.consumer.groups.get(group_id)
+        if consumer is not None:  # each offset by its commit time; subscribed topics never (B7)
+            base: Callable[[OffsetCommitValue], int] | None = _commit_time
+            is_subscribed: Callable[[str], bool] = consumer.subscribed_topics().__contains__
+        elif group is not None:
+            base = self._expiry_base(group)
+            is_subscribed = group.is_subscribed_to_topic
+        else:
             return None
-        base = self._expiry_base(group)
         retention = self.retention_ms(group_id)
 
         def expires(key: bytes, topic: str, value: OffsetCommitValue) -> int | None:
-            if (base is None or group.is_subscribed_to_topic(topic) or key in self._unreplayed
+            if (base is None or is_subscribed(topic) or key in self._unreplayed
                     or key in self.txn.keys):  # a pending transactional offset keeps it (§2 step 1.3)
                 return None
             if value.expire_timestamp != -1:  # explicit retention from OffsetCommit v2-v4 wins
@@ -322,7 +360,8 @@ class OffsetOperations:
         warn: list[tuple[str, int, int]] = []
         for group_id in group_ids:
             group = self.groups.get(group_id)
-            if group is None:
+            consumer = self.consumer.groups.get(group_id)
+            if group is None and consumer is None:
                 continue
             times = self.expiry_times(group_id)
             expired = [tp for tp, at in times.items() if at is not None and now >= at]
@@ -331,8 +370,16 @@ class OffsetOperations:
             self.counters.offset_expirations += len(expired)
             if expired:
                 log.info("group %s: %d offsets expired", group_id, len(expired))
-            if (len(expired) == len(times) and group.state is S.EMPTY and not group.pending_members
-                    and not self.txn.has_open_transaction(group_id)):
+            if consumer is not None:
+                if len(expired) == len(times) and not consumer.members and not self.txn.has_open_transaction(group_id):
+                    # an empty consumer group left with no offsets goes, records in Kafka's order
+                    result.records.extend(consumer.group_tombstones())
+                    if group is not None:
+                        result.records.append((GroupMetadataKey(group_id), None))
+                    self._expiry_warned.discard(group_id)
+                    continue
+            elif (len(expired) == len(times) and group.state is S.EMPTY  # type: ignore[union-attr]
+                  and not group.pending_members and not self.txn.has_open_transaction(group_id)):  # type: ignore[union-attr]
                 result.records.append((GroupMetadataKey(group_id), None))
                 self._expiry_warned.discard(group_id)
                 continue

@@ -222,6 +222,10 @@ class GroupCoordinatorShard(ClassicGroupOperations, OffsetOperations):
                         for m in group.members.values()],
         }
 
+    def group_ids(self) -> list[str]:
+        """Every group id of the shard, classic or consumer (what the retention sweep walks)."""
+        return list(self.groups) + [g for g in self.consumer.groups if g not in self.groups]
+
     def list_groups(self) -> Iterable[tuple[str, str, str]]:
         """(group id, protocol type, state) of every group."""
         return [(g.group_id, g.protocol_type or "", g.state.value) for g in self.groups.values()]

@@ -141,7 +141,7 @@ class ShardRuntime:
         """Expire offsets group by group, SWEEP_CHUNK groups per turn of the event loop."""
         if self.state is not ShardState.ACTIVE:  # never judge expiry on a half-replayed shard
             return
-        group_ids = list(self.shard.groups)
+        group_ids = self.shard.group_ids()
         for start in range(0, len(group_ids), SWEEP_CHUNK):
             result = self.shard.expire_offsets(self.clock(), group_ids[start : start + SWEEP_CHUNK])
             if result.records:

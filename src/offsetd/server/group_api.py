@@ -256,10 +256,13 @@ class GroupApi:
             groups = [(req.group_id, None if req.topics is None else [(t.name, list(t.partition_indexes))
                                                                       for t in req.topics])]
         require_stable = getattr(req, "require_stable", False)
+        # v9: the member asking, checked against a consumer group (B7); (None, -1): not checked
+        members = [(getattr(g, "member_id", None), getattr(g, "member_epoch", -1)) for g in req.groups] \
+            if ctx.version >= 9 else [(None, -1)] * len(groups)
         acc = access(self.broker, ctx)
-        answers: list[Any] = [self._fetch_group(group_id, topics, require_stable) if acc is None else
-                              self._fetch_authorized(acc, group_id, topics, require_stable)
-                              for group_id, topics in groups]
+        answers: list[Any] = [self._fetch_group(group_id, topics, require_stable, member) if acc is None else
+                              self._fetch_authorized(acc, group_id, topics, require_stable, member)
+                              for (group_id, topics), member in zip(groups, members)]
 
         def shape(results: list[tuple[int, list]]) -> Body:
             if ctx.version >= 8:
@@ -281,7 +284,7 @@ class GroupApi:
         return wait_all()
 
     def _fetch_authorized(self, acc: Access, group_id: str, topics: list[tuple[str, list[int]]] | None,
-                          require_stable: bool) -> Any:
+                          require_stable: bool, member: tuple[str | None, int]) -> Any:
         """_fetch_group under authorization (reference security.md §4 OffsetFetch): no DESCRIBE on
         the group: 30; a listed topic without DESCRIBE: 29 and offset -1 per partition, after
         the coordinator's topics; all topics (null): those without DESCRIBE are left out."""
@@ -290,22 +293,27 @@ class GroupApi:
         if topics is None:
             def keep(rows: list[Any]) -> list[Any]:
                 return [row for row in rows if acc.allows(Op.DESCRIBE, Res.TOPIC, row[0])]
-            return _rows_then(self._fetch_group(group_id, None, require_stable), keep)
+            return _rows_then(self._fetch_group(group_id, None, require_stable, member), keep)
         allowed = [(t, parts) for t, parts in topics if acc.allows(Op.DESCRIBE, Res.TOPIC, t)]
         if len(allowed) == len(topics):
-            return self._fetch_group(group_id, topics, require_stable)
+            return self._fetch_group(group_id, topics, require_stable, member)
         refused = [(t, [(p, -1, -1, "", Error.TOPIC_AUTHORIZATION_FAILED) for p in parts])
                    for t, parts in topics if not acc.allows(Op.DESCRIBE, Res.TOPIC, t)]
-        return _rows_then(self._fetch_group(group_id, allowed, require_stable), lambda rows: rows + refused)
+        return _rows_then(self._fetch_group(group_id, allowed, require_stable, member), lambda rows: rows + refused)
 
     def _fetch_group(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
-                     require_stable: bool) -> Any:
+                     require_stable: bool, member: tuple[str | None, int] = (None, -1)) -> Any:
         runtime = self.runtime_for(group_id)
         error = self.state_error(runtime)
         if error:
             return (error, [])
         if group_id is None:
             return (Error.INVALID_GROUP_ID, [])
+        consumer = runtime.shard.consumer.groups.get(group_id)
+        if consumer is not None:
+            error = consumer.validate_offset_fetch(*member)
+            if error:
+                return (error, [])
         if not require_stable:
             return (Error.NONE, [(topic, [(*row, Error.NONE) for row in rows])
                                  for topic, rows in runtime.shard.fetch_offsets(group_id, topics)])

@@ -1,0 +1,111 @@
+"""Consumer groups inside the coordinator shard (reference B7): records routed and loaded through
+the shard's replay, the classic side's say on a heartbeat, offsets with member epochs, expiry,
+deletion and timers of both kinds in one loop. Error codes are the reference's numbers."""
+
+from __future__ import annotations
+
+import uuid
+
+from coordinator_helpers import Harness, consumer_protocols, replay_into_fresh_shard
+
+from offsetd.coordinator.classic_group_ops import JoinRequest
+from offsetd.coordinator.consumer_group_ops import ConsumerGroupHeartbeatRequest, TopicsImage
+
+FOO = uuid.UUID(int=0xF00)
+TOPICS = TopicsImage({"foo": (FOO, 4), "other": (uuid.UUID(int=0x07), 1)}, 1)
+
+NONE, UNSUPPORTED_VERSION, UNKNOWN_MEMBER_ID, INCONSISTENT_GROUP_PROTOCOL = 0, 35, 25, 23
+NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC, STALE_MEMBER_EPOCH = 68, 69, 86, 113
+
+
+def heartbeat(h: Harness, member_id: str, epoch: int = 0, group_id: str = "g", **fields):
+    """One heartbeat through the shard; its records go to the harness's log."""
+    if epoch == 0:
+        fields.setdefault("rebalance_timeout_ms", 30_000)
+        fields.setdefault("subscribed_topic_names", ("foo",))
+        fields.setdefault("topic_partitions", ())
+    req = ConsumerGroupHeartbeatRequest(group_id=group_id, member_id=member_id, member_epoch=epoch, **fields)
+    token = h.token("cg")
+    result = h.shard.consumer_group_heartbeat(token, req, 1, h.now, TOPICS)
+    assert not result.replay  # replayed by the operation itself
+    return h.run(result)[token]
+
+
+def test_consumer_group_records_load_through_the_shard_replay():
+    h = Harness.new()
+    assert heartbeat(h, "m1").member_epoch == 1
+    h.commit("g", [("foo", 0, 7, -1, None)], member_id="m1", generation=1)
+    loaded = replay_into_fresh_shard(h.log)
+    group = loaded.consumer.groups["g"]
+    assert set(group.members) == {"m1"} and group.group_epoch == 1
+    assert loaded.skipped_records == 0
+    assert loaded.fetch_offsets("g", [("foo", [0])]) == [("foo", [(0, 7, -1, "")])]
+
+
+def test_a_live_classic_group_refuses_a_consumer_member_and_an_empty_one_is_taken_over():
+    h = Harness.new()
+    token = h.token("join")
+    h.run(h.shard.join_group(token, JoinRequest("c", "", None, "cli", "/h", 10_000, 10_000, "consumer",
+                                                consumer_protocols(), False), h.now))
+    assert heartbeat(h, "m1", group_id="c").error_code == GROUP_ID_NOT_FOUND
+    assert "c" not in h.shard.consumer.groups
+    h.seed_offsets("simple", {("foo", 1): 42})  # an offsets-only group
+    assert heartbeat(h, "m1", group_id="simple").error_code == NONE
+    assert h.offset("simple", "foo", 1) == 42
+
+
+def test_join_group_on_a_consumer_group():
+    h = Harness.new()
+    heartbeat(h, "m1")
+    join = JoinRequest("g", "", None, "cli", "/h", 10_000, 10_000, "consumer", consumer_protocols(), False)
+    token = h.token("join")
+    assert h.run(h.shard.join_group(token, join, h.now))[token]["error_code"] == INCONSISTENT_GROUP_PROTOCOL
+    heartbeat(h, "m1", epoch=-1)
+    token = h.token("join")
+    result = h.shard.join_group(token, join, h.now)
+    h.run(result)
+    assert "g" not in h.shard.consumer.groups  # an empty consumer group becomes classic
+    assert "g" not in replay_into_fresh_shard(h.log).consumer.groups
+
+
+def test_offset_commit_and_fetch_with_member_epochs():
+    h = Harness.new()
+    epoch = heartbeat(h, "m1").member_epoch
+    commit = [("foo", 0, 5, -1, None)]
+    assert h.commit("g", commit, member_id="m1", generation=epoch)[0] == {("foo", 0): NONE}
+    assert h.commit("g", commit, member_id="m1", generation=epoch + 1)[0] == {("foo", 0): STALE_MEMBER_EPOCH}
+    assert h.commit("g", commit, member_id="who", generation=epoch)[0] == {("foo", 0): UNKNOWN_MEMBER_ID}
+    assert h.commit("g", commit, member_id="", generation=-1)[0] == {("foo", 0): UNKNOWN_MEMBER_ID}
+    assert h.commit("g", commit, member_id="m1", generation=epoch, version=8)[0] == {("foo", 0): UNSUPPORTED_VERSION}
+    group = h.shard.consumer.groups["g"]
+    assert group.validate_offset_fetch(None, -1) == NONE
+    assert group.validate_offset_fetch("m1", epoch) == NONE
+    assert group.validate_offset_fetch("m1", epoch + 1) == STALE_MEMBER_EPOCH
+    assert group.validate_offset_fetch("who", epoch) == UNKNOWN_MEMBER_ID
+    heartbeat(h, "m1", epoch=-1)  # memberless: a simple commit is accepted
+    assert h.commit("g", commit, member_id="", generation=-1)[0] == {("foo", 0): NONE}
+
+
+def test_subscribed_topics_never_expire_and_an_empty_group_goes_with_its_offsets():
+    h = Harness.new(retention_ms=1000)
+    epoch = heartbeat(h, "m1").member_epoch
+    h.commit("g", [("foo", 0, 5, -1, None), ("other", 0, 1, -1, None)], member_id="m1", generation=epoch)
+    h.advance(5000)
+    expired = h.run(h.shard.expire_offsets(h.now, h.shard.group_ids()))
+    assert h.offset("g", "foo", 0) == 5 and h.offset("g", "other", 0) == -1
+    assert expired == {}
+    assert h.delete_groups(["g"])[0] == {"g": NON_EMPTY_GROUP}
+    assert h.delete_offsets("g", [("foo", [0])])[0]["topics"] == {"foo": {0: GROUP_SUBSCRIBED_TO_TOPIC}}
+    heartbeat(h, "m1", epoch=-1)
+    h.run(h.shard.expire_offsets(h.now, h.shard.group_ids()))
+    assert "g" not in h.shard.consumer.groups and "g" not in h.shard.groups
+    assert "g" not in replay_into_fresh_shard(h.log).consumer.groups
+
+
+def test_session_timeouts_run_in_the_shard_timer_loop():
+    h = Harness.new()
+    heartbeat(h, "m1")
+    deadline = h.shard.next_deadline()
+    assert deadline == h.now + h.shard.config.consumer.session_timeout_ms
+    h.fire(deadline)
+    assert not h.shard.consumer.groups["g"].members

@@ -1,0 +1,218 @@
+"""KIP-848 consumer groups end to end (reference B2-B9): confluent-kafka consumers with
+`group.protocol=consumer` against a real broker process, the broker assigning partitions through
+ConsumerGroupHeartbeat: one member reading and committing, three sharing a topic, a member
+leaving, a broker restart, a regular-expression subscription, static membership; and a raw
+heartbeat with a bad regex. Every wait polls the consumers against a deadline (wait_for)."""
+
+from __future__ import annotations
+
+import datetime
+import time
+import uuid
+
+import confluent_kafka
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from kio.index import load_request_schema
+
+from broker_process import wait_for
+from clients import create_topic, produce
+from group_helpers import unique
+from raw_client import RawClient
+
+CONSUMER_GROUP_HEARTBEAT, API_VERSIONS = 68, 18
+INVALID_REGULAR_EXPRESSION, UNSUPPORTED_VERSION = 128, 35
+
+# Short heartbeats so assignments move within a second or two (Kafka's bounds, lowered for tests).
+BROKER = {"group.initial.rebalance.delay.ms": "0",
+          "group.consumer.min.heartbeat.interval.ms": "300", "group.consumer.heartbeat.interval.ms": "300",
+          "group.consumer.min.session.timeout.ms": "3000", "group.consumer.session.timeout.ms": "6000"}
+
+pytestmark = pytest.mark.skipif(confluent_kafka.libversion()[1] < 0x020C0000,
+                                reason="group.protocol=consumer is GA from librdkafka 2.12 (reference B9)")
+
+
+class Member:
+    """One consumer-protocol consumer and what it read: value -> count."""
+
+    def __init__(self, bootstrap: str, group: str, topics: list[str], **conf: object) -> None:
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+                                  "auto.offset.reset": "earliest", "enable.auto.commit": False, **conf})
+        self.consumer.subscribe(topics)
+        self.read: dict[bytes, int] = {}
+        self.errors: list = []
+
+    def poll(self) -> None:
+        """Take what has arrived (a short poll keeps the member heartbeating)."""
+        for message in self.consumer.consume(100, 0.05):
+            if message.error():
+                self.errors.append(message.error())
+            else:
+                self.read[message.value()] = self.read.get(message.value(), 0) + 1
+
+    def assigned(self) -> set[tuple[str, int]]:
+        return {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+
+    def close(self) -> None:
+        """Commit what was read (if anything), then leave."""
+        if self.read:
+            self.consumer.commit(asynchronous=False)
+        self.consumer.close()
+
+
+def poll_until(members: list[Member], condition, timeout: float = 30.0, message: str = "condition"):
+    """Poll every member until `condition()` holds."""
+    def step():
+        for m in members:
+            m.poll()
+        return condition()
+    return wait_for(step, timeout=timeout, interval=0, message=message)
+
+
+def values(prefix: str, n: int) -> list[bytes]:
+    return [f"{prefix}-{i}".encode() for i in range(n)]
+
+
+def send(bootstrap: str, topic: str, payloads: list[bytes], partitions: int) -> None:
+    produce(bootstrap, topic, [{"value": v, "partition": i % partitions} for i, v in enumerate(payloads)])
+
+
+def read_by(members: list[Member]) -> dict[bytes, int]:
+    total: dict[bytes, int] = {}
+    for m in members:
+        for v, n in m.read.items():
+            total[v] = total.get(v, 0) + n
+    return total
+
+
+def test_one_member_reads_everything_and_commits(broker_factory):
+    broker = broker_factory(BROKER)
+    topic, group = unique("cp-one"), unique("g")
+    create_topic(broker.bootstrap, topic, 3)
+    sent = values("one", 60)
+    send(broker.bootstrap, topic, sent, 3)
+    member = Member(broker.bootstrap, group, [topic])
+    poll_until([member], lambda: len(member.read) == len(sent), message="every record read")
+    assert set(member.read) == set(sent) and not member.errors
+    assert member.assigned() == {(topic, p) for p in range(3)}
+    member.consumer.commit(asynchronous=False)
+    committed = member.consumer.committed([TopicPartition(topic, p) for p in range(3)], timeout=10)
+    assert sorted(tp.offset for tp in committed) == [20, 20, 20]
+    member.consumer.close()
+
+
+def test_three_members_share_a_topic_and_one_leaves(broker_factory):
+    broker = broker_factory(BROKER)
+    topic, group = unique("cp-three"), unique("g")
+    create_topic(broker.bootstrap, topic, 6)
+    members = [Member(broker.bootstrap, group, [topic], **{"client.id": f"m{i}"}) for i in range(3)]
+
+    def balanced(ms: list[Member], each: int) -> bool:
+        sets = [m.assigned() for m in ms]
+        union = set().union(*sets)
+        return all(len(s) == each for s in sets) and union == {(topic, p) for p in range(6)} \
+            and sum(len(s) for s in sets) == 6
+
+    poll_until(members, lambda: balanced(members, 2), message="2 partitions each")
+    first = values("first", 120)
+    send(broker.bootstrap, topic, first, 6)
+    poll_until(members, lambda: len(read_by(members)) == len(first), message="every record read")
+    assert balanced(members, 2), "assignments moved while the group was stable"
+    assert read_by(members) == dict.fromkeys(first, 1)  # each record read by exactly one member
+
+    leaving, staying = members[0], members[1:]
+    moved = leaving.assigned()
+    leaving.close()
+    poll_until(staying, lambda: balanced(staying, 3), message="the leaver's partitions taken over")
+    assert moved <= staying[0].assigned() | staying[1].assigned()
+    second = values("second", 120)
+    send(broker.bootstrap, topic, second, 6)
+    poll_until(staying, lambda: set(second) <= set(read_by(staying)), message="no record lost")
+    assert set(first) | set(second) <= set(read_by(members))
+    for m in staying:
+        m.close()
+
+
+def test_a_broker_restart_keeps_the_group_and_its_commits(broker_factory):
+    broker = broker_factory(BROKER)
+    topic, group = unique("cp-restart"), unique("g")
+    create_topic(broker.bootstrap, topic, 2)
+    before = values("before", 40)
+    send(broker.bootstrap, topic, before, 2)
+    member = Member(broker.bootstrap, group, [topic])
+    poll_until([member], lambda: len(member.read) == len(before), message="records before the restart")
+    member.consumer.commit(asynchronous=False)
+    broker.restart()
+    after = values("after", 40)
+    send(broker.bootstrap, topic, after, 2)
+    poll_until([member], lambda: set(after) <= set(member.read), timeout=45, message="records after the restart")
+    assert member.assigned() == {(topic, 0), (topic, 1)}
+    member.consumer.commit(asynchronous=False)
+    member.consumer.close()
+    fresh = Member(broker.bootstrap, group, [topic])
+    committed = fresh.consumer.committed([TopicPartition(topic, p) for p in range(2)], timeout=10)
+    assert [tp.offset for tp in committed] == [40, 40]
+    fresh.consumer.close()
+
+
+def test_regex_subscription_picks_up_a_topic_created_later(broker_factory):
+    broker = broker_factory(BROKER)
+    prefix, group = unique("rx"), unique("g")
+    create_topic(broker.bootstrap, f"{prefix}-a", 1)
+    create_topic(broker.bootstrap, "not-" + prefix, 1)
+    member = Member(broker.bootstrap, group, [f"^{prefix}-.*"])
+    poll_until([member], lambda: member.assigned() == {(f"{prefix}-a", 0)}, message="the matching topic assigned")
+    create_topic(broker.bootstrap, f"{prefix}-b", 2)
+    send(broker.bootstrap, f"{prefix}-b", values("late", 10), 2)
+    send(broker.bootstrap, "not-" + prefix, values("no", 5), 1)
+    # regexes are resolved again at most every 10 s (reference B5)
+    poll_until([member], lambda: len(member.read) == 10, timeout=40, message="the later topic's records")
+    assert member.assigned() == {(f"{prefix}-a", 0), (f"{prefix}-b", 0), (f"{prefix}-b", 1)}
+    assert set(member.read) == set(values("late", 10))
+    member.consumer.close()
+
+
+def test_a_static_member_rejoins_with_its_partitions(broker_factory):
+    broker = broker_factory(BROKER)
+    topic, group = unique("cp-static"), unique("g")
+    create_topic(broker.bootstrap, topic, 4)
+    a = Member(broker.bootstrap, group, [topic], **{"group.instance.id": "a"})
+    b = Member(broker.bootstrap, group, [topic], **{"group.instance.id": "b"})
+    poll_until([a, b], lambda: len(a.assigned()) == 2 and len(b.assigned()) == 2, message="2 partitions each")
+    held, others = a.assigned(), b.assigned()
+    a.close()  # a static member leaves for a while (epoch -2): its partitions wait for it
+    quiet_until = time.monotonic() + 2.0  # several heartbeat intervals: b is given nothing more
+    while time.monotonic() < quiet_until:
+        b.poll()
+        assert b.assigned() == others
+    again = Member(broker.bootstrap, group, [topic], **{"group.instance.id": "a"})
+    poll_until([again, b], lambda: again.assigned() == held, message="the same partitions back")
+    assert b.assigned() == others
+    again.close()
+    b.close()
+
+
+def _heartbeat_request(group: str, regex: str):
+    cls = load_request_schema(CONSUMER_GROUP_HEARTBEAT, 1)
+    return cls(group_id=group, member_id=str(uuid.uuid4()), member_epoch=0, instance_id=None, rack_id=None,
+               rebalance_timeout=datetime.timedelta(milliseconds=30000), subscribed_topic_names=None,
+               subscribed_topic_regex=regex, server_assignor=None, topic_partitions=())
+
+
+def test_a_bad_regex_is_an_error_and_the_broker_keeps_serving(broker_factory):
+    broker = broker_factory(BROKER)
+    with RawClient(broker.bootstrap) as client:
+        versions = client.call(API_VERSIONS, 3, load_request_schema(API_VERSIONS, 3)(
+            client_software_name="raw", client_software_version="1"))
+        assert [(k.min_version, k.max_version) for k in versions.api_keys if k.api_key == 68] == [(0, 1)]
+        bad = client.call(CONSUMER_GROUP_HEARTBEAT, 1, _heartbeat_request(unique("g"), "rx-("))
+        assert int(bad.error_code.value) == INVALID_REGULAR_EXPRESSION and bad.error_message
+        good = client.call(CONSUMER_GROUP_HEARTBEAT, 1, _heartbeat_request(unique("g"), "rx-.*"))
+        assert int(good.error_code.value) == 0 and good.member_epoch == 1
+
+
+def test_without_the_consumer_protocol_the_heartbeat_is_unsupported(broker_factory):
+    broker = broker_factory({**BROKER, "group.coordinator.rebalance.protocols": "classic"})
+    with RawClient(broker.bootstrap) as client:
+        answer = client.call(CONSUMER_GROUP_HEARTBEAT, 1, _heartbeat_request(unique("g"), "x"))
+        assert int(answer.error_code.value) == UNSUPPORTED_VERSION

@@ -12,7 +12,8 @@ import uuid
 
 import confluent_kafka
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, TopicPartition
+from confluent_kafka.admin import AdminClient
 from kio.index import load_request_schema
 
 from broker_process import wait_for
@@ -114,6 +115,16 @@ def test_three_members_share_a_topic_and_one_leaves(broker_factory):
             and sum(len(s) for s in sets) == 6
 
     poll_until(members, lambda: balanced(members, 2), message="2 partitions each")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    described = admin.describe_consumer_groups([group])[group].result(10)  # ConsumerGroupDescribe (B8)
+    assert (described.type, described.state, described.partition_assignor) == (
+        ConsumerGroupType.CONSUMER, ConsumerGroupState.STABLE, "uniform")
+    assert sorted(m.client_id for m in described.members) == ["m0", "m1", "m2"]
+    assert sorted(sorted((tp.topic, tp.partition) for tp in m.assignment.topic_partitions)
+                  for m in described.members) == sorted(sorted(m.assigned()) for m in members)
+    listed = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(10)
+    assert [(g.group_id, g.type) for g in listed.valid] == [(group, ConsumerGroupType.CONSUMER)]
+    assert not admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC}).result(10).valid
     first = values("first", 120)
     send(broker.bootstrap, topic, first, 6)
     poll_until(members, lambda: len(read_by(members)) == len(first), message="every record read")

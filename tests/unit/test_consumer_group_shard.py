@@ -109,3 +109,20 @@ def test_session_timeouts_run_in_the_shard_timer_loop():
     assert deadline == h.now + h.shard.config.consumer.session_timeout_ms
     h.fire(deadline)
     assert not h.shard.consumer.groups["g"].members
+
+
+def test_describe_and_list_answer_the_consumer_group():
+    h = Harness.new()
+    heartbeat(h, "m1", client_id="cli", client_host="/10.0.0.1")
+    h.seed_offsets("g", {("foo", 0): 1})  # its offsets-only classic entry stays hidden
+    described = h.shard.describe_consumer_group("g", lambda topic_id: "?")
+    assert (described["error_code"], described["group_state"], described["group_epoch"],
+            described["assignor_name"]) == (NONE, "Stable", 1, "uniform")
+    [member] = described["members"]
+    assert (member["client_id"], member["client_host"], member["member_epoch"]) == ("cli", "/10.0.0.1", 1)
+    assert member["assignment"] == member["target_assignment"] == {"topic_partitions": [
+        {"topic_id": FOO, "topic_name": "foo", "partitions": [0, 1, 2, 3]}]}
+    assert h.shard.describe_consumer_group("nope", str)["error_code"] == GROUP_ID_NOT_FOUND
+    assert h.shard.describe_group("g")["group_state"] == "Dead"
+    assert list(h.shard.list_groups()) == []
+    assert list(h.shard.list_consumer_groups()) == [("g", "Stable")]

@@ -503,16 +503,21 @@ class ConsumerGroupOperations:
             records.append(regex_record(group.group_id, regex, None))
         return resolved, records, changed
 
-    def _assign(self, members: Mapping[str, ConsumerGroupMember], targets: Mapping[str, Assignment],
-                metadata: Mapping[str, TopicMetadata],
-                resolved: Mapping[str, ConsumerGroupRegularExpressionValue]) -> dict[str, Assignment]:
-        """A new target for every member with the group's assignor: the ServerAssignor most members
-        name (ties: the first configured), else the default."""
+    def assignor_name(self, members: Mapping[str, ConsumerGroupMember]) -> str:
+        """The group's assignor: the ServerAssignor most members name (ties: the first
+        configured), else the default (B5; ConsumerGroupDescribe's AssignorName)."""
         votes = Counter(m.server_assignor for m in members.values() if m.server_assignor is not None)
         name = self.config.assignors[0] if self.config.assignors else DEFAULT_ASSIGNOR
         if votes:
             best = max(votes.values())
             name = next(a for a in self.config.assignors if votes.get(a) == best)
+        return name
+
+    def _assign(self, members: Mapping[str, ConsumerGroupMember], targets: Mapping[str, Assignment],
+                metadata: Mapping[str, TopicMetadata],
+                resolved: Mapping[str, ConsumerGroupRegularExpressionValue]) -> dict[str, Assignment]:
+        """A new target for every member with the group's assignor (assignor_name)."""
+        name = self.assignor_name(members)
         ids = {n: tm.topic_id for n, tm in metadata.items()}
         counts = {tm.topic_id: tm.num_partitions for tm in metadata.values()}
         specs = {

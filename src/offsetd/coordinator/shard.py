@@ -15,7 +15,8 @@ apart at the doors (a live classic group refuses consumer members and the other 
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Iterable
+import uuid
+from typing import Any, Callable, Hashable, Iterable, Mapping
 
 from ..records.batch import decode_records, parse_header
 from ..records.control import CONTROL_ABORT, CONTROL_COMMIT, parse_marker
@@ -205,9 +206,10 @@ class GroupCoordinatorShard(ClassicGroupOperations, OffsetOperations):
     # ======================================================================== admin
 
     def describe_group(self, group_id: str) -> dict[str, Any]:
-        """DescribeGroups entry (§1.10): unknown groups are "Dead"; metadata only when Stable."""
+        """DescribeGroups entry (§1.10): unknown groups are "Dead"; metadata only when Stable. A
+        consumer group is "Dead" too, without an error below v6 (B8)."""
         group = self.groups.get(group_id)
-        if group is None:
+        if group is None or group_id in self.consumer.groups:
             return {"error_code": NONE, "group_id": group_id, "group_state": S.DEAD.value,
                     "protocol_type": "", "protocol_data": "", "members": ()}
         stable = group.state is S.STABLE
@@ -227,5 +229,39 @@ class GroupCoordinatorShard(ClassicGroupOperations, OffsetOperations):
         return list(self.groups) + [g for g in self.consumer.groups if g not in self.groups]
 
     def list_groups(self) -> Iterable[tuple[str, str, str]]:
-        """(group id, protocol type, state) of every group."""
-        return [(g.group_id, g.protocol_type or "", g.state.value) for g in self.groups.values()]
+        """(group id, protocol type, state) of every classic group."""
+        consumer = self.consumer.groups
+        return [(g.group_id, g.protocol_type or "", g.state.value) for g in self.groups.values()
+                if g.group_id not in consumer]
+
+    def list_consumer_groups(self) -> Iterable[tuple[str, str]]:
+        """(group id, state) of every consumer group."""
+        return [(g.group_id, g.state().value) for g in self.consumer.groups.values()]
+
+    def describe_consumer_group(self, group_id: str, topic_name: Callable[[uuid.UUID], str]) -> dict[str, Any]:
+        """ConsumerGroupDescribe entry (B8): 69 for a missing or classic group; else epochs, the
+        assignor, and each member's subscription, assignment and target (`topic_name` names the
+        topic ids the group's metadata does not know)."""
+        group = self.consumer.groups.get(group_id)
+        if group is None:
+            message = f"Group {group_id} is not a consumer group." if group_id in self.groups and \
+                self.groups[group_id].state is not S.DEAD else f"Group {group_id} not found."
+            return {"error_code": GROUP_ID_NOT_FOUND, "error_message": message, "group_id": group_id,
+                    "group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "", "members": ()}
+        known = {tm.topic_id: tm.topic_name for tm in group.subscription_metadata.values()}
+
+        def assignment(partitions: Mapping[uuid.UUID, Iterable[int]]) -> dict[str, Any]:
+            return {"topic_partitions": [
+                {"topic_id": t, "topic_name": known.get(t) or topic_name(t), "partitions": sorted(ps)}
+                for t, ps in sorted(partitions.items()) if ps]}
+
+        return {"error_code": NONE, "error_message": None, "group_id": group_id, "group_state": group.state().value,
+                "group_epoch": group.group_epoch, "assignment_epoch": group.assignment_epoch,
+                "assignor_name": self.consumer.assignor_name(group.members),
+                "members": [{"member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
+                             "member_epoch": m.member_epoch, "client_id": m.client_id, "client_host": m.client_host,
+                             "subscribed_topic_names": m.subscribed_topic_names,
+                             "subscribed_topic_regex": m.subscribed_topic_regex or None,
+                             "assignment": assignment(m.assigned_partitions),
+                             "target_assignment": assignment(group.target_assignment.get(m.member_id, {})),
+                             "member_type": 1} for m in group.members.values()]}

@@ -54,6 +54,7 @@ class ApiKey(IntEnum):
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
     CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 # Highest versions we implement the semantics of. Produce v13 / Fetch v17+ / Metadata v13 change
@@ -111,6 +112,7 @@ SERVED_MAX: dict[ApiKey, int] = {
     # KIP-848 consumer groups (reference B2); librdkafka sends v1 only. Listed even when
     # group.coordinator.rebalance.protocols leaves consumer out (then answered 35), as Kafka does.
     ApiKey.CONSUMER_GROUP_HEARTBEAT: 1,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: 1,
 }
 
 

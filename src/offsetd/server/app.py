@@ -109,6 +109,7 @@ GROUP_HANDLERS: dict[int, Callable[[GroupApi, RequestContext, Any], Any]] = {
 # KIP-848 consumer-group APIs: ConsumerGroupApi methods, answering later like GroupApi's.
 CONSUMER_GROUP_HANDLERS: dict[int, Callable[[ConsumerGroupApi, RequestContext, Any], Any]] = {
     ApiKey.CONSUMER_GROUP_HEARTBEAT: ConsumerGroupApi.heartbeat,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: ConsumerGroupApi.describe,
 }
 
 # Transaction coordinator APIs (FindCoordinator too: it routes group keys to GroupApi).

@@ -1,8 +1,9 @@
-"""KIP-848 consumer groups on the wire: ConsumerGroupHeartbeat (68), routed to the group's shard
-like the classic group APIs (server/group_api.py): served only when
+"""KIP-848 consumer groups on the wire: ConsumerGroupHeartbeat (68) and ConsumerGroupDescribe (69),
+routed to the group's shard like the classic group APIs (server/group_api.py): served only when
 `group.coordinator.rebalance.protocols` has `consumer` (else UNSUPPORTED_VERSION, reference B1),
-READ on the group and DESCRIBE on the subscribed topics checked first, then the shard's load
-state, then the sans-IO heartbeat with the broker's topics as it sees them (TopicsImage)."""
+authorization first (READ on the group and DESCRIBE on the subscribed topics; DESCRIBE to describe),
+then the shard's load state, then the sans-IO heartbeat with the broker's topics as it sees them
+(TopicsImage)."""
 
 from __future__ import annotations
 
@@ -78,6 +79,41 @@ class ConsumerGroupApi:
         runtime.submit(runtime.shard.consumer_group_heartbeat(token, heartbeat, ctx.version, runtime.clock(),
                                                               self.topics_image()))
         return reply_when_durable(token, _heartbeat_failure, _shape_heartbeat)
+
+
+    def describe(self, ctx: RequestContext, req: Any) -> Reply:
+        """ConsumerGroupDescribe v0-1 (reference B8): per group, 30 without DESCRIBE, the shard's
+        load-state error, 69 for a missing or classic group, else the group as it is now."""
+        if not self.enabled:
+            return {"throttle_time": 0, "groups": [_describe_failure(g, Error.UNSUPPORTED_VERSION)
+                                                   for g in req.group_ids]}
+        acc = access(self.broker, ctx)
+        groups: list[Body] = []
+        for group_id in req.group_ids:
+            if acc is not None and not acc.allows(Op.DESCRIBE, Res.GROUP, group_id):
+                groups.append(_describe_failure(group_id, Error.GROUP_AUTHORIZATION_FAILED))
+                continue
+            runtime = self.groups.runtime_for(group_id)
+            error = self.groups.state_error(runtime)
+            if error:
+                groups.append(_describe_failure(group_id, error))
+                continue
+            described = runtime.shard.describe_consumer_group(group_id, self._topic_name)
+            if acc is not None and req.include_authorized_operations:
+                described["authorized_operations"] = acc.operations(Res.GROUP, group_id)
+            groups.append(described)
+        return {"throttle_time": 0, "groups": groups}
+
+    def _topic_name(self, topic_id: uuid.UUID) -> str:
+        """A topic's name by id ("" once deleted)."""
+        topic = self.broker.topics.by_id(topic_id)
+        return topic.name if topic is not None else ""
+
+
+def _describe_failure(group_id: str, code: int) -> Body:
+    """A ConsumerGroupDescribe entry carrying only an error."""
+    return {"error_code": code, "error_message": None, "group_id": group_id, "group_state": "", "group_epoch": 0,
+            "assignment_epoch": 0, "assignor_name": "", "members": ()}
 
 
 def _shape_heartbeat(response: ConsumerGroupHeartbeatResponse) -> Body:

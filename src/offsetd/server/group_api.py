@@ -27,8 +27,9 @@ Reply = Body | Awaitable[Body]
 # partition is in the producer's ongoing transaction); may answer later (an awaitable).
 TxnVerifier = Callable[[str, int, int, str, int], "int | Awaitable[int]"]
 
-# Consumer-visible names of the ListGroups filters (case-insensitive, §1.10).
+# Consumer-visible names of the ListGroups filters (case-insensitive, §1.10, reference B8).
 GROUP_TYPE_CLASSIC = "classic"
+GROUP_TYPE_CONSUMER = "consumer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,6 +434,14 @@ class GroupApi:
                     if (not states or state.lower() in states) and (visible is None or visible(group_id)):
                         groups.append({"group_id": group_id, "protocol_type": protocol_type,
                                        "group_state": state, "group_type": GROUP_TYPE_CLASSIC})
+        if not types or GROUP_TYPE_CONSUMER in types:
+            for runtime in self.runtimes:
+                if runtime.state is not ShardState.ACTIVE:
+                    continue
+                for group_id, state in runtime.shard.list_consumer_groups():
+                    if (not states or state.lower() in states) and (visible is None or visible(group_id)):
+                        groups.append({"group_id": group_id, "protocol_type": "consumer",
+                                       "group_state": state, "group_type": GROUP_TYPE_CONSUMER})
         return {"error_code": Error.NONE, "groups": groups}
 
     def delete_groups(self, ctx: RequestContext, req: Any) -> Reply:

@@ -18,11 +18,11 @@ from kio.index import load_request_schema
 
 from broker_process import wait_for
 from clients import create_topic, produce
-from group_helpers import unique
+from group_helpers import raw_offset_commit, unique
 from raw_client import RawClient
 
 CONSUMER_GROUP_HEARTBEAT, API_VERSIONS = 68, 18
-INVALID_REGULAR_EXPRESSION, UNSUPPORTED_VERSION = 128, 35
+INVALID_REGULAR_EXPRESSION, UNSUPPORTED_VERSION, STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID = 128, 35, 113, 25
 
 # Short heartbeats so assignments move within a second or two (Kafka's bounds, lowered for tests).
 BROKER = {"group.initial.rebalance.delay.ms": "0",
@@ -203,11 +203,56 @@ def test_a_static_member_rejoins_with_its_partitions(broker_factory):
     b.close()
 
 
-def _heartbeat_request(group: str, regex: str):
+def _heartbeat_request(group: str, regex: str | None = None, member_id: str | None = None, epoch: int = 0,
+                       names: tuple[str, ...] | None = None, owned: dict | None = None):
+    """A ConsumerGroupHeartbeat v1: a join (epoch 0) unless told otherwise; `owned` {topic id: partitions}."""
     cls = load_request_schema(CONSUMER_GROUP_HEARTBEAT, 1)
-    return cls(group_id=group, member_id=str(uuid.uuid4()), member_epoch=0, instance_id=None, rack_id=None,
-               rebalance_timeout=datetime.timedelta(milliseconds=30000), subscribed_topic_names=None,
-               subscribed_topic_regex=regex, server_assignor=None, topic_partitions=())
+    mod = __import__(cls.__module__, fromlist=["x"])
+    return cls(group_id=group, member_id=member_id or str(uuid.uuid4()), member_epoch=epoch, instance_id=None,
+               rack_id=None, rebalance_timeout=datetime.timedelta(milliseconds=30000 if epoch == 0 else -1),
+               subscribed_topic_names=names, subscribed_topic_regex=regex, server_assignor=None,
+               topic_partitions=() if epoch == 0 else None if owned is None else tuple(
+                   mod.TopicPartitions(topic_id=t, partitions=tuple(ps)) for t, ps in owned.items()))
+
+
+def test_a_commit_racing_an_epoch_bump_is_stale_then_succeeds(broker_factory):
+    """B7: OffsetCommit v9 carries the member epoch; once the member moved on, its old epoch is
+    STALE_MEMBER_EPOCH (113) and the new one commits."""
+    broker = broker_factory(BROKER)
+    topic, group = unique("cp-race"), unique("g")
+    create_topic(broker.bootstrap, topic, 2)
+    with RawClient(broker.bootstrap) as client:
+        first = client.call(CONSUMER_GROUP_HEARTBEAT, 1, _heartbeat_request(group, names=(topic,), member_id="m1"))
+        assert (int(first.error_code.value), first.member_epoch) == (0, 1)
+        assert raw_offset_commit(broker.bootstrap, group, topic, {0: (5, None, -1)}, generation=1,
+                                 member_id="m1") == {0: 0}
+        second = client.call(CONSUMER_GROUP_HEARTBEAT, 1, _heartbeat_request(group, names=(topic,), member_id="m2"))
+        assert int(second.error_code.value) == 0
+        [owned] = first.assignment.topic_partitions
+        revoked = {owned.topic_id: []}  # m1 has let go of everything it held: its epoch moves on
+        moved = client.call(CONSUMER_GROUP_HEARTBEAT, 1, _heartbeat_request(group, member_id="m1", epoch=1,
+                                                                            owned=revoked))
+        assert int(moved.error_code.value) == 0 and moved.member_epoch == 2
+    assert raw_offset_commit(broker.bootstrap, group, topic, {0: (6, None, -1)}, generation=1,
+                             member_id="m1") == {0: STALE_MEMBER_EPOCH}
+    assert raw_offset_commit(broker.bootstrap, group, topic, {0: (6, None, -1)}, generation=2,
+                             member_id="m1") == {0: 0}
+    assert raw_offset_commit(broker.bootstrap, group, topic, {0: (7, None, -1)}, member_id="") == {
+        0: UNKNOWN_MEMBER_ID}
+
+
+def test_a_silent_member_loses_its_partitions_at_its_session_timeout(broker_factory):
+    """B4: a member that stops heartbeating is removed by the shard's timer after
+    group.consumer.session.timeout.ms (6 s here), and its partitions go to the member left."""
+    broker = broker_factory(BROKER)
+    topic, group = unique("cp-silent"), unique("g")
+    create_topic(broker.bootstrap, topic, 4)
+    with RawClient(broker.bootstrap) as client:
+        silent = client.call(CONSUMER_GROUP_HEARTBEAT, 1, _heartbeat_request(group, names=(topic,)))
+        assert int(silent.error_code.value) == 0 and len(silent.assignment.topic_partitions[0].partitions) == 4
+    member = Member(broker.bootstrap, group, [topic])
+    poll_until([member], lambda: len(member.assigned()) == 4, timeout=30, message="the silent member's partitions")
+    member.close()
 
 
 def test_a_bad_regex_is_an_error_and_the_broker_keeps_serving(broker_factory):
@@ -216,14 +261,14 @@ def test_a_bad_regex_is_an_error_and_the_broker_keeps_serving(broker_factory):
         versions = client.call(API_VERSIONS, 3, load_request_schema(API_VERSIONS, 3)(
             client_software_name="raw", client_software_version="1"))
         assert [(k.min_version, k.max_version) for k in versions.api_keys if k.api_key == 68] == [(0, 1)]
-        bad = client.call(CONSUMER_GROUP_HEARTBEAT, 1, _heartbeat_request(unique("g"), "rx-("))
+        bad = client.call(CONSUMER_GROUP_HEARTBEAT, 1, _heartbeat_request(unique("g"), regex="rx-("))
         assert int(bad.error_code.value) == INVALID_REGULAR_EXPRESSION and bad.error_message
-        good = client.call(CONSUMER_GROUP_HEARTBEAT, 1, _heartbeat_request(unique("g"), "rx-.*"))
+        good = client.call(CONSUMER_GROUP_HEARTBEAT, 1, _heartbeat_request(unique("g"), regex="rx-.*"))
         assert int(good.error_code.value) == 0 and good.member_epoch == 1
 
 
 def test_without_the_consumer_protocol_the_heartbeat_is_unsupported(broker_factory):
     broker = broker_factory({**BROKER, "group.coordinator.rebalance.protocols": "classic"})
     with RawClient(broker.bootstrap) as client:
-        answer = client.call(CONSUMER_GROUP_HEARTBEAT, 1, _heartbeat_request(unique("g"), "x"))
+        answer = client.call(CONSUMER_GROUP_HEARTBEAT, 1, _heartbeat_request(unique("g"), regex="x"))
         assert int(answer.error_code.value) == UNSUPPORTED_VERSION

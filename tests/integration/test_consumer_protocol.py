@@ -144,7 +144,10 @@ def test_three_members_share_a_topic_and_one_leaves(broker_factory):
         m.close()
 
 
-def test_a_broker_restart_keeps_the_group_and_its_commits(broker_factory):
+@pytest.mark.parametrize("crash", [False, True], ids=["sigterm", "kill-9"])
+def test_a_broker_restart_keeps_the_group_and_its_commits(broker_factory, crash):
+    """The group's records and commits are durable before they are answered: after a clean
+    restart or a kill -9 the member carries on where it was."""
     broker = broker_factory(BROKER)
     topic, group = unique("cp-restart"), unique("g")
     create_topic(broker.bootstrap, topic, 2)
@@ -153,6 +156,8 @@ def test_a_broker_restart_keeps_the_group_and_its_commits(broker_factory):
     member = Member(broker.bootstrap, group, [topic])
     poll_until([member], lambda: len(member.read) == len(before), message="records before the restart")
     member.consumer.commit(asynchronous=False)
+    if crash:
+        broker.kill9()
     broker.restart()
     after = values("after", 40)
     send(broker.bootstrap, topic, after, 2)

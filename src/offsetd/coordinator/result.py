@@ -4,7 +4,7 @@ records are durable."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable
+from typing import Any, Hashable
 
 from ..records.consumer_group_records import ConsumerGroupKey, ConsumerGroupValue
 from ..records.group_metadata_value import GroupMetadataValue
@@ -15,9 +15,10 @@ Key = OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey
 Value = OffsetCommitValue | GroupMetadataValue | ConsumerGroupValue | None  # None: tombstone
 Record = tuple[Key, Value]
 
-# A response body (a dict, or an operation's response dataclass), or a function computing it at
-# delivery time (a read that must see the state after the writes it waited for).
-Response = dict[str, Any] | Callable[[], Any] | Any
+# A response body (a dict, or an operation's response dataclass such as the consumer-group
+# heartbeat's), or a function computing it at delivery time (a read that must see the state after
+# the writes it waited for): the shell tells them apart by `callable`.
+Response = Any
 
 
 @dataclass

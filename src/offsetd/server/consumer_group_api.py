@@ -62,13 +62,11 @@ class ConsumerGroupApi:
         error = self.groups.state_error(runtime)
         if error:
             return _heartbeat_failure(error)
-        rebalance = req.rebalance_timeout
         owned = req.topic_partitions
         heartbeat = ConsumerGroupHeartbeatRequest(
             group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch,
             instance_id=req.instance_id, rack_id=req.rack_id,
-            rebalance_timeout_ms=int(rebalance.total_seconds() * 1000) if hasattr(rebalance, "total_seconds")
-            else int(rebalance),
+            rebalance_timeout_ms=int(req.rebalance_timeout.total_seconds() * 1000),
             subscribed_topic_names=None if req.subscribed_topic_names is None else tuple(req.subscribed_topic_names),
             subscribed_topic_regex=getattr(req, "subscribed_topic_regex", None),
             server_assignor=req.server_assignor,

@@ -23,6 +23,7 @@ from raw_client import RawClient
 
 CONSUMER_GROUP_HEARTBEAT, API_VERSIONS = 68, 18
 INVALID_REGULAR_EXPRESSION, UNSUPPORTED_VERSION, STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID = 128, 35, 113, 25
+GROUP_ID_NOT_FOUND = 69
 
 # Short heartbeats so assignments move within a second or two (Kafka's bounds, lowered for tests).
 BROKER = {"group.initial.rebalance.delay.ms": "0",
@@ -169,6 +170,31 @@ def test_a_broker_restart_keeps_the_group_and_its_commits(broker_factory, crash)
     committed = fresh.consumer.committed([TopicPartition(topic, p) for p in range(2)], timeout=10)
     assert [tp.offset for tp in committed] == [40, 40]
     fresh.consumer.close()
+
+
+def test_an_empty_classic_group_is_taken_over_from_its_commits(broker_factory):
+    """B7: a classic group with members refuses a consumer-protocol member (69); once its members
+    left it is replaced by a consumer group on the first consumer-protocol join, its offsets kept,
+    so the new member resumes where the classic one stopped."""
+    broker = broker_factory(BROKER)
+    topic, group = unique("cp-migrate"), unique("g")
+    create_topic(broker.bootstrap, topic, 2)
+    old = values("old", 20)
+    send(broker.bootstrap, topic, old, 2)
+    classic = Member(broker.bootstrap, group, [topic], **{"group.protocol": "classic"})
+    poll_until([classic], lambda: len(classic.read) == len(old), message="the classic member's records")
+    with RawClient(broker.bootstrap) as client:  # while it has members it stays classic
+        refused = client.call(CONSUMER_GROUP_HEARTBEAT, 1, _heartbeat_request(group, names=(topic,)))
+        assert int(refused.error_code.value) == GROUP_ID_NOT_FOUND
+    classic.close()
+    new = values("new", 20)
+    send(broker.bootstrap, topic, new, 2)
+    member = Member(broker.bootstrap, group, [topic])
+    poll_until([member], lambda: len(member.read) == len(new), message="the records after the commits")
+    assert set(member.read) == set(new)
+    member.close()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    assert admin.describe_consumer_groups([group])[group].result(10).type == ConsumerGroupType.CONSUMER
 
 
 def test_regex_subscription_picks_up_a_topic_created_later(broker_factory):

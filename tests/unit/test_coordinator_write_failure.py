@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from pathlib import Path
 from typing import Any, Awaitable
 
@@ -18,6 +19,7 @@ from small_disk import SmallDisk
 from coordinator_helpers import NONE, REBALANCE_MS, SESSION_MS, consumer_protocols, make_config
 
 from offsetd.coordinator.classic_group_ops import JoinRequest
+from offsetd.coordinator.consumer_group_ops import ConsumerGroupHeartbeatRequest, TopicsImage
 from offsetd.coordinator.shard import GroupCoordinatorShard
 from offsetd.coordinator.write_errors import KAFKA_STORAGE_ERROR, NOT_COORDINATOR, CoordinatorWriteError
 from offsetd.server.coordinator_runtime import ShardRuntime, ShardState, new_token
@@ -225,3 +227,30 @@ def test_a_classic_group_change_whose_write_failed_is_rolled_back(small_disk: Sm
     left = run(shell.call("leave_group", CG, [(member, None)], shell.now))
     assert left["error_code"] == NONE
     assert shell.runtime.shard.groups[CG].state.value == "Empty"
+
+
+def test_a_consumer_group_change_whose_write_failed_is_rolled_back(small_disk: SmallDisk) -> None:
+    """A consumer-group heartbeat replays its records at once (reference B6); when their write
+    fails the shard is rebuilt from the log, so the member that tried to leave is back, with its
+    epoch and partitions, and its session timer runs again."""
+    topics = TopicsImage({"t": (uuid.UUID(int=1), 2)}, 1)
+    shell = Shell(small_disk.path)
+    run(shell.start())
+    joined = run(shell.call("consumer_group_heartbeat", ConsumerGroupHeartbeatRequest(
+        "cg", "m1", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("t",), topic_partitions=()),
+        1, shell.now, topics))
+    assert (joined.error_code, joined.member_epoch) == (NONE, 1)
+    small_disk.fill()
+    commit_until_refused(shell, 1)
+    run(shell.settled())
+    leave = ConsumerGroupHeartbeatRequest("cg", "m1", -1)
+    with pytest.raises(CoordinatorWriteError):
+        run(shell.call("consumer_group_heartbeat", leave, 1, shell.now, topics))
+    run(shell.settled())
+    group = shell.runtime.shard.consumer.groups["cg"]
+    assert list(group.members) == ["m1"] and group.members["m1"].member_epoch == 1
+    assert shell.runtime.shard.next_deadline() is not None  # its session timer again
+    small_disk.free()
+    left = run(shell.call("consumer_group_heartbeat", leave, 1, shell.now, topics))
+    assert (left.error_code, left.member_epoch) == (NONE, -1)
+    assert not shell.runtime.shard.consumer.groups["cg"].members

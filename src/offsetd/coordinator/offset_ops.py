@@ -370,17 +370,14 @@ class OffsetOperations:
             self.counters.offset_expirations += len(expired)
             if expired:
                 log.info("group %s: %d offsets expired", group_id, len(expired))
-            if consumer is not None:
-                if len(expired) == len(times) and not consumer.members and not self.txn.has_open_transaction(group_id):
-                    # an empty consumer group left with no offsets goes, records in Kafka's order
+            # an empty group left with no offsets goes (a consumer group's records in Kafka's order)
+            empty = not consumer.members if consumer is not None else (
+                group is not None and group.state is S.EMPTY and not group.pending_members)
+            if len(expired) == len(times) and empty and not self.txn.has_open_transaction(group_id):
+                if consumer is not None:
                     result.records.extend(consumer.group_tombstones())
-                    if group is not None:
-                        result.records.append((GroupMetadataKey(group_id), None))
-                    self._expiry_warned.discard(group_id)
-                    continue
-            elif (len(expired) == len(times) and group.state is S.EMPTY  # type: ignore[union-attr]
-                  and not group.pending_members and not self.txn.has_open_transaction(group_id)):  # type: ignore[union-attr]
-                result.records.append((GroupMetadataKey(group_id), None))
+                if group is not None:
+                    result.records.append((GroupMetadataKey(group_id), None))
                 self._expiry_warned.discard(group_id)
                 continue
             upcoming = [at for tp, at in times.items() if at is not None and now < at]

@@ -309,3 +309,28 @@ def test_metadata_v10_cluster_authorized_operations(anon):
         assert cluster_ops() == 0  # 0 without DESCRIBE on the cluster
         grant(admin, binding(ANON, CLUSTER, "kafka-cluster", Op.ALTER))  # ALTER implies DESCRIBE
         assert cluster_ops() == (1 << 7) | (1 << 8)  # ALTER (7) and DESCRIBE (8)
+
+
+def test_consumer_group_heartbeat_and_describe_check_the_group_then_the_topics(anon):
+    """KIP-848 (reference B2, security.md §4 as Kafka applies it): ConsumerGroupHeartbeat needs READ
+    on the group (30), then DESCRIBE on every subscribed topic name (29); ConsumerGroupDescribe
+    DESCRIBE on each group (30 in its entry)."""
+    admin, plain = anon
+
+    def heartbeat(raw: RawClient, group: str) -> Any:
+        return call(raw, 68, 1, group_id=group, member_id="m-" + group, member_epoch=0, instance_id=None,
+                    rack_id=None, rebalance_timeout=timedelta(seconds=30), subscribed_topic_names=["orders"],
+                    subscribed_topic_regex=None, server_assignor=None, topic_partitions=[])
+
+    with RawClient(plain) as raw:
+        assert int(heartbeat(raw, "kip848").error_code) == GROUP_DENIED
+        described = call(raw, 69, 0, group_ids=["kip848"], include_authorized_operations=False)
+        assert [int(g.error_code) for g in described.groups] == [GROUP_DENIED]
+        grant(admin, binding(ANON, GROUP, "kip848", Op.READ))  # READ implies DESCRIBE
+        assert int(heartbeat(raw, "kip848").error_code) == TOPIC_DENIED
+        grant(admin, binding(ANON, TOPIC, "orders", Op.DESCRIBE))
+        joined = heartbeat(raw, "kip848")
+        assert (int(joined.error_code), joined.member_epoch) == (0, 1)
+        [group] = call(raw, 69, 0, group_ids=["kip848"], include_authorized_operations=False).groups
+        assert (int(group.error_code), group.group_state, [m.member_id for m in group.members]) == (
+            0, "Stable", ["m-kip848"])

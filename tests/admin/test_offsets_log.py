@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,14 @@ from integration.group_helpers import (GROUP_BROKER, GroupKey, LogRecord, Member
 from offsetd.admin.offsets_log_cli import main
 from offsetd.records.batch import CONTROL_MASK, TRANSACTIONAL_MASK, build_batch
 from offsetd.records.offset_commit_value import OffsetCommitValue
+from offsetd.records.consumer_group_records import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupRegularExpressionKey,
+    TopicPartitions,
+)
 from offsetd.records.offsets import GroupMetadataKey, OffsetCommitKey, encode_key, encode_value
 
 OFFSETD = Path(sys.executable).with_name("offsetd")
@@ -239,13 +248,14 @@ def _segment(tmp_path: Path, *batches: bytes, partition: int = 7) -> Path:
 
 
 def test_unknown_key_versions_and_transaction_markers_are_printed(tmp_path, capsys):
-    """Records Kafka's formatters skip: a key version offsetd does not decode (here 5, a KIP-848
-    record) prints as unknown with its version; a transaction marker prints with its producer id."""
-    unknown_key, unknown_value = b"\x00\x05\x00\x01g", b"\x00\x00\xab"
+    """Records Kafka's formatters skip: a key version offsetd does not decode (here 10 and 11,
+    share-group records) prints as unknown with its version; a transaction marker prints with its
+    producer id."""
+    unknown_key, unknown_value = b"\x00\x0a\x00\x01g", b"\x00\x00\xab"
     path = _segment(
         tmp_path,
         build_batch([_commit("g", "t", 0, 5, 1000)], base_offset=0),
-        build_batch([(unknown_key, unknown_value, 1001, []), (b"\x00\x06\x00\x01g", None, 1002, [])], base_offset=1),
+        build_batch([(unknown_key, unknown_value, 1001, []), (b"\x00\x0b\x00\x01g", None, 1002, [])], base_offset=1),
         build_batch([_commit("g", "t", 1, 6, 1003)], base_offset=3, producer_id=7, producer_epoch=0,
                     attributes=TRANSACTIONAL_MASK),
         build_batch([(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00", 1004, [])], base_offset=4,
@@ -257,8 +267,8 @@ def test_unknown_key_versions_and_transaction_markers_are_printed(tmp_path, caps
     assert lines == [
         "[g,t,0]::OffsetAndMetadata(offset=5, leaderEpoch=Optional[2], metadata=, commitTimestamp=1000, "
         "expireTimestamp=None)",
-        "UnknownKey(version=5)::0000ab",
-        "UnknownKey(version=6)::NULL",
+        "UnknownKey(version=10)::0000ab",
+        "UnknownKey(version=11)::NULL",
         "[g,t,1]::OffsetAndMetadata(offset=6, leaderEpoch=Optional[2], metadata=, commitTimestamp=1003, "
         "expireTimestamp=None)",
         "TransactionMarker(producerId=7)::COMMIT",
@@ -267,12 +277,43 @@ def test_unknown_key_versions_and_transaction_markers_are_printed(tmp_path, caps
     rc, lines, _ = _dump(capsys, "--files", str(path), "--output", "json")
     docs = [json.loads(line) for line in lines]
     assert [(d["log_partition"], d["log_offset"], d["timestamp"], d["record_type"], d["key_version"], d["tombstone"])
-            for d in docs] == [(7, 0, 1000, "offset_commit", 1, False), (7, 1, 1001, "unknown", 5, False),
-                               (7, 2, 1002, "unknown", 6, True), (7, 3, 1003, "offset_commit", 1, False),
+            for d in docs] == [(7, 0, 1000, "offset_commit", 1, False), (7, 1, 1001, "unknown", 10, False),
+                               (7, 2, 1002, "unknown", 11, True), (7, 3, 1003, "offset_commit", 1, False),
                                (7, 4, 1004, "txn_marker", None, False), (7, 5, 1005, "group_metadata", 2, True)]
     assert (docs[1]["value"], docs[4]["marker"], docs[4]["producer_id"]) == ("0000ab", "COMMIT", 7)
     rc, lines, _ = _dump(capsys, "--files", str(path), "--group", "g")
     assert len(lines) == 3 and all(line.startswith(("[g,", "g::")) for line in lines)
+
+
+def test_consumer_group_records_are_decoded(tmp_path, capsys):
+    """KIP-848 records (types 3-8, 16) print with their key fields and decoded value, tombstones as
+    NULL; JSON names each type and gives every field (topic ids as UUID strings)."""
+    topic_id = uuid.UUID(int=0xF00)
+    records = [
+        (ConsumerGroupMetadataKey("g"), ConsumerGroupMetadataValue(3)),
+        (ConsumerGroupCurrentMemberAssignmentKey("g", "m1"), ConsumerGroupCurrentMemberAssignmentValue(
+            3, 2, 0, (TopicPartitions(topic_id, (0, 1)),), ())),
+        (ConsumerGroupRegularExpressionKey("g", "rx-.*"), None),
+    ]
+    path = _segment(tmp_path, build_batch([(encode_key(k), None if v is None else encode_value(v), 1000 + i, [])
+                                           for i, (k, v) in enumerate(records)], base_offset=0))
+    rc, lines, err = _dump(capsys, "--files", str(path), "--group", "g")
+    assert (rc, err) == (0, "")
+    assert lines == [
+        "ConsumerGroupMetadata[g]::ConsumerGroupMetadataValue(epoch=3)",
+        "ConsumerGroupCurrentMemberAssignment[g,m1]::ConsumerGroupCurrentMemberAssignmentValue(member_epoch=3, "
+        f"previous_member_epoch=2, state=0, assigned_partitions=[TopicPartitions(topic_id={topic_id}, "
+        "partitions=[0, 1])], partitions_pending_revocation=[])",
+        "ConsumerGroupRegularExpression[g,rx-.*]::NULL",
+    ]
+    rc, lines, _ = _dump(capsys, "--files", str(path), "--output", "json")
+    docs = [json.loads(line) for line in lines]
+    assert [(d["record_type"], d["key_version"], d["tombstone"]) for d in docs] == [
+        ("consumer_group_metadata", 3, False), ("consumer_group_current_member_assignment", 8, False),
+        ("consumer_group_regular_expression", 16, True)]
+    assert docs[1]["member_id"] == "m1" and docs[1]["value"]["assigned_partitions"] == [
+        {"topic_id": str(topic_id), "partitions": [0, 1]}]
+    assert docs[2]["regular_expression"] == "rx-.*" and docs[2]["value"] is None
 
 
 def test_corrupt_batch_is_an_error_naming_the_file_and_position(tmp_path, capsys):

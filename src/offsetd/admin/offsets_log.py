@@ -14,8 +14,9 @@
   of transactional batches and markers carry their producer id and epoch (markers also the
   transaction coordinator's epoch).
 
-Decoding reuses `offsetd.records.offsets`. Unknown key versions (KIP-848 / share-group records,
-future versions) are entries of type "unknown", not errors; malformed records are errors
+Decoding reuses `offsetd.records.offsets`, and `offsetd.records.consumer_group_records` for the
+KIP-848 consumer groups' records (types 3-8, 16). Other key versions (share-group records, future
+versions) are entries of type "unknown", not errors; malformed records are errors
 (`OffsetsLogError`) that name the file or partition and the offset.
 """
 
@@ -31,6 +32,7 @@ from typing import Generator, Iterable, Iterator, Union
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
+from offsetd.records import consumer_group_records
 from offsetd.records.batch import InvalidBatch, iter_batches
 from offsetd.records.control import parse_marker
 from offsetd.records.coordinator_serde import RecordDecodeError
@@ -53,8 +55,9 @@ _PARTITION_DIR = re.compile(r"-(\d+)$")  # `__consumer_offsets-17` -> 17
 _OFFSETS_DIR = re.compile(re.escape(OFFSETS_TOPIC) + r"-(\d+)")
 _int16 = struct.Struct(">h")
 
-EntryKey = Union[OffsetCommitKey, GroupMetadataKey, UnknownRecordKey, ControlMarker]
-EntryValue = Union[OffsetCommitValue, GroupMetadataValue, bytes, None]
+EntryKey = Union[OffsetCommitKey, GroupMetadataKey, consumer_group_records.ConsumerGroupKey, UnknownRecordKey,
+                 ControlMarker]
+EntryValue = Union[OffsetCommitValue, GroupMetadataValue, consumer_group_records.ConsumerGroupValue, bytes, None]
 
 
 class OffsetsLogError(Exception):
@@ -86,7 +89,8 @@ class LogEntry:
 
     @property
     def record_type(self) -> str:
-        """"offset_commit", "group_metadata", "unknown" (key version) or "txn_marker"."""
+        """"offset_commit", "group_metadata", a consumer group's ("consumer_group_metadata", ...,
+        "consumer_group_regular_expression"), "unknown" (key version) or "txn_marker"."""
         return _RECORD_TYPES[type(self.key)]
 
     @property
@@ -98,7 +102,9 @@ class LogEntry:
     def group(self) -> str | None:
         """The group the record belongs to (None for unknown keys and markers)."""
         key = self.key
-        return key.group if type(key) is OffsetCommitKey or type(key) is GroupMetadataKey else None
+        if type(key) is OffsetCommitKey or type(key) is GroupMetadataKey:
+            return key.group
+        return getattr(key, "group_id", None)  # a consumer group's record
 
 
 _RECORD_TYPES: dict[type, str] = {
@@ -106,6 +112,13 @@ _RECORD_TYPES: dict[type, str] = {
     GroupMetadataKey: "group_metadata",
     UnknownRecordKey: "unknown",
     ControlMarker: "txn_marker",
+    consumer_group_records.ConsumerGroupMetadataKey: "consumer_group_metadata",
+    consumer_group_records.ConsumerGroupPartitionMetadataKey: "consumer_group_partition_metadata",
+    consumer_group_records.ConsumerGroupMemberMetadataKey: "consumer_group_member_metadata",
+    consumer_group_records.ConsumerGroupTargetAssignmentMetadataKey: "consumer_group_target_assignment_metadata",
+    consumer_group_records.ConsumerGroupTargetAssignmentMemberKey: "consumer_group_target_assignment_member",
+    consumer_group_records.ConsumerGroupCurrentMemberAssignmentKey: "consumer_group_current_member_assignment",
+    consumer_group_records.ConsumerGroupRegularExpressionKey: "consumer_group_regular_expression",
 }
 
 
@@ -131,7 +144,12 @@ def decode_entry(
     if type(key) is ControlMarker:
         return LogEntry(log_partition, log_offset, timestamp, key, None, None, None, producer_id, producer_epoch,
                         coordinator_epoch)
-    decoded = decode_key(key)  # type: ignore[arg-type]
+    decoded: EntryKey = decode_key(key)  # type: ignore[arg-type]
+    if type(decoded) is UnknownRecordKey and decoded.version in consumer_group_records.CONSUMER_GROUP_RECORD_TYPES:
+        decoded = consumer_group_records.decode_key(key)  # type: ignore[arg-type, assignment]
+        return LogEntry(log_partition, log_offset, timestamp, decoded,
+                        consumer_group_records.decode_value(decoded, value),  # type: ignore[arg-type]
+                        _version(key), _version(value), producer_id, producer_epoch)  # type: ignore[arg-type]
     if type(decoded) is UnknownRecordKey:
         decoded_value: EntryValue = bytes(value) if value is not None else None
     else:

@@ -15,9 +15,11 @@ in one stream, in log order:
         currentState=Stable, members=HashMap(id -> MemberMetadata(...)))
     [group,topic,partition]::NULL   /   group::NULL                      (tombstones)
 
-Records Kafka's formatters do not know are printed too: `UnknownKey(version=N, key=<hex>)::<hex>`
-for other key versions (KIP-848, share groups, future), and, from segment files,
-`TransactionMarker(producerId=P)::COMMIT|ABORT`. In JSON, records of transactional batches
+Records Kafka's 3.x formatters do not know are printed too: the KIP-848 consumer groups' records
+(types 3-8, 16) as `<Record>[<key fields>]::<Value>(field=value, ...)` (e.g.
+`ConsumerGroupMetadata[g]::ConsumerGroupMetadataValue(epoch=3)`, topic ids as UUIDs),
+`UnknownKey(version=N)::<hex>` for other key versions (share groups, future), and, from segment
+files, `TransactionMarker(producerId=P)::COMMIT|ABORT`. In JSON, records of transactional batches
 (TxnOffsetCommit: pending until their producer's marker) carry `producer_id` and
 `producer_epoch`, and markers also `coordinator_epoch`.
 
@@ -28,14 +30,17 @@ arguments. Errors are one line on stderr.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
+import uuid
 from pathlib import Path
-from typing import Callable, NoReturn, TextIO
+from typing import Callable, NoReturn, TextIO, get_args
 
 from offsetd.admin.offsets_log import LogEntry, OffsetsLogError, read_cluster, read_files
 from offsetd.config import parse_properties
+from offsetd.records.consumer_group_records import ConsumerGroupKey
 from offsetd.records.consumer_protocol import parse_subscription_topics
 from offsetd.records.group_metadata_value import GroupMetadataValue, MemberMetadata
 from offsetd.records.log_walker import ControlMarker
@@ -128,6 +133,25 @@ def _group_metadata_text(e: LogEntry) -> str:
     return f"{key.group}::{value}"
 
 
+def _fields_text(value: object) -> str:
+    """A consumer-group record's value as `Name(field=value, ...)`: uuids as UUIDs, tuples as [...]."""
+    if dataclasses.is_dataclass(value):
+        fields = ", ".join(f"{f.name}={_fields_text(getattr(value, f.name))}" for f in dataclasses.fields(value))
+        return f"{type(value).__name__}({fields})"
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_fields_text(v) for v in value) + "]"
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)
+
+
+def _consumer_group_text(e: LogEntry) -> str:
+    key = e.key
+    ids = ",".join(getattr(key, f.name) for f in dataclasses.fields(key))  # type: ignore[arg-type]
+    value = "NULL" if e.value is None else _fields_text(e.value)
+    return f"{type(key).__name__.removesuffix('Key')}[{ids}]::{value}"
+
+
 def _marker_text(e: LogEntry) -> str:
     return f"TransactionMarker(producerId={e.producer_id})::{e.key.name}"  # type: ignore[union-attr]
 
@@ -137,6 +161,7 @@ _TEXT: dict[type, Callable[[LogEntry], str]] = {
     GroupMetadataKey: _group_metadata_text,
     UnknownRecordKey: _unknown_text,
     ControlMarker: _marker_text,
+    **dict.fromkeys(get_args(ConsumerGroupKey), _consumer_group_text),
 }
 
 
@@ -196,6 +221,23 @@ def _unknown_json(e: LogEntry) -> dict:
     return {"value": e.value.hex() if e.value is not None else None}  # type: ignore[union-attr]
 
 
+def _plain(value: object) -> object:
+    """A consumer-group record's field as JSON data: structs as objects, uuids as strings."""
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, bytes):
+        return value.hex()
+    return value
+
+
+def _consumer_group_json(e: LogEntry) -> dict:
+    return {**_plain(e.key), "value": _plain(e.value)}  # type: ignore[dict-item]
+
+
 def _marker_json(e: LogEntry) -> dict:
     return {"marker": e.key.name, "producer_id": e.producer_id,  # type: ignore[union-attr]
             "producer_epoch": e.producer_epoch, "coordinator_epoch": _absent(e.coordinator_epoch)}
@@ -206,6 +248,7 @@ _JSON: dict[type, Callable[[LogEntry], dict]] = {
     GroupMetadataKey: _group_metadata_json,
     UnknownRecordKey: _unknown_json,
     ControlMarker: _marker_json,
+    **dict.fromkeys(get_args(ConsumerGroupKey), _consumer_group_json),
 }
 
 

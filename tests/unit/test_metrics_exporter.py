@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,10 +15,12 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator_helpers import OTHER_TOPIC, SUBSCRIBED, Harness, form_group, make_config, stabilize
+from offsetd.coordinator.consumer_group_ops import ConsumerGroupHeartbeatRequest, TopicsImage
 from offsetd.coordinator.shard import GroupCoordinatorShard
 from offsetd.metrics import exporter
 from offsetd.metrics.exporter import CoordinatorCollector, exposition
 from offsetd.metrics.http import groups_json
+from offsetd.metrics.lag_view import _Look
 from offsetd.metrics.snapshot import (
     CoordinatorUnavailable, GroupNotFound, Slicer, Snapshot, group_detail, run, take_snapshot,
 )
@@ -295,3 +298,29 @@ def test_log_directory_metrics_follow_failures_and_going_offline() -> None:
     log_dir.failed(OSError(errno.EIO, "Input/output error"), "append to t-0")
     assert values() == (1, 1, 2)
 
+
+
+def test_a_consumer_protocol_group_is_listed_and_detailed_as_such(h):
+    """KIP-848: the group row and /v1/groups/{group} show the consumer group (state, members,
+    subscription), not the offsets-only entry its commits keep beside it."""
+    topics = TopicsImage({OTHER_TOPIC: (uuid.UUID(int=5), 2)}, 1)
+    token = h.token("cg")
+    h.run(h.shard.consumer_group_heartbeat(token, ConsumerGroupHeartbeatRequest(
+        "kip848", "m1", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=(OTHER_TOPIC,),
+        topic_partitions=(), client_id="cli"), 1, h.now, topics))
+    commit(h, "kip848", [0], member_id="m1", generation=1)
+    snapshot, out = Snapshot(), []
+    run(take_snapshot([runtime(h.shard)], snapshot))
+    run(groups_json(snapshot, out))
+    [row] = json.loads(b"".join(out))
+    assert row == {"group": "kip848", "state": "Stable", "protocol_type": "consumer", "members": 1,
+                   "offsets": 1, "earliest_expiry_ms": None}  # subscribed: never expires
+    detail = group_detail([runtime(h.shard)], "kip848")
+    assert (detail["state"], detail["protocol"], detail["generation"], detail["subscribed_topics"]) == (
+        "Stable", "uniform", 1, [OTHER_TOPIC])
+    assert [(m["member_id"], m["client_id"]) for m in detail["members"]] == [("m1", "cli")]
+    look = _Look(SimpleNamespace(bounds=lambda topic, partition: None), {}, {})  # the lag view's row
+    lag = look.group(h.shard, "kip848")
+    assert (lag.state, lag.protocol_type, [(m.member_id, m.assignment) for m in lag.member_list]) == (
+        "Stable", "consumer", [("m1", [(OTHER_TOPIC, 0), (OTHER_TOPIC, 1)])])
+    assert [(p.partition, p.consumer_id, p.expires_at_ms) for p in lag.partitions] == [(0, "m1", None)]

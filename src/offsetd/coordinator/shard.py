@@ -228,6 +228,14 @@ class GroupCoordinatorShard(ClassicGroupOperations, OffsetOperations):
         """Every group id of the shard, classic or consumer (what the retention sweep walks)."""
         return list(self.groups) + [g for g in self.consumer.groups if g not in self.groups]
 
+    def group_overview(self, group_id: str) -> tuple[str, str, int] | None:
+        """(state, protocol type, member count) of a consumer or classic group; None if neither."""
+        consumer = self.consumer.groups.get(group_id)
+        if consumer is not None:
+            return consumer.state().value, "consumer", len(consumer.members)
+        group = self.groups.get(group_id)
+        return None if group is None else (group.state.value, group.protocol_type or "", len(group.members))
+
     def list_groups(self) -> Iterable[tuple[str, str, str]]:
         """(group id, protocol type, state) of every classic group."""
         consumer = self.consumer.groups

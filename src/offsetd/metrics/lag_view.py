@@ -83,7 +83,7 @@ class BrokerLagSource:
         for runtime in self.runtimes:
             if runtime.state.value != "active":
                 continue  # loading: a partial replay; failed or not owned here: not ours to show
-            for group_id in list(runtime.shard.groups):
+            for group_id in runtime.shard.group_ids():
                 group = look.group(runtime.shard, group_id)
                 if group is not None:
                     snapshot.groups.append(group)
@@ -112,19 +112,28 @@ class _Look:
         self.pending: list[tuple[PartitionLag, int, int | None]] = []
 
     def group(self, shard: Any, group_id: str) -> GroupLag | None:
-        """One group of one shard (None: gone, or Dead)."""
-        group = shard.groups.get(group_id)
-        if group is None or group.state.value == "Dead":
-            return None
+        """One group of one shard, classic or consumer (None: gone, or Dead)."""
+        consumer = shard.consumer.groups.get(group_id)
+        if consumer is not None:  # KIP-848: assignments by topic id, named by the group's metadata
+            names = {tm.topic_id: tm.topic_name for tm in consumer.subscription_metadata.values()}
+            state, protocol_type = consumer.state().value, "consumer"
+            roster = [(m, m.instance_id, sorted((names[t], p) for t, ps in m.assigned_partitions.items()
+                                                if t in names for p in ps))
+                      for m in consumer.members.values()]
+        else:
+            group = shard.groups.get(group_id)
+            if group is None or group.state.value == "Dead":
+                return None
+            state, protocol_type = group.state.value, group.protocol_type or ""
+            roster = [(m, m.group_instance_id, parse_assignment_partitions(m.assignment) or [])
+                      for m in group.members.values()]
         owners: dict[tuple[str, int], Any] = {}
         members = []
-        for member in group.members.values():
-            assigned = parse_assignment_partitions(member.assignment) or []
-            members.append(GroupMember(member.member_id, member.group_instance_id, member.client_id,
-                                       member.client_host, assigned))
+        for member, instance_id, assigned in roster:
+            members.append(GroupMember(member.member_id, instance_id, member.client_id, member.client_host, assigned))
             for tp in assigned:
                 owners[tp] = member
-        row = GroupLag(group_id, group.state.value, group.protocol_type or "", len(group.members),
+        row = GroupLag(group_id, state, protocol_type, len(members),
                        retention_ms=shard.retention_ms(group_id), member_list=members)
         stored = shard.offsets.get(group_id)
         if stored:

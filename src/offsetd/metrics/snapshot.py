@@ -140,14 +140,14 @@ def take_snapshot(runtimes: Sequence[Runtime], out: Snapshot, slicer: Slicer | N
         if row.state != "active":
             continue
         row.num_offsets = sum(map(len, shard.offsets.values()))
-        groups, offsets = shard.groups, shard.offsets
-        for group_id in list(groups):  # ids only: (id, group) pairs would stay tracked by the GC
-            group = groups.get(group_id)
-            if group is None:
+        offsets = shard.offsets
+        for group_id in shard.group_ids():  # ids only: (id, group) pairs would stay tracked by the GC
+            overview = shard.group_overview(group_id)
+            if overview is None:
                 continue
             stored = offsets.get(group_id)
-            row.groups.append((group_id, group.state.value, group.protocol_type or "", len(group.members),
-                               len(stored) if stored else 0, earliest_expiry(shard, group_id) if stored else None))
+            row.groups.append((group_id, *overview, len(stored) if stored else 0,
+                               earliest_expiry(shard, group_id) if stored else None))
             if slicer.due():
                 yield
         row.groups.sort()  # by group id (unique within a shard)
@@ -180,9 +180,26 @@ def group_detail(runtimes: Sequence[Runtime], group_id: str) -> dict[str, Any]:
     if state != "active":
         raise CoordinatorUnavailable(
             "COORDINATOR_LOAD_IN_PROGRESS" if state == "loading" else "COORDINATOR_NOT_AVAILABLE", shard.partition)
+    consumer = shard.consumer.groups.get(group_id)
     group = shard.groups.get(group_id)
-    if group is None or group.state is GroupState.DEAD:
+    if consumer is not None:  # KIP-848: the group epoch stands for the generation, no leader
+        about: dict[str, Any] = {
+            "state": consumer.state().value, "protocol_type": "consumer",
+            "protocol": shard.consumer.assignor_name(consumer.members), "generation": consumer.group_epoch,
+            "leader": "", "members": [{"member_id": m.member_id, "client_id": m.client_id,
+                                       "client_host": m.client_host, "group_instance_id": m.instance_id}
+                                      for m in consumer.members.values()],
+            "subscribed_topics": sorted(consumer.subscribed_topics())}
+    elif group is None or group.state is GroupState.DEAD:
         raise GroupNotFound(group_id)
+    else:
+        subscribed = group.subscribed_topics
+        about = {
+            "state": group.state.value, "protocol_type": group.protocol_type or "",
+            "protocol": group.protocol_name or "", "generation": group.generation, "leader": group.leader_id,
+            "members": [{"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host,
+                         "group_instance_id": m.group_instance_id} for m in group.members.values()],
+            "subscribed_topics": None if subscribed is None else sorted(subscribed)}
     expiry = shard.expiry_times(group_id)
     committed_at = {}
     for key, raw in shard.offsets.get(group_id, {}).items():
@@ -195,18 +212,16 @@ def group_detail(runtimes: Sequence[Runtime], group_id: str) -> dict[str, Any]:
         for topic, rows in shard.fetch_offsets(group_id, None)
         for partition, offset, epoch, metadata in rows
     ]
-    subscribed = group.subscribed_topics
     return {
         "group": group_id,
-        "state": group.state.value,
-        "protocol_type": group.protocol_type or "",
-        "protocol": group.protocol_name or "",
-        "generation": group.generation,
-        "leader": group.leader_id,
+        "state": about["state"],
+        "protocol_type": about["protocol_type"],
+        "protocol": about["protocol"],
+        "generation": about["generation"],
+        "leader": about["leader"],
         "coordinator_partition": shard.partition,
-        "members": [{"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host,
-                     "group_instance_id": m.group_instance_id} for m in group.members.values()],
-        "subscribed_topics": None if subscribed is None else sorted(subscribed),
+        "members": about["members"],
+        "subscribed_topics": about["subscribed_topics"],
         "retention_ms": shard.retention_ms(group_id),
         "earliest_expiry_ms": min((o["expires_at_ms"] for o in offsets if o["expires_at_ms"] is not None),
                                   default=None),

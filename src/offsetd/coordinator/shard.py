@@ -23,8 +23,7 @@ from ..records.control import CONTROL_ABORT, CONTROL_COMMIT, parse_marker
 from ..records.group_metadata_value import GroupMetadataValue, decode_group_metadata_value
 from ..records.offset_commit_value import OffsetCommitValue
 from ..records.offsets import GroupMetadataKey, OffsetCommitKey, decode_key, encode_key, encode_value
-from .classic_group_ops import ClassicGroupOperations
-from .classic_group_ops import JoinRequest, join_error
+from .classic_group_ops import ClassicGroupOperations, JoinRequest, join_error
 from .config import GroupCoordinatorConfig
 from .consumer_group_ops import (
     ConsumerGroupHeartbeatRequest,

@@ -13,7 +13,8 @@ import uuid
 import confluent_kafka
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
 from kio.index import load_request_schema
 
 from broker_process import wait_for
@@ -284,6 +285,35 @@ def test_a_silent_member_loses_its_partitions_at_its_session_timeout(broker_fact
     member = Member(broker.bootstrap, group, [topic])
     poll_until([member], lambda: len(member.assigned()) == 4, timeout=30, message="the silent member's partitions")
     member.close()
+
+
+def test_a_group_of_its_own_heartbeat_interval_and_session_timeout(broker_factory):
+    """B1: the GROUP configs consumer.heartbeat.interval.ms / consumer.session.timeout.ms, within
+    the broker's group.consumer.min/max.* bounds (else INVALID_CONFIG), described as the group's,
+    and answered in the group's heartbeats."""
+    broker = broker_factory(BROKER)
+    group = unique("g")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def alter(**configs: str):
+        resource = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+            ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
+            for k, v in configs.items()])
+        [future] = admin.incremental_alter_configs([resource]).values()
+        return future.result(10)
+
+    with pytest.raises(KafkaException) as refused:
+        alter(consumer_session_timeout_ms="999999")  # above group.consumer.max.session.timeout.ms
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+    alter(consumer_heartbeat_interval_ms="700", consumer_session_timeout_ms="5000")
+    [future] = admin.describe_configs([ConfigResource(ConfigResource.Type.GROUP, group)]).values()
+    described = future.result(10)
+    assert (described["consumer.heartbeat.interval.ms"].value, described["consumer.heartbeat.interval.ms"].source) \
+        == ("700", ConfigSource.GROUP_CONFIG.value)
+    assert described["consumer.session.timeout.ms"].value == "5000"
+    with RawClient(broker.bootstrap) as client:
+        joined = client.call(CONSUMER_GROUP_HEARTBEAT, 1, _heartbeat_request(group, regex="x.*"))
+        assert (int(joined.error_code.value), joined.heartbeat_interval) == (0, datetime.timedelta(milliseconds=700))
 
 
 def test_a_bad_regex_is_an_error_and_the_broker_keeps_serving(broker_factory):

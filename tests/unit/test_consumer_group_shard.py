@@ -126,3 +126,13 @@ def test_describe_and_list_answer_the_consumer_group():
     assert h.shard.describe_group("g")["group_state"] == "Dead"
     assert list(h.shard.list_groups()) == []
     assert list(h.shard.list_consumer_groups()) == [("g", "Stable")]
+
+
+def test_a_group_of_its_own_configs_gets_its_session_timeout_and_heartbeat_interval():
+    h = Harness.new()
+    h.shard.consumer_group_configs["g"] = (50_000, 7_000)  # consumer.session.timeout.ms, ...heartbeat...
+    assert heartbeat(h, "m1").heartbeat_interval_ms == 7_000
+    assert h.shard.next_deadline() == h.now + 50_000
+    h.shard.reset()  # the overrides are settings: a reload keeps them
+    assert heartbeat(h, "m1", group_id="g").heartbeat_interval_ms == 7_000
+    assert heartbeat(h, "m2", group_id="other").heartbeat_interval_ms == 5_000

@@ -8,7 +8,7 @@ from typing import Any, Awaitable, Callable
 from ..protocol.errors import Error
 from ..security.authorization import Access, Op, Res, access
 from .broker import Broker
-from .group_configs import GROUP_KEYS, group_config_problem
+from .group_configs import BROKER_KEYS, GROUP_KEYS, group_config_problem
 from .request_context import current_context
 from .topic_config import (
     DEFAULT_CONFIG,
@@ -230,8 +230,7 @@ def handle_describe_configs(broker: Broker, req: Any, version: int, now_ms: int)
             overrides = broker.group_configs.get(res.resource_name)
             result["configs"] = [
                 _config_entry(key, overrides[key], DYNAMIC_GROUP_CONFIG, INT) if key in overrides else
-                _config_entry(key, broker.config.raw(key), DEFAULT_CONFIG if broker.config.raw(key) ==
-                              _broker_default(key) else STATIC_BROKER_CONFIG, INT)
+                _group_default_entry(broker, key)
                 for key in GROUP_KEYS if keys is None or key in keys]
         else:
             result.update(error_code=Error.INVALID_REQUEST,
@@ -240,8 +239,15 @@ def handle_describe_configs(broker: Broker, req: Any, version: int, now_ms: int)
     return {"results": results}
 
 
+def _group_default_entry(broker: Broker, key: str) -> dict[str, Any]:
+    """A group config the group does not set: the broker's value of its key (BROKER_KEYS)."""
+    value = broker.config.raw(BROKER_KEYS[key])
+    source = DEFAULT_CONFIG if value == _broker_default(BROKER_KEYS[key]) else STATIC_BROKER_CONFIG
+    return _config_entry(key, value, source, INT)
+
+
 def handle_incremental_alter_configs(broker: Broker, req: Any, version: int, now_ms: int) -> Any:
-    """Per-group `offsets.retention.minutes` (GROUP resources); SET and DELETE operations."""
+    """Per-group configs (GROUP resources: group_configs.GROUP_KEYS); SET and DELETE operations."""
     responses = []
     later: Later = []
     acc = access(broker, current_context())
@@ -262,11 +268,11 @@ def handle_incremental_alter_configs(broker: Broker, req: Any, version: int, now
             if problem:
                 break
             if c.config_operation == SET:
-                message = group_config_problem(c.name, c.value)
+                message = group_config_problem(c.name, c.value, broker.config.get)
                 problem = (Error.INVALID_CONFIG, message) if message else None
                 changes[c.name] = c.value
             elif c.config_operation == DELETE:
-                message = group_config_problem(c.name, "1")
+                message = None if c.name in GROUP_KEYS else group_config_problem(c.name, None, broker.config.get)
                 problem = (Error.INVALID_CONFIG, message) if message else None
                 changes[c.name] = None
             else:

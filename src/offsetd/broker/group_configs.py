@@ -1,31 +1,45 @@
 """Per-group configs (KIP-848's GROUP config resource), persisted in `<log.dirs>/group-configs.json`.
 
-Only `offsets.retention.minutes` is served: a group may keep its offsets longer or shorter than the
-broker default, or forever (-1). Users have asked for this since KAFKA-4682.
+Served: `offsets.retention.minutes` (a group may keep its offsets longer or shorter than the broker
+default, or forever (-1); users have asked for this since KAFKA-4682), and a consumer group's own
+`consumer.session.timeout.ms` and `consumer.heartbeat.interval.ms` (reference B1), within the
+broker's `group.consumer.min/max.*` bounds.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..storage.durable_file import write_durably
 
 RETENTION_KEY = "offsets.retention.minutes"
-GROUP_KEYS = (RETENTION_KEY,)
+SESSION_TIMEOUT_KEY = "consumer.session.timeout.ms"
+HEARTBEAT_INTERVAL_KEY = "consumer.heartbeat.interval.ms"
+GROUP_KEYS = (RETENTION_KEY, SESSION_TIMEOUT_KEY, HEARTBEAT_INTERVAL_KEY)
+BROKER_KEYS = {RETENTION_KEY: RETENTION_KEY, SESSION_TIMEOUT_KEY: "group.consumer.session.timeout.ms",
+               HEARTBEAT_INTERVAL_KEY: "group.consumer.heartbeat.interval.ms"}
+"""Each group config's broker-wide default."""
 
 
-def group_config_problem(key: str, value: str | None) -> str | None:
-    """Why a group config cannot be set to `value` (INVALID_CONFIG), or None."""
+def group_config_problem(key: str, value: str | None, broker_config: Callable[[str], Any]) -> str | None:
+    """Why a group config cannot be set to `value` (INVALID_CONFIG), or None; `broker_config`
+    looks up the broker's keys (the consumer configs' bounds)."""
     if key not in GROUP_KEYS:
         return f"Unknown group config name: {key}"
     try:
-        minutes = int(value or "")
+        number = int(value or "")
     except ValueError:
         return f"Invalid value {value} for configuration {key}: expected an integer"
-    if minutes == 0 or minutes < -1:
-        return f"Invalid value {value} for configuration {key}: must be -1 (never expire) or at least 1"
+    if key == RETENTION_KEY:
+        if number == 0 or number < -1:
+            return f"Invalid value {value} for configuration {key}: must be -1 (never expire) or at least 1"
+        return None
+    what = key.removeprefix("consumer.")
+    lo, hi = broker_config(f"group.consumer.min.{what}"), broker_config(f"group.consumer.max.{what}")
+    if not lo <= number <= hi:
+        return f"Invalid value {value} for configuration {key}: must be between {lo} and {hi}"
     return None
 
 
@@ -67,6 +81,12 @@ class GroupConfigs:
         changed = [g for g in set(configs) | set(self._configs) if configs.get(g) != self._configs.get(g)]
         self._configs = {g: dict(c) for g, c in configs.items() if c}
         return changed
+
+
+def consumer_overrides(configs: dict[str, str]) -> tuple[int | None, int | None]:
+    """The group's own (session timeout, heartbeat interval) in ms; None where it uses the broker's."""
+    session, interval = configs.get(SESSION_TIMEOUT_KEY), configs.get(HEARTBEAT_INTERVAL_KEY)
+    return (None if session is None else int(session)), (None if interval is None else int(interval))
 
 
 def retention_ms(configs: dict[str, str]) -> int | None:

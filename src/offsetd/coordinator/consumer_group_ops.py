@@ -148,8 +148,11 @@ def _compile_regex(regex: str) -> re.Pattern[str]:
 class ConsumerGroupOperations:
     """The consumer groups of one `__consumer_offsets` partition and the heartbeat that drives them."""
 
-    def __init__(self, config: ConsumerGroupConfig | None = None) -> None:
+    def __init__(self, config: ConsumerGroupConfig | None = None,
+                 group_configs: dict[str, tuple[int | None, int | None]] | None = None) -> None:
         self.config = config or ConsumerGroupConfig()
+        # group id -> its own (session timeout, heartbeat interval) in ms, None: the config's
+        self.group_configs = {} if group_configs is None else group_configs
         self.groups: dict[str, ConsumerGroup] = {}
         self.timers = Timers()
         self._rebalance_epochs: dict[tuple[str, str], int] = {}
@@ -231,7 +234,8 @@ class ConsumerGroupOperations:
 
     def _schedule_session(self, group_id: str, member_id: str, now: int) -> None:
         """(Re-)arm a member's session timeout."""
-        self.timers.schedule(("session", group_id, member_id), now + self.config.session_timeout_ms)
+        own = self.group_configs.get(group_id, (None, None))[0]
+        self.timers.schedule(("session", group_id, member_id), now + (own or self.config.session_timeout_ms))
 
     def _cancel_member_timers(self, group_id: str, member_id: str) -> None:
         """Forget a member's session and rebalance timers."""
@@ -394,7 +398,8 @@ class ConsumerGroupOperations:
                            or reconciled.assigned_partitions != member.assigned_partitions)
         response = ConsumerGroupHeartbeatResponse(
             member_id=member_id, member_epoch=reconciled.member_epoch,
-            heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+            heartbeat_interval_ms=self.group_configs.get(group.group_id, (None, None))[1]
+            or self.config.heartbeat_interval_ms,
             assignment=topic_partitions_of(reconciled.assigned_partitions) if send_assignment else None)
         return records, response
 

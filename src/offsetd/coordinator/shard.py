@@ -54,6 +54,8 @@ class GroupCoordinatorShard(ClassicGroupOperations, OffsetOperations):
         self.counters = CoordinatorCounters()
         # offsets.retention.minutes set on single groups (ms; -1 = never expire); else config's.
         self.group_retention_ms: dict[str, int] = {}
+        # consumer.session.timeout.ms / consumer.heartbeat.interval.ms set on single consumer groups
+        self.consumer_group_configs: dict[str, tuple[int | None, int | None]] = {}
         self.reset()
 
     def reset(self) -> None:
@@ -73,7 +75,7 @@ class GroupCoordinatorShard(ClassicGroupOperations, OffsetOperations):
         self.skipped_records = 0
         self.timers = Timers()
         self._expiry_warned: set[str] = set()
-        self.consumer = ConsumerGroupOperations(self.config.consumer)
+        self.consumer = ConsumerGroupOperations(self.config.consumer, self.consumer_group_configs)
 
     # ============================================================================ replay
 

@@ -78,7 +78,6 @@ class ConsumerGroupApi:
                                                               self.topics_image()))
         return reply_when_durable(token, _heartbeat_failure, _shape_heartbeat)
 
-
     def describe(self, ctx: RequestContext, req: Any) -> Reply:
         """ConsumerGroupDescribe v0-1 (reference B8): per group, 30 without DESCRIBE, the shard's
         load-state error, 69 for a missing or classic group, else the group as it is now."""

@@ -78,18 +78,18 @@ def shared_broker(tmp_path_factory):
         proc.stop()
 
 
-
 # Under pytest-xdist (`make test`, `--dist loadfile`) a test file is one unit of work, so its module
 # fixtures (a shared broker, a scripted timeline) are set up once; the longest files start first and
-# the short ones fill the tail. Measured per file (seconds on four workers, 2 cores):
+# the short ones fill the tail. Seconds per file, measured on four workers (2 cores):
 _SLOW_FIRST = (
-    "spark/test_offsets_log_source.py",     # ~130
-    "integration/test_expiration.py",       # ~70: offsets.retention.minutes=1 has to pass
-    "spark/test_offsets_log_stream.py",
-    "spark/test_pipelines.py",
-    "spark/test_expiry_rules.py",
-    "spark/test_topic_source.py",
-    "integration/test_old_versions.py",
+    "spark/test_offsets_log_source.py",     # 133
+    "spark/test_offsets_log_stream.py",     # 112
+    "spark/test_topic_source.py",           # 93
+    "spark/test_pipelines.py",              # 89
+    "integration/test_expiration.py",       # 80: offsets.retention.minutes=1 has to pass
+    "integration/test_old_versions.py",     # 79
+    "chaos/test_chaos.py",                  # 69
+    "integration/test_transactions_eos.py", # 63
 )
 _DIRECTORY_ORDER = ("spark", "chaos", "integration", "admin", "fuzz", "unit")
 

@@ -198,7 +198,9 @@ def _key_columns_vectorized(arrow: pa.BinaryArray) -> tuple[np.ndarray, pa.Array
 def _key_versions(arrow: pa.BinaryArray) -> np.ndarray:
     """The int16 version (record type) that starts each key, -1 for a key shorter than that."""
     ends = _value_ends(arrow)
-    data = np.frombuffer(arrow.buffers()[2], np.uint8) if len(arrow) and ends[-1] > 0 else np.zeros(2, np.uint8)
+    if not len(arrow) or ends[-1] < 2:
+        return np.full(len(arrow), -1)
+    data = np.frombuffer(arrow.buffers()[2], np.uint8)
     starts = ends[:-1].astype(np.int64)
     whole = ends[1:] - ends[:-1] >= 2
     return np.where(whole, _be16(data, np.where(whole, starts, 0)), -1)
@@ -215,12 +217,10 @@ def _key_columns(keys: list[bytes]) -> KeyColumns:
     fast = _key_columns_vectorized(arrow)
     if fast is not None:
         return (*fast, {})
-    classic = np.zeros(0, np.int64)
-    if not arrow.null_count:
-        versions = _key_versions(arrow)
-        classic = np.flatnonzero((versions >= 0) & (versions <= 2))
-    if 0 < len(classic) < len(keys) and (fast := _key_columns_vectorized(arrow.take(pa.array(classic)))) is not None:
-        others = np.flatnonzero(~np.isin(np.arange(len(keys)), classic))
+    versions = _key_versions(arrow) if not arrow.null_count else np.full(len(keys), -1)
+    is_classic = (versions >= 0) & (versions <= 2)
+    classic, others = np.flatnonzero(is_classic), np.flatnonzero(~is_classic)
+    if len(classic) and len(others) and (fast := _key_columns_vectorized(arrow.take(pa.array(classic)))) is not None:
         kinds, groups, topics, partitions, consumer = _key_columns_by_row([keys[i] for i in others.tolist()])
         # position in the concatenation (classic keys first, then the others) of each key
         order = np.empty(len(keys), np.int64)

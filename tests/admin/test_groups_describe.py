@@ -8,8 +8,9 @@ import subprocess
 import sys
 import time
 
+import confluent_kafka
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from broker_process import wait_for
@@ -246,3 +247,64 @@ def test_describe_health_is_wired(capsys, broker) -> None:
     assert code == 0 and f"{group}" in out and "OK" in out
     code, _, _ = run(capsys, b, "--describe", "--group", unique("nobody"), "--health")
     assert code == 1
+
+
+# The consumer protocol (KIP-848) with heartbeats short enough for a test (Kafka's bounds, lowered).
+CONSUMER_PROTOCOL_BROKER = {**GROUP_BROKER, "group.consumer.min.heartbeat.interval.ms": "300",
+                            "group.consumer.heartbeat.interval.ms": "300"}
+
+
+@pytest.mark.skipif(confluent_kafka.libversion()[1] < 0x020C0000, reason="group.protocol=consumer needs librdkafka 2.12")
+def test_consumer_group_type_epochs_and_target_assignment(capsys, broker_factory) -> None:
+    b = broker_factory(CONSUMER_PROTOCOL_BROKER).bootstrap
+    topic, group, classic = unique("cp"), unique("cg"), unique("classic")
+    make_topic(b, topic, [3, 3])
+    commit(b, classic, {(topic, 0): 1})
+    consumer = Consumer({"bootstrap.servers": b, "group.id": group, "group.protocol": "consumer",
+                         "client.id": "cp-client", "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    try:
+        def assigned() -> bool:
+            consumer.poll(0.1)  # polling drives the heartbeats
+            return len(consumer.assignment()) == 2
+
+        wait_for(assigned, timeout=30, message="both partitions assigned")
+        member_id = consumer.memberid()
+
+        code, out, _ = run(capsys, b, "--list", "--type")
+        assert code == 0 and {tuple(line.split()) for line in out.splitlines()} >= {
+            ("GROUP", "TYPE"), (group, "Consumer"), (classic, "Classic")}
+
+        def state() -> list[str]:
+            code, out, _ = run(capsys, b, "--describe", "--group", group, "--state", "--verbose")
+            lines = out.splitlines()
+            assert code == 0 and lines[1].split() == ["GROUP", "COORDINATOR", "(ID)", "ASSIGNMENT-STRATEGY", "STATE",
+                                                      "GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH", "#MEMBERS"]
+            return lines[2].split()
+
+        wait_for(lambda: state()[4] == "Stable", timeout=30, message="a stable group")
+        _, _, _, strategy, _, group_epoch, target_epoch, members = state()
+        assert (strategy, members) == ("uniform", "1") and int(group_epoch) >= 1 and target_epoch == group_epoch
+
+        code, out, _ = run(capsys, b, "--describe", "--group", group, "--members", "--verbose")
+        lines = out.splitlines()
+        assert code == 0 and lines[1].split() == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
+                                                  "CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH",
+                                                  "TARGET-ASSIGNMENT"]
+        row = lines[2].split()
+        assert row[:2] == [group, member_id] and row[3:] == [
+            "cp-client", "2", group_epoch, f"{topic}:0,1", group_epoch, f"{topic}:0,1"]
+
+        code, out, _ = run(capsys, b, "--describe", "--group", group, "--members", "--verbose", "--output", "json")
+        [doc] = json.loads(out)
+        [member] = doc["members"]
+        assert (member["member_epoch"], member["target_assignment_epoch"], member["upgraded"]) == (
+            int(group_epoch), int(group_epoch), True)
+        assert member["target_assignment"] == member["assignment"] == [
+            {"topic": topic, "partition": 0}, {"topic": topic, "partition": 1}]
+
+        # a classic group keeps `-` for what it does not have
+        code, out, _ = run(capsys, b, "--describe", "--group", classic, "--state", "--verbose")
+        assert out.splitlines()[2].split()[-3:] == ["-", "-", "0"]
+    finally:
+        consumer.close()

@@ -144,6 +144,40 @@ def test_members_view_golden_layout() -> None:
     assert assignment_string(()) == "-"
 
 
+CONSUMER_GROUP = GroupDescription(
+    "cg", "Reconciling", "Consumer", "uniform", Coordinator(1, "broker1", 9092), (
+        Member("m1", None, "c1", "/10.0.0.1", (T0, T1), member_epoch=7, target_assignment=(T0,), upgraded=True),
+        Member("m2", None, "c2", "/10.0.0.2", (), member_epoch=6, target_assignment=(T1, U0), upgraded=True)),
+    group_epoch=8, target_assignment_epoch=8)
+
+
+def test_consumer_group_members_verbose_shows_epochs_and_target_assignments() -> None:
+    assert format_members(CONSUMER_GROUP, verbose=True) == (
+        "\n"
+        "GROUP           CONSUMER-ID     HOST            CLIENT-ID       #PARTITIONS     CURRENT-EPOCH   CURRENT-ASSIGNMENT   TARGET-EPOCH    TARGET-ASSIGNMENT   \n"
+        "cg              m1              /10.0.0.1       c1              2               7               t:0,1                8               t:0                 \n"
+        "cg              m2              /10.0.0.2       c2              0               6               -                    8               t:1;u:0             \n")
+    # a classic-protocol member in a consumer group: UPGRADED shows who speaks which protocol
+    classic = Member("m3-classic", None, "c3", "/10.0.0.3", (U0,), member_epoch=8,
+                     target_assignment=(U0, TP("a-long-topic-name", 11)), upgraded=False)
+    mixed = GroupDescription("cg", "Stable", "Consumer", "uniform", None, (CONSUMER_GROUP.members[0], classic),
+                             group_epoch=8, target_assignment_epoch=8)
+    assert format_members(mixed, verbose=True) == (
+        "\n"
+        "GROUP           CONSUMER-ID     HOST            CLIENT-ID       #PARTITIONS     CURRENT-EPOCH   CURRENT-ASSIGNMENT   TARGET-EPOCH    TARGET-ASSIGNMENT        UPGRADED\n"
+        "cg              m1              /10.0.0.1       c1              2               7               t:0,1                8               t:0                      true\n"
+        "cg              m3-classic      /10.0.0.3       c3              1               8               u:0                  8               a-long-topic-name:11;u:0 false\n")
+
+
+def test_consumer_group_state_verbose_shows_its_epochs() -> None:
+    assert format_state(CONSUMER_GROUP, verbose=True) == (
+        "\n"
+        "GROUP           COORDINATOR (ID)          ASSIGNMENT-STRATEGY  STATE                GROUP-EPOCH     TARGET-ASSIGNMENT-EPOCH   #MEMBERS\n"
+        "cg              broker1:9092  (1)         uniform              Reconciling          8               8                         2\n")
+    assert format_state(GROUP, verbose=True).splitlines()[2].split() == [
+        "orders-app", "broker1:9092", "(1)", "range", "Stable", "-", "-", "3"]
+
+
 def test_state_view_golden_layout() -> None:
     assert format_state(GROUP, verbose=False) == (
         "\n"

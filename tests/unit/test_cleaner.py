@@ -21,6 +21,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import uuid
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from offsetd.coordinator.config import GroupCoordinatorConfig
 from offsetd.coordinator.shard import GroupCoordinatorShard
+from offsetd.records import consumer_group_records as cgr
 from offsetd.records.batch import TRANSACTIONAL_MASK, build_batch, iter_batches
 from offsetd.records.compression import decompress
 from offsetd.records.control import build_marker_batch
@@ -287,6 +289,101 @@ def test_offsets_table_loaded_from_compacted_log_is_identical(tmp_path: Path, cl
         shard = load()
         assert shard.offsets == reference.offsets
         assert sorted(shard.groups) == sorted(reference.groups)
+    assert log.size_bytes < size / 10
+
+
+def _consumer_group_workload(log: PartitionLog, clock: FakeClock, rnd: random.Random) -> None:
+    """KIP-848 consumer groups' records (types 3-8, 16) as the coordinator writes them: members
+    join and reconcile (a new subscription only now and then, assignments and epochs often),
+    leave (tombstones of their records 8, 7, 5 and a new group epoch), and whole groups are
+    deleted (every key of the group tombstoned)."""
+    topic = uuid.UUID(int=7)
+    groups = [f"cg-{g}" for g in range(12)]
+    epochs = dict.fromkeys(groups, 0)
+    members: dict[str, set[str]] = {g: set() for g in groups}
+    regexes: dict[str, set[str]] = {g: set() for g in groups}
+
+    def rec(key, value=None):
+        return cgr.encode_key(key), None if value is None else cgr.encode_value(value)
+
+    for i in range(2500):
+        g = rnd.choice(groups)
+        epochs[g] += 1
+        epoch = epochs[g]
+        roll = rnd.random()
+        if roll < 0.02 and members[g]:  # the group is deleted
+            recs = [r for m in sorted(members[g]) for r in (
+                rec(cgr.ConsumerGroupCurrentMemberAssignmentKey(g, m)),
+                rec(cgr.ConsumerGroupTargetAssignmentMemberKey(g, m)), rec(cgr.ConsumerGroupMemberMetadataKey(g, m)))]
+            recs += [rec(cgr.ConsumerGroupRegularExpressionKey(g, r)) for r in sorted(regexes[g])]
+            recs += [rec(cgr.ConsumerGroupTargetAssignmentMetadataKey(g)), rec(cgr.ConsumerGroupPartitionMetadataKey(g)),
+                     rec(cgr.ConsumerGroupMetadataKey(g))]
+            members[g].clear()
+            regexes[g].clear()
+            epochs[g] = 0
+        elif roll < 0.2 and members[g]:  # a member leaves
+            m = rnd.choice(sorted(members[g]))
+            members[g].discard(m)
+            recs = [rec(cgr.ConsumerGroupCurrentMemberAssignmentKey(g, m)),
+                    rec(cgr.ConsumerGroupTargetAssignmentMemberKey(g, m)), rec(cgr.ConsumerGroupMemberMetadataKey(g, m)),
+                    rec(cgr.ConsumerGroupMetadataKey(g), cgr.ConsumerGroupMetadataValue(epoch))]
+        else:  # a member joins or reconciles
+            m = f"member-{rnd.randrange(6)}"
+            recs = []
+            if m not in members[g] or rnd.random() < 0.1:
+                members[g].add(m)
+                regex = f"t{rnd.randrange(3)}.*" if rnd.random() < 0.3 else None
+                recs.append(rec(cgr.ConsumerGroupMemberMetadataKey(g, m), cgr.ConsumerGroupMemberMetadataValue(
+                    None, None, "client", "/127.0.0.1", ("t",), regex, 45000, "uniform")))
+                recs.append(rec(cgr.ConsumerGroupPartitionMetadataKey(g), cgr.ConsumerGroupPartitionMetadataValue(
+                    (cgr.TopicMetadata(topic, "t", 8),))))
+                if regex is not None:
+                    regexes[g].add(regex)
+                    recs.append(rec(cgr.ConsumerGroupRegularExpressionKey(g, regex),
+                                    cgr.ConsumerGroupRegularExpressionValue(("t0",), i, clock.now)))
+            k = int(m.removeprefix("member-"))  # members own disjoint partitions, as the assignors give them
+            assigned = (cgr.TopicPartitions(topic, tuple(p for p in (k, k + 6) if p < 8)),)
+            recs += [rec(cgr.ConsumerGroupMetadataKey(g), cgr.ConsumerGroupMetadataValue(epoch)),
+                     rec(cgr.ConsumerGroupTargetAssignmentMemberKey(g, m), cgr.ConsumerGroupTargetAssignmentMemberValue(
+                         assigned)),
+                     rec(cgr.ConsumerGroupTargetAssignmentMetadataKey(g),
+                         cgr.ConsumerGroupTargetAssignmentMetadataValue(epoch)),
+                     rec(cgr.ConsumerGroupCurrentMemberAssignmentKey(g, m), cgr.ConsumerGroupCurrentMemberAssignmentValue(
+                         epoch, epoch - 1, 0, assigned, ()))]
+        append(log, clock, recs, step=60_000)
+
+
+def test_consumer_group_records_compact_like_the_classic_ones(tmp_path: Path, clock: FakeClock) -> None:
+    """The cleaner works on key bytes, so KIP-848 records compact as the classic ones: the latest
+    record of each key survives, a tombstone (a member's leave, a group's deletion) lives
+    delete.retention.ms and then goes, and the consumer groups loaded from the compacted log are
+    the ones loaded before."""
+    log = open_log(tmp_path, clock, delete_retention_ms=DAY)
+    _consumer_group_workload(log, clock, random.Random(11))
+    log.roll(clock.now)  # the active segment is never cleaned: every record is in the cleanable range
+
+    def load() -> GroupCoordinatorShard:
+        shard = GroupCoordinatorShard(0, GroupCoordinatorConfig())
+        scan_key_values(log_bytes(log), shard.replay_raw)
+        return shard
+
+    before = records(log)
+    reference = load()
+    assert reference.skipped_records == 0 and len(reference.consumer.groups) > 5
+    size = log.size_bytes
+    for days in (0, 1, 3):  # first while the tombstones are young, then after they expired
+        clock.advance(days * DAY)
+        LogCleaner().clean(log, clock.now, force=True)
+        log.close()
+        log = open_log(tmp_path, clock, delete_retention_ms=DAY)
+        after = records(log)
+        keys = [k for _, _, k, _ in after]
+        assert len(keys) == len(set(keys))  # the latest record of each key, once
+        latest = {k: (o, v) for o, _, k, v in before}
+        assert all(latest[k] == (o, v) for o, _, k, v in after)
+        tombstones = sum(v is None for _, _, _, v in after)
+        assert tombstones > 0 if days == 0 else tombstones == 0
+        assert load().consumer.groups == reference.consumer.groups
     assert log.size_bytes < size / 10
 
 

@@ -1,6 +1,6 @@
 """The operator tools' only door to a cluster: a thin layer over confluent-kafka's AdminClient and
-Consumer, and kafka-python's KafkaAdminClient for OffsetDelete (which confluent-kafka's binding
-lacks). Every call is bounded by `--timeout`; results come back as `model` types, and failures
+Consumer, and kafka-python's KafkaAdminClient for OffsetDelete and ConsumerGroupDescribe's epochs
+(which confluent-kafka's binding lacks). Every call is bounded by `--timeout`; results come back as `model` types, and failures
 as `ToolError` with Kafka's wording. Works against offsetd and any Kafka cluster."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from confluent_kafka import (Consumer, ConsumerGroupTopicPartitions, IsolationLevel, KafkaError, KafkaException,
@@ -100,8 +100,9 @@ class Cluster:
                     for g in result.valid]
         return sorted(listings, key=lambda g: g.group)
 
-    def describe_groups(self, groups: Iterable[str]) -> dict[str, GroupDescription]:
-        """DescribeGroups for each group; a group that does not exist comes back as `Dead`."""
+    def describe_groups(self, groups: Iterable[str], epochs: bool = False) -> dict[str, GroupDescription]:
+        """DescribeGroups for each group; a group that does not exist comes back as `Dead`. With
+        `epochs`, consumer groups also get their epochs and target assignments (with_epochs)."""
         groups = list(dict.fromkeys(groups))
         if not groups:
             return {}
@@ -124,6 +125,42 @@ class Cluster:
                 for m in d.members)
             result[group] = GroupDescription(group, _name(_STATE_NAMES, d.state), _name(_TYPE_NAMES, d.type),
                                              d.partition_assignor or "", coordinator, members)
+        return self.with_epochs(result) if epochs else result
+
+    def with_epochs(self, descriptions: dict[str, GroupDescription]) -> dict[str, GroupDescription]:
+        """The consumer groups among `descriptions` with their group and target assignment epochs
+        and their members' epochs and target assignments, from ConsumerGroupDescribe through
+        kafka-python (confluent-kafka's describe has no epochs). Unchanged when there is no
+        consumer group or the cluster does not serve API 69."""
+        from .consumer_group_describe import describe_epochs
+        from .kafka_python_admin import ToolAdminClient
+
+        consumer = sorted(g for g, d in descriptions.items() if d.type == "Consumer")
+        if not consumer:
+            return descriptions
+        timeout_ms = int(self.timeout_s * 1000)
+        try:
+            admin = ToolAdminClient(**kafka_python_config(self.client_config), request_timeout_ms=timeout_ms,
+                                    bootstrap_timeout_ms=timeout_ms)
+        except Exception as exc:  # kafka-python raises a family of errors on connect
+            raise ToolError(f"Connecting for ConsumerGroupDescribe failed: {error_name_and_text(exc)}") from None
+        try:
+            found = describe_epochs(admin, consumer)
+        except Exception as exc:
+            raise ToolError(f"ConsumerGroupDescribe failed: {error_name_and_text(exc)}") from None
+        finally:
+            admin.close()
+        result = dict(descriptions)
+        for group, epochs in found.items():
+            d = descriptions[group]
+            members = []
+            for m in d.members:
+                e = epochs.members.get(m.consumer_id)
+                members.append(m if e is None else replace(
+                    m, member_epoch=e.member_epoch, target_assignment=e.target_assignment,
+                    upgraded=None if e.member_type < 0 else e.member_type == 1))
+            result[group] = replace(d, members=tuple(members), group_epoch=epochs.group_epoch,
+                                    target_assignment_epoch=epochs.assignment_epoch)
         return result
 
     def committed_offsets(self, group: str) -> dict[TP, Committed]:

@@ -120,11 +120,18 @@ def assignment_string(assignment: tuple[TP, ...]) -> str:
     return ";".join(f"{t}:" + ",".join(map(str, sorted(ps))) for t, ps in sorted(by_topic.items()))
 
 
+def _or_missing(value: int | None) -> int | str:
+    """An epoch, or Kafka's `-` where there is none."""
+    return MISSING if value is None else value
+
+
 def format_members(description: GroupDescription, verbose: bool) -> str:
     """Kafka's members table. GROUP-INSTANCE-ID appears only when a member is static; #PARTITIONS
-    keeps Kafka's trailing pad; verbose adds Kafka 4's epoch and assignment columns (epochs are
-    `-` for classic groups, which have none)."""
+    keeps Kafka's trailing pad; verbose adds Kafka 4's columns: the member's epoch and assignment,
+    the group's target assignment epoch and the member's target assignment (`-` for classic
+    groups, which have none), and UPGRADED when a consumer group has classic-protocol members."""
     static = any(m.group_instance_id for m in description.members)
+    upgraded = verbose and any(m.upgraded is False for m in description.members)
     columns = [Column("GROUP", grows=True), Column("CONSUMER-ID", grows=True)]
     columns += [Column("GROUP-INSTANCE-ID", 17, grows=True)] if static else []
     columns += [Column("HOST", grows=True), Column("CLIENT-ID", grows=True), Column("#PARTITIONS")]
@@ -133,12 +140,18 @@ def format_members(description: GroupDescription, verbose: bool) -> str:
         row: list[Any] = [description.group, m.consumer_id] + ([m.group_instance_id or ""] if static else [])
         row += [m.host, m.client_id, len(m.assignment)]
         if verbose:
-            row += [MISSING, assignment_string(m.assignment), MISSING, MISSING]
+            target_epoch = description.target_assignment_epoch if m.member_epoch is not None else None
+            target = MISSING if m.target_assignment is None else assignment_string(m.target_assignment)
+            row += [_or_missing(m.member_epoch), assignment_string(m.assignment), _or_missing(target_epoch), target]
+            row += [str(m.upgraded).lower() if m.upgraded is not None else MISSING] if upgraded else []
         rows.append(row)
     if verbose:
-        assignment_width = max([20] + [len(r[-3]) for r in rows])
+        current = len(columns) + 1  # the CURRENT-ASSIGNMENT cell of a row
+        assignment_width = max([20] + [len(r[current]) for r in rows])
+        target_width = max([20] + [len(r[current + 2]) for r in rows]) if upgraded else 20
         columns += [Column("CURRENT-EPOCH"), Column("CURRENT-ASSIGNMENT", assignment_width),
-                    Column("TARGET-EPOCH"), Column("TARGET-ASSIGNMENT", 20)]
+                    Column("TARGET-EPOCH"), Column("TARGET-ASSIGNMENT", target_width)]
+        columns += [Column("UPGRADED", 0)] if upgraded else []
     else:
         columns += [Column("", 0)]  # Kafka's format ends "%-15s ": one trailing space
         rows = [r + [""] for r in rows]
@@ -159,7 +172,7 @@ def format_state(description: GroupDescription, verbose: bool) -> str:
     row: list[Any] = [description.group, coordinator, description.assignment_strategy or MISSING, description.state]
     if verbose:
         columns += [Column("GROUP-EPOCH"), Column("TARGET-ASSIGNMENT-EPOCH", 25)]
-        row += [MISSING, MISSING]
+        row += [_or_missing(description.group_epoch), _or_missing(description.target_assignment_epoch)]
     columns.append(Column("#MEMBERS", 0))
     row.append(len(description.members))
     return "\n" + "\n".join(render(columns, [row])) + "\n"
@@ -170,14 +183,22 @@ def state_json(description: GroupDescription) -> dict[str, Any]:
     c = description.coordinator
     return {"group": description.group, "type": description.type, "state": description.state,
             "assignment_strategy": description.assignment_strategy or None, "members": len(description.members),
-            "coordinator": {"id": c.id, "host": c.host, "port": c.port} if c else None}
+            "coordinator": {"id": c.id, "host": c.host, "port": c.port} if c else None,
+            "group_epoch": description.group_epoch, "target_assignment_epoch": description.target_assignment_epoch}
+
+
+def _partitions_json(assignment: tuple[TP, ...] | None) -> list[dict[str, Any]] | None:
+    """An assignment for `--output json` (null when unknown)."""
+    return None if assignment is None else [{"topic": tp.topic, "partition": tp.partition} for tp in sorted(assignment)]
 
 
 def members_json(description: GroupDescription) -> list[dict[str, Any]]:
     """The members of one group for `--output json`."""
     return [{"consumer_id": m.consumer_id, "group_instance_id": m.group_instance_id, "host": m.host,
-             "client_id": m.client_id, "partitions": len(m.assignment),
-             "assignment": [{"topic": tp.topic, "partition": tp.partition} for tp in sorted(m.assignment)]}
+             "client_id": m.client_id, "partitions": len(m.assignment), "assignment": _partitions_json(m.assignment),
+             "member_epoch": m.member_epoch, "target_assignment": _partitions_json(m.target_assignment),
+             "target_assignment_epoch": description.target_assignment_epoch if m.member_epoch is not None else None,
+             "upgraded": m.upgraded}
             for m in description.members]
 
 
@@ -199,7 +220,9 @@ def run_describe(cluster: Cluster, groups: list[str], options: DescribeOptions, 
     """Describe the groups (sorted, like Kafka's TreeMap); exit status 1 if one does not exist."""
     if options.view == "health":
         return _run_health(cluster, groups, out)
-    descriptions = cluster.describe_groups(groups)
+    # epochs only where they are shown: they cost a ConsumerGroupDescribe through kafka-python
+    epochs = options.verbose and options.view in ("members", "state")
+    descriptions = cluster.describe_groups(groups, epochs=epochs)
     ordered = [descriptions[g] for g in sorted(descriptions)]
     view = {"offsets": _describe_offsets, "members": _describe_members, "state": _describe_state}[options.view]
     documents = view(cluster, ordered, options.verbose, out)

@@ -55,13 +55,19 @@ class GroupListing:
 
 @dataclass(frozen=True)
 class Member:
-    """A group member as DescribeGroups reports it."""
+    """A group member as DescribeGroups / ConsumerGroupDescribe report it; the epoch, target
+    assignment and protocol of a consumer group's member only when ConsumerGroupDescribe was
+    asked (None otherwise, and for classic groups)."""
 
     consumer_id: str
     group_instance_id: str | None
     client_id: str
     host: str
     assignment: tuple[TP, ...]
+    member_epoch: int | None = None
+    target_assignment: tuple[TP, ...] | None = None
+    upgraded: bool | None = None
+    """True for a consumer-protocol member, False for a classic-protocol one in a consumer group."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,8 @@ class Coordinator:
 
 @dataclass(frozen=True)
 class GroupDescription:
-    """DescribeGroups for one group; a group that does not exist is state `Dead`, no members."""
+    """DescribeGroups for one group; a group that does not exist is state `Dead`, no members. A
+    consumer group's epochs when ConsumerGroupDescribe was asked (None otherwise)."""
 
     group: str
     state: str
@@ -83,3 +90,5 @@ class GroupDescription:
     assignment_strategy: str
     coordinator: Coordinator | None
     members: tuple[Member, ...] = field(default_factory=tuple)
+    group_epoch: int | None = None
+    target_assignment_epoch: int | None = None

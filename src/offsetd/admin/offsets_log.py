@@ -112,13 +112,7 @@ _RECORD_TYPES: dict[type, str] = {
     GroupMetadataKey: "group_metadata",
     UnknownRecordKey: "unknown",
     ControlMarker: "txn_marker",
-    consumer_group_records.ConsumerGroupMetadataKey: "consumer_group_metadata",
-    consumer_group_records.ConsumerGroupPartitionMetadataKey: "consumer_group_partition_metadata",
-    consumer_group_records.ConsumerGroupMemberMetadataKey: "consumer_group_member_metadata",
-    consumer_group_records.ConsumerGroupTargetAssignmentMetadataKey: "consumer_group_target_assignment_metadata",
-    consumer_group_records.ConsumerGroupTargetAssignmentMemberKey: "consumer_group_target_assignment_member",
-    consumer_group_records.ConsumerGroupCurrentMemberAssignmentKey: "consumer_group_current_member_assignment",
-    consumer_group_records.ConsumerGroupRegularExpressionKey: "consumer_group_regular_expression",
+    **consumer_group_records.RECORD_TYPE_NAMES,
 }
 
 

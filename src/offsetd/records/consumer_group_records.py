@@ -36,6 +36,7 @@ from .varint import encode_uvarint
 
 __all__ = [
     "CONSUMER_GROUP_RECORD_TYPES",
+    "RECORD_TYPE_NAMES",
     "TopicPartitions",
     "TopicMetadata",
     "PartitionRacks",
@@ -262,6 +263,18 @@ _TYPE_OF_KEY: dict[type, int] = {cls: t for t, (cls, _fields) in _KEY_TYPES.item
 
 CONSUMER_GROUP_RECORD_TYPES = frozenset(_KEY_TYPES)
 """The `__consumer_offsets` key types (the key's first int16) of consumer groups."""
+
+RECORD_TYPE_NAMES: dict[type, str] = {
+    ConsumerGroupMetadataKey: "consumer_group_metadata",
+    ConsumerGroupPartitionMetadataKey: "consumer_group_partition_metadata",
+    ConsumerGroupMemberMetadataKey: "consumer_group_member_metadata",
+    ConsumerGroupTargetAssignmentMetadataKey: "consumer_group_target_assignment_metadata",
+    ConsumerGroupTargetAssignmentMemberKey: "consumer_group_target_assignment_member",
+    ConsumerGroupCurrentMemberAssignmentKey: "consumer_group_current_member_assignment",
+    ConsumerGroupRegularExpressionKey: "consumer_group_regular_expression",
+}
+"""The record type each key is shown as (offsets-log dump, Spark offsets-log source): Kafka's
+record name in snake_case, in record-type order."""
 
 
 # ------------------------------------------------------------------------------- encoding

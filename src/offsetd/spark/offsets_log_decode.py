@@ -9,10 +9,12 @@ Records are decoded in chunks of about CHUNK_RECORDS into Arrow columns, never r
   else through `decode_key`), and the key columns are taken from that table by key number;
 * OffsetCommit values of the common layout (v3, empty metadata) are one numpy view, others
   `decode_offset_commit_value` each; GroupMetadata values `decode_group_metadata_value` each.
+* KIP-848 consumer groups' records (types 3-8, 16) are rare beside commits: their keys are
+  decoded by `records.consumer_group_records` each (the commit keys of the same chunk still
+  column-wise), their values record by record into the columns they fill (`_consumer_group_cells`).
 Compressed, transactional and control batches take `records.log_walker.iter_log_records`
-(committed transactions only, as a read_committed consumer sees them). Records of key versions
-other than 0-2 (KIP-848 / share groups) and records without a key are skipped, as the broker's
-loader skips them.
+(committed transactions only, as a read_committed consumer sees them). Records of other key
+versions (share groups, future versions) and records without a key are skipped.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import StructType
 
+from offsetd.records import consumer_group_records as cgr
 from offsetd.records.batch import LOG_OVERHEAD, TRANSACTIONAL_MASK, iter_batches
 from offsetd.records.consumer_protocol import parse_subscription_topics
 from offsetd.records.group_metadata_value import decode_group_metadata_value
 from offsetd.records.log_walker import ControlMarker, iter_log_records
 from offsetd.records.offset_commit_value import decode_offset_commit_value
-from offsetd.records.offsets import GroupMetadataKey, OffsetCommitKey, decode_key
+from offsetd.records.offsets import GroupMetadataKey, OffsetCommitKey, UnknownRecordKey, decode_key
 from offsetd.records.scan import scan_columns
 
 from .options import option_bool
@@ -40,9 +43,14 @@ from .schemas import GROUP_METADATA, OFFSET_COMMIT, OFFSETS_LOG_ARROW, OFFSETS_L
 CHUNK_RECORDS = 65536  # records per Arrow batch
 KEY_TABLE_LIMIT = 1 << 18  # distinct keys a decoder remembers; it starts afresh between chunks past this
 
-# Record kinds in a chunk's key table (index into KIND_NAMES).
-COMMIT, GROUP, UNKNOWN = 0, 1, 2
-KIND_NAMES = [OFFSET_COMMIT, GROUP_METADATA, None]
+# Record kinds in a chunk's key table (index into KIND_NAMES): the classic two, the consumer
+# groups' seven (GROUP < kind < UNKNOWN), and UNKNOWN (never a row).
+COMMIT, GROUP = 0, 1
+CONSUMER_GROUP_KINDS: dict[type, int] = {cls: GROUP + 1 + i for i, cls in enumerate(cgr.RECORD_TYPE_NAMES)}
+UNKNOWN = GROUP + 1 + len(CONSUMER_GROUP_KINDS)
+KIND_NAMES = [OFFSET_COMMIT, GROUP_METADATA, *cgr.RECORD_TYPE_NAMES.values(), None]
+# ConsumerGroupCurrentMemberAssignment's State, by Kafka's MemberState names.
+MEMBER_STATES = {0: "STABLE", 1: "UNREVOKED_PARTITIONS", 2: "UNRELEASED_PARTITIONS", 127: "UNKNOWN"}
 
 # OffsetCommitValue v3 with empty metadata, the layout Kafka and offsetd write for almost every
 # commit: int16 version 3 | int64 offset | int32 leaderEpoch | int16 metadata length 0 |
@@ -54,11 +62,13 @@ _V3_EMPTY = np.dtype([("version", ">i2"), ("offset", ">i8"), ("epoch", ">i4"), (
 class KeyTable(dict):
     """Raw key bytes -> key number, numbered in order of first appearance (records.scan.scan_columns
     fills it; `number` does the same from Python), and the numbered keys decoded once each into
-    columns, so a chunk's key columns are a `take` by key number."""
+    columns, so a chunk's key columns are a `take` by key number. Consumer groups' keys are also
+    kept decoded (`consumer_keys`, by key number) for their values and member id columns."""
 
     def __init__(self) -> None:
         super().__init__()
         self.decoded = 0  # keys decoded into the columns below
+        self.consumer_keys: dict[int, cgr.ConsumerGroupKey] = {}
         self.kinds = np.zeros(0, np.int8)
         self.groups: pa.Array = pa.array([], pa.string())
         self.topics: pa.Array = pa.array([], pa.string())
@@ -74,7 +84,8 @@ class KeyTable(dict):
     def columns(self, ids: np.ndarray) -> tuple[np.ndarray, pa.Array, pa.Array, np.ndarray]:
         """(kinds, groups, topics, partitions) of the keys numbered `ids`; new keys are decoded first."""
         if self.decoded < len(self):
-            kinds, groups, topics, partitions = _key_columns(list(islice(self, self.decoded, None)))
+            kinds, groups, topics, partitions, consumer = _key_columns(list(islice(self, self.decoded, None)))
+            self.consumer_keys.update((self.decoded + i, key) for i, key in consumer.items())
             self.kinds = np.concatenate([self.kinds, kinds])
             self.groups = pa.concat_arrays([self.groups, groups])
             self.topics = pa.concat_arrays([self.topics, topics])
@@ -144,7 +155,7 @@ def _gather_strings(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -
     return out
 
 
-def _key_columns_vectorized(keys: list[bytes]) -> tuple[np.ndarray, pa.Array, pa.Array, np.ndarray] | None:
+def _key_columns_vectorized(arrow: pa.BinaryArray) -> tuple[np.ndarray, pa.Array, pa.Array, np.ndarray] | None:
     """(kinds, groups, topics, partitions) of a chunk's keys decoded column-wise with numpy, the
     columnar twin of records.offsets.decode_key for the layouts Kafka writes (§4.4, §4.6):
 
@@ -153,8 +164,7 @@ def _key_columns_vectorized(keys: list[bytes]) -> tuple[np.ndarray, pa.Array, pa
 
     None when any key is not exactly one of these (another key version, a null or truncated
     string): the caller then decodes row by row, which reports or skips such keys."""
-    n = len(keys)
-    arrow = pa.array(keys, pa.binary())
+    n = len(arrow)
     if arrow.null_count:
         return None
     ends = _value_ends(arrow)
@@ -185,27 +195,120 @@ def _key_columns_vectorized(keys: list[bytes]) -> tuple[np.ndarray, pa.Array, pa
     return kinds, groups, topics, np.where(commit, partition, -1).astype(np.int32)
 
 
-def _key_columns(keys: list[bytes]) -> tuple[np.ndarray, pa.Array, pa.Array, np.ndarray]:
-    """(kinds, groups, topics, partitions) of distinct keys: column-wise when possible, else
-    decode_key each."""
-    fast = _key_columns_vectorized(keys)
+def _key_versions(arrow: pa.BinaryArray) -> np.ndarray:
+    """The int16 version (record type) that starts each key, -1 for a key shorter than that."""
+    ends = _value_ends(arrow)
+    if not len(arrow) or ends[-1] < 2:
+        return np.full(len(arrow), -1)
+    data = np.frombuffer(arrow.buffers()[2], np.uint8)
+    starts = ends[:-1].astype(np.int64)
+    whole = ends[1:] - ends[:-1] >= 2
+    return np.where(whole, _be16(data, np.where(whole, starts, 0)), -1)
+
+
+KeyColumns = tuple[np.ndarray, pa.Array, pa.Array, np.ndarray, dict[int, cgr.ConsumerGroupKey]]
+
+
+def _key_columns(keys: list[bytes]) -> KeyColumns:
+    """(kinds, groups, topics, partitions, consumer groups' keys by index) of distinct keys:
+    column-wise when possible; when some are not classic keys, those are decoded each and the
+    others still column-wise; else all decoded each."""
+    arrow = pa.array(keys, pa.binary())
+    fast = _key_columns_vectorized(arrow)
     if fast is not None:
-        return fast
-    entries = [_key_entry(decode_key(raw)) for raw in keys]
+        return (*fast, {})
+    versions = _key_versions(arrow) if not arrow.null_count else np.full(len(keys), -1)
+    is_classic = (versions >= 0) & (versions <= 2)
+    classic, others = np.flatnonzero(is_classic), np.flatnonzero(~is_classic)
+    if len(classic) and len(others) and (fast := _key_columns_vectorized(arrow.take(pa.array(classic)))) is not None:
+        kinds, groups, topics, partitions, consumer = _key_columns_by_row([keys[i] for i in others.tolist()])
+        # position in the concatenation (classic keys first, then the others) of each key
+        order = np.empty(len(keys), np.int64)
+        order[classic], order[others] = np.arange(len(classic)), len(classic) + np.arange(len(others))
+        merged_kinds = np.empty(len(keys), np.int8)
+        merged_partitions = np.empty(len(keys), np.int32)
+        merged_kinds[classic], merged_kinds[others] = fast[0], kinds
+        merged_partitions[classic], merged_partitions[others] = fast[3], partitions
+        take = pa.array(order)
+        return (merged_kinds, pa.concat_arrays([fast[1], groups]).take(take),
+                pa.concat_arrays([fast[2], topics]).take(take), merged_partitions,
+                {int(others[i]): key for i, key in consumer.items()})
+    return _key_columns_by_row(keys)
+
+
+def _key_columns_by_row(keys: list[bytes]) -> KeyColumns:
+    """_key_columns by decoding each key."""
+    entries = [_key_entry(raw) for raw in keys]
     return (np.array([e[0] for e in entries], np.int8), pa.array([e[1] for e in entries], pa.string()),
-            pa.array([e[2] for e in entries], pa.string()), np.array([e[3] for e in entries], np.int32))
+            pa.array([e[2] for e in entries], pa.string()), np.array([e[3] for e in entries], np.int32),
+            {i: e[4] for i, e in enumerate(entries) if e[4] is not None})
 
 
-def _key_entry(key: object) -> tuple[int, str | None, str | None, int]:
-    """(kind, group, topic, partition) of a decoded key."""
+def _key_entry(raw: bytes) -> tuple[int, str | None, str | None, int, cgr.ConsumerGroupKey | None]:
+    """(kind, group, topic, partition, the consumer group's key or None) of a raw key."""
+    key = decode_key(raw)
     if type(key) is OffsetCommitKey:
-        return COMMIT, key.group, key.topic, key.partition
+        return COMMIT, key.group, key.topic, key.partition, None
     if type(key) is GroupMetadataKey:
-        return GROUP, key.group, None, -1
-    return UNKNOWN, None, None, -1
+        return GROUP, key.group, None, -1, None
+    if type(key) is UnknownRecordKey and key.version in cgr.CONSUMER_GROUP_RECORD_TYPES:
+        consumer = cgr.decode_key(raw)
+        assert consumer is not None  # its type is one of CONSUMER_GROUP_RECORD_TYPES
+        return CONSUMER_GROUP_KINDS[type(consumer)], consumer.group_id, None, -1, consumer
+    return UNKNOWN, None, None, -1, None
+
+
+def _topic_partitions(tps: tuple[cgr.TopicPartitions, ...]) -> list[dict]:
+    """Assignment cells: topic id (as a UUID string) and partitions."""
+    return [{"topic_id": str(tp.topic_id), "partitions": list(tp.partitions)} for tp in tps]
+
+
+def _consumer_group_cells(key: cgr.ConsumerGroupKey, raw: bytes | None) -> dict[str, object]:
+    """The cells one consumer group's record fills, by column (schemas.OFFSETS_LOG_FIELDS says
+    which columns each type reuses); a tombstone fills only its key's."""
+    cells: dict[str, object] = {}
+    if hasattr(key, "member_id"):
+        cells["member_id"] = key.member_id
+    if type(key) is cgr.ConsumerGroupRegularExpressionKey:
+        cells["regular_expression"] = key.regular_expression
+    value = cgr.decode_value(key, raw)
+    t = type(value)
+    if t is cgr.ConsumerGroupMetadataValue:
+        cells["generation"] = value.epoch  # type: ignore[union-attr]
+    elif t is cgr.ConsumerGroupTargetAssignmentMetadataValue:
+        cells["generation"] = value.assignment_epoch  # type: ignore[union-attr]
+    elif t is cgr.ConsumerGroupPartitionMetadataValue:
+        cells["topics"] = [{"topic_id": str(m.topic_id), "topic": m.topic_name, "num_partitions": m.num_partitions}
+                           for m in value.topics]  # type: ignore[union-attr]
+    elif t is cgr.ConsumerGroupMemberMetadataValue:
+        m: cgr.ConsumerGroupMemberMetadataValue = value  # type: ignore[assignment]
+        classic = m.classic_member_metadata
+        cells["members"] = [{
+            "member_id": key.member_id, "group_instance_id": m.instance_id,  # type: ignore[union-attr]
+            "client_id": m.client_id, "client_host": m.client_host, "rebalance_timeout": m.rebalance_timeout_ms,
+            "session_timeout": classic.session_timeout_ms if classic is not None else None,
+            "subscribed_topics": list(m.subscribed_topic_names), "subscription": None, "assignment": None,
+        }]
+        cells.update(protocol=m.server_assignor, rack_id=m.rack_id, regular_expression=m.subscribed_topic_regex)
+    elif t is cgr.ConsumerGroupTargetAssignmentMemberValue:
+        cells["assigned_partitions"] = _topic_partitions(value.topic_partitions)  # type: ignore[union-attr]
+    elif t is cgr.ConsumerGroupCurrentMemberAssignmentValue:
+        a: cgr.ConsumerGroupCurrentMemberAssignmentValue = value  # type: ignore[assignment]
+        cells.update(member_epoch=a.member_epoch, previous_member_epoch=a.previous_member_epoch,
+                     member_state=MEMBER_STATES.get(a.state, str(a.state)),
+                     assigned_partitions=_topic_partitions(a.assigned_partitions),
+                     partitions_pending_revocation=_topic_partitions(a.partitions_pending_revocation))
+    elif t is cgr.ConsumerGroupRegularExpressionValue:
+        r: cgr.ConsumerGroupRegularExpressionValue = value  # type: ignore[assignment]
+        cells["topics"] = [{"topic_id": None, "topic": topic, "num_partitions": None} for topic in r.topics]
+        cells["state_timestamp"] = r.timestamp
+    return cells
 
 
 GROUP_COLUMNS = ["protocol_type", "generation", "protocol", "leader", "state_timestamp", "members"]
+CONSUMER_GROUP_COLUMNS = ["member_id", "member_epoch", "previous_member_epoch", "member_state", "assigned_partitions",
+                          "partitions_pending_revocation", "rack_id", "regular_expression", "topics"]
+SPARSE_COLUMNS = GROUP_COLUMNS + CONSUMER_GROUP_COLUMNS  # filled record by record, where a record has them
 ALL_COLUMNS = tuple(OFFSETS_LOG_ARROW.names)
 
 
@@ -213,12 +316,12 @@ ALL_COLUMNS = tuple(OFFSETS_LOG_ARROW.names)
 class Selection:
     """What a read returns: `columns` (in the source's order; a user-given schema prunes them)
     and which records become rows - source options `recordTypes` (comma list of offset_commit,
-    group_metadata; default both) and `includeTombstones` (default true), narrowed further by
-    pushed record_type and tombstone filters (`live` false: tombstones only). A pipeline that
+    group_metadata and the consumer groups' record types; default all) and `includeTombstones`
+    (default true), narrowed further by pushed record_type and tombstone filters (`live` false: tombstones only). A pipeline that
     needs only live commits reads just those, without the columns it would filter on."""
 
     columns: tuple[str, ...] = ALL_COLUMNS
-    kinds: frozenset[int] = frozenset((COMMIT, GROUP))
+    kinds: frozenset[int] = frozenset(range(UNKNOWN))
     tombstones: bool = True
     live: bool = True
 
@@ -231,7 +334,7 @@ class Selection:
             unknown = [name for name in names if name not in KIND_NAMES[:UNKNOWN]]
             if unknown:
                 raise ValueError(f"option recordTypes: unknown record type {unknown[0]!r}; "
-                                 f"give {OFFSET_COMMIT} and/or {GROUP_METADATA}")
+                                 f"give some of {', '.join(KIND_NAMES[:UNKNOWN])}")
             kinds = frozenset(KIND_NAMES.index(name) for name in names)
         return cls(columns, kinds, option_bool(options, "includeTombstones", True))
 
@@ -277,15 +380,29 @@ def decode_chunk(chunk: _Chunk, table: KeyTable, log_partition: int,
                 full[i] = m
             metadata = pa.array(full, pa.string())
 
-    built: dict[str, pa.Array] = {name: pa.nulls(n, OFFSETS_LOG_ARROW.field(name).type) for name in GROUP_COLUMNS}
+    cells: dict[str, dict[int, object]] = {name: {} for name in SPARSE_COLUMNS}  # column -> row -> cell
     columns = selection.columns
     if group_rows.any() and any(name in columns for name in GROUP_COLUMNS):
         rows = np.flatnonzero(group_rows).tolist()
         for name, col in zip(GROUP_COLUMNS, _group_columns(list(compress(chunk.values, group_rows)))):
-            full = [None] * n
-            for i, v in zip(rows, col):
-                full[i] = v
-            built[name] = pa.array(full, OFFSETS_LOG_ARROW.field(name).type)
+            cells[name] = dict(zip(rows, col))
+    consumer_rows = (kinds > GROUP) & (kinds < UNKNOWN) & selected
+    if consumer_rows.any() and any(name in columns for name in SPARSE_COLUMNS):
+        keys = table.consumer_keys
+        for i in np.flatnonzero(consumer_rows).tolist():
+            for name, cell in _consumer_group_cells(keys[chunk.ids[i]], chunk.values[i]).items():
+                cells[name][i] = cell
+
+    def sparse(name: str) -> pa.Array:
+        """A column filled record by record: nulls but where a record gave a cell."""
+        kind, filled = OFFSETS_LOG_ARROW.field(name).type, cells[name]
+        if not filled:
+            return pa.nulls(n, kind)
+        full: list[object] = [None] * n
+        for i, cell in filled.items():
+            full[i] = cell
+        return pa.array(full, kind)
+
     builders: dict[str, Callable[[], pa.Array]] = {
         "record_type": lambda: pa.array(KIND_NAMES, pa.string()).take(pa.array(kinds.astype(np.int64))),
         "group": lambda: groups,
@@ -297,7 +414,7 @@ def decode_chunk(chunk: _Chunk, table: KeyTable, log_partition: int,
         "commit_timestamp": lambda: _masked(commit_ts, commit_rows, pa.int64()),
         "expire_timestamp": lambda: _masked(expire_ts, commit_rows, pa.int64()),
         "tombstone": lambda: pa.array(tomb),
-        **{name: (lambda name=name: built[name]) for name in GROUP_COLUMNS},
+        **{name: (lambda name=name: sparse(name)) for name in SPARSE_COLUMNS},
         "log_partition": lambda: pa.array(np.full(n, log_partition, np.int32)),
         "log_offset": lambda: pa.array(chunk.log_offsets()),
         "record_timestamp": lambda: pa.array(chunk.timestamps()),

@@ -10,8 +10,8 @@ pipelines.load_offsets_log) in log order; for files as Spark packs them (`maxPar
 default 1 GiB, `openCostInBytes`, default 4 MiB). Option `partitions` (comma list) restricts
 either way to some log partitions. A schema given with `.schema("group string, offset bigint,
 ...")` (a subset of the columns) prunes columns: only those are decoded and sent to Spark.
-Options `recordTypes` (offset_commit, group_metadata) and `includeTombstones` (true/false)
-select rows at the source (`Selection`).
+Options `recordTypes` (offset_commit, group_metadata, the consumer groups' consumer_group_metadata,
+...) and `includeTombstones` (true/false) select rows at the source (`Selection`).
 
 With option `filterPushdown=true` (opt-in: PushdownOffsetsLogReader says why) the reader takes
 filters Spark pushes: `log_partition` = / IN plans only those partitions; `record_type` and

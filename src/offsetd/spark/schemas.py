@@ -24,10 +24,14 @@ TOPIC_FIELDS: list[tuple[str, pa.DataType, str]] = [
 TOPIC_HEADERS_FIELD: tuple[str, pa.DataType, str] = (
     "headers", pa.list_(HEADER_TYPE), "array<struct<key: string, value: binary>>")
 
-# One row per `__consumer_offsets` record. record_type is "offset_commit" or "group_metadata";
-# commit fields are null on group rows and vice versa; tombstone rows carry only the key fields.
-# Timestamps stay epoch milliseconds (bigint, -1 = absent) as Kafka stores them, so the
-# pipelines can compare them with the broker's own expiry arithmetic exactly.
+# One row per `__consumer_offsets` record. record_type is "offset_commit", "group_metadata" or a
+# KIP-848 consumer group's (consumer_group_records.RECORD_TYPE_NAMES); a column is null where the
+# record type has no such field; tombstone rows carry only the key fields. Timestamps stay epoch
+# milliseconds (bigint, -1 = absent) as Kafka stores them, so the pipelines can compare them with
+# the broker's own expiry arithmetic exactly. Consumer groups' records reuse the columns that mean
+# the same (generation = group or target assignment epoch, protocol = server assignor, members =
+# the member of record 5, state_timestamp = when a regular expression was resolved) and fill the
+# last columns, which are null for the classic records.
 MEMBER_TYPE = pa.struct([
     ("member_id", pa.string()), ("group_instance_id", pa.string()), ("client_id", pa.string()),
     ("client_host", pa.string()), ("rebalance_timeout", pa.int32()), ("session_timeout", pa.int32()),
@@ -36,6 +40,10 @@ MEMBER_TYPE = pa.struct([
 MEMBER_DDL = ("struct<member_id: string, group_instance_id: string, client_id: string, client_host: string, "
               "rebalance_timeout: int, session_timeout: int, subscribed_topics: array<string>, "
               "subscription: binary, assignment: binary>")
+TOPIC_PARTITIONS_TYPE = pa.struct([("topic_id", pa.string()), ("partitions", pa.list_(pa.int32()))])
+TOPIC_PARTITIONS_DDL = "struct<topic_id: string, partitions: array<int>>"
+TOPIC_METADATA_TYPE = pa.struct([("topic_id", pa.string()), ("topic", pa.string()), ("num_partitions", pa.int32())])
+TOPIC_METADATA_DDL = "struct<topic_id: string, topic: string, num_partitions: int>"
 OFFSETS_LOG_FIELDS: list[tuple[str, pa.DataType, str]] = [
     ("record_type", pa.string(), "string"),
     ("group", pa.string(), "string"),
@@ -56,6 +64,15 @@ OFFSETS_LOG_FIELDS: list[tuple[str, pa.DataType, str]] = [
     ("log_partition", pa.int32(), "int"),
     ("log_offset", pa.int64(), "bigint"),
     ("record_timestamp", pa.int64(), "bigint"),
+    ("member_id", pa.string(), "string"),
+    ("member_epoch", pa.int32(), "int"),
+    ("previous_member_epoch", pa.int32(), "int"),
+    ("member_state", pa.string(), "string"),
+    ("assigned_partitions", pa.list_(TOPIC_PARTITIONS_TYPE), f"array<{TOPIC_PARTITIONS_DDL}>"),
+    ("partitions_pending_revocation", pa.list_(TOPIC_PARTITIONS_TYPE), f"array<{TOPIC_PARTITIONS_DDL}>"),
+    ("rack_id", pa.string(), "string"),
+    ("regular_expression", pa.string(), "string"),
+    ("topics", pa.list_(TOPIC_METADATA_TYPE), f"array<{TOPIC_METADATA_DDL}>"),
 ]
 
 OFFSET_COMMIT = "offset_commit"

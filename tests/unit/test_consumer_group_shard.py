@@ -46,7 +46,7 @@ def test_a_live_classic_group_refuses_a_consumer_member_and_an_empty_one_is_take
     h = Harness.new()
     token = h.token("join")
     h.run(h.shard.join_group(token, JoinRequest("c", "", None, "cli", "/h", 10_000, 10_000, "consumer",
-                                                consumer_protocols(), False), h.now))
+                                                consumer_protocols(), False), h.now, TOPICS))
     assert heartbeat(h, "m1", group_id="c").error_code == GROUP_ID_NOT_FOUND
     assert "c" not in h.shard.consumer.groups
     h.seed_offsets("simple", {("foo", 1): 42})  # an offsets-only group
@@ -59,10 +59,11 @@ def test_join_group_on_a_consumer_group():
     heartbeat(h, "m1")
     join = JoinRequest("g", "", None, "cli", "/h", 10_000, 10_000, "consumer", consumer_protocols(), False)
     token = h.token("join")
-    assert h.run(h.shard.join_group(token, join, h.now))[token]["error_code"] == INCONSISTENT_GROUP_PROTOCOL
+    bad = JoinRequest("g", "", None, "cli", "/h", 10_000, 10_000, "connect", consumer_protocols(), False)
+    assert h.run(h.shard.join_group(token, bad, h.now, TOPICS))[token]["error_code"] == INCONSISTENT_GROUP_PROTOCOL
     heartbeat(h, "m1", epoch=-1)
     token = h.token("join")
-    result = h.shard.join_group(token, join, h.now)
+    result = h.shard.join_group(token, join, h.now, TOPICS)
     h.run(result)
     assert "g" not in h.shard.consumer.groups  # an empty consumer group becomes classic
     assert "g" not in replay_into_fresh_shard(h.log).consumer.groups

@@ -7,10 +7,10 @@ membership is ephemeral state the state machine holds, persisted by GroupMetadat
 only loading replays (Kafka's model). Error codes and their order follow the reference (§ cited).
 This module holds the state, replay, loading, the timer loop and the group listings; the APIs
 are mixins beside it: offset_ops.py (offsets) and classic_group_ops.py (the classic group protocol).
-KIP-848 consumer groups live beside the classic ones in `consumer` (consumer_group_ops.py): a
-group id that has a consumer group is that consumer group (an offsets-only classic entry may stay
-beside it for its offsets); the shard routes their records and timers, and keeps the two kinds
-apart at the doors (a live classic group refuses consumer members and the other way round).
+KIP-848 consumer groups live beside the classic ones in `consumer` (consumer_group_ops.py,
+classic_member_ops.py): a group id that has a consumer group is that consumer group (an
+offsets-only classic entry may stay beside it for its offsets); the shard routes their records,
+timers and classic-protocol members (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) there.
 """
 
 from __future__ import annotations
@@ -25,13 +25,9 @@ from ..records.offset_commit_value import OffsetCommitValue
 from ..records.offsets import GroupMetadataKey, OffsetCommitKey, decode_key, encode_key, encode_value
 from .classic_group_ops import ClassicGroupOperations, JoinRequest, join_error
 from .config import GroupCoordinatorConfig
-from .consumer_group_ops import (
-    ConsumerGroupHeartbeatRequest,
-    ConsumerGroupHeartbeatResponse,
-    ConsumerGroupOperations,
-    TopicsImage,
-)
-from .errors import GROUP_ID_NOT_FOUND, INCONSISTENT_GROUP_PROTOCOL, NONE
+from .classic_member_ops import ClassicMemberOperations
+from .consumer_group_ops import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, TopicsImage
+from .errors import GROUP_ID_NOT_FOUND, INVALID_SESSION_TIMEOUT, NONE
 from .group import ClassicGroup, GroupState
 from .metrics import CoordinatorCounters
 from .offset_ops import OffsetOperations
@@ -75,7 +71,7 @@ class GroupCoordinatorShard(ClassicGroupOperations, OffsetOperations):
         self.skipped_records = 0
         self.timers = Timers()
         self._expiry_warned: set[str] = set()
-        self.consumer = ConsumerGroupOperations(self.config.consumer, self.consumer_group_configs)
+        self.consumer = ClassicMemberOperations(self.config.consumer, self.consumer_group_configs)
 
     # ============================================================================ replay
 
@@ -187,22 +183,50 @@ class GroupCoordinatorShard(ClassicGroupOperations, OffsetOperations):
                 return CoordinatorResult(replay=False).respond(token, error)
         return self.consumer.consumer_group_heartbeat(token, req, api_version, now, topics)
 
-    def join_group(self, token: Hashable, req: JoinRequest, now: int) -> CoordinatorResult:
-        """JoinGroup (classic_group_ops.py) on a group id a consumer group holds: refused with
-        INCONSISTENT_GROUP_PROTOCOL while it has members; an empty one becomes classic (its
-        records tombstoned in Kafka's order, ahead of the join's, its offsets kept), B7."""
+    def join_group(self, token: Hashable, req: JoinRequest, now: int, topics: TopicsImage) -> CoordinatorResult:
+        """JoinGroup (classic_group_ops.py) on a group id a consumer group holds: with members, the
+        classic member joins it (classic_member_ops.py); an empty one becomes classic (its records
+        tombstoned in Kafka's order, ahead of the join's, its offsets kept), B7."""
         group = self.consumer.groups.get(req.group_id) if req.group_id else None
         if group is None:
             return super().join_group(token, req, now)
         if group.members:
-            return CoordinatorResult(replay=False).respond(token, join_error(INCONSISTENT_GROUP_PROTOCOL,
-                                                                              req.member_id))
+            cfg = self.config
+            if not cfg.session_timeout_min_ms <= req.session_timeout_ms <= cfg.session_timeout_max_ms:
+                return CoordinatorResult(replay=False).respond(token, join_error(INVALID_SESSION_TIMEOUT,
+                                                                                  req.member_id))
+            return self.consumer.classic_join(token, req, now, topics)
         tombstones = group.group_tombstones()
         for key, value in tombstones:
             self.consumer.replay(key, value)
         result = super().join_group(token, req, now)
         result.records[:0] = tombstones
         return result
+
+    def sync_group(self, token: Hashable, group_id: str | None, member_id: str, instance_id: str | None,
+                   generation: int, protocol_type: str | None, protocol_name: str | None,
+                   assignments: dict[str, bytes], now: int) -> CoordinatorResult:
+        """SyncGroup: a consumer group's classic member gets its server-side assignment (the
+        leader's `assignments` are not used there); a classic group's as classic_group_ops.py."""
+        if group_id and group_id in self.consumer.groups:
+            return self.consumer.classic_sync(token, group_id, member_id, instance_id, generation,
+                                              protocol_type, protocol_name, now)
+        return super().sync_group(token, group_id, member_id, instance_id, generation, protocol_type,
+                                  protocol_name, assignments, now)
+
+    def heartbeat(self, token: Hashable, group_id: str | None, member_id: str, instance_id: str | None,
+                  generation: int, now: int) -> CoordinatorResult:
+        """Heartbeat of a consumer group's classic member (classic_member_ops.py) or of a classic group's."""
+        if group_id and group_id in self.consumer.groups:
+            return self.consumer.classic_heartbeat(token, group_id, member_id, instance_id, generation, now)
+        return super().heartbeat(token, group_id, member_id, instance_id, generation, now)
+
+    def leave_group(self, token: Hashable, group_id: str | None, members: list[tuple[str, str | None]],
+                    now: int) -> CoordinatorResult:
+        """LeaveGroup of a consumer group's classic members (classic_member_ops.py) or a classic group's."""
+        if group_id and group_id in self.consumer.groups:
+            return self.consumer.classic_leave(token, group_id, members, now)
+        return super().leave_group(token, group_id, members, now)
 
     # ======================================================================== admin
 

@@ -194,6 +194,7 @@ class KafkaServer:
         self.group_api = GroupApi(self.broker, self.runtimes)
         self.consumer_group_api = ConsumerGroupApi(
             self.group_api, "consumer" in config.get("group.coordinator.rebalance.protocols"))
+        self.group_api.topics_image = self.consumer_group_api.topics_image
         self.txn_api = TransactionApi(self.broker, config, self.group_api, clock,
                                       MarkerWriter(self.broker, self.runtimes, clock),
                                       local=config.get("storage.engine") == "local")

@@ -1,0 +1,96 @@
+"""Mixed KIP-848 consumer groups end to end (reference B7): classic-protocol clients (confluent-kafka
+with `group.protocol=classic`, and kafka-python, which has nothing else) as members of a consumer
+group beside a consumer-protocol member, the broker assigning all of them. Every record is read
+once, no partition has two owners among the members once the assignment settles, and a classic
+member's leave hands its partitions back. Every wait polls the members against a deadline."""
+
+from __future__ import annotations
+
+import confluent_kafka
+import pytest
+from confluent_kafka import ConsumerGroupType
+from confluent_kafka.admin import AdminClient
+from kafka import KafkaConsumer
+
+from clients import create_topic
+from consumer_protocol_helpers import BROKER, Member, poll_until, read_by, send, values
+from group_helpers import unique
+
+pytestmark = [pytest.mark.skipif(confluent_kafka.libversion()[1] < 0x020C0000,
+                                 reason="group.protocol=consumer is GA from librdkafka 2.12 (reference B9)"),
+              pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+CLASSIC = {"group.protocol": "classic", "session.timeout.ms": 6000, "heartbeat.interval.ms": 300}
+
+
+class KafkaPythonMember:
+    """A kafka-python consumer (classic protocol only) with Member's interface."""
+
+    def __init__(self, bootstrap: str, group: str, topics: list[str]) -> None:
+        self.consumer = KafkaConsumer(*topics, bootstrap_servers=bootstrap, group_id=group,
+                                      auto_offset_reset="earliest", enable_auto_commit=False,
+                                      session_timeout_ms=6000, heartbeat_interval_ms=300, client_id="kafka-python")
+        self.read: dict[bytes, int] = {}
+        self.errors: list = []
+
+    def poll(self) -> None:
+        for records in self.consumer.poll(timeout_ms=50).values():
+            for record in records:
+                self.read[record.value] = self.read.get(record.value, 0) + 1
+
+    def assigned(self) -> set[tuple[str, int]]:
+        return {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def _balanced(members, topic: str, partitions: int) -> bool:
+    """Every partition owned by exactly one member and the sizes within one of each other."""
+    sets = [m.assigned() for m in members]
+    sizes = [len(s) for s in sets]
+    return sum(sizes) == partitions and set().union(*sets) == {(topic, p) for p in range(partitions)} \
+        and max(sizes) - min(sizes) <= 1
+
+
+def test_classic_members_inside_a_consumer_group(broker_factory):
+    broker = broker_factory(BROKER)
+    topic, group = unique("mig-mixed"), unique("g")
+    create_topic(broker.bootstrap, topic, 6)
+    modern = Member(broker.bootstrap, group, [topic], **{"client.id": "modern"})
+    poll_until([modern], lambda: len(modern.assigned()) == 6, message="the consumer-protocol member owns all")
+    classic = Member(broker.bootstrap, group, [topic], **{"client.id": "classic", **CLASSIC})
+    members = [modern, classic]
+    poll_until(members, lambda: _balanced(members, topic, 6), timeout=40, message="3 partitions each")
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    described = admin.describe_consumer_groups([group])[group].result(10)
+    assert described.type == ConsumerGroupType.CONSUMER
+    assert sorted(m.client_id for m in described.members) == ["classic", "modern"]
+    assert sorted(sorted((tp.topic, tp.partition) for tp in m.assignment.topic_partitions)
+                  for m in described.members) == sorted(sorted(m.assigned()) for m in members)
+
+    first = values("first", 120)
+    send(broker.bootstrap, topic, first, 6)
+    poll_until(members, lambda: len(read_by(members)) == len(first), message="every record read")
+    assert read_by(members) == dict.fromkeys(first, 1)
+    assert _balanced(members, topic, 6)
+    classic.consumer.commit(asynchronous=False)  # a classic member's commit: generation = member epoch
+    modern.consumer.commit(asynchronous=False)
+
+    old = KafkaPythonMember(broker.bootstrap, group, [topic])
+    members.append(old)
+    poll_until(members, lambda: _balanced(members, topic, 6), timeout=40, message="2 partitions each")
+    second = values("second", 120)
+    send(broker.bootstrap, topic, second, 6)
+    poll_until(members, lambda: all(v in read_by(members) for v in second), message="the second batch read")
+    assert all(read_by(members)[v] == 1 for v in second)
+    assert not any(m.errors for m in members)
+
+    classic.close()
+    old.close()
+    poll_until([modern], lambda: len(modern.assigned()) == 6, timeout=40,
+               message="the classic members' partitions handed back")
+    described = admin.describe_consumer_groups([group])[group].result(10)
+    assert [m.client_id for m in described.members] == ["modern"]
+    modern.close()

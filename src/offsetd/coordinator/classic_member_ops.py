@@ -50,6 +50,11 @@ class ClassicMemberOperations(ConsumerGroupOperations):
         else:
             self.timers.schedule(("session", group_id, member_id), now + classic.session_timeout_ms)
 
+    def schedule_sessions(self, group_id: str, now: int) -> None:
+        """Arm every member's session timer (a group just converted from a classic one)."""
+        for member_id in self.groups[group_id].members:
+            self._schedule_session(group_id, member_id, now)
+
     # ========================================================================= join
 
     def classic_join(self, token: Hashable, req: JoinRequest, now: int, topics: TopicsImage) -> CoordinatorResult:

@@ -24,11 +24,12 @@ from ..records.group_metadata_value import GroupMetadataValue, decode_group_meta
 from ..records.offset_commit_value import OffsetCommitValue
 from ..records.offsets import GroupMetadataKey, OffsetCommitKey, decode_key, encode_key, encode_value
 from .classic_group_ops import ClassicGroupOperations, JoinRequest, join_error
-from .config import GroupCoordinatorConfig
 from .classic_member_ops import ClassicMemberOperations
+from .config import GroupCoordinatorConfig
 from .consumer_group_ops import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, TopicsImage
 from .errors import GROUP_ID_NOT_FOUND, INVALID_SESSION_TIMEOUT, NONE
 from .group import ClassicGroup, GroupState
+from .group_migration import GroupMigrationOperations
 from .metrics import CoordinatorCounters
 from .offset_ops import OffsetOperations
 from .offsets_table import OffsetsTable
@@ -39,10 +40,10 @@ from .txn_offsets import PendingTxnOffsets, is_offset_commit_key
 S = GroupState
 
 
-class GroupCoordinatorShard(ClassicGroupOperations, OffsetOperations):
+class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, OffsetOperations):
     """Groups and committed offsets of one offsets-topic partition (offset APIs: offset_ops.py;
     classic group APIs: classic_group_ops.py, listed first so its member checks are the ones
-    offset_ops.py declares)."""
+    offset_ops.py declares; upgrade and downgrade between the group kinds: group_migration.py)."""
 
     def __init__(self, partition: int, config: GroupCoordinatorConfig) -> None:
         self.partition = partition
@@ -165,23 +166,34 @@ class GroupCoordinatorShard(ClassicGroupOperations, OffsetOperations):
             if group is None:
                 continue
             self._fire_classic_timer(key, group, now, result)
-        return result.merge(self.consumer.fire_timers(now))
+        expired = self.consumer.fire_timers(now)
+        for group_id in sorted({key.group_id for key, _ in expired.records}):  # members removed
+            expired.merge(self._maybe_downgrade(group_id, now))
+        return result.merge(expired)
 
     # ============================================================= the two group kinds
 
     def consumer_group_heartbeat(self, token: Hashable, req: ConsumerGroupHeartbeatRequest, api_version: int,
                                  now: int, topics: TopicsImage) -> CoordinatorResult:
         """ConsumerGroupHeartbeat (consumer_group_ops.py), after the classic side's say (B7): a
-        classic group with members answers GROUP_ID_NOT_FOUND; an empty or offsets-only one is
-        taken over, its offsets kept (its entry stays beside the consumer group for them)."""
+        classic group with members is upgraded by a joining member where group_migration.py
+        allows it, else answers GROUP_ID_NOT_FOUND; an empty or offsets-only one is taken over, its
+        offsets kept (its entry stays beside the consumer group for them). A leave may downgrade."""
+        result = CoordinatorResult(replay=False)
         if req.group_id not in self.consumer.groups:
             classic = self.groups.get(req.group_id)
             if classic is not None and (classic.members or classic.state not in (S.EMPTY, S.DEAD)):
-                error = ConsumerGroupHeartbeatResponse(
-                    error_code=GROUP_ID_NOT_FOUND,
-                    error_message=f"Group {req.group_id} is not a consumer group.")
-                return CoordinatorResult(replay=False).respond(token, error)
-        return self.consumer.consumer_group_heartbeat(token, req, api_version, now, topics)
+                upgrade = self._upgrade(classic, topics, now) if req.member_epoch == 0 else None
+                if upgrade is None:
+                    error = ConsumerGroupHeartbeatResponse(
+                        error_code=GROUP_ID_NOT_FOUND,
+                        error_message=f"Group {req.group_id} is not a consumer group.")
+                    return result.respond(token, error)
+                result = upgrade
+        result.merge(self.consumer.consumer_group_heartbeat(token, req, api_version, now, topics))
+        if req.member_epoch < 0:
+            result.merge(self._maybe_downgrade(req.group_id, now))
+        return result
 
     def join_group(self, token: Hashable, req: JoinRequest, now: int, topics: TopicsImage) -> CoordinatorResult:
         """JoinGroup (classic_group_ops.py) on a group id a consumer group holds: with members, the

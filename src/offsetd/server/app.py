@@ -145,7 +145,8 @@ def coordinator_config(config: BrokerConfig) -> GroupCoordinatorConfig:
             session_timeout_ms=config.get("group.consumer.session.timeout.ms"),
             heartbeat_interval_ms=config.get("group.consumer.heartbeat.interval.ms"),
             max_size=config.get("group.consumer.max.size"),
-            assignors=config.get("group.consumer.assignors")),
+            assignors=config.get("group.consumer.assignors"),
+            migration_policy=config.get("group.consumer.migration.policy")),
     )
 
 

@@ -94,3 +94,52 @@ def test_classic_members_inside_a_consumer_group(broker_factory):
     described = admin.describe_consumer_groups([group])[group].result(10)
     assert [m.client_id for m in described.members] == ["modern"]
     modern.close()
+
+
+def _commit(members) -> None:
+    """Each member commits what it read (nothing read yet: nothing to commit)."""
+    for m in members:
+        try:
+            m.consumer.commit(asynchronous=False)
+        except confluent_kafka.KafkaException as exc:
+            assert exc.args[0].code() == confluent_kafka.KafkaError._NO_OFFSET, exc
+
+
+def test_a_live_classic_group_upgrades_and_downgrades(broker_factory):
+    broker = broker_factory(BROKER)
+    topic, group = unique("mig-live"), unique("g")
+    create_topic(broker.bootstrap, topic, 6)
+    classics = [Member(broker.bootstrap, group, [topic], **{"client.id": f"classic{i}", **CLASSIC}) for i in range(2)]
+    poll_until(classics, lambda: _balanced(classics, topic, 6), timeout=40, message="a stable classic group")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def group_type():
+        return admin.describe_consumer_groups([group])[group].result(10).type
+
+    assert group_type() == ConsumerGroupType.CLASSIC
+    first = values("first", 120)
+    send(broker.bootstrap, topic, first, 6)
+    poll_until(classics, lambda: len(read_by(classics)) == len(first), message="the first batch read")
+    _commit(classics)
+
+    modern = Member(broker.bootstrap, group, [topic], **{"client.id": "modern"})
+    members = classics + [modern]
+    poll_until(members, lambda: _balanced(members, topic, 6), timeout=40, message="2 partitions each")
+    assert group_type() == ConsumerGroupType.CONSUMER
+    second = values("second", 120)
+    send(broker.bootstrap, topic, second, 6)
+    poll_until(members, lambda: all(v in read_by(members) for v in second), message="the second batch read")
+    assert _balanced(members, topic, 6)
+    _commit(members)
+
+    modern.consumer.close()  # committed above: leave
+    poll_until(classics, lambda: _balanced(classics, topic, 6) and group_type() == ConsumerGroupType.CLASSIC,
+               timeout=40, message="a classic group again, 3 partitions each")
+    third = values("third", 120)
+    send(broker.bootstrap, topic, third, 6)
+    poll_until(classics, lambda: all(v in read_by(members) for v in third), message="the third batch read")
+    total = read_by(members)
+    assert all(total[v] == 1 for v in first + second + third), "a record read twice"
+    assert not any(m.errors for m in members)
+    for m in classics:
+        m.consumer.close()

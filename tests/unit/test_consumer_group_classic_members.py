@@ -95,6 +95,8 @@ def test_a_classic_member_joins_syncs_and_heartbeats_inside_a_consumer_group():
     assert {p for _, p in partitions}.isdisjoint({p for p, o in owners(h).items() if o == "m1"})
     assert beat(h, classic_id, 2) == NONE
     assert beat(h, classic_id, 1) == ILLEGAL_GENERATION
+    described = h.shard.describe_consumer_group("g", str)["members"]
+    assert sorted((m["member_id"], m["member_type"]) for m in described) == sorted([(classic_id, 0), ("m1", 1)])
     loaded = replay_into_fresh_shard(h.log).consumer.groups["g"]
     assert loaded.members[classic_id].classic_member_metadata == member.classic_member_metadata
 

@@ -309,4 +309,4 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
                              "subscribed_topic_regex": m.subscribed_topic_regex or None,
                              "assignment": assignment(m.assigned_partitions),
                              "target_assignment": assignment(group.target_assignment.get(m.member_id, {})),
-                             "member_type": 1} for m in group.members.values()]}
+                             "member_type": 0 if m.classic_member_metadata else 1} for m in group.members.values()]}

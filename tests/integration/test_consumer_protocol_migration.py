@@ -46,8 +46,10 @@ class KafkaPythonMember:
 
 
 def _balanced(members, topic: str, partitions: int) -> bool:
-    """Every partition owned by exactly one member and the sizes within one of each other."""
+    """Every partition owned by exactly one member and the sizes within one of each other; on
+    the way there (it is checked at every poll) no partition is ever held by two members."""
     sets = [m.assigned() for m in members]
+    assert sum(len(s) for s in sets) == len(set().union(*sets)), f"a partition with two owners: {sets}"
     sizes = [len(s) for s in sets]
     return sum(sizes) == partitions and set().union(*sets) == {(topic, p) for p in range(partitions)} \
         and max(sizes) - min(sizes) <= 1

@@ -43,9 +43,10 @@ def settle(h: Harness, member_id: str):
     return heartbeat(h, member_id, epoch=member.member_epoch, topic_partitions=owned)
 
 
-def join(h: Harness, member_id: str = "", protocols=None, protocol_type: str = "consumer"):
+def join(h: Harness, member_id: str = "", protocols=None, protocol_type: str = "consumer",
+         instance_id: str | None = None):
     """A classic member's JoinGroup on group "g"."""
-    req = JoinRequest("g", member_id, None, "cli", "/h", SESSION_MS, 30_000, protocol_type,
+    req = JoinRequest("g", member_id, instance_id, "cli", "/h", SESSION_MS, 30_000, protocol_type,
                       protocols if protocols is not None else consumer_protocols(["foo"]), True)
     token = h.token("join")
     return h.run(h.shard.join_group(token, req, h.now, TOPICS))[token]
@@ -178,3 +179,21 @@ def test_offset_commit_of_a_classic_member_uses_its_generation():
     assert h.commit("g", commit, member_id=cid, generation=generation, version=7)[0] == {("foo", 0): NONE}
     assert h.commit("g", commit, member_id=cid, generation=generation - 1, version=7)[0] == {
         ("foo", 0): ILLEGAL_GENERATION}
+
+
+def test_a_classic_static_member_rejoining_with_a_new_id_takes_over_its_partitions():
+    h = Harness.new()
+    heartbeat(h, "m1")
+    first = join(h, instance_id="i1")
+    settle(h, "m1")
+    join(h, first["member_id"], instance_id="i1")
+    group = h.shard.consumer.groups["g"]
+    before = group.members[first["member_id"]].assigned_partitions
+    epoch = group.group_epoch
+    again = join(h, instance_id="i1")  # the restarted process: no member id
+    assert again["error_code"] == NONE and again["member_id"] != first["member_id"]
+    assert group.group_epoch == epoch and set(group.members) == {"m1", again["member_id"]}
+    assert group.members[again["member_id"]].assigned_partitions == before
+    assert sync(h, again["member_id"], again["generation_id"])[1] == [("foo", p) for p in sorted(before[FOO])]
+    assert beat(h, first["member_id"], first["generation_id"]) == UNKNOWN_MEMBER_ID
+    assert set(replay_into_fresh_shard(h.log).consumer.groups["g"].members) == {"m1", again["member_id"]}

@@ -13,6 +13,7 @@ should rejoin to move on.
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import Any, Hashable
 
 from ..records.consumer_group_records import ClassicMemberMetadata, ClassicProtocol, TopicPartitions
@@ -22,7 +23,14 @@ from ..records.consumer_protocol import (
     parse_subscription_topics,
 )
 from .classic_group_ops import JoinRequest, join_error
-from .consumer_group import ConsumerGroup, ConsumerGroupMember, MemberState
+from .consumer_group import (
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    ConsumerGroup,
+    ConsumerGroupMember,
+    ConsumerGroupRecord,
+    MemberState,
+    current_assignment_record,
+)
 from .consumer_group_ops import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupOperations,
@@ -70,6 +78,7 @@ class ClassicMemberOperations(ConsumerGroupOperations):
         member = group.members.get(req.member_id) if req.member_id else None
         if req.member_id and (member is None or member.classic_member_metadata is None):
             return result.respond(token, join_error(UNKNOWN_MEMBER_ID, req.member_id))
+        away = self._static_rejoin(group, req)
         member_id = req.member_id or f"{req.group_instance_id or req.client_id}-{uuid.uuid4()}"
         epoch = member.member_epoch if member is not None and member.member_epoch > 0 else 0
         heartbeat = ConsumerGroupHeartbeatRequest(
@@ -82,12 +91,28 @@ class ClassicMemberOperations(ConsumerGroupOperations):
         try:
             records, response = self._heartbeat(heartbeat, now, topics)
         except _Reject as reject:
+            result.records.extend(away)
             return result.respond(token, join_error(reject.error_code, req.member_id))
+        records[:0] = away
         answer = {"error_code": NONE, "generation_id": response.member_epoch, "protocol_type": CONSUMER_PROTOCOL,
                   "protocol_name": req.protocols[0][0], "leader": "", "member_id": member_id, "members": ()}
         result = self._write(records, token, answer)
         self._after_write(heartbeat, response, now)
         return result
+
+    def _static_rejoin(self, group: ConsumerGroup, req: JoinRequest) -> list[ConsumerGroupRecord]:
+        """A classic static member's new incarnation (no member id, its instance id held by a
+        classic member): the old one is marked away (epoch -2, replayed now) so that the join
+        takes over its place and partitions without a rebalance, as a consumer member's would."""
+        holder_id = group.static_members.get(req.group_instance_id) if req.group_instance_id else None
+        holder = group.members.get(holder_id) if holder_id is not None and not req.member_id else None
+        if holder is None or holder.classic_member_metadata is None:
+            return []
+        record = current_assignment_record(group.group_id, replace(
+            holder, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, partitions_pending_revocation={}))
+        self.replay(*record)
+        self._cancel_member_timers(group.group_id, holder.member_id)
+        return [record]
 
     # ========================================================================= sync
 

@@ -18,6 +18,7 @@ from offsetd.records.consumer_protocol import encode_consumer_assignment, encode
 FOO = uuid.UUID(int=0xF00)
 TOPICS = TopicsImage({"foo": (FOO, 4)}, 1)
 NONE, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = 0, 22, 23, 25, 27
+FENCED_INSTANCE_ID = 82
 SESSION_MS = 10_000
 
 
@@ -153,6 +154,13 @@ def test_join_errors_leave_and_session_timeout():
     assert join(h, "m1")["error_code"] == UNKNOWN_MEMBER_ID  # a consumer-protocol member
     assert sync(h, "m1", 1)[0] == UNKNOWN_MEMBER_ID and beat(h, "m1", 1) == UNKNOWN_MEMBER_ID
     cid = join(h)["member_id"]
+    generation = h.shard.consumer.groups["g"].members[cid].member_epoch
+    token = h.token("sync")
+    wrong = h.run(h.shard.sync_group(token, "g", cid, None, generation, "consumer", "roundrobin", {}, h.now))
+    assert wrong[token]["error_code"] == INCONSISTENT_GROUP_PROTOCOL  # not a protocol it offered
+    assert sync(h, cid, generation + 1)[0] == ILLEGAL_GENERATION
+    token = h.token("hb")
+    assert h.run(h.shard.heartbeat(token, "g", cid, "someone", generation, h.now))[token]["error_code"] == FENCED_INSTANCE_ID
     epoch = h.shard.consumer.groups["g"].group_epoch
     token = h.token("leave")
     body = h.run(h.shard.leave_group(token, "g", [(cid, None), ("nobody", None)], h.now))[token]

@@ -1,8 +1,9 @@
 """Mixed KIP-848 consumer groups end to end (reference B7): classic-protocol clients (confluent-kafka
 with `group.protocol=classic`, and kafka-python, which has nothing else) as members of a consumer
-group beside a consumer-protocol member, the broker assigning all of them. Every record is read
-once, no partition has two owners among the members once the assignment settles, and a classic
-member's leave hands its partitions back. Every wait polls the members against a deadline."""
+group beside a consumer-protocol member, the broker assigning all of them; a live classic group
+upgraded by a consumer-protocol member and downgraded when it leaves. Every record is read once,
+no partition is ever held by two members, and a classic member's leave hands its partitions back.
+Every wait polls the members against a deadline."""
 
 from __future__ import annotations
 
@@ -101,17 +102,23 @@ def test_classic_members_inside_a_consumer_group(broker_factory):
 def _commit(members) -> None:
     """Each member commits what it read (nothing read yet: nothing to commit)."""
     for m in members:
+        if isinstance(m, KafkaPythonMember):
+            m.consumer.commit()
+            continue
         try:
             m.consumer.commit(asynchronous=False)
         except confluent_kafka.KafkaException as exc:
             assert exc.args[0].code() == confluent_kafka.KafkaError._NO_OFFSET, exc
 
 
-def test_a_live_classic_group_upgrades_and_downgrades(broker_factory):
+@pytest.mark.parametrize("second_client", ["confluent-kafka", "kafka-python"])
+def test_a_live_classic_group_upgrades_and_downgrades(broker_factory, second_client):
     broker = broker_factory(BROKER)
     topic, group = unique("mig-live"), unique("g")
     create_topic(broker.bootstrap, topic, 6)
-    classics = [Member(broker.bootstrap, group, [topic], **{"client.id": f"classic{i}", **CLASSIC}) for i in range(2)]
+    classics = [Member(broker.bootstrap, group, [topic], **{"client.id": "classic0", **CLASSIC}),
+                KafkaPythonMember(broker.bootstrap, group, [topic]) if second_client == "kafka-python"
+                else Member(broker.bootstrap, group, [topic], **{"client.id": "classic1", **CLASSIC})]
     poll_until(classics, lambda: _balanced(classics, topic, 6), timeout=40, message="a stable classic group")
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
 

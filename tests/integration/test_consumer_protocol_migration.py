@@ -56,13 +56,15 @@ def _balanced(members, topic: str, partitions: int) -> bool:
         and max(sizes) - min(sizes) <= 1
 
 
-def test_classic_members_inside_a_consumer_group(broker_factory):
+@pytest.mark.parametrize("strategy", ["range,roundrobin", "cooperative-sticky"])
+def test_classic_members_inside_a_consumer_group(broker_factory, strategy):
     broker = broker_factory(BROKER)
     topic, group = unique("mig-mixed"), unique("g")
     create_topic(broker.bootstrap, topic, 6)
     modern = Member(broker.bootstrap, group, [topic], **{"client.id": "modern"})
     poll_until([modern], lambda: len(modern.assigned()) == 6, message="the consumer-protocol member owns all")
-    classic = Member(broker.bootstrap, group, [topic], **{"client.id": "classic", **CLASSIC})
+    classic = Member(broker.bootstrap, group, [topic], **{"client.id": "classic", **CLASSIC,
+                                                          "partition.assignment.strategy": strategy})
     members = [modern, classic]
     poll_until(members, lambda: _balanced(members, topic, 6), timeout=40, message="3 partitions each")
 

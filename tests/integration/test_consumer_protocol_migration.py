@@ -113,14 +113,17 @@ def _commit(members) -> None:
             assert exc.args[0].code() == confluent_kafka.KafkaError._NO_OFFSET, exc
 
 
-@pytest.mark.parametrize("second_client", ["confluent-kafka", "kafka-python"])
-def test_a_live_classic_group_upgrades_and_downgrades(broker_factory, second_client):
+@pytest.mark.parametrize("second_client,strategy", [("confluent-kafka", "range,roundrobin"),
+                                                     ("confluent-kafka", "cooperative-sticky"),
+                                                     ("kafka-python", "range,roundrobin")])
+def test_a_live_classic_group_upgrades_and_downgrades(broker_factory, second_client, strategy):
     broker = broker_factory(BROKER)
     topic, group = unique("mig-live"), unique("g")
     create_topic(broker.bootstrap, topic, 6)
-    classics = [Member(broker.bootstrap, group, [topic], **{"client.id": "classic0", **CLASSIC}),
+    conf = {**CLASSIC, "partition.assignment.strategy": strategy}
+    classics = [Member(broker.bootstrap, group, [topic], **{"client.id": "classic0", **conf}),
                 KafkaPythonMember(broker.bootstrap, group, [topic]) if second_client == "kafka-python"
-                else Member(broker.bootstrap, group, [topic], **{"client.id": "classic1", **CLASSIC})]
+                else Member(broker.bootstrap, group, [topic], **{"client.id": "classic1", **conf})]
     poll_until(classics, lambda: _balanced(classics, topic, 6), timeout=40, message="a stable classic group")
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
 

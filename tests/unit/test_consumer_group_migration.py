@@ -15,7 +15,7 @@ from offsetd.records.consumer_protocol import encode_consumer_assignment, parse_
 
 FOO = uuid.UUID(int=0xF00)
 TOPICS = TopicsImage({"foo": (FOO, 4)}, 1)
-NONE, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, GROUP_ID_NOT_FOUND = 0, 22, 27, 69
+NONE, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, INVALID_REQUEST, GROUP_ID_NOT_FOUND = 0, 22, 27, 42, 69
 
 
 def join(h: Harness, member_id: str = "", protocol_type: str = "consumer"):
@@ -137,6 +137,10 @@ def test_upgrade_refused():
     h = Harness.new()
     a, _, _ = live_classic_group(h)
     assert consumer_heartbeat(h, "m1", epoch=3).error_code == GROUP_ID_NOT_FOUND  # not a join
+    invalid = ConsumerGroupHeartbeatRequest(group_id="g", member_id="m1", member_epoch=0, rebalance_timeout_ms=-1,
+                                            subscribed_topic_names=("foo",), topic_partitions=())
+    token = h.token("cg")
+    assert h.run(h.shard.consumer_group_heartbeat(token, invalid, 1, h.now, TOPICS))[token].error_code == INVALID_REQUEST
     assert set(h.shard.groups["g"].members) >= {a} and "g" not in h.shard.consumer.groups
 
 

@@ -37,7 +37,7 @@ from .consumer_group import (
     target_metadata_record,
 )
 from .config import GroupCoordinatorConfig
-from .consumer_group_ops import TopicsImage
+from .consumer_group_ops import ConsumerGroupHeartbeatRequest, TopicsImage, _Reject, _validate
 from .errors import REBALANCE_IN_PROGRESS
 from .group import CONSUMER_PROTOCOL, ClassicGroup, ClassicGroupMember, GroupState
 from .result import CoordinatorResult
@@ -133,6 +133,16 @@ class GroupMigrationOperations:
             self._schedule_heartbeat(classic, member, now)  # type: ignore[attr-defined]
         self._prepare_rebalance(classic, now, result)  # type: ignore[attr-defined]
         return result
+
+
+def valid_heartbeat(req: ConsumerGroupHeartbeatRequest, api_version: int) -> bool:
+    """The heartbeat passes B2's request checks: an invalid one converts nothing and gets its
+    INVALID_REQUEST from the heartbeat itself."""
+    try:
+        _validate(req, api_version)
+    except _Reject:
+        return False
+    return True
 
 
 def _converted(classic: ClassicGroup, member: ClassicGroupMember, topics: TopicsImage) -> ConsumerGroupMember | None:

@@ -29,7 +29,7 @@ from .config import GroupCoordinatorConfig
 from .consumer_group_ops import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, TopicsImage
 from .errors import GROUP_ID_NOT_FOUND, INVALID_SESSION_TIMEOUT, NONE
 from .group import ClassicGroup, GroupState
-from .group_migration import GroupMigrationOperations
+from .group_migration import GroupMigrationOperations, valid_heartbeat
 from .metrics import CoordinatorCounters
 from .offset_ops import OffsetOperations
 from .offsets_table import OffsetsTable
@@ -183,6 +183,8 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
         if req.group_id not in self.consumer.groups:
             classic = self.groups.get(req.group_id)
             if classic is not None and (classic.members or classic.state not in (S.EMPTY, S.DEAD)):
+                if not valid_heartbeat(req, api_version):
+                    return self.consumer.consumer_group_heartbeat(token, req, api_version, now, topics)
                 upgrade = self._upgrade(classic, topics, now) if req.member_epoch == 0 else None
                 if upgrade is None:
                     error = ConsumerGroupHeartbeatResponse(

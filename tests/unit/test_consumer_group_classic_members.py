@@ -18,7 +18,7 @@ from offsetd.records.consumer_protocol import encode_consumer_assignment, encode
 FOO = uuid.UUID(int=0xF00)
 TOPICS = TopicsImage({"foo": (FOO, 4)}, 1)
 NONE, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = 0, 22, 23, 25, 27
-FENCED_INSTANCE_ID = 82
+FENCED_INSTANCE_ID, MEMBER_ID_REQUIRED = 82, 79
 SESSION_MS = 10_000
 
 
@@ -46,11 +46,14 @@ def settle(h: Harness, member_id: str):
 
 def join(h: Harness, member_id: str = "", protocols=None, protocol_type: str = "consumer",
          instance_id: str | None = None):
-    """A classic member's JoinGroup on group "g"."""
+    """A classic member's JoinGroup (v4+) on group "g", through the MEMBER_ID_REQUIRED handshake."""
     req = JoinRequest("g", member_id, instance_id, "cli", "/h", SESSION_MS, 30_000, protocol_type,
                       protocols if protocols is not None else consumer_protocols(["foo"]), True)
     token = h.token("join")
-    return h.run(h.shard.join_group(token, req, h.now, TOPICS))[token]
+    answer = h.run(h.shard.join_group(token, req, h.now, TOPICS))[token]
+    if answer["error_code"] != MEMBER_ID_REQUIRED:
+        return answer
+    return join(h, answer["member_id"], protocols, protocol_type, instance_id)
 
 
 def sync(h: Harness, member_id: str, generation: int) -> tuple[int, list[tuple[str, int]] | None]:
@@ -150,7 +153,11 @@ def test_join_errors_leave_and_session_timeout():
     heartbeat(h, "m1")
     assert join(h, protocol_type="connect")["error_code"] == INCONSISTENT_GROUP_PROTOCOL
     assert join(h, protocols=[("range", b"\x00")])["error_code"] == INCONSISTENT_GROUP_PROTOCOL
-    assert join(h, "nobody")["error_code"] == UNKNOWN_MEMBER_ID
+    log = len(h.log)
+    token = h.token("join")
+    required = h.run(h.shard.join_group(token, JoinRequest("g", "", None, "cli", "/h", SESSION_MS, 30_000, "consumer",
+                                                           consumer_protocols(["foo"]), True), h.now, TOPICS))[token]
+    assert required["error_code"] == MEMBER_ID_REQUIRED and required["member_id"] and len(h.log) == log
     assert join(h, "m1")["error_code"] == UNKNOWN_MEMBER_ID  # a consumer-protocol member
     assert sync(h, "m1", 1)[0] == UNKNOWN_MEMBER_ID and beat(h, "m1", 1) == UNKNOWN_MEMBER_ID
     cid = join(h)["member_id"]

@@ -155,6 +155,7 @@ def test_no_downgrade_under_the_upgrade_policy_and_a_session_timeout_downgrades(
     consumer_heartbeat(h, "m1")
     for member_id in (a, b):
         join(h, member_id)
+        sync(h, member_id, 2)
     for _ in range(10):  # the classic members heartbeat (10 s sessions); m1 (45 s) falls silent
         h.advance(5_000)
         for member_id in (a, b):
@@ -162,3 +163,19 @@ def test_no_downgrade_under_the_upgrade_policy_and_a_session_timeout_downgrades(
         h.run(h.shard.fire_timers(h.now))
     assert "g" not in h.shard.consumer.groups  # m1's session timeout downgraded the group
     assert set(h.shard.groups["g"].members) == {a, b}
+
+
+def test_a_classic_member_that_does_not_sync_within_its_rebalance_timeout_is_removed():
+    h = Harness.new()
+    a, b, _ = live_classic_group(h)
+    consumer_heartbeat(h, "m1")
+    join(h, a)
+    join(h, b)  # the rebalance timeout is 30 s; B heartbeats but never syncs
+    assert sync(h, a, 2)[0] == NONE
+    members, joined = h.shard.consumer.groups["g"].members, h.now
+    for step in (9_000, 9_000, 9_000, 3_001):
+        h.advance(step)
+        beat(h, a, 2)
+        beat(h, b, 2)
+        h.run(h.shard.fire_timers(h.now))
+        assert a in members and (b in members) == (h.now - joined < 30_000)

@@ -38,8 +38,8 @@ from .consumer_group_ops import (
     _Reject,
 )
 from .errors import (
-    FENCED_INSTANCE_ID, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL, NONE, REBALANCE_IN_PROGRESS,
-    UNKNOWN_MEMBER_ID,
+    FENCED_INSTANCE_ID, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL, MEMBER_ID_REQUIRED, NONE,
+    REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID,
 )
 from .group import CONSUMER_PROTOCOL
 from .result import CoordinatorResult
@@ -67,19 +67,24 @@ class ClassicMemberOperations(ConsumerGroupOperations):
 
     def classic_join(self, token: Hashable, req: JoinRequest, now: int, topics: TopicsImage) -> CoordinatorResult:
         """JoinGroup into a consumer group: 23 unless "consumer" protocols with a subscription that
-        decodes; 25 for a member id the group does not hold as a classic member. The member (new
-        ones get an id at once) joins or rejoins as a heartbeat with its owned partitions would;
-        the answer carries its member epoch as generation and names no leader: the server assigns."""
+        decodes; 25 for a consumer-protocol member's id; a dynamic v4+ member without an id gets
+        one with MEMBER_ID_REQUIRED. The member joins (an unknown id is a new member) or rejoins as
+        a heartbeat with its owned partitions would; the answer carries its member epoch as
+        generation and names no leader (the server assigns); it must sync within its rebalance
+        timeout."""
         result = CoordinatorResult(replay=False)
         group = self.groups[req.group_id]  # type: ignore[index]
         subscribed = parse_subscription_topics(req.protocols[0][1]) if req.protocols else None
         if req.protocol_type != CONSUMER_PROTOCOL or subscribed is None:
             return result.respond(token, join_error(INCONSISTENT_GROUP_PROTOCOL, req.member_id))
         member = group.members.get(req.member_id) if req.member_id else None
-        if req.member_id and (member is None or member.classic_member_metadata is None):
+        if member is not None and member.classic_member_metadata is None:
             return result.respond(token, join_error(UNKNOWN_MEMBER_ID, req.member_id))
+        if not req.member_id and req.group_instance_id is None and req.require_known_member_id:
+            # v4+: the id first, then the join that uses it creates the member (nothing changes now)
+            return result.respond(token, join_error(MEMBER_ID_REQUIRED, str(uuid.uuid4())))
         away = self._static_rejoin(group, req)
-        member_id = req.member_id or f"{req.group_instance_id or req.client_id}-{uuid.uuid4()}"
+        member_id = req.member_id or str(uuid.uuid4())
         epoch = member.member_epoch if member is not None and member.member_epoch > 0 else 0
         heartbeat = ConsumerGroupHeartbeatRequest(
             group_id=group.group_id, member_id=member_id, member_epoch=epoch, instance_id=req.group_instance_id,
@@ -98,6 +103,8 @@ class ClassicMemberOperations(ConsumerGroupOperations):
                   "protocol_name": req.protocols[0][0], "leader": "", "member_id": member_id, "members": ()}
         result = self._write(records, token, answer)
         self._after_write(heartbeat, response, now)
+        # a member that does not sync within its rebalance timeout is removed
+        self.timers.schedule(("sync", group.group_id, member_id), now + req.rebalance_timeout_ms)
         return result
 
     def _static_rejoin(self, group: ConsumerGroup, req: JoinRequest) -> list[ConsumerGroupRecord]:
@@ -133,6 +140,7 @@ class ClassicMemberOperations(ConsumerGroupOperations):
             return result.respond(token, {"error_code": error, "protocol_type": None, "protocol_name": None,
                                           "assignment": b""})
         self._schedule_session(group_id, member_id, now)
+        self.timers.cancel(("sync", group_id, member_id))
         names = {tm.topic_id: name for name, tm in group.subscription_metadata.items()}
         partitions = {names[t]: sorted(ps) for t, ps in member.assigned_partitions.items() if t in names}  # type: ignore[union-attr]
         return result.respond(token, {"error_code": NONE, "protocol_type": CONSUMER_PROTOCOL,

@@ -153,7 +153,7 @@ class ClassicMemberOperations(ConsumerGroupOperations):
                           generation: int, now: int) -> CoordinatorResult:
         """Heartbeat: 22 on a generation that is not the member epoch; 27 when the member should
         rejoin: the group moved past its epoch (unless it is revoking, which it rejoins for by
-        itself), or partitions it waits for were released."""
+        itself, B7), or all the partitions it waits for were released."""
         result = CoordinatorResult(replay=False)
         group = self.groups[group_id]
         member, error = self._classic_member(group, member_id, instance_id, generation)
@@ -166,11 +166,12 @@ class ClassicMemberOperations(ConsumerGroupOperations):
 
     @staticmethod
     def _released(group: ConsumerGroup, member: ConsumerGroupMember) -> bool:
-        """A member waiting for partitions (UNRELEASED_PARTITIONS) can now have some of them."""
+        """A member waiting for partitions (UNRELEASED_PARTITIONS) can now have all of them (one
+        rejoin for the lot: an eager client stops reading at each)."""
         if member.state is not MemberState.UNRELEASED_PARTITIONS:
             return False
         target = group.target_assignment.get(member.member_id, {})
-        return any(group.owner_of(t, p) is None for t, ps in target.items() for p in ps
+        return all(group.owner_of(t, p) is None for t, ps in target.items() for p in ps
                    if p not in member.assigned_partitions.get(t, frozenset()))
 
     # ======================================================================== leave

@@ -107,6 +107,13 @@ def test_a_consumer_member_upgrades_a_live_classic_group_and_the_last_one_leavin
     token_a, _ = join(h, a)
     token_b, done = join(h, b)
     assert done[token_b]["error_code"] == NONE and done[token_a]["generation_id"] == 3
+    leader = done[token_a]["leader"]
+    assert leader in (a, b) and done[token_a]["protocol_name"] == "range"
+    plan = {a: encode_consumer_assignment({"foo": [0, 1]}), b: encode_consumer_assignment({"foo": [2, 3]})}
+    follower = b if leader == a else a
+    assert sync(h, follower, 3) is None  # waits for the leader's assignment
+    assert sync(h, leader, 3, plan)[1] == parse_assignment_partitions(plan[leader])
+    assert classic.state.value == "Stable"
     loaded = replay_into_fresh_shard(h.log)
     assert "g" not in loaded.consumer.groups and set(loaded.groups["g"].members) == {a, b}
     assert loaded.fetch_offsets("g", [("foo", [0])]) == [("foo", [(0, 9, -1, "")])]
@@ -179,3 +186,17 @@ def test_a_classic_member_that_does_not_sync_within_its_rebalance_timeout_is_rem
         beat(h, b, 2)
         h.run(h.shard.fire_timers(h.now))
         assert a in members and (b in members) == (h.now - joined < 30_000)
+
+
+def test_no_downgrade_without_a_protocol_every_classic_member_supports():
+    h = Harness.new()
+    heartbeat_first = consumer_heartbeat(h, "m1")
+    assert heartbeat_first.error_code == NONE
+    for name in ("range", "roundrobin"):
+        req = JoinRequest("g", "", None, "cli", "/h", 10_000, 30_000, "consumer",
+                          consumer_protocols(["foo"], names=(name,)), False)
+        token = h.token("join")
+        assert h.run(h.shard.join_group(token, req, h.now, TOPICS))[token]["error_code"] == NONE
+    consumer_heartbeat(h, "m1", epoch=-1)
+    group = h.shard.consumer.groups["g"]  # still a consumer group: no common protocol to rebalance with
+    assert len(group.members) == 2 and all(m.classic_member_metadata for m in group.members.values())

@@ -176,12 +176,12 @@ class ClassicMemberOperations(ConsumerGroupOperations):
 
     # ======================================================================== leave
 
-    def classic_leave(self, token: Hashable, group_id: str, members: list[tuple[str, str | None]],
-                      now: int) -> CoordinatorResult:
+    def classic_leave(self, token: Hashable, group_id: str, members: list[tuple[str, str | None]]
+                      ) -> CoordinatorResult:
         """LeaveGroup: each classic member named (by member id, or instance id alone) is removed
         as a consumer-protocol leave would remove it (group epoch +1); others get 25."""
         group = self.groups[group_id]
-        records = []
+        records: list[ConsumerGroupRecord] = []
         answers: list[dict[str, Any]] = []
         for member_id, instance_id in members:
             target = member_id or (group.static_members.get(instance_id, "") if instance_id is not None else "")
@@ -198,8 +198,6 @@ class ClassicMemberOperations(ConsumerGroupOperations):
                 self._cancel_member_timers(group_id, target)
                 records.extend(removal)
             answers.append({"member_id": member_id, "group_instance_id": instance_id, "error_code": error})
-            if group_id not in self.groups:
-                break
         result = CoordinatorResult(records=records, replay=False)
         return result.respond(token, {"error_code": NONE, "members": answers})
 

@@ -239,7 +239,7 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
                     now: int) -> CoordinatorResult:
         """LeaveGroup of a consumer group's classic members (classic_member_ops.py) or a classic group's."""
         if group_id and group_id in self.consumer.groups:
-            return self.consumer.classic_leave(token, group_id, members, now)
+            return self.consumer.classic_leave(token, group_id, members)
         return super().leave_group(token, group_id, members, now)
 
     # ======================================================================== admin

@@ -158,3 +158,29 @@ def test_a_live_classic_group_upgrades_and_downgrades(broker_factory, second_cli
     assert not any(m.errors for m in members)
     for m in classics:
         m.consumer.close()
+
+
+def test_a_mixed_group_survives_a_broker_kill9(broker_factory):
+    """Record 5's ClassicMemberMetadata is loaded back: after a kill -9 and a restart the classic
+    member is still a classic member of the consumer group, with its partitions, and reads on."""
+    broker = broker_factory(BROKER)
+    topic, group = unique("mig-restart"), unique("g")
+    create_topic(broker.bootstrap, topic, 4)
+    modern = Member(broker.bootstrap, group, [topic], **{"client.id": "modern"})
+    poll_until([modern], lambda: len(modern.assigned()) == 4, message="the consumer-protocol member owns all")
+    classic = Member(broker.bootstrap, group, [topic], **{"client.id": "classic", **CLASSIC})
+    members = [modern, classic]
+    poll_until(members, lambda: _balanced(members, topic, 4), timeout=40, message="2 partitions each")
+    broker.kill9()
+    broker.restart()
+    after = values("after", 80)
+    send(broker.bootstrap, topic, after, 4)
+    poll_until(members, lambda: all(v in read_by(members) for v in after), timeout=60,
+               message="both read on after the restart")
+    assert _balanced(members, topic, 4) and all(read_by(members)[v] == 1 for v in after)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    described = admin.describe_consumer_groups([group])[group].result(10)
+    assert described.type == ConsumerGroupType.CONSUMER
+    assert sorted(m.client_id for m in described.members) == ["classic", "modern"]
+    for m in members:
+        m.consumer.close()

@@ -369,6 +369,9 @@ SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
     "group.consumer.max.size": (_parse_int(1, INT32_MAX), str(INT32_MAX), "Most members in a consumer group."),
     "group.consumer.assignors": (_parse_assignors, "uniform,range",
                                  "Server-side assignors (uniform, range); the first is the default."),
+    "group.consumer.migration.policy": (_parse_choice("bidirectional", "upgrade", "downgrade", "disabled"),
+                                        "bidirectional", "Whether a non-empty classic group converts to a "
+                                        "consumer group (upgrade) and back (downgrade)."),
     "transactional.id.expiration.ms": (_parse_int(1), "604800000",
                                        "Idle transactional ids are forgotten after this."),
     "transaction.max.timeout.ms": (_parse_int(1, INT32_MAX), "900000",

@@ -115,10 +115,11 @@ def test_a_broker_restart_keeps_the_group_and_its_commits(broker_factory, crash)
 
 
 def test_an_empty_classic_group_is_taken_over_from_its_commits(broker_factory):
-    """B7: a classic group with members refuses a consumer-protocol member (69); once its members
-    left it is replaced by a consumer group on the first consumer-protocol join, its offsets kept,
-    so the new member resumes where the classic one stopped."""
-    broker = broker_factory(BROKER)
+    """B7: a classic group with members refuses a consumer-protocol member (69) when the migration
+    policy does not allow an upgrade (the upgrade: test_consumer_protocol_migration.py); once its
+    members left it is replaced by a consumer group on the first consumer-protocol join, its
+    offsets kept, so the new member resumes where the classic one stopped."""
+    broker = broker_factory({**BROKER, "group.consumer.migration.policy": "downgrade"})
     topic, group = unique("cp-migrate"), unique("g")
     create_topic(broker.bootstrap, topic, 2)
     old = values("old", 20)

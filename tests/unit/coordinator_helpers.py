@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Hashable
 
 from offsetd.coordinator.config import GroupCoordinatorConfig
+from offsetd.coordinator.consumer_group_ops import TopicsImage
 from offsetd.coordinator.group import GroupState
 from offsetd.coordinator.result import CoordinatorResult
 from offsetd.coordinator.classic_group_ops import JoinRequest
@@ -139,7 +140,7 @@ class Harness:
             protocol_type=protocol_type,
             protocols=consumer_protocols() if protocols is None else protocols,
             require_known_member_id=require_known)
-        result = self.shard.join_group(token, req, self.now)
+        result = self.shard.join_group(token, req, self.now, TopicsImage())
         return token, self.run(result), result
 
     def sync(self, group_id: str | None, member_id: str, generation: int,

@@ -9,6 +9,7 @@ import uuid
 from coordinator_helpers import Harness, consumer_protocols, replay_into_fresh_shard
 
 from offsetd.coordinator.classic_group_ops import JoinRequest
+from offsetd.coordinator.config import ConsumerGroupConfig
 from offsetd.coordinator.consumer_group_ops import ConsumerGroupHeartbeatRequest, TopicsImage
 
 FOO = uuid.UUID(int=0xF00)
@@ -42,13 +43,15 @@ def test_consumer_group_records_load_through_the_shard_replay():
     assert loaded.fetch_offsets("g", [("foo", [0])]) == [("foo", [(0, 7, -1, "")])]
 
 
-def test_a_live_classic_group_refuses_a_consumer_member_and_an_empty_one_is_taken_over():
-    h = Harness.new()
-    token = h.token("join")
-    h.run(h.shard.join_group(token, JoinRequest("c", "", None, "cli", "/h", 10_000, 10_000, "consumer",
-                                                consumer_protocols(), False), h.now))
+def test_a_live_classic_group_refuses_a_consumer_member_unless_upgraded_and_an_empty_one_is_taken_over():
+    h = Harness.new(consumer=ConsumerGroupConfig(migration_policy="disabled"))
+    join = JoinRequest("c", "", None, "cli", "/h", 10_000, 10_000, "consumer", consumer_protocols(), False)
+    h.run(h.shard.join_group(h.token("join"), join, h.now, TOPICS))
     assert heartbeat(h, "m1", group_id="c").error_code == GROUP_ID_NOT_FOUND
     assert "c" not in h.shard.consumer.groups
+    h = Harness.new()  # bidirectional: the group is upgraded (test_consumer_group_migration.py)
+    h.run(h.shard.join_group(h.token("join"), join, h.now, TOPICS))
+    assert heartbeat(h, "m1", group_id="c").error_code == NONE
     h.seed_offsets("simple", {("foo", 1): 42})  # an offsets-only group
     assert heartbeat(h, "m1", group_id="simple").error_code == NONE
     assert h.offset("simple", "foo", 1) == 42
@@ -59,10 +62,11 @@ def test_join_group_on_a_consumer_group():
     heartbeat(h, "m1")
     join = JoinRequest("g", "", None, "cli", "/h", 10_000, 10_000, "consumer", consumer_protocols(), False)
     token = h.token("join")
-    assert h.run(h.shard.join_group(token, join, h.now))[token]["error_code"] == INCONSISTENT_GROUP_PROTOCOL
+    bad = JoinRequest("g", "", None, "cli", "/h", 10_000, 10_000, "connect", consumer_protocols(), False)
+    assert h.run(h.shard.join_group(token, bad, h.now, TOPICS))[token]["error_code"] == INCONSISTENT_GROUP_PROTOCOL
     heartbeat(h, "m1", epoch=-1)
     token = h.token("join")
-    result = h.shard.join_group(token, join, h.now)
+    result = h.shard.join_group(token, join, h.now, TOPICS)
     h.run(result)
     assert "g" not in h.shard.consumer.groups  # an empty consumer group becomes classic
     assert "g" not in replay_into_fresh_shard(h.log).consumer.groups

@@ -201,7 +201,7 @@ def _join(shell: Shell, member_id: str = "") -> Awaitable[Any]:
     return shell.call("join_group", JoinRequest(
         group_id=CG, member_id=member_id, group_instance_id=None, client_id="c", client_host="/127.0.0.1",
         session_timeout_ms=SESSION_MS, rebalance_timeout_ms=REBALANCE_MS, protocol_type="consumer",
-        protocols=consumer_protocols(), require_known_member_id=False), shell.now)
+        protocols=consumer_protocols(), require_known_member_id=False), shell.now, TopicsImage())
 
 
 def test_a_classic_group_change_whose_write_failed_is_rolled_back(small_disk: SmallDisk) -> None:

@@ -13,6 +13,7 @@ class ConsumerGroupConfig:
     heartbeat_interval_ms: int = 5000        # group.consumer.heartbeat.interval.ms
     max_size: int = 2**31 - 1                # group.consumer.max.size
     assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors; first = default
+    migration_policy: str = "bidirectional"  # group.consumer.migration.policy (upgrade, downgrade, disabled)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from ..records.consumer_group_records import (
     TopicPartitions,
 )
 from .consumer_assignors import Assignment, TopicId
-from .errors import NONE, STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, UNSUPPORTED_VERSION
+from .errors import ILLEGAL_GENERATION, NONE, STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, UNSUPPORTED_VERSION
 
 ConsumerGroupRecord = tuple[ConsumerGroupKey, "ConsumerGroupValue | None"]
 
@@ -163,12 +163,14 @@ class ConsumerGroup:
                                transactional: bool = False) -> int:
         """OffsetCommit / TxnOffsetCommit against this group (B7): a negative epoch with no
         members is a simple commit; else the member must exist (25), need v9+ for a plain commit
-        (35), and carry its current epoch (113)."""
+        (35), and carry its current epoch (113); a classic member's generation is its epoch (22)."""
         if member_epoch < 0 and not self.members:
             return NONE
         member = self.members.get(member_id)
         if member is None:
             return UNKNOWN_MEMBER_ID
+        if member.classic_member_metadata is not None:  # generation = member epoch, any version
+            return NONE if member_epoch == member.member_epoch else ILLEGAL_GENERATION
         if not transactional and api_version < 9:
             return UNSUPPORTED_VERSION
         return NONE if member_epoch == member.member_epoch else STALE_MEMBER_EPOCH

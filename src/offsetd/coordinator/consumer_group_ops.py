@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Hashable, Mapping
 
 from ..records.consumer_group_records import (
+    ClassicMemberMetadata,
     ConsumerGroupKey,
     ConsumerGroupMetadataKey,
     ConsumerGroupRegularExpressionValue,
@@ -85,6 +86,7 @@ class ConsumerGroupHeartbeatRequest:
     topic_partitions: tuple[TopicPartitions, ...] | None = None
     client_id: str = ""  # from the request header and the connection (record 5); "" keeps the old
     client_host: str = ""
+    classic_member_metadata: ClassicMemberMetadata | None = None  # a classic member's JoinGroup (B7)
 
 
 @dataclass(frozen=True)
@@ -558,6 +560,8 @@ def _updated_member(member: ConsumerGroupMember, req: ConsumerGroupHeartbeatRequ
         changes["subscribed_topic_regex"] = req.subscribed_topic_regex  # "" is kept: it means none
     if req.server_assignor is not None:
         changes["server_assignor"] = req.server_assignor
+    if req.classic_member_metadata is not None:
+        changes["classic_member_metadata"] = req.classic_member_metadata
     return replace(member, **changes)  # type: ignore[arg-type]
 
 

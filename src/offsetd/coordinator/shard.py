@@ -7,10 +7,10 @@ membership is ephemeral state the state machine holds, persisted by GroupMetadat
 only loading replays (Kafka's model). Error codes and their order follow the reference (§ cited).
 This module holds the state, replay, loading, the timer loop and the group listings; the APIs
 are mixins beside it: offset_ops.py (offsets) and classic_group_ops.py (the classic group protocol).
-KIP-848 consumer groups live beside the classic ones in `consumer` (consumer_group_ops.py): a
-group id that has a consumer group is that consumer group (an offsets-only classic entry may stay
-beside it for its offsets); the shard routes their records and timers, and keeps the two kinds
-apart at the doors (a live classic group refuses consumer members and the other way round).
+KIP-848 consumer groups live beside the classic ones in `consumer` (consumer_group_ops.py,
+classic_member_ops.py): a group id that has a consumer group is that consumer group (an
+offsets-only classic entry may stay beside it for its offsets); the shard routes their records,
+timers and classic-protocol members (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) there.
 """
 
 from __future__ import annotations
@@ -24,15 +24,12 @@ from ..records.group_metadata_value import GroupMetadataValue, decode_group_meta
 from ..records.offset_commit_value import OffsetCommitValue
 from ..records.offsets import GroupMetadataKey, OffsetCommitKey, decode_key, encode_key, encode_value
 from .classic_group_ops import ClassicGroupOperations, JoinRequest, join_error
+from .classic_member_ops import ClassicMemberOperations
 from .config import GroupCoordinatorConfig
-from .consumer_group_ops import (
-    ConsumerGroupHeartbeatRequest,
-    ConsumerGroupHeartbeatResponse,
-    ConsumerGroupOperations,
-    TopicsImage,
-)
-from .errors import GROUP_ID_NOT_FOUND, INCONSISTENT_GROUP_PROTOCOL, NONE
+from .consumer_group_ops import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, TopicsImage
+from .errors import GROUP_ID_NOT_FOUND, INVALID_SESSION_TIMEOUT, NONE
 from .group import ClassicGroup, GroupState
+from .group_migration import GroupMigrationOperations, valid_heartbeat
 from .metrics import CoordinatorCounters
 from .offset_ops import OffsetOperations
 from .offsets_table import OffsetsTable
@@ -43,10 +40,10 @@ from .txn_offsets import PendingTxnOffsets, is_offset_commit_key
 S = GroupState
 
 
-class GroupCoordinatorShard(ClassicGroupOperations, OffsetOperations):
+class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, OffsetOperations):
     """Groups and committed offsets of one offsets-topic partition (offset APIs: offset_ops.py;
     classic group APIs: classic_group_ops.py, listed first so its member checks are the ones
-    offset_ops.py declares)."""
+    offset_ops.py declares; upgrade and downgrade between the group kinds: group_migration.py)."""
 
     def __init__(self, partition: int, config: GroupCoordinatorConfig) -> None:
         self.partition = partition
@@ -75,7 +72,7 @@ class GroupCoordinatorShard(ClassicGroupOperations, OffsetOperations):
         self.skipped_records = 0
         self.timers = Timers()
         self._expiry_warned: set[str] = set()
-        self.consumer = ConsumerGroupOperations(self.config.consumer, self.consumer_group_configs)
+        self.consumer = ClassicMemberOperations(self.config.consumer, self.consumer_group_configs)
 
     # ============================================================================ replay
 
@@ -169,40 +166,81 @@ class GroupCoordinatorShard(ClassicGroupOperations, OffsetOperations):
             if group is None:
                 continue
             self._fire_classic_timer(key, group, now, result)
-        return result.merge(self.consumer.fire_timers(now))
+        expired = self.consumer.fire_timers(now)
+        for group_id in sorted({key.group_id for key, _ in expired.records}):  # members removed
+            expired.merge(self._maybe_downgrade(group_id, now))
+        return result.merge(expired)
 
     # ============================================================= the two group kinds
 
     def consumer_group_heartbeat(self, token: Hashable, req: ConsumerGroupHeartbeatRequest, api_version: int,
                                  now: int, topics: TopicsImage) -> CoordinatorResult:
         """ConsumerGroupHeartbeat (consumer_group_ops.py), after the classic side's say (B7): a
-        classic group with members answers GROUP_ID_NOT_FOUND; an empty or offsets-only one is
-        taken over, its offsets kept (its entry stays beside the consumer group for them)."""
+        classic group with members is upgraded by a joining member where group_migration.py
+        allows it, else answers GROUP_ID_NOT_FOUND; an empty or offsets-only one is taken over, its
+        offsets kept (its entry stays beside the consumer group for them). A leave may downgrade."""
+        result = CoordinatorResult(replay=False)
         if req.group_id not in self.consumer.groups:
             classic = self.groups.get(req.group_id)
             if classic is not None and (classic.members or classic.state not in (S.EMPTY, S.DEAD)):
-                error = ConsumerGroupHeartbeatResponse(
-                    error_code=GROUP_ID_NOT_FOUND,
-                    error_message=f"Group {req.group_id} is not a consumer group.")
-                return CoordinatorResult(replay=False).respond(token, error)
-        return self.consumer.consumer_group_heartbeat(token, req, api_version, now, topics)
+                if not valid_heartbeat(req, api_version):
+                    return self.consumer.consumer_group_heartbeat(token, req, api_version, now, topics)
+                upgrade = self._upgrade(classic, topics, now) if req.member_epoch == 0 else None
+                if upgrade is None:
+                    error = ConsumerGroupHeartbeatResponse(
+                        error_code=GROUP_ID_NOT_FOUND,
+                        error_message=f"Group {req.group_id} is not a consumer group.")
+                    return result.respond(token, error)
+                result = upgrade
+        result.merge(self.consumer.consumer_group_heartbeat(token, req, api_version, now, topics))
+        if req.member_epoch < 0:
+            result.merge(self._maybe_downgrade(req.group_id, now))
+        return result
 
-    def join_group(self, token: Hashable, req: JoinRequest, now: int) -> CoordinatorResult:
-        """JoinGroup (classic_group_ops.py) on a group id a consumer group holds: refused with
-        INCONSISTENT_GROUP_PROTOCOL while it has members; an empty one becomes classic (its
-        records tombstoned in Kafka's order, ahead of the join's, its offsets kept), B7."""
+    def join_group(self, token: Hashable, req: JoinRequest, now: int, topics: TopicsImage) -> CoordinatorResult:
+        """JoinGroup (classic_group_ops.py) on a group id a consumer group holds: with members, the
+        classic member joins it (classic_member_ops.py); an empty one becomes classic (its records
+        tombstoned in Kafka's order, ahead of the join's, its offsets kept), B7."""
         group = self.consumer.groups.get(req.group_id) if req.group_id else None
         if group is None:
             return super().join_group(token, req, now)
         if group.members:
-            return CoordinatorResult(replay=False).respond(token, join_error(INCONSISTENT_GROUP_PROTOCOL,
-                                                                              req.member_id))
+            cfg = self.config
+            if not cfg.session_timeout_min_ms <= req.session_timeout_ms <= cfg.session_timeout_max_ms:
+                return CoordinatorResult(replay=False).respond(token, join_error(INVALID_SESSION_TIMEOUT,
+                                                                                  req.member_id))
+            return self.consumer.classic_join(token, req, now, topics)
         tombstones = group.group_tombstones()
         for key, value in tombstones:
             self.consumer.replay(key, value)
         result = super().join_group(token, req, now)
         result.records[:0] = tombstones
         return result
+
+    def sync_group(self, token: Hashable, group_id: str | None, member_id: str, instance_id: str | None,
+                   generation: int, protocol_type: str | None, protocol_name: str | None,
+                   assignments: dict[str, bytes], now: int) -> CoordinatorResult:
+        """SyncGroup: a consumer group's classic member gets its server-side assignment (the
+        leader's `assignments` are not used there); a classic group's as classic_group_ops.py."""
+        if group_id and group_id in self.consumer.groups:
+            return self.consumer.classic_sync(token, group_id, member_id, instance_id, generation,
+                                              protocol_type, protocol_name, now)
+        return super().sync_group(token, group_id, member_id, instance_id, generation, protocol_type,
+                                  protocol_name, assignments, now)
+
+    def heartbeat(self, token: Hashable, group_id: str | None, member_id: str, instance_id: str | None,
+                  generation: int, now: int) -> CoordinatorResult:
+        """Heartbeat of a consumer group's classic member (classic_member_ops.py) or of a classic group's."""
+        if group_id and group_id in self.consumer.groups:
+            return self.consumer.classic_heartbeat(token, group_id, member_id, instance_id, generation, now)
+        return super().heartbeat(token, group_id, member_id, instance_id, generation, now)
+
+    def leave_group(self, token: Hashable, group_id: str | None, members: list[tuple[str, str | None]],
+                    now: int) -> CoordinatorResult:
+        """LeaveGroup of a consumer group's classic members (classic_member_ops.py) or a classic group's."""
+        if group_id and group_id in self.consumer.groups:
+            return self.consumer.classic_leave(token, group_id, members)
+        return super().leave_group(token, group_id, members, now)
 
     # ======================================================================== admin
 
@@ -273,4 +311,4 @@ class GroupCoordinatorShard(ClassicGroupOperations, OffsetOperations):
                              "subscribed_topic_regex": m.subscribed_topic_regex or None,
                              "assignment": assignment(m.assigned_partitions),
                              "target_assignment": assignment(group.target_assignment.get(m.member_id, {})),
-                             "member_type": 1} for m in group.members.values()]}
+                             "member_type": 0 if m.classic_member_metadata else 1} for m in group.members.values()]}

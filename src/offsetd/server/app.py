@@ -145,7 +145,8 @@ def coordinator_config(config: BrokerConfig) -> GroupCoordinatorConfig:
             session_timeout_ms=config.get("group.consumer.session.timeout.ms"),
             heartbeat_interval_ms=config.get("group.consumer.heartbeat.interval.ms"),
             max_size=config.get("group.consumer.max.size"),
-            assignors=config.get("group.consumer.assignors")),
+            assignors=config.get("group.consumer.assignors"),
+            migration_policy=config.get("group.consumer.migration.policy")),
     )
 
 
@@ -194,6 +195,7 @@ class KafkaServer:
         self.group_api = GroupApi(self.broker, self.runtimes)
         self.consumer_group_api = ConsumerGroupApi(
             self.group_api, "consumer" in config.get("group.coordinator.rebalance.protocols"))
+        self.group_api.topics_image = self.consumer_group_api.topics_image
         self.txn_api = TransactionApi(self.broker, config, self.group_api, clock,
                                       MarkerWriter(self.broker, self.runtimes, clock),
                                       local=config.get("storage.engine") == "local")

@@ -13,6 +13,7 @@ from typing import Any, Awaitable, Callable
 from ..broker.broker import Broker
 from ..coordinator.result import CoordinatorResult
 from ..coordinator.classic_group_ops import JoinRequest
+from ..coordinator.consumer_group_ops import TopicsImage
 from ..coordinator.write_errors import WRITE_ERROR_REMAP, CoordinatorWriteError
 from ..protocol.errors import Error
 from ..records.offsets import OFFSETS_TOPIC, partition_for
@@ -73,6 +74,9 @@ class GroupApi:
         # TxnOffsetCommit's check that the offsets partition was added to the transaction
         # (KIP-890); None: not checked
         self.txn_verifier: TxnVerifier | None = None
+        # the broker's topics as the consumer groups see them (a classic member of a consumer
+        # group subscribes with JoinGroup); set by the server to ConsumerGroupApi.topics_image
+        self.topics_image: Callable[[], TopicsImage] = TopicsImage
 
     def runtime_for(self, group_id: str) -> ShardRuntime:
         return self.runtimes[partition_for(group_id, len(self.runtimes))]
@@ -139,7 +143,7 @@ class GroupApi:
             protocol_type=req.protocol_type, protocols=[(p.name, p.metadata) for p in req.protocols],
             require_known_member_id=ctx.version >= 4)
         token = new_token()
-        runtime.submit(runtime.shard.join_group(token, join, runtime.clock()))
+        runtime.submit(runtime.shard.join_group(token, join, runtime.clock(), self.topics_image()))
         return reply_when_durable(token, lambda code: _join_failure(code, req.member_id),
                       lambda body: _shape_join(body, ctx.version))
 

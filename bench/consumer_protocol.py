@@ -19,8 +19,9 @@ only and the classic column is offsetd's too. ``bench/run.py --workloads kip848`
   (2) open loop at ``hb_target_per_s`` for the latency at that rate (measured from each
   heartbeat's scheduled send time, so a stall is not hidden). The broker's CPU share over each.
 * ``cp-load``: ``load_members`` members in groups that all hash to one ``__consumer_offsets``
-  partition, joined and reconciled with raw heartbeats on a broker of its own; the broker is
-  stopped (SIGTERM) and started on the same data; figure: process start to the first
+  partition, joined and reconciled with raw heartbeats on a broker of its own (sessions of 15 min,
+  so none set up early expires while the rest join); the broker is stopped (SIGTERM) and started
+  on the same data; figure: process start to the first
   ConsumerGroupDescribe that answers every probed group with all its members (not
   COORDINATOR_LOAD_IN_PROGRESS), and the partition's load time from the broker's log.
 
@@ -506,8 +507,19 @@ def describe_until_served(bootstrap: str, groups: list[str], expect_members: int
     raise WorkloadFailed(f"groups not served before the deadline: {last}")
 
 
-class _KeptBroker(OffsetdBroker):
-    """An offsetd whose data directory can be taken before its scratch directory goes."""
+class _LoadBroker(OffsetdBroker):
+    """The cp-load broker: consumer-group sessions long enough that no member set up early
+    expires while the others join (the set-up takes longer than the 45 s default), and a data
+    directory that can be kept when it stops."""
+
+    #: group.consumer.session.timeout.ms (and its upper bound) for this broker.
+    session_timeout_ms = 900_000
+
+    def command(self, port: int, data_dir: Path) -> list[str]:
+        ms = str(self.session_timeout_ms)
+        return [*super().command(port, data_dir),
+                "--override", f"group.consumer.max.session.timeout.ms={ms}",
+                "--override", f"group.consumer.session.timeout.ms={ms}"]
 
     def stop_keeping(self, into: Path) -> None:
         """SIGTERM the broker, then move its data directory to ``into`` and clean up."""
@@ -539,7 +551,7 @@ def load_workload(ccfg: CpConfig, cfg: BenchConfig, bootstrap: str, broker_name:
     groups = groups_on_partition(f"cp-load-{run_id}", p, ccfg.load_members // ccfg.load_group_size)
     topic = f"cp-load-{run_id}"
     with tempfile.TemporaryDirectory(prefix="cp-load-") as scratch:
-        first = _KeptBroker(config=Path(cfg.offsetd_config))
+        first = _LoadBroker(config=Path(cfg.offsetd_config))
         try:
             try:
                 first.start()
@@ -556,7 +568,7 @@ def load_workload(ccfg: CpConfig, cfg: BenchConfig, bootstrap: str, broker_name:
             first.stop()
         part_dir = Path(scratch) / "data" / f"__consumer_offsets-{p}"
         part_bytes = sum(f.stat().st_size for f in part_dir.glob("*.log"))
-        second = OffsetdBroker(config=Path(cfg.offsetd_config))
+        second = _LoadBroker(config=Path(cfg.offsetd_config))
         second.seed = partial(_copy_data, Path(scratch) / "data")
         second.startup_timeout_s = ccfg.load_timeout_s
         try:

@@ -286,7 +286,7 @@ def heartbeat_load(bootstrap: str, members: list[tuple[str, str, int]], connecti
     # frame per member, correlation id patched at bytes 8..12
     frames = [bytearray(_encode(HEARTBEAT, 1, heartbeat_body(g, m, e), 0)) for g, m, e in members]
     conn_of = [i % connections for i in range(len(members))]
-    idle: list[collections.deque[int]] = [collections.deque(i for i in range(len(members)) if conn_of[i] == c) for c in range(connections)]
+    idle = [collections.deque(i for i in range(len(members)) if conn_of[i] == c) for c in range(connections)]
     in_flight: list[dict[int, tuple[int, float]]] = [{} for _ in range(connections)]  # corr -> (member, t)
     busy = [False] * len(members)
     bufs = [bytearray() for _ in range(connections)]
@@ -600,7 +600,7 @@ def load_workload(ccfg: CpConfig, cfg: BenchConfig, bootstrap: str, broker_name:
     if match:
         metrics["cp_load_log_s"] = Metric("KIP-848 load: the partition's load (broker's log)", "s",
                                           float(match["seconds"]), False)
-        metrics["cp_load_records"] = Metric("KIP-848 load: records in the partition (broker's log)", "records",
+        metrics["cp_load_records"] = Metric("KIP-848 load: records in the partition (broker's log)", "count",
                                             int(match["records"]), False)
     return metrics
 
@@ -716,6 +716,8 @@ class RebalanceFigures:
     window_rate: float
     before_rate: float
     window_records: int
+    #: The three's records per bucket from the subscribe to hold_s after stable, per member.
+    series: list[list[int]]
 
 
 def _judge(results: list[MemberResult], ccfg: CpConfig) -> RebalanceFigures:
@@ -747,7 +749,8 @@ def _judge(results: list[MemberResult], ccfg: CpConfig) -> RebalanceFigures:
     before = sum(r.buckets.get(b, 0) for r in results[:3] for b in range(wb0, b0))
     return RebalanceFigures(stable_s=stable_at - t0, longest_gap_ms=gap * ccfg.bucket_s * 1000,
                             window_rate=window / max((b1 + 1 - b0) * ccfg.bucket_s, 1e-9),
-                            before_rate=before / max((b0 - wb0) * ccfg.bucket_s, 1e-9), window_records=window)
+                            before_rate=before / max((b0 - wb0) * ccfg.bucket_s, 1e-9), window_records=window,
+                            series=[[r.buckets.get(b, 0) for b in range(b0, b_end)] for r in results[:3]])
 
 
 def rebalance_workload(ccfg: CpConfig, bootstrap: str, broker_name: str) -> dict[str, Metric]:
@@ -787,13 +790,16 @@ def rebalance_workload(ccfg: CpConfig, bootstrap: str, broker_name: str) -> dict
               f"{fig.stable_s:.2f} s; the three: longest stop {fig.longest_gap_ms:.0f} ms, "
               f"{fig.window_records:,} records in the window ({fig.window_rate:,.0f}/s; "
               f"{fig.before_rate:,.0f}/s before)", flush=True)
+        for i, series in enumerate(fig.series):
+            print(f"    member {i}, records per {1000 * ccfg.bucket_s:.0f} ms from the subscribe: "
+                  f"{' '.join(str(n) for n in series)}", flush=True)
         key = name.replace("-", "_")
         metrics[f"cp_rebalance_{key}_stable_s"] = Metric(
             f"rebalance 3 -> 4 members, {name}: subscribe -> stable", "s", fig.stable_s, False)
         metrics[f"cp_rebalance_{key}_gap_ms"] = Metric(
             f"rebalance, {name}: longest stop of any of the three", "ms", fig.longest_gap_ms, False)
         metrics[f"cp_rebalance_{key}_window_records"] = Metric(
-            f"rebalance, {name}: records the three read from subscribe to stable", "records", fig.window_records)
+            f"rebalance, {name}: records the three read from subscribe to stable", "count", fig.window_records)
         metrics[f"cp_rebalance_{key}_window_pct"] = Metric(
             f"rebalance, {name}: the three's records/s in the window, % of before", "%",
             100 * fig.window_rate / max(fig.before_rate, 1e-9))

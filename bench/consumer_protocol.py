@@ -281,8 +281,7 @@ def heartbeat_load(bootstrap: str, members: list[tuple[str, str, int]], connecti
     for _ in range(connections):
         s = socket.create_connection((host, int(port)))
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        s.setblocking(False)
-        socks.append(s)
+        socks.append(s)  # blocking: recv only after select says readable
     # frame per member, correlation id patched at bytes 8..12
     frames = [bytearray(_encode(HEARTBEAT, 1, heartbeat_body(g, m, e), 0)) for g, m, e in members]
     conn_of = [i % connections for i in range(len(members))]
@@ -290,6 +289,7 @@ def heartbeat_load(bootstrap: str, members: list[tuple[str, str, int]], connecti
     in_flight: list[dict[int, tuple[int, float]]] = [{} for _ in range(connections)]  # corr -> (member, t)
     busy = [False] * len(members)
     bufs = [bytearray() for _ in range(connections)]
+    outs = [bytearray() for _ in range(connections)]  # frames to send, one sendall per connection
     sel = selectors.DefaultSelector()
     for c, s in enumerate(socks):
         sel.register(s, selectors.EVENT_READ, c)
@@ -298,26 +298,28 @@ def heartbeat_load(bootstrap: str, members: list[tuple[str, str, int]], connecti
     counting = False
 
     def send(member: int, intended: float) -> None:
+        """Queue one heartbeat of ``member`` (flush() sends it)."""
         nonlocal corr
         corr += 1
         c = conn_of[member]
         frame = frames[member]
         frame[8:12] = corr.to_bytes(4, "big")
-        socks[c].setblocking(True)
-        socks[c].sendall(frame)
-        socks[c].setblocking(False)
+        outs[c] += frame
         in_flight[c][corr] = (member, intended)
         busy[member] = True
         if counting:
             res.sent += 1
 
+    def flush() -> None:
+        for c, out in enumerate(outs):
+            if out:
+                socks[c].sendall(out)
+                out.clear()
+
     def receive(timeout: float) -> None:
         for key, _ in sel.select(timeout):
             c = key.data
-            try:
-                chunk = socks[c].recv(1 << 20)
-            except BlockingIOError:
-                continue
+            chunk = socks[c].recv(1 << 20)
             if not chunk:
                 raise ConnectionError("broker closed a connection")
             buf = bufs[c]
@@ -348,6 +350,7 @@ def heartbeat_load(bootstrap: str, members: list[tuple[str, str, int]], connecti
                 for c in range(connections):
                     while idle[c] and len(in_flight[c]) < window:
                         send(idle[c].popleft(), time.perf_counter())
+                flush()
                 receive(0.05)
             return
         start = time.perf_counter()
@@ -363,6 +366,7 @@ def heartbeat_load(bootstrap: str, members: list[tuple[str, str, int]], connecti
                         res.skipped += 1
                     continue
                 send(member, intended)
+            flush()
             receive(max(0.0, min(0.005, start + turn / rate_per_s - time.perf_counter())))
 
     def drain() -> None:

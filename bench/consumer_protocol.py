@@ -629,11 +629,12 @@ class MemberResult:
 
 def rebalance_member(bootstrap: str, topic: str, group: str, index: int, conf: dict[str, object],
                      partitions: int, bucket_s: float, warmup_s: float, hold_s: float, timeout_s: float,
-                     counts: Any, stop: Any) -> MemberResult:
-    """One member (an application blocking in ``consume()``). Members 0-2 subscribe at once and
-    report their assignment size in ``counts``; member 3 subscribes once the three hold every
-    partition between them and have read for ``warmup_s``, then sets ``stop`` once all four
-    have held ``partitions / 4`` partitions for ``hold_s``."""
+                     counts: Any, go: Any, stop: Any) -> MemberResult:
+    """One member (an application blocking in ``consume()``). Members 0-2 subscribe at once,
+    report their assignment size in ``counts`` and keep their partitions paused until ``go``
+    (so the data is not spent while the three settle); member 3 sets ``go`` once the three hold
+    every partition between them, evenly, subscribes ``warmup_s`` later, and sets ``stop`` once
+    all four have held ``partitions / 4`` partitions for ``hold_s``."""
     from confluent_kafka import Consumer, KafkaError
 
     res = MemberResult(index)
@@ -647,11 +648,13 @@ def rebalance_member(bootstrap: str, topic: str, group: str, index: int, conf: d
                 if time.monotonic() > deadline or stop.is_set():
                     raise RuntimeError(f"the three never held the topic: {list(counts[:3])}")
                 stop.wait(0.05)
+            go.set()
             time.sleep(warmup_s)  # the three read on meanwhile
         res.subscribed_at = time.monotonic()
         consumer.subscribe([topic])
         current: tuple[int, ...] = ()
         stable_since: float | None = None
+        paused = index < 3
         while not stop.is_set():
             now = time.monotonic()
             if now > deadline:
@@ -671,7 +674,14 @@ def rebalance_member(bootstrap: str, topic: str, group: str, index: int, conf: d
             if got:
                 b = int(now / bucket_s)
                 res.buckets[b] = res.buckets.get(b, 0) + got
-            assigned = tuple(sorted(tp.partition for tp in consumer.assignment()))
+            assignment = consumer.assignment()
+            if paused:
+                if go.is_set():
+                    consumer.resume(assignment)
+                    paused = False
+                elif assignment:
+                    consumer.pause(assignment)
+            assigned = tuple(sorted(tp.partition for tp in assignment))
             if assigned != current:
                 current = assigned
                 res.timeline.append((now, assigned))
@@ -739,7 +749,9 @@ def _judge(results: list[MemberResult], ccfg: CpConfig) -> RebalanceFigures:
     end = stable_at + ccfg.hold_s
     ran_out = [r.index for r in results[:3] if any(t0 <= t <= end for t in r.eofs)]
     if ran_out:
-        raise WorkloadFailed(f"members {ran_out} reached the end of a partition during the window: "
+        read = sum(sum(r.buckets.values()) for r in results)
+        raise WorkloadFailed(f"members {ran_out} reached the end of a partition during the window "
+                             f"({read:,} records read in all, {stable_at - t0:.1f} s to stable): "
                              "raise CpConfig.records")
     b0, b1, b_end = int(t0 / ccfg.bucket_s), int(stable_at / ccfg.bucket_s), int(end / ccfg.bucket_s)
     gap = 0
@@ -778,10 +790,10 @@ def rebalance_workload(ccfg: CpConfig, bootstrap: str, broker_name: str) -> dict
     ctx = multiprocessing.get_context("spawn")
     metrics: dict[str, Metric] = {}
     for name in ccfg.protocols:
-        counts, stop = ctx.Array("i", 4), ctx.Event()
+        counts, go, stop = ctx.Array("i", 4), ctx.Event(), ctx.Event()
         conf = {**ccfg.consumer_conf, **PROTOCOLS[name]}
         args = [(bootstrap, topic, f"cp-rebalance-{run_id}-{name}", i, conf, ccfg.partitions, ccfg.bucket_s,
-                 ccfg.warmup_s, ccfg.hold_s, ccfg.rebalance_timeout_s, counts, stop) for i in range(4)]
+                 ccfg.warmup_s, ccfg.hold_s, ccfg.rebalance_timeout_s, counts, go, stop) for i in range(4)]
         try:
             results = run_in_children(rebalance_member, args, ccfg.rebalance_timeout_s + ccfg.child_slack_s)
         except ChildError as exc:

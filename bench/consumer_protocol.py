@@ -3,15 +3,17 @@
 protocol on the same workload. Tansu does not serve KIP-848, so every workload here is offsetd
 only and the classic column is offsetd's too. ``bench/run.py --workloads kip848`` runs them all.
 
-* ``cp-rebalance``: a topic of ``CpConfig.partitions`` (64) partitions filled ahead; three
-  members (one process each, blocking in ``consume()``) consume it at full speed; once they hold
-  their shares and have read for ``warmup_s``, a fourth subscribes. Figures per protocol (consumer;
+* ``cp-rebalance``: a topic of ``CpConfig.partitions`` (64) partitions that a producer writes
+  ``produce_per_s`` records/s to; three members (one process each, blocking in ``consume()``)
+  read it as fast as it comes (a topic filled ahead is no test: a member reads ~3M records/s of
+  it and is at its end within a second); once they hold their shares and have read for
+  ``warmup_s``, a fourth subscribes. Figures per protocol (consumer;
   classic eager, librdkafka's default ``range,roundrobin``; classic ``cooperative-sticky``): the
   time from the fourth's ``subscribe()`` to a stable 4-member assignment (every member holds
   16 partitions, seen from the clients' ``assignment()``), and what the other three consumed
   meanwhile in 100 ms buckets: the longest run of buckets in which a member read nothing, and
-  the window's records/s against the three's rate before it. A member that reaches the end of a
-  partition during the window invalidates the run (the data ran out, so a gap is no stop).
+  the window's records/s against the three's rate before it (both follow the producer's rate
+  when nobody stops).
 * ``cp-heartbeats``: ``members`` members in ``groups`` groups, all subscribed to one topic, joined
   and reconciled to a stable assignment with raw heartbeats, then driven by ``hb_processes``
   client processes over ``hb_connections`` connections each: (1) closed loop, every member at
@@ -71,7 +73,9 @@ class CpConfig:
 
     # cp-rebalance
     partitions: int = 64
-    records: int = 12_000_000
+    #: Records/s a producer writes (round robin) while the members read: a pre-filled topic is
+    #: no test here, a member reads ~3M records/s of it and is at the end within a second.
+    produce_per_s: int = 60_000
     value_size: int = 100
     warmup_s: float = 2.0
     #: Stable this long with 4 x 16 partitions before the members stop (stops are looked for
@@ -106,11 +110,10 @@ class CpConfig:
     child_slack_s: float = 30.0
 
     def scaled(self, factor: float) -> CpConfig:
-        """Member counts, groups and pre-filled records times ``factor`` (a moderate run)."""
+        """Member counts and groups times ``factor`` (a moderate run)."""
         if factor == 1:
             return self
-        return dataclasses.replace(self, records=max(64_000, round(self.records * factor)),
-                                   groups=max(1, round(self.groups * factor)),
+        return dataclasses.replace(self, groups=max(1, round(self.groups * factor)),
                                    members=max(1, round(self.members * factor)),
                                    load_members=max(self.load_group_size, round(self.load_members * factor)))
 
@@ -621,25 +624,22 @@ class MemberResult:
     timeline: list[tuple[float, tuple[int, ...]]] = field(default_factory=list)
     #: Records delivered, by time.monotonic() bucket (int(t / bucket_s)).
     buckets: dict[int, int] = field(default_factory=dict)
-    #: time.monotonic() of partition-EOF events.
-    eofs: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     subscribed_at: float = 0.0
 
 
 def rebalance_member(bootstrap: str, topic: str, group: str, index: int, conf: dict[str, object],
                      partitions: int, bucket_s: float, warmup_s: float, hold_s: float, timeout_s: float,
-                     counts: Any, go: Any, stop: Any) -> MemberResult:
-    """One member (an application blocking in ``consume()``). Members 0-2 subscribe at once,
-    report their assignment size in ``counts`` and keep their partitions paused until ``go``
-    (so the data is not spent while the three settle); member 3 sets ``go`` once the three hold
-    every partition between them, evenly, subscribes ``warmup_s`` later, and sets ``stop`` once
-    all four have held ``partitions / 4`` partitions for ``hold_s``."""
-    from confluent_kafka import Consumer, KafkaError
+                     counts: Any, stop: Any) -> MemberResult:
+    """One member (an application blocking in ``consume()``, from the end of the topic). Members
+    0-2 subscribe at once and report their assignment size in ``counts``; member 3 waits until
+    the three hold every partition between them, evenly, subscribes ``warmup_s`` later, and sets
+    ``stop`` once all four have held ``partitions / 4`` partitions for ``hold_s``."""
+    from confluent_kafka import Consumer
 
     res = MemberResult(index)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": f"m{index}",
-                         "auto.offset.reset": "earliest", "enable.partition.eof": True, **conf})
+                         "auto.offset.reset": "latest", **conf})
     deadline = time.monotonic() + timeout_s
     share = partitions // 4
     try:
@@ -648,13 +648,11 @@ def rebalance_member(bootstrap: str, topic: str, group: str, index: int, conf: d
                 if time.monotonic() > deadline or stop.is_set():
                     raise RuntimeError(f"the three never held the topic: {list(counts[:3])}")
                 stop.wait(0.05)
-            go.set()
             time.sleep(warmup_s)  # the three read on meanwhile
         res.subscribed_at = time.monotonic()
         consumer.subscribe([topic])
         current: tuple[int, ...] = ()
         stable_since: float | None = None
-        paused = index < 3
         while not stop.is_set():
             now = time.monotonic()
             if now > deadline:
@@ -667,21 +665,12 @@ def rebalance_member(bootstrap: str, topic: str, group: str, index: int, conf: d
                 err = msg.error()
                 if err is None:
                     got += 1
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    res.eofs.append(now)
                 elif len(res.errors) < 5:
                     res.errors.append(str(err))
             if got:
                 b = int(now / bucket_s)
                 res.buckets[b] = res.buckets.get(b, 0) + got
-            assignment = consumer.assignment()
-            if paused:
-                if go.is_set():
-                    consumer.resume(assignment)
-                    paused = False
-                elif assignment:
-                    consumer.pause(assignment)
-            assigned = tuple(sorted(tp.partition for tp in assignment))
+            assigned = tuple(sorted(tp.partition for tp in consumer.assignment()))
             if assigned != current:
                 current = assigned
                 res.timeline.append((now, assigned))
@@ -698,8 +687,9 @@ def rebalance_member(bootstrap: str, topic: str, group: str, index: int, conf: d
     return res
 
 
-def _prefill(bootstrap: str, topic: str, ccfg: CpConfig, first: int, count: int) -> int:
-    """Write ``count`` records ``first..`` round robin over the partitions; returns failures."""
+def rebalance_producer(bootstrap: str, topic: str, ccfg: CpConfig, stop: Any) -> int:
+    """Write ``produce_per_s`` records/s round robin over the partitions (in 10 ms steps) until
+    ``stop``; returns the records not delivered."""
     from confluent_kafka import Producer
 
     failed = [0]
@@ -708,17 +698,26 @@ def _prefill(bootstrap: str, topic: str, ccfg: CpConfig, first: int, count: int)
         if err is not None:
             failed[0] += 1
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-                         "on_delivery": on_delivery})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "on_delivery": on_delivery})
     value = b"v" * ccfg.value_size
-    for i in range(first, first + count):
-        while True:
-            try:
-                producer.produce(topic, value, partition=i % ccfg.partitions)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    return producer.flush(300) + failed[0]
+    start = time.monotonic()
+    sent = 0
+    while not stop.is_set():
+        due = int((time.monotonic() - start) * ccfg.produce_per_s)
+        for i in range(sent, due):
+            producer.produce(topic, value, partition=i % ccfg.partitions)
+        sent = max(sent, due)
+        producer.poll(0.01)
+    return producer.flush(60) + failed[0]
+
+
+def rebalance_party(index: int, bootstrap: str, topic: str, group: str, ccfg: CpConfig, conf: dict[str, object],
+                    counts: Any, stop: Any) -> MemberResult | int:
+    """Child ``index`` of a cp-rebalance run: members 0-3, then the producer (4)."""
+    if index == 4:
+        return rebalance_producer(bootstrap, topic, ccfg, stop)
+    return rebalance_member(bootstrap, topic, group, index, conf, ccfg.partitions, ccfg.bucket_s, ccfg.warmup_s,
+                            ccfg.hold_s, ccfg.rebalance_timeout_s, counts, stop)
 
 
 @dataclass
@@ -735,8 +734,7 @@ class RebalanceFigures:
 
 
 def _judge(results: list[MemberResult], ccfg: CpConfig) -> RebalanceFigures:
-    """The figures of one run; raises WorkloadFailed when the final assignment is wrong or data
-    ran out in the window."""
+    """The figures of one run; raises WorkloadFailed when the final assignment is wrong."""
     share = ccfg.partitions // 4
     finals = [r.timeline[-1][1] if r.timeline else () for r in results]
     union = set().union(*map(set, finals))
@@ -747,12 +745,6 @@ def _judge(results: list[MemberResult], ccfg: CpConfig) -> RebalanceFigures:
     stable_at = max(t for r in results for t, _ in r.timeline)
     # stops are looked for until hold_s after it: a member given partitions back reads again later
     end = stable_at + ccfg.hold_s
-    ran_out = [r.index for r in results[:3] if any(t0 <= t <= end for t in r.eofs)]
-    if ran_out:
-        read = sum(sum(r.buckets.values()) for r in results)
-        raise WorkloadFailed(f"members {ran_out} reached the end of a partition during the window "
-                             f"({read:,} records read in all, {stable_at - t0:.1f} s to stable): "
-                             "raise CpConfig.records")
     b0, b1, b_end = int(t0 / ccfg.bucket_s), int(stable_at / ccfg.bucket_s), int(end / ccfg.bucket_s)
     gap = 0
     for r in results[:3]:
@@ -770,34 +762,26 @@ def _judge(results: list[MemberResult], ccfg: CpConfig) -> RebalanceFigures:
 
 
 def rebalance_workload(ccfg: CpConfig, bootstrap: str, broker_name: str) -> dict[str, Metric]:
-    """Fill the topic, then one run per protocol, each its own group (see the module)."""
+    """One run per protocol, each its own group, on one topic (see the module)."""
     import multiprocessing
 
     run_id = uuid.uuid4().hex[:8]
     topic = f"cp-rebalance-{run_id}"
     create_topic_and_wait(bootstrap, topic, ccfg.partitions, 60)
-    began = time.monotonic()
-    half = ccfg.records // 2
-    try:
-        left = run_in_children(_prefill, [(bootstrap, topic, ccfg, 0, half),
-                                          (bootstrap, topic, ccfg, half, ccfg.records - half)], 900)
-    except ChildError as exc:
-        raise WorkloadFailed(f"pre-fill: {exc}", exc.detail) from exc
-    if sum(left):
-        raise WorkloadFailed(f"pre-fill: {sum(left)} records not delivered")
-    print(f"  [{broker_name}] cp-rebalance: {ccfg.records:,} records x {ccfg.value_size} B over "
-          f"{ccfg.partitions} partitions written in {time.monotonic() - began:.1f} s", flush=True)
     ctx = multiprocessing.get_context("spawn")
     metrics: dict[str, Metric] = {}
     for name in ccfg.protocols:
-        counts, go, stop = ctx.Array("i", 4), ctx.Event(), ctx.Event()
+        counts, stop = ctx.Array("i", 4), ctx.Event()
         conf = {**ccfg.consumer_conf, **PROTOCOLS[name]}
-        args = [(bootstrap, topic, f"cp-rebalance-{run_id}-{name}", i, conf, ccfg.partitions, ccfg.bucket_s,
-                 ccfg.warmup_s, ccfg.hold_s, ccfg.rebalance_timeout_s, counts, go, stop) for i in range(4)]
+        args = [(i, bootstrap, topic, f"cp-rebalance-{run_id}-{name}", ccfg, conf, counts, stop)
+                for i in range(5)]
         try:
-            results = run_in_children(rebalance_member, args, ccfg.rebalance_timeout_s + ccfg.child_slack_s)
+            *results, undelivered = run_in_children(rebalance_party, args,
+                                                    ccfg.rebalance_timeout_s + ccfg.child_slack_s)
         except ChildError as exc:
             raise WorkloadFailed(f"{name}: {exc}", exc.detail) from exc
+        if undelivered:
+            raise WorkloadFailed(f"{name}: the producer's {undelivered} records not delivered")
         errors = [e for r in results for e in r.errors]
         if errors:
             raise WorkloadFailed(f"{name}: consumer errors: {errors[:3]}")

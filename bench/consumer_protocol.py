@@ -193,7 +193,6 @@ class JoinedMember:
     group: str
     member_id: str
     epoch: int
-    partitions: int
 
 
 def join_groups(bootstrap: str, groups: list[str], group_size: int, topic: str, max_rounds: int = 50
@@ -227,7 +226,7 @@ def join_groups(bootstrap: str, groups: list[str], group_size: int, topic: str, 
                     break
             else:
                 raise RuntimeError(f"group {group} not stable after {max_rounds} rounds")
-            joined += [JoinedMember(group, m, e, sum(len(p) for _, p in o)) for m, (e, o) in state.items()]
+            joined += [JoinedMember(group, m, e) for m, (e, _) in state.items()]
     finally:
         conn.close()
     return joined, calls
@@ -241,6 +240,7 @@ def _owned(assignment: Any) -> tuple:
 
 
 def _check(resp: Any, group: str) -> None:
+    """Raise unless a heartbeat response has no error."""
     code = int(resp.error_code.value) if hasattr(resp.error_code, "value") else int(resp.error_code)
     if code:
         raise RuntimeError(f"heartbeat in {group}: error {code} {resp.error_message}")
@@ -253,7 +253,6 @@ def _check(resp: Any, group: str) -> None:
 class LoadResult:
     """One client process's timed section."""
 
-    sent: int = 0
     answered: int = 0
     errors: int = 0
     first_error: str = ""
@@ -310,8 +309,6 @@ def heartbeat_load(bootstrap: str, members: list[tuple[str, str, int]], connecti
         outs[c] += frame
         in_flight[c][corr] = (member, intended)
         busy[member] = True
-        if counting:
-            res.sent += 1
 
     def flush() -> None:
         for c, out in enumerate(outs):

@@ -11,6 +11,7 @@ best of N per broker and the ratio offsetd/Tansu; every raw run is written as JS
     .venv/bin/python bench/run.py --workloads commit-throughput commit-latency
     .venv/bin/python bench/run.py --workloads abuse     # issue 16's reliability figures
     .venv/bin/python bench/run.py --workloads security  # issue 14: TLS, SASL, ACL costs
+    .venv/bin/python bench/run.py --only offsetd --workloads kip848  # issue 22: KIP-848 vs classic
     .venv/bin/python bench/run.py --list-workloads
 
 ``--workloads`` selects workloads by name (the ones they require are added); a workload that
@@ -61,6 +62,7 @@ from bench.workloads import core_workloads  # noqa: E402
 from bench.abuse import GROUP, abuse_workloads  # noqa: E402
 from bench.eos import eos_workloads  # noqa: E402
 from bench import security  # noqa: E402
+from bench import consumer_protocol  # noqa: E402
 
 #: Table columns; the ratio is the first over the second.
 BROKERS = ["offsetd", "tansu"]
@@ -156,6 +158,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="print the workload names in run order and exit")
     p.add_argument("--messages", type=int, default=defaults.messages,
                    help=f"messages for produce/consume (default {defaults.messages:,})")
+    p.add_argument("--kip848-scale", type=float, default=defaults.kip848_scale,
+                   help="scale the KIP-848 workloads' member counts (cp-heartbeats, cp-load) and "
+                        "cp-rebalance's records by this factor (default 1: the issue's sizes)")
     p.add_argument("--repeat", type=int, default=1,
                    help="repetitions per broker; the table shows the best of N (default 1)")
     p.add_argument("--offsetd-config", type=Path, default=DEFAULT_OFFSETD_CONFIG,
@@ -178,14 +183,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def default_workloads(cfg: BenchConfig) -> list[Workload]:
     """The suite, in run order: bench/workloads.py's, then each workload module's."""
-    return [*core_workloads(cfg), *abuse_workloads(cfg), *eos_workloads(cfg), *security.security_workloads(cfg)]
+    return [*core_workloads(cfg), *abuse_workloads(cfg), *eos_workloads(cfg), *security.security_workloads(cfg),
+            *consumer_protocol.kip848_workloads(cfg)]
 
 
 def workload_groups(cfg: BenchConfig) -> dict[str, list[str]]:
     """Names ``--workloads`` expands to several workloads (``abuse``: bench/abuse.py's,
-    ``security``: bench/security.py's)."""
+    ``security``: bench/security.py's, ``kip848``: bench/consumer_protocol.py's)."""
     return {GROUP: [w.name for w in abuse_workloads(cfg)],
-            security.GROUP: [w.name for w in security.security_workloads(cfg)]}
+            security.GROUP: [w.name for w in security.security_workloads(cfg)],
+            consumer_protocol.GROUP: [w.name for w in consumer_protocol.kip848_workloads(cfg)]}
 
 
 def select_workloads(workloads: list[Workload], names: list[str] | None) -> list[Workload]:
@@ -241,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    cfg = BenchConfig(messages=args.messages, offsetd_config=str(args.offsetd_config))
+    cfg = BenchConfig(messages=args.messages, offsetd_config=str(args.offsetd_config),
+                      kip848_scale=args.kip848_scale)
     if args.list_workloads:
         for wl in default_workloads(cfg):
             notes = [f"requires {', '.join(wl.requires)}"] if wl.requires else []

@@ -122,6 +122,9 @@ class BenchConfig:
     disk_max_commits: int = 20_000
     disk_cycle_timeout_s: float = 60.0
 
+    #: bench/consumer_protocol.py's member counts and records, as a share of the issue's sizes.
+    kip848_scale: float = 1.0
+
     cache_dir: str = str(Path(__file__).resolve().parent / "results" / "cache")
 
     def expected_per_partition(self) -> list[int]:

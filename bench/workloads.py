@@ -38,6 +38,10 @@ The suite (``bench/run.py --workloads NAME ...`` selects some; requirements come
 * ``security-handshakes``, ``security-overhead``, ``security-acl-cost`` (offsetd only): issue
   14's TLS handshakes/s, SCRAM authentications/s, SASL_SSL vs plaintext throughput and the cost
   of 1,000 ACLs; ``--workloads security`` selects them all; see ``bench/security.py``.
+* ``cp-rebalance``, ``cp-heartbeats``, ``cp-load`` (offsetd only: Tansu does not serve KIP-848):
+  issue 22's consumer protocol beside offsetd's classic one (a member joining under load,
+  heartbeats/s of 1,000 members, the load of 10,000 members' records); ``--workloads kip848``
+  selects them all; see ``bench/consumer_protocol.py``.
 """
 
 from __future__ import annotations

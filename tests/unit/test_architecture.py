@@ -31,8 +31,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 # imports no other workload module and no runner (the runners put the suite together).
 BENCH_SHARED = ("bench.workload", "bench.workload_steps", "bench.brokers", "bench.procs", "bench.clients",
                 "bench.offsets_log", "bench.report")
-BENCH_WORKLOADS = ("bench.workloads", "bench.abuse", "bench.eos", "bench.security")
-BENCH_RUNNERS = ("bench.run", "bench.cluster")
+BENCH_WORKLOADS = ("bench.workloads", "bench.abuse", "bench.eos", "bench.security", "bench.consumer_protocol")
+BENCH_RUNNERS = ("bench.run", "bench.cluster", "bench.profile_workload")
 BENCH_FORBIDDEN: dict[str, tuple[str, ...]] = {
     **{m: BENCH_WORKLOADS + BENCH_RUNNERS for m in BENCH_SHARED},
     **{m: tuple(w for w in BENCH_WORKLOADS if w != m) + BENCH_RUNNERS for m in BENCH_WORKLOADS},

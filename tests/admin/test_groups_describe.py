@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 
-import confluent_kafka
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -254,7 +253,6 @@ CONSUMER_PROTOCOL_BROKER = {**GROUP_BROKER, "group.consumer.min.heartbeat.interv
                             "group.consumer.heartbeat.interval.ms": "300"}
 
 
-@pytest.mark.skipif(confluent_kafka.libversion()[1] < 0x020C0000, reason="group.protocol=consumer needs librdkafka 2.12")
 def test_consumer_group_type_epochs_and_target_assignment(capsys, broker_factory) -> None:
     b = broker_factory(CONSUMER_PROTOCOL_BROKER).bootstrap
     topic, group, classic = unique("cp"), unique("cg"), unique("classic")

@@ -10,7 +10,6 @@ import datetime
 import time
 import uuid
 
-import confluent_kafka
 import pytest
 from confluent_kafka import ConsumerGroupState, ConsumerGroupType, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
@@ -24,10 +23,6 @@ from raw_client import RawClient
 CONSUMER_GROUP_HEARTBEAT, API_VERSIONS = 68, 18
 INVALID_REGULAR_EXPRESSION, UNSUPPORTED_VERSION, STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID = 128, 35, 113, 25
 GROUP_ID_NOT_FOUND = 69
-
-pytestmark = pytest.mark.skipif(confluent_kafka.libversion()[1] < 0x020C0000,
-                                reason="group.protocol=consumer is GA from librdkafka 2.12 (reference B9)")
-
 
 def test_one_member_reads_everything_and_commits(broker_factory):
     broker = broker_factory(BROKER)

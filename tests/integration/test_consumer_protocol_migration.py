@@ -17,9 +17,7 @@ from clients import create_topic
 from consumer_protocol_helpers import BROKER, Member, poll_until, read_by, send, values
 from group_helpers import unique
 
-pytestmark = [pytest.mark.skipif(confluent_kafka.libversion()[1] < 0x020C0000,
-                                 reason="group.protocol=consumer is GA from librdkafka 2.12 (reference B9)"),
-              pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 CLASSIC = {"group.protocol": "classic", "session.timeout.ms": 6000, "heartbeat.interval.ms": 300}
 

@@ -5,14 +5,9 @@ typed rows, through the protocol and from the segment files alike, the leaves as
 
 from __future__ import annotations
 
-import confluent_kafka
-import pytest
 from helpers import create_topic, unique  # puts tests/integration on sys.path
 
 from consumer_protocol_helpers import BROKER, Member, poll_until, read_by, send, values  # noqa: E402
-
-pytestmark = pytest.mark.skipif(confluent_kafka.libversion()[1] < 0x020C0000,
-                                reason="group.protocol=consumer is GA from librdkafka 2.12")
 
 CONSUMER_GROUP_TYPES = {"consumer_group_metadata", "consumer_group_partition_metadata",
                         "consumer_group_member_metadata", "consumer_group_target_assignment_metadata",

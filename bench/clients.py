@@ -425,16 +425,20 @@ def commit_latency(
     group_id: str,
     warmup_s: float,
     duration_s: float,
+    barrier: Barrier | None = None,
 ) -> CommitLatencyResult:
     """Commit ``partitions`` offsets synchronously in a loop: ``warmup_s`` untimed, then
     ``duration_s`` with every ``commit(asynchronous=False)`` timed. Commit ``n`` stores
-    ``n * partitions + p``; the offsets are read back at the end."""
+    ``n * partitions + p``; the offsets are read back at the end. With ``barrier`` (several
+    clients at once) the warm-up starts when every client has passed it."""
     result = CommitLatencyResult()
     consumer = _commit_consumer(bootstrap, group_id)
     commit = consumer.commit
     clock = time.perf_counter
     try:
         n = 0
+        if barrier is not None:
+            barrier.wait(60.0)
         warm_end = clock() + warmup_s
         end = warm_end + duration_s
         while True:

@@ -24,6 +24,8 @@ The suite (``bench/run.py --workloads NAME ...`` selects some; requirements come
   own group committing ``cfg.partitions`` offsets per async commit, at most
   ``cfg.commit_max_in_flight`` unacknowledged, for ``cfg.commit_duration_s``.
 * ``commit-latency``: one process, synchronous commits of ``cfg.partitions`` offsets.
+* ``commit-latency-4p``: ``cfg.commit_clients`` such processes at once, each in its own group
+  (groups on different ``__consumer_offsets`` partitions contend for the broker's fsyncs).
 * ``subscribe-to-first-record``: a new group's consumer, from ``subscribe()`` to its first
   record (one record in a fresh topic).
 * ``time-lookup``: ListOffsets by timestamp on one partition of ~1 GB of lz4 batches (record
@@ -211,6 +213,34 @@ def commit_latency(cfg: BenchConfig, bootstrap: str, broker_name: str) -> dict[s
     return {
         "commit_p50_ms": Metric("sync commit p50", "ms", percentile(samples, 50) * 1e3, False),
         "commit_p99_ms": Metric("sync commit p99", "ms", percentile(samples, 99) * 1e3, False),
+    }
+
+
+def commit_latency_concurrent(cfg: BenchConfig, bootstrap: str, broker_name: str) -> dict[str, Metric]:
+    """``cfg.commit_clients`` processes run commit-latency's loop at once (a barrier starts their
+    warm-ups together), each in its own group: p50 and p99 of all their round trips."""
+    run_id = uuid.uuid4().hex[:8]
+    timeout = cfg.setup_timeout_s + cfg.latency_warmup_s + cfg.latency_duration_s
+    barrier = start_barrier(cfg.commit_clients)
+    args = [(bootstrap, cfg.topic, cfg.partitions, f"{cfg.group_id}-latency4-{run_id}-{i}", cfg.latency_warmup_s,
+             cfg.latency_duration_s, barrier) for i in range(cfg.commit_clients)]
+    try:
+        results = run_in_children(clients.commit_latency, args, timeout_s=timeout + cfg.child_slack_s)
+    except ChildError as exc:
+        raise WorkloadFailed(str(exc), exc.detail) from exc
+    problems = [f"client {i}: {p}" for i, res in enumerate(results)
+                for p in commit_problems(res.errors, res.first_error, res.last_sent, res.read_back,
+                                         res.read_back_error)]
+    samples = sorted(s for res in results for s in res.latencies_s)
+    if not samples:
+        problems.append("no successful commit in the timed section")
+    if problems:
+        raise WorkloadFailed("; ".join(problems))
+    label = f"sync commit, {cfg.commit_clients} processes at once"
+    return {
+        "commit4_p50_ms": Metric(f"{label} p50", "ms", percentile(samples, 50) * 1e3, False),
+        "commit4_p99_ms": Metric(f"{label} p99", "ms", percentile(samples, 99) * 1e3, False),
+        "commit4_per_s": Metric(label, "commits/s", len(samples) / cfg.latency_duration_s),
     }
 
 
@@ -573,6 +603,7 @@ def core_workloads(cfg: BenchConfig) -> list[Workload]:
         Workload("commit-throughput", partial(commit_throughput, cfg),
                  requires=("create_topic",)),
         Workload("commit-latency", partial(commit_latency, cfg), requires=("create_topic",)),
+        Workload("commit-latency-4p", partial(commit_latency_concurrent, cfg), requires=("create_topic",)),
         Workload("subscribe-to-first-record", partial(subscribe_to_first_record, cfg)),
         Workload("time-lookup", partial(time_lookup, cfg)),
         Workload("offsets-load", partial(offsets_load, cfg), brokers=("offsetd",)),

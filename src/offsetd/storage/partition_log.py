@@ -18,6 +18,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
+from typing import NoReturn
 
 from offsetd.records.batch import BatchHeader
 from offsetd.storage.durable_file import fsync_dir as _fsync_dir
@@ -29,14 +30,29 @@ from offsetd.storage.log_loader import load_log, write_producer_snapshot, write_
 from offsetd.storage.log_read import pread_all, ranges_data, ranges_end_offset, read_ranges
 from offsetd.storage.log_retention import retention_deletions
 from offsetd.storage.producer_state import ProducerStateManager
-from offsetd.storage.segment import Segment
+from offsetd.storage.segment import Segment, SegmentMark
 from offsetd.storage.segment_swap import CLEANED_SUFFIX, check_replacement, commit_swap
 from offsetd.storage.time_lookup import max_timestamp, offset_for_timestamp
 from offsetd.storage.transactions import PartitionTransactions, remove_txn_snapshot, write_txn_snapshot
 
-__all__ = ["PartitionLog"]
+__all__ = ["PartitionLog", "PendingAppend"]
 
 log = logging.getLogger("offsetd.storage")
+
+class PendingAppend:
+    """An append written to its segment but not yet in the log (PartitionLog.begin_append)."""
+
+    __slots__ = ("prepared", "segment", "now_ms")
+
+    def __init__(self, prepared: PreparedAppend, segment: Segment, now_ms: int) -> None:
+        self.prepared = prepared
+        self.segment = segment
+        self.now_ms = now_ms
+
+    def sync(self) -> None:
+        """fdatasync its segment: blocking, and safe on any thread (no state changes)."""
+        self.segment.datasync()
+
 
 class PartitionLog:
     """Append-only, segmented log of one partition (single broker: LEO is the high watermark)."""
@@ -72,6 +88,7 @@ class PartitionLog:
         self._closed = False
         self._unsynced_sealed: list[Segment] = [s for s in segments[:-1] if s.needs_flush]
         self._recovery_point: int | None = None
+        self._pending: PendingAppend | None = None  # begin_append's batch, awaiting its fsync
         # Bumped whenever segments are removed or replaced (not by rolls): a cleaning prepared
         # against an older layout is discarded instead of committed.
         self._layout_version = 0
@@ -257,34 +274,91 @@ class PartitionLog:
     def apply_append(self, prepared: "PreparedAppend", now_ms: int, *, sync: bool = False) -> AppendResult:
         """The second half of append(): roll if due, write, index, fsync when asked, and only then
         move the log end offset and commit the producer state. Atomic, as append()."""
-        if prepared.first != self.log_end_offset and not (prepared.replica and prepared.first > self.log_end_offset):
-            raise ValueError(f"{self.dir}: an append prepared at offset {prepared.first} applied at "
-                             f"{self.log_end_offset}")
-        pos, offset = prepared.size, prepared.next_offset
-        log_dir = self.log_dir
-        log_dir.check()
-        try:
-            if should_roll(self._segments[-1], self.config, pos, offset - 1, now_ms):
-                self.roll(now_ms)
-        except OSError as exc:  # roll() leaves the old active segment in place when it fails
-            raise log_dir.failed(exc, self._append_what) from exc
-        segment = self._segments[-1]
+        segment = self._segment_for(prepared, now_ms)
         mark = segment.mark()
         try:
-            segment.append(prepared.parts, pos, prepared.batches, now_ms)
+            segment.append(prepared.parts, prepared.size, prepared.batches, now_ms)
             if sync or self._unflushed_messages + prepared.messages >= self.config.flush_interval_messages:
                 self.flush()  # counts from zero again
             else:
                 self._unflushed_messages += prepared.messages
         except OSError as exc:
+            self._undo(segment, mark, exc)
+        return self._advance(prepared, now_ms)
+
+    def begin_append(self, records: bytes | bytearray | memoryview, now_ms: int) -> "PendingAppend | AppendResult":
+        """append(sync=True) up to its fsync, which the caller runs (`PendingAppend.sync`, on any
+        thread) and then hands to finish_append. Until then the batch is in the file but not in
+        the log: reads, the log end and the indexes do not see it, and no other append or roll
+        may run. A duplicate (idempotent retry) gives its AppendResult at once."""
+        prepared = self.prepare_append(records)
+        if isinstance(prepared, AppendResult):
+            return prepared
+        segment = self._segment_for(prepared, now_ms)
+        try:
+            self._flush_sealed()
+            segment.write_ahead(prepared.parts, prepared.size)
+            segment.preallocate(segment.size + prepared.size)  # zeros ahead, made durable by the same fsync
+        except OSError as exc:
+            self._undo(segment, segment.mark(), exc)
+        self._pending = PendingAppend(prepared, segment, now_ms)
+        return self._pending
+
+    def finish_append(self, pending: "PendingAppend", error: OSError | None = None) -> AppendResult:
+        """The rest of begin_append once `pending.sync()` returned, or raised `error`: the batch
+        joins the log and the log end moves, or it is cut off and StorageError raised (as append)."""
+        if pending is not self._pending:
+            raise ValueError(f"{self.dir}: finishing an append that is not the one awaiting its fsync")
+        self._pending = None
+        self._check_open()  # closed meanwhile: close() cut the batch off with the preallocated zeros
+        segment, prepared = pending.segment, pending.prepared
+        mark = segment.mark()
+        try:
+            if error is not None:
+                raise error
+            segment.add_written(prepared.size, prepared.batches, pending.now_ms)
+        except OSError as exc:
+            self._undo(segment, mark, exc)
+        segment.dirty = False  # the fsync began after every write to the file
+        self._unflushed_messages = 0
+        return self._advance(prepared, pending.now_ms)
+
+    def abandon_append(self, pending: "PendingAppend") -> None:
+        """Drop begin_append's batch whose fsync will not be waited for (shutdown): cut it off."""
+        if pending is self._pending:
+            self._pending = None
             try:
-                segment.rollback(mark)
-            except OSError as undo:
-                log.error("%s: undoing a failed append failed: %s", self.dir, undo)
-                raise log_dir.failed(exc, self._append_what, undone=False) from exc
-            raise log_dir.failed(exc, self._append_what) from exc
-        # Only now, with the batch written (and fsynced when asked), does the log end move.
-        self.log_end_offset = offset
+                pending.segment.discard_ahead()
+            except OSError as exc:  # beyond the segment's size: the next append overwrites it
+                log.warning("%s: cutting off an abandoned append: %s", self.dir, exc)
+
+    def _segment_for(self, prepared: PreparedAppend, now_ms: int) -> Segment:
+        """The segment a prepared append goes to (the active one, after a roll if one is due)."""
+        if prepared.first != self.log_end_offset and not (prepared.replica and prepared.first > self.log_end_offset):
+            raise ValueError(f"{self.dir}: an append prepared at offset {prepared.first} applied at "
+                             f"{self.log_end_offset}")
+        if self._pending is not None:
+            raise ValueError(f"{self.dir}: an append while another awaits its fsync")
+        self.log_dir.check()
+        try:
+            if should_roll(self._segments[-1], self.config, prepared.size, prepared.next_offset - 1, now_ms):
+                self.roll(now_ms)
+        except OSError as exc:  # roll() leaves the old active segment in place when it fails
+            raise self.log_dir.failed(exc, self._append_what) from exc
+        return self._segments[-1]
+
+    def _undo(self, segment: Segment, mark: SegmentMark, exc: OSError) -> NoReturn:
+        """Cut a failed append back to `mark` and raise it as StorageError (log_dir decides)."""
+        try:
+            segment.rollback(mark)
+        except OSError as undo:
+            log.error("%s: undoing a failed append failed: %s", self.dir, undo)
+            raise self.log_dir.failed(exc, self._append_what, undone=False) from exc
+        raise self.log_dir.failed(exc, self._append_what) from exc
+
+    def _advance(self, prepared: PreparedAppend, now_ms: int) -> AppendResult:
+        """Only now, with the batch written (and fsynced when asked), does the log end move."""
+        self.log_end_offset = prepared.next_offset
         if prepared.pending:
             aborted = self._producers.commit(prepared.pending, now_ms)
             if aborted:
@@ -292,8 +366,8 @@ class PartitionLog:
                     self._txns.record(aborted, self._bases)
                 except OSError as exc:  # the scan past the recovery point derives it again
                     log.error("%s: writing the aborted-transaction index: %s", self.dir, exc)
-        log_dir.succeeded()
-        return AppendResult(prepared.first, offset - 1, -1, self.log_start_offset)
+        self.log_dir.succeeded()
+        return AppendResult(prepared.first, prepared.next_offset - 1, -1, self.log_start_offset)
 
     @property
     def _append_what(self) -> str:
@@ -308,7 +382,7 @@ class PartitionLog:
         """
         self._check_open()
         old = self._segments[-1]
-        if old.size == 0:
+        if old.size == 0 or self._pending is not None:  # sealing would cut off the batch awaiting its fsync
             return
         # Bound the unsynced tail: segments rolled earlier are fsynced now (by this time the
         # kernel has usually written them back already, so this is cheap).
@@ -340,15 +414,19 @@ class PartitionLog:
         Rolled segments get log + indexes fsynced; the active segment only its log (its index
         files are rebuilt on open, and fsynced on close). Then the recovery point advances.
         """
+        self._flush_sealed()
+        active = self._segments[-1]
+        if active.dirty:
+            active.flush()
+        self._unflushed_messages = 0
+
+    def _flush_sealed(self) -> None:
+        """fsync the rolled segments not yet fsynced (log and indexes); the recovery point advances."""
         if self._unsynced_sealed:
             for seg in self._unsynced_sealed:
                 seg.flush()
             self._unsynced_sealed.clear()
             self._advance_recovery_point()
-        active = self._segments[-1]
-        if active.dirty:
-            active.flush()
-        self._unflushed_messages = 0
 
     # ----------------------------------------------------------------- reads
 

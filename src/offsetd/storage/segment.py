@@ -72,8 +72,7 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
 
 def _fdatasync(fd: int) -> None:
     """fdatasync where available (enough for appended data and file size), else fsync."""
-    sync = getattr(os, "fdatasync", os.fsync)
-    sync(fd)
+    getattr(os, "fdatasync", os.fsync)(fd)
 
 
 class SegmentMark(NamedTuple):
@@ -353,7 +352,7 @@ class Segment:
         errors: list[OSError] = []
         for undo in (lambda: self.offset_index.truncate_entries(index_entries),
                      lambda: self.time_index.truncate_entries(time_entries),
-                     self._cut_log):
+                     self.discard_ahead):
             try:
                 undo()
             except OSError as exc:
@@ -361,8 +360,8 @@ class Segment:
         if errors:
             raise errors[0]
 
-    def _cut_log(self) -> None:
-        """Cut the .log back to its valid size (dropping any preallocated zeros beyond it)."""
+    def discard_ahead(self) -> None:
+        """Cut the .log back to its valid size (dropping anything written or preallocated beyond)."""
         if self.fd >= 0:
             os.ftruncate(self.fd, self.size)
         self.allocated = self.size
@@ -380,6 +379,12 @@ class Segment:
         Not atomic by itself: if this raises (ENOSPC, EIO), the log or an index may hold part of
         it, and the caller undoes it with `rollback` to a `mark` taken before.
         """
+        self.write_ahead(parts, total)
+        self.add_written(total, batches, now_ms)
+
+    def write_ahead(self, parts: Sequence[bytes | memoryview], total: int) -> None:
+        """Write `parts` (total bytes) after the valid end, with no change readers see (size,
+        indexes) until `add_written`; `discard_ahead` cuts them off instead (also after a raise)."""
         start = self.size
         if len(parts) <= _IOV_MAX:
             written = os.pwritev(self.fd, parts, start)
@@ -392,10 +397,15 @@ class Segment:
                 n = os.pwrite(self.fd, rest, start + written)
                 written += n
                 rest = rest[n:]
+        self.allocated = max(self.allocated, start + total)
+
+    def add_written(self, total: int, batches: Sequence[tuple[int, BatchHeader, int]], now_ms: int) -> None:
+        """Take in the `total` bytes `write_ahead` wrote: the size moves past them, their batches
+        are indexed (`batches` as for `append`)."""
+        start = self.size
         if start == 0:
             self.rolling_base_ms = now_ms
         self.size = start + total
-        self.allocated = max(self.allocated, self.size)
         self.dirty = True
         track = self._track
         for rel_pos, h, base in batches:
@@ -423,13 +433,13 @@ class Segment:
             self.allocated = self.size
             self.dirty = True
 
-    def _preallocate(self) -> None:
-        """Zero-fill ahead of the end when less than half the wanted margin is left (the caller
-        fdatasyncs after this, so the zeros and the file size are durable before they are used)."""
-        ahead = min(max(self.size, _PREALLOCATE_MIN), _PREALLOCATE_MAX)
-        if self.allocated - self.size >= ahead // 2:
+    def preallocate(self, end: int) -> None:
+        """Zero-fill ahead of byte `end` when preallocating and less than half the margin is left
+        (an fdatasync follows, so the zeros and the file size are durable before they are used)."""
+        ahead = min(max(end, _PREALLOCATE_MIN), _PREALLOCATE_MAX)
+        if not self.config.preallocate or self.sealed or self.allocated - end >= ahead // 2:
             return
-        target = min(self.size + ahead, max(self.config.segment_bytes, self.size))
+        target = min(end + ahead, max(self.config.segment_bytes, end))
         pos = self.allocated
         try:
             while pos < target:
@@ -449,6 +459,10 @@ class Segment:
             self.offset_index.dirty or self.time_index.dirty or self.offset_index.has_fd or self.time_index.has_fd
         )
 
+    def datasync(self) -> None:
+        """fdatasync the .log and nothing else: no state changes, so it may run on another thread."""
+        _fdatasync(self.fd)
+
     def flush(self, *, indexes: bool = False, extend: bool = True) -> None:
         """fsync the log; for sealed segments (or when asked) also fsync the index files.
 
@@ -457,8 +471,8 @@ class Segment:
         False), so one fdatasync covers both.
         """
         if self.dirty and self.fd >= 0:
-            if extend and self.config.preallocate and not self.sealed:
-                self._preallocate()
+            if extend:
+                self.preallocate(self.size)
             _fdatasync(self.fd)
             self.dirty = False
         if self.sealed:

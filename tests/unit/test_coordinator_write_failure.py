@@ -23,6 +23,7 @@ from offsetd.coordinator.consumer_group_ops import ConsumerGroupHeartbeatRequest
 from offsetd.coordinator.shard import GroupCoordinatorShard
 from offsetd.coordinator.write_errors import KAFKA_STORAGE_ERROR, NOT_COORDINATOR, CoordinatorWriteError
 from offsetd.server.coordinator_runtime import ShardRuntime, ShardState, new_token
+from offsetd.server.group_commit import GroupCommit
 from offsetd.storage import LogConfig, PartitionLog
 
 RETENTION = 10080 * 60_000  # offsets.retention.minutes default (§2)
@@ -48,14 +49,17 @@ class Broken:
 
 
 class Shell:
-    """A shard, its runtime and its log partition on disk, with a clock the test moves."""
+    """A shard, its runtime and its log partition on disk, with a clock the test moves; the
+    fsyncs on the event loop (`group_commit` None) or on group commit's threads."""
 
-    def __init__(self, tmp_path: Path, now: int = 10 * RETENTION) -> None:
+    def __init__(self, tmp_path: Path, group_commit: GroupCommit | None, now: int = 10 * RETENTION) -> None:
         self.dir = tmp_path
         self.now = now
         self.plog = PartitionLog.open(tmp_path, "__consumer_offsets", 0, LogConfig(cleanup_policy="compact"), now)
         self.shard = GroupCoordinatorShard(0, make_config(initial_rebalance_delay_ms=0))
-        self.runtime = ShardRuntime(self.shard, self.plog, fsync=True, clock=lambda: self.now)
+        self.runtime = ShardRuntime(self.shard, self.plog, fsync=True, clock=lambda: self.now,
+                                    group_commit=group_commit)
+
 
     async def start(self) -> None:
         await self.runtime.load()
@@ -95,6 +99,17 @@ class Shell:
         await self._idle_in(ShardState.FAILED)
 
 
+@pytest.fixture(params=["inline", "group-commit"])
+def fsyncs(request: pytest.FixtureRequest) -> Any:
+    """Each test twice: the fsync in plog.append, and off the loop through server/group_commit.py."""
+    if request.param == "inline":
+        yield None
+        return
+    group_commit = GroupCommit()
+    yield group_commit
+    group_commit.stop()
+
+
 def run(coro: Awaitable[Any]) -> Any:
     return asyncio.run(coro)  # type: ignore[arg-type]
 
@@ -112,11 +127,11 @@ def commit_until_refused(shell: Shell, first: int, limit: int = 500) -> int:
     raise AssertionError(f"{limit} commits fitted on a full disk")
 
 
-def test_commits_on_a_full_disk_fail_and_none_acknowledged_is_lost(small_disk: SmallDisk, caplog) -> None:
+def test_commits_on_a_full_disk_fail_and_none_acknowledged_is_lost(small_disk: SmallDisk, fsyncs: GroupCommit | None, caplog) -> None:
     """Issue 16's trial: fill the disk, commit until refused, keep committing (all refused),
     free the space, commit again without a restart, restart: the group reads back the last
     acknowledged offset, and recovery found nothing out of order."""
-    shell = Shell(small_disk.path)
+    shell = Shell(small_disk.path, fsyncs)
     run(shell.start())
     assert run(shell.commit(1)) == {("t", 0): NONE}  # the log has a page
     small_disk.fill()
@@ -136,18 +151,18 @@ def test_commits_on_a_full_disk_fail_and_none_acknowledged_is_lost(small_disk: S
     shell.runtime.stop()
     shell.plog.close()
     caplog.clear()
-    restarted = Shell(small_disk.path)
+    restarted = Shell(small_disk.path, fsyncs)
     run(restarted.start())
     assert restarted.fetch() == [("t", [(0, 10_019, -1, "")])]
     assert restarted.plog.log_end_offset == acknowledged + 20
     assert not [r for r in caplog.records if "recovery" in r.getMessage()], caplog.text
 
 
-def test_a_failed_device_takes_the_shard_offline_until_restart(tmp_path: Path) -> None:
+def test_a_failed_device_takes_the_shard_offline_until_restart(tmp_path: Path, fsyncs: GroupCommit | None) -> None:
     """A write error that is not a full disk (EBADF here) takes the log directory offline: the
     failed commit gets NOT_COORDINATOR, later ones are refused without a write, and a restart
     serves the durable offset again."""
-    shell = Shell(tmp_path)
+    shell = Shell(tmp_path, fsyncs)
 
     async def main() -> None:
         await shell.start()
@@ -165,16 +180,16 @@ def test_a_failed_device_takes_the_shard_offline_until_restart(tmp_path: Path) -
     run(main())
     shell.runtime.stop()
     shell.plog.close()
-    restarted = Shell(tmp_path)
+    restarted = Shell(tmp_path, fsyncs)
     run(restarted.start())
     assert restarted.fetch() == [("t", [(0, 1, -1, "")])]
     assert run(restarted.commit(4)) == {("t", 0): NONE}
 
 
-def test_a_commit_whose_write_failed_does_not_shield_the_old_offset_from_expiry(small_disk: SmallDisk) -> None:
+def test_a_commit_whose_write_failed_does_not_shield_the_old_offset_from_expiry(small_disk: SmallDisk, fsyncs: GroupCommit | None) -> None:
     """§5.3 + §2: the old offset, committed a retention ago, is still the group's offset after its
     re-commit failed, and the next sweep expires it with its simple group."""
-    shell = Shell(small_disk.path)
+    shell = Shell(small_disk.path, fsyncs)
     run(shell.start())
     assert run(shell.commit(1, timestamp=9 * RETENTION)) == {("t", 0): NONE}
     shell.now = 10 * RETENTION
@@ -188,8 +203,12 @@ def test_a_commit_whose_write_failed_does_not_shield_the_old_offset_from_expiry(
     run(shell.settled())
     small_disk.free()
     assert shell.fetch() == [("t", [(0, 1, -1, "")])]
-    run(shell.runtime.sweep())
-    run(shell.settled())
+
+    async def sweep() -> None:  # in one loop: asyncio.run would cancel the sweep's write in its fsync
+        await shell.runtime.sweep()
+        await shell.settled()
+
+    run(sweep())
     assert shell.fetch() == [("t", [(0, -1, -1, "")])], "the old offset never expired"
     assert G not in shell.runtime.shard.groups
 
@@ -204,10 +223,10 @@ def _join(shell: Shell, member_id: str = "") -> Awaitable[Any]:
         protocols=consumer_protocols(), require_known_member_id=False), shell.now, TopicsImage())
 
 
-def test_a_classic_group_change_whose_write_failed_is_rolled_back(small_disk: SmallDisk) -> None:
+def test_a_classic_group_change_whose_write_failed_is_rolled_back(small_disk: SmallDisk, fsyncs: GroupCommit | None) -> None:
     """The member's LeaveGroup empties the group in memory at once and writes its GroupMetadata;
     when that write fails (a full disk) the group is Stable with its member again, as the log says."""
-    shell = Shell(small_disk.path)
+    shell = Shell(small_disk.path, fsyncs)
     run(shell.start())
     joined = run(_join(shell))
     member, generation = joined["member_id"], joined["generation_id"]
@@ -229,12 +248,12 @@ def test_a_classic_group_change_whose_write_failed_is_rolled_back(small_disk: Sm
     assert shell.runtime.shard.groups[CG].state.value == "Empty"
 
 
-def test_a_consumer_group_change_whose_write_failed_is_rolled_back(small_disk: SmallDisk) -> None:
+def test_a_consumer_group_change_whose_write_failed_is_rolled_back(small_disk: SmallDisk, fsyncs: GroupCommit | None) -> None:
     """A consumer-group heartbeat replays its records at once (reference B6); when their write
     fails the shard is rebuilt from the log, so the member that tried to leave is back, with its
     epoch and partitions, and its session timer runs again."""
     topics = TopicsImage({"t": (uuid.UUID(int=1), 2)}, 1)
-    shell = Shell(small_disk.path)
+    shell = Shell(small_disk.path, fsyncs)
     run(shell.start())
     joined = run(shell.call("consumer_group_heartbeat", ConsumerGroupHeartbeatRequest(
         "cg", "m1", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("t",), topic_partitions=()),

@@ -55,6 +55,7 @@ from .fetch_polls import FetchPolls
 from .futures import then
 from .consumer_group_api import ConsumerGroupApi
 from .group_api import GroupApi, RequestContext
+from .group_commit import GroupCommit
 from .listeners import ListenerRuntime, bind, listener_runtimes, peer_listener, peer_security
 from .tls import keystore_reloaders
 from . import sasl_wire
@@ -175,6 +176,9 @@ class KafkaServer:
         self.max_request_bytes: int = config.get("socket.request.max.bytes")
         self.runtimes: list[ShardRuntime] = []
         self.cluster: ClusterMember | None = None
+        # The coordinators' fsyncs, off the event loop (cluster mode: PostgreSQL makes writes durable).
+        self.group_commit = (GroupCommit() if config.get("storage.engine") == "local"
+                             and config.get("offsets.topic.fsync.enable") else None)
         if config.get("storage.engine") == "local":
             self.broker = Broker(config, clock())
             self._add_runtimes(self._offsets_topic(), owned=True)
@@ -198,7 +202,7 @@ class KafkaServer:
         self.group_api.topics_image = self.consumer_group_api.topics_image
         self.txn_api = TransactionApi(self.broker, config, self.group_api, clock,
                                       MarkerWriter(self.broker, self.runtimes, clock),
-                                      local=config.get("storage.engine") == "local")
+                                      local=config.get("storage.engine") == "local", group_commit=self.group_commit)
         self.broker.txn_verifier = self.txn_api.verify
         self.group_api.txn_verifier = self.txn_api.verify_offsets
         if self.txn_api.local:
@@ -235,7 +239,7 @@ class KafkaServer:
         group_config = coordinator_config(self.config)
         self.runtimes.extend(
             ShardRuntime(GroupCoordinatorShard(p, group_config), plog, fsync=self.config.get("offsets.topic.fsync.enable"),
-                         clock=self.clock, owned=owned)
+                         clock=self.clock, owned=owned, group_commit=self.group_commit)
             for p, plog in enumerate(offsets_topic.partitions))
 
     def _apply_group_configs(self) -> None:
@@ -398,6 +402,8 @@ class KafkaServer:
         for conn in list(self.connections):
             conn.close("broker shutting down")
         self.cleaner.stop()
+        if self.group_commit is not None:
+            self.group_commit.stop()
         self.broker.close()
 
     async def _every(self, interval_ms: int, action: Callable[[], Any]) -> None:

@@ -1,16 +1,14 @@
 """Runs a sans-IO coordinator shard against its `__consumer_offsets` partition.
 
-Write path (DESIGN.md "Request flow"): results queue up while the loop is busy; the writer takes
-them all as one record batch (group commit), appends it, fsyncs it, replays the records and only
-then completes the requests. A TxnOffsetCommit result is a transactional batch of its own, in
+Write path (DESIGN.md "Request flow"): results queue up while a write is in flight; the writer
+takes them all as one record batch (group commit), appends it, fsyncs it, replays the records and
+only then completes the requests. A TxnOffsetCommit result is a transactional batch of its own, in
 queue order among the plain ones (one append, one fsync for the drain); a transaction marker is
 appended on its own (the log may refuse a stale one, KOC §5.4 / reference A7, which must not fail
-the commits around it). The fsync runs on the event loop: the offsets partition preallocates
-its segments, so an fdatasync there takes ~0.15 ms, less than handing it to a thread and back
-(measured with `bench/run.py --workloads commit-throughput commit-latency`: 10.6k commits/s and
-p50/p99 0.54/0.84 ms inline, 9.0k and 0.67/1.01 ms through a thread). Requests that arrive
-meanwhile wait in their sockets and form the next batch. Appends to the partition happen only
-here. Loading replays the partition in chunks, yielding to the loop.
+the commits around it). The fsync runs on a thread of server/group_commit.py, so the fsyncs of all
+the partitions a turn wrote to overlap and the loop keeps serving meanwhile; results that arrive
+during it form the next batch. Appends to the partition happen only here. Loading replays the
+partition in chunks, yielding to the loop.
 """
 
 from __future__ import annotations
@@ -32,6 +30,7 @@ from ..records.scan import scan_key_values
 from ..storage.log_append import AppendResult
 from ..storage.partition_log import PartitionLog
 from ..storage.producer_state import ProduceError
+from .group_commit import GroupCommit
 
 log = logging.getLogger("offsetd.coordinator")
 
@@ -50,10 +49,13 @@ class ShardRuntime:
     """One shard, its log partition, its write queue and its timer."""
 
     def __init__(self, shard: GroupCoordinatorShard, plog: PartitionLog, *, fsync: bool,
-                 clock: Callable[[], int], owned: bool = True) -> None:
+                 clock: Callable[[], int], owned: bool = True, group_commit: GroupCommit | None = None) -> None:
         self.shard = shard
         self.plog = plog
         self.fsync = fsync
+        # fsyncs off the event loop (the local engine); None: plog.append(sync=) does it (cluster
+        # mode: PostgreSQL's COMMIT is the durability point)
+        self.group_commit = group_commit
         self.clock = clock
         self.state = ShardState.LOADING if owned else ShardState.UNLOADED
         # Bumped by unload(): a write that was in flight then completes its requests (it is
@@ -282,7 +284,7 @@ class ShardRuntime:
             if parts:
                 # Atomic: batches and fsync, or nothing (undone back to the last good end).
                 # Cluster mode's log answers later: after PostgreSQL's COMMIT.
-                appended = self.plog.append(b"".join(parts), now, sync=self.fsync)
+                appended = durable_append(self.plog, b"".join(parts), now, self.fsync, self.group_commit)
                 if isawaitable(appended):
                     appended = await appended
                 if isinstance(appended, AppendResult):
@@ -369,6 +371,15 @@ def _fail(results: list[CoordinatorResult], error: CoordinatorWriteError) -> Non
         for token, _ in result.completions:
             if not token.done():
                 token.set_exception(error)
+
+
+def durable_append(plog: PartitionLog, records: bytes, now_ms: int, sync: bool,
+                   group_commit: GroupCommit | None) -> AppendResult | Awaitable[AppendResult]:
+    """Append a coordinator's batch, fsynced when `sync`: through `group_commit` when there is
+    one, else by the log itself (an AppendResult, or an awaitable of one in cluster mode)."""
+    if sync and group_commit is not None:
+        return group_commit.append(plog, records, now_ms)
+    return plog.append(records, now_ms, sync=sync)
 
 
 def deliver(result: Any) -> None:

@@ -28,6 +28,7 @@ from ..transaction.shard import TransactionCoordinatorShard
 from .coordinator_runtime import new_token
 from .futures import then
 from .group_api import GroupApi, RequestContext, reply_when_durable, write_failure
+from .group_commit import GroupCommit
 from .transaction_markers import MarkerWriter
 from .transaction_runtime import TxnShardRuntime, state_error
 
@@ -71,13 +72,14 @@ class TransactionApi:
     """The transaction coordinator half of the broker."""
 
     def __init__(self, broker: Broker, config: BrokerConfig, group_api: GroupApi, clock: Callable[[], int],
-                 markers: MarkerWriter, *, local: bool = True) -> None:
+                 markers: MarkerWriter, *, local: bool = True, group_commit: GroupCommit | None = None) -> None:
         self.broker = broker
         self.config = config
         self.group_api = group_api
         self.clock = clock
         self.markers = markers
         self.local = local  # single node: this broker creates and leads __transaction_state itself
+        self.group_commit = group_commit  # the shards' fsyncs off the event loop (None: in plog.append)
         self.txn_config = transaction_config(config)
         self.runtimes: list[TxnShardRuntime] = []
         self.create_state_topic: Callable[[], None] = self._create_locally
@@ -91,7 +93,7 @@ class TransactionApi:
         for index, plog in enumerate(topic.partitions):
             shard = TransactionCoordinatorShard(index, self.txn_config, self.broker.producer_ids.allocate)
             self.runtimes.append(TxnShardRuntime(shard, plog, fsync=fsync, clock=self.clock, owned=owned,
-                                                 markers=self.markers.run))
+                                                 markers=self.markers.run, group_commit=self.group_commit))
 
     def open_existing(self) -> None:
         """Single node at start-up: serve `__transaction_state` if an earlier run created it."""

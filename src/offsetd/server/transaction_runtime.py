@@ -1,7 +1,8 @@
 """Runs a sans-IO transaction coordinator shard against its `__transaction_state` partition.
 
 The same shape as coordinator_runtime.ShardRuntime: results queue up while a write is in flight and
-go out as one record batch (append, fsync, replay, then answer); loading replays the partition.
+go out as one record batch (append, fsync on a thread of server/group_commit.py, replay, then
+answer); loading replays the partition.
 What is particular to transactions: a result may carry marker jobs (reference A7). They run once
 the Prepare* record that asked for them is durable — after the EndTxn answer went out — and when
 every partition of the transaction holds its marker, the shard writes Complete*.
@@ -20,7 +21,8 @@ from ..records.transaction_log import decode_key
 from ..storage.partition_log import PartitionLog
 from ..transaction.result import MarkerJob, TxnResult
 from ..transaction.shard import TransactionCoordinatorShard
-from .coordinator_runtime import ShardState, deliver
+from .coordinator_runtime import ShardState, deliver, durable_append
+from .group_commit import GroupCommit
 
 log = logging.getLogger("offsetd.transactions")
 
@@ -35,10 +37,12 @@ class TxnShardRuntime:
     """One transaction coordinator shard, its log partition, write queue and timer."""
 
     def __init__(self, shard: TransactionCoordinatorShard, plog: PartitionLog, *, fsync: bool,
-                 clock: Callable[[], int], markers: MarkerRunner, owned: bool = True) -> None:
+                 clock: Callable[[], int], markers: MarkerRunner, owned: bool = True,
+                 group_commit: GroupCommit | None = None) -> None:
         self.shard = shard
         self.plog = plog
         self.fsync = fsync
+        self.group_commit = group_commit  # as ShardRuntime's: fsyncs off the event loop
         self.clock = clock
         self.markers = markers
         self.state = ShardState.LOADING if owned else ShardState.UNLOADED
@@ -137,8 +141,9 @@ class TxnShardRuntime:
                 generation = self.generation
                 try:
                     now = self.clock()
-                    appended = self.plog.append(build_batch([(k, v, now, []) for k, v in records]), now,
-                                                sync=self.fsync and any(result.durable for result in batch))
+                    appended = durable_append(self.plog, build_batch([(k, v, now, []) for k, v in records]), now,
+                                              self.fsync and any(result.durable for result in batch),
+                                              self.group_commit)
                     if isawaitable(appended):
                         await appended
                 except Exception as exc:

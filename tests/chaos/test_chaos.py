@@ -50,6 +50,19 @@ def test_full_disk_loses_nothing_acknowledged(tmp_path: Path) -> None:
     _assert_clean(summary, {"diskfull": 2, "end-kill9": 2})
 
 
+def test_many_committers_across_many_groups_lose_nothing_acknowledged_through_kill9(tmp_path: Path) -> None:
+    """Group commit across partitions (issue 24): 40 confluent-kafka consumers in 40 groups, spread
+    over the `__consumer_offsets` partitions, commit synchronously back to back, so every turn of
+    the broker's loop writes many partitions whose fsyncs run at once on its threads. A kill -9 in
+    each round and at each round's end: every acknowledged commit is read back, none is invented."""
+    config = ChaosConfig(run_dir=tmp_path, rounds=2, round_seconds=6.0, faults=("kill",), end_restart=("kill9",),
+                         producers=1, committers=40, commit_interval=0.0, seed=24)
+    summary = _run(config)
+    print(summary.text())
+    _assert_clean(summary, {"kill": 2, "end-kill9": 2})
+    assert summary.count("ok", "commit") >= 1_000 * summary.rounds, summary.text()
+
+
 def test_the_checker_finds_each_kind_of_violation(broker, tmp_path: Path) -> None:
     """The runs above pass only when check() finds nothing, so check() must be able to find
     something: a history that disagrees with what the broker holds gives exactly the cases planted."""

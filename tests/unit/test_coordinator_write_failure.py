@@ -127,7 +127,8 @@ def commit_until_refused(shell: Shell, first: int, limit: int = 500) -> int:
     raise AssertionError(f"{limit} commits fitted on a full disk")
 
 
-def test_commits_on_a_full_disk_fail_and_none_acknowledged_is_lost(small_disk: SmallDisk, fsyncs: GroupCommit | None, caplog) -> None:
+def test_commits_on_a_full_disk_fail_and_none_acknowledged_is_lost(
+        small_disk: SmallDisk, fsyncs: GroupCommit | None, caplog) -> None:
     """Issue 16's trial: fill the disk, commit until refused, keep committing (all refused),
     free the space, commit again without a restart, restart: the group reads back the last
     acknowledged offset, and recovery found nothing out of order."""
@@ -158,7 +159,8 @@ def test_commits_on_a_full_disk_fail_and_none_acknowledged_is_lost(small_disk: S
     assert not [r for r in caplog.records if "recovery" in r.getMessage()], caplog.text
 
 
-def test_a_failed_device_takes_the_shard_offline_until_restart(tmp_path: Path, fsyncs: GroupCommit | None) -> None:
+def test_a_failed_device_takes_the_shard_offline_until_restart(
+        tmp_path: Path, fsyncs: GroupCommit | None) -> None:
     """A write error that is not a full disk (EBADF here) takes the log directory offline: the
     failed commit gets NOT_COORDINATOR, later ones are refused without a write, and a restart
     serves the durable offset again."""
@@ -186,7 +188,8 @@ def test_a_failed_device_takes_the_shard_offline_until_restart(tmp_path: Path, f
     assert run(restarted.commit(4)) == {("t", 0): NONE}
 
 
-def test_a_commit_whose_write_failed_does_not_shield_the_old_offset_from_expiry(small_disk: SmallDisk, fsyncs: GroupCommit | None) -> None:
+def test_a_commit_whose_write_failed_does_not_shield_the_old_offset_from_expiry(
+        small_disk: SmallDisk, fsyncs: GroupCommit | None) -> None:
     """§5.3 + §2: the old offset, committed a retention ago, is still the group's offset after its
     re-commit failed, and the next sweep expires it with its simple group."""
     shell = Shell(small_disk.path, fsyncs)
@@ -223,7 +226,8 @@ def _join(shell: Shell, member_id: str = "") -> Awaitable[Any]:
         protocols=consumer_protocols(), require_known_member_id=False), shell.now, TopicsImage())
 
 
-def test_a_classic_group_change_whose_write_failed_is_rolled_back(small_disk: SmallDisk, fsyncs: GroupCommit | None) -> None:
+def test_a_classic_group_change_whose_write_failed_is_rolled_back(
+        small_disk: SmallDisk, fsyncs: GroupCommit | None) -> None:
     """The member's LeaveGroup empties the group in memory at once and writes its GroupMetadata;
     when that write fails (a full disk) the group is Stable with its member again, as the log says."""
     shell = Shell(small_disk.path, fsyncs)
@@ -248,7 +252,8 @@ def test_a_classic_group_change_whose_write_failed_is_rolled_back(small_disk: Sm
     assert shell.runtime.shard.groups[CG].state.value == "Empty"
 
 
-def test_a_consumer_group_change_whose_write_failed_is_rolled_back(small_disk: SmallDisk, fsyncs: GroupCommit | None) -> None:
+def test_a_consumer_group_change_whose_write_failed_is_rolled_back(
+        small_disk: SmallDisk, fsyncs: GroupCommit | None) -> None:
     """A consumer-group heartbeat replays its records at once (reference B6); when their write
     fails the shard is rebuilt from the log, so the member that tried to leave is back, with its
     epoch and partitions, and its session timer runs again."""

@@ -1,39 +1,53 @@
-"""Group commit across partitions: the fsyncs that make coordinator writes durable run on a pool of
-threads, not on the event loop.
+"""Group commit across partitions: the fsyncs that make coordinator writes durable run off the
+event loop, all at once.
 
 A coordinator shard (`__consumer_offsets` or `__transaction_state` partition) writes its queued
 results as one batch and may answer them only once that batch is fdatasync'ed. Done on the event
 loop, those fsyncs queue behind each other (one per partition a turn wrote to) while every other
 request waits. Here the batch is written on the loop (`PartitionLog.begin_append`: in the file, not
-yet in the log), its fdatasync runs on a thread (os.fdatasync releases the GIL), and the log takes
-it in when the fsync returns (`finish_append`). So the fsyncs of all the partitions written in a
-turn run at once, and meanwhile the loop serves Fetch, Metadata, Produce and the next commits. Per
-partition there is one fsync in flight: the shard's runtime queues what arrives meanwhile and
-writes it as the next batch, covered by the next fsync (classic group commit). A failed fsync cuts
-the batch off and fails its requests (storage/log_dir.py takes the directory offline); a batch is
-acknowledged only after its own fsync, and never before an earlier batch of its partition.
+yet in the log), its fdatasync runs off the loop, and the log takes it in when the fsync returns
+(`finish_append`). So the fsyncs of all the partitions written in a turn run at once, and meanwhile
+the loop serves Fetch, Metadata, Produce and the next commits. The fsync goes through Linux native
+AIO (server/aio_fsync.py): the kernel's workers run it and no Python thread competes with the loop
+for the GIL; where AIO is refused, a pool of threads runs it instead. Per partition there is one
+fsync in flight: the shard's runtime queues what arrives meanwhile and writes it as the next batch,
+covered by the next fsync (classic group commit). A failed fsync cuts the batch off and fails its
+requests (storage/log_dir.py takes the directory offline); a batch is acknowledged only after its
+own fsync, and never before an earlier batch of its partition.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from ..storage.log_append import AppendResult
-from ..storage.partition_log import PartitionLog
+from ..storage.partition_log import PartitionLog, PendingAppend
+from .aio_fsync import AioFsync
 
 __all__ = ["GroupCommit"]
 
-#: fsyncs in flight at once: more partitions than this wait for a free thread. The disk, not the
-#: thread count, is the limit: on this project's VM 50 fdatasyncs take ~4 ms with 8 to 50 threads.
+log = logging.getLogger("offsetd.server")
+
+#: fsyncs in flight at once on threads (where native AIO is not available): more partitions than
+#: this wait for a free thread. On this project's VM 50 fdatasyncs take ~4 ms with 8 to 50 threads.
 FSYNC_THREADS = 16
 
 
 class GroupCommit:
-    """Durable appends to the local partition logs of the coordinators, their fsyncs on threads."""
+    """Durable appends to the local partition logs of the coordinators, their fsyncs off the loop:
+    through native AIO (server/aio_fsync.py) when `aio` and the kernel allows it, else on threads."""
 
-    def __init__(self, threads: int = FSYNC_THREADS) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="fsync")
+    def __init__(self, threads: int = FSYNC_THREADS, *, aio: bool = True) -> None:
+        self._aio: AioFsync | None = None
+        if aio:
+            try:
+                self._aio = AioFsync()
+            except OSError as exc:
+                log.info("fsyncs of the coordinators on threads (native AIO: %s)", exc)
+        self._threads = threads
+        self._pool: ThreadPoolExecutor | None = None
 
     async def append(self, plog: PartitionLog, records: bytes, now_ms: int) -> AppendResult:
         """`plog.append(records, now_ms, sync=True)` with the fsync off the event loop; raises what
@@ -42,7 +56,7 @@ class GroupCommit:
         if isinstance(pending, AppendResult):
             return pending
         try:
-            await asyncio.get_running_loop().run_in_executor(self._pool, pending.sync)
+            await self._sync(pending)
         except OSError as exc:
             return plog.finish_append(pending, exc)
         except asyncio.CancelledError:  # the loop is shutting down: the batch is not acknowledged
@@ -50,6 +64,23 @@ class GroupCommit:
             raise
         return plog.finish_append(pending)
 
+    async def _sync(self, pending: PendingAppend) -> None:
+        """fdatasync the pending batch's segment: native AIO, or a thread when AIO refuses it."""
+        if self._aio is not None:
+            try:
+                completed = self._aio.fdatasync(pending.segment.fd)
+            except OSError as exc:  # EAGAIN (the context is full), or a file AIO cannot sync
+                log.debug("fsync on a thread: %s", exc)
+            else:
+                await completed
+                return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix="fsync")
+        await asyncio.get_running_loop().run_in_executor(self._pool, pending.sync)
+
     def stop(self) -> None:
         """Let the fsyncs in flight finish (shutdown; their appends are not taken in afterwards)."""
-        self._pool.shutdown(wait=True)
+        if self._aio is not None:
+            self._aio.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)

@@ -1,0 +1,128 @@
+"""fdatasync through Linux native AIO (`IOCB_CMD_FDSYNC`, kernel 4.18+), for group commit.
+
+An fdatasync on a Python thread has to take the GIL back when it returns, and then hands it to the
+event loop again: with many partitions syncing at once, the loop waits for those threads after each
+of its own system calls (measured: a 200-byte pwrite on the loop, p99 5 us alone, 1-2 ms beside 4 to
+16 threads in fdatasync). Here the loop submits the fsync (`io_submit`, which only queues it), the
+kernel's workers run it, and its completion is counted on an eventfd the loop watches: no Python
+thread is involved. Linux only (x86-64 and arm64 system call numbers); `AioFsync()` raises OSError
+where the kernel or its sandbox refuses native AIO, and the caller uses threads instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import errno
+import itertools
+import os
+
+__all__ = ["AioFsync"]
+
+# io_setup, io_destroy, io_getevents, io_submit
+_SYSCALLS = {"x86_64": (206, 207, 208, 209), "aarch64": (0, 1, 4, 2)}
+_IOCB_CMD_FDSYNC = 3
+_IOCB_FLAG_RESFD = 1  # signal aio_resfd (an eventfd) on completion
+
+
+class _Iocb(ctypes.Structure):
+    """struct iocb of <linux/aio_abi.h> (little-endian field order)."""
+
+    _fields_ = [("aio_data", ctypes.c_uint64), ("aio_key", ctypes.c_uint32), ("aio_rw_flags", ctypes.c_int32),
+                ("aio_lio_opcode", ctypes.c_uint16), ("aio_reqprio", ctypes.c_int16),
+                ("aio_fildes", ctypes.c_uint32), ("aio_buf", ctypes.c_uint64), ("aio_nbytes", ctypes.c_uint64),
+                ("aio_offset", ctypes.c_int64), ("aio_reserved2", ctypes.c_uint64), ("aio_flags", ctypes.c_uint32),
+                ("aio_resfd", ctypes.c_uint32)]
+
+
+class _IoEvent(ctypes.Structure):
+    """struct io_event: the request's aio_data and its result (0, or -errno)."""
+
+    _fields_ = [("data", ctypes.c_uint64), ("obj", ctypes.c_uint64), ("res", ctypes.c_int64),
+                ("res2", ctypes.c_int64)]
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class AioFsync:
+    """One AIO context and its eventfd; `fdatasync(fd)` gives a future of the fsync's outcome."""
+
+    def __init__(self, depth: int = 256) -> None:
+        numbers = _SYSCALLS.get(os.uname().machine) if os.name == "posix" and hasattr(os, "eventfd") else None
+        if numbers is None or ctypes.sizeof(_Iocb) != 64 or ctypes.sizeof(ctypes.c_long) != 8:
+            raise OSError(errno.ENOSYS, "native AIO fsync is only used on 64-bit Linux")
+        self._setup, self._destroy, self._getevents, self._submit = numbers
+        self._syscall = ctypes.CDLL(None, use_errno=True).syscall
+        self._syscall.restype = ctypes.c_long
+        self._ctx = ctypes.c_ulong(0)
+        if self._syscall(ctypes.c_long(self._setup), ctypes.c_long(depth), ctypes.byref(self._ctx)) < 0:
+            raise _last_error("io_setup")
+        self._depth = depth
+        self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._events = (_IoEvent * depth)()
+        self._ids = itertools.count(1)
+        # request id -> (its iocb, kept alive until it completes; its future)
+        self._waiting: dict[int, tuple[_Iocb, asyncio.Future[None]]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def fdatasync(self, fd: int) -> "asyncio.Future[None]":
+        """Submit an fdatasync of `fd` (in order after every write already made to it); raises
+        OSError when the kernel refuses it (EAGAIN: as many in flight as the context holds)."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._watch(loop)
+        request = next(self._ids)
+        iocb = _Iocb(aio_data=request, aio_lio_opcode=_IOCB_CMD_FDSYNC, aio_fildes=fd, aio_flags=_IOCB_FLAG_RESFD,
+                     aio_resfd=self._efd)
+        iocbs = (ctypes.POINTER(_Iocb) * 1)(ctypes.pointer(iocb))
+        if self._syscall(ctypes.c_long(self._submit), self._ctx, ctypes.c_long(1), iocbs) != 1:
+            raise _last_error("io_submit")
+        future = loop.create_future()
+        self._waiting[request] = (iocb, future)
+        return future
+
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Read completions on `loop` (a new loop replaces the previous one: tests run several)."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(self._efd)
+        loop.add_reader(self._efd, self._reap)
+        self._loop = loop
+
+    def _reap(self) -> None:
+        """Complete the futures of every finished fsync (the eventfd said some are)."""
+        try:
+            os.eventfd_read(self._efd)
+        except BlockingIOError:
+            pass
+        events, no_wait = self._events, _Timespec(0, 0)
+        while True:
+            count = self._syscall(ctypes.c_long(self._getevents), self._ctx, ctypes.c_long(0),
+                                  ctypes.c_long(self._depth), events, ctypes.byref(no_wait))
+            if count < 0:
+                if ctypes.get_errno() == errno.EINTR:
+                    continue
+                raise _last_error("io_getevents")
+            for event in events[:count]:
+                _, future = self._waiting.pop(event.data)
+                if future.done() or future.get_loop().is_closed():
+                    continue
+                if event.res < 0:
+                    future.set_exception(OSError(-event.res, os.strerror(-event.res)))
+                else:
+                    future.set_result(None)
+            if count < self._depth:
+                return
+
+    def close(self) -> None:
+        """Wait for the fsyncs in flight (io_destroy does) and release the context."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(self._efd)
+        self._syscall(ctypes.c_long(self._destroy), self._ctx)
+        os.close(self._efd)
+
+
+def _last_error(call: str) -> OSError:
+    code = ctypes.get_errno()
+    return OSError(code, f"{call}: {os.strerror(code)}")

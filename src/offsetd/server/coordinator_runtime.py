@@ -5,7 +5,7 @@ takes them all as one record batch (group commit), appends it, fsyncs it, replay
 only then completes the requests. A TxnOffsetCommit result is a transactional batch of its own, in
 queue order among the plain ones (one append, one fsync for the drain); a transaction marker is
 appended on its own (the log may refuse a stale one, KOC §5.4 / reference A7, which must not fail
-the commits around it). The fsync runs on a thread of server/group_commit.py, so the fsyncs of all
+the commits around it). The fsync runs off the loop (server/group_commit.py), so the fsyncs of all
 the partitions a turn wrote to overlap and the loop keeps serving meanwhile; results that arrive
 during it form the next batch. Appends to the partition happen only here. Loading replays the
 partition in chunks, yielding to the loop.

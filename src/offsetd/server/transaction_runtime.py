@@ -1,8 +1,8 @@
 """Runs a sans-IO transaction coordinator shard against its `__transaction_state` partition.
 
 The same shape as coordinator_runtime.ShardRuntime: results queue up while a write is in flight and
-go out as one record batch (append, fsync on a thread of server/group_commit.py, replay, then
-answer); loading replays the partition.
+go out as one record batch (append, fsync off the loop through server/group_commit.py, replay,
+then answer); loading replays the partition.
 What is particular to transactions: a result may carry marker jobs (reference A7). They run once
 the Prepare* record that asked for them is durable — after the EndTxn answer went out — and when
 every partition of the transaction holds its marker, the shard writes Complete*.

@@ -49,7 +49,7 @@ class _Timespec(ctypes.Structure):
 class AioFsync:
     """One AIO context and its eventfd; `fdatasync(fd)` gives a future of the fsync's outcome."""
 
-    def __init__(self, depth: int = 256) -> None:
+    def __init__(self, depth: int = 128) -> None:
         numbers = _SYSCALLS.get(os.uname().machine) if os.name == "posix" and hasattr(os, "eventfd") else None
         if numbers is None or ctypes.sizeof(_Iocb) != 64 or ctypes.sizeof(ctypes.c_long) != 8:
             raise OSError(errno.ENOSYS, "native AIO fsync is only used on 64-bit Linux")

@@ -37,8 +37,9 @@ def test_kill9_loses_nothing_acknowledged(broker):
 
 def test_torn_tail_is_truncated_at_last_valid_batch(broker):
     create_topic(broker.bootstrap, "torn")
-    for batch in range(5):  # five separate batches of 10
-        produce(broker.bootstrap, "torn", [{"value": f"{batch}-{i}".encode()} for i in range(10)])
+    for batch in range(5):  # five separate batches of 10 (flush() sends each; no linger splits one)
+        produce(broker.bootstrap, "torn", [{"value": f"{batch}-{i}".encode()} for i in range(10)],
+                **{"linger.ms": 10_000})
     broker.stop()
     segment = _segment(broker, "torn")
     size = segment.stat().st_size

@@ -256,13 +256,19 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
 
     # ======================================================================== admin
 
-    def describe_group(self, group_id: str) -> dict[str, Any]:
-        """DescribeGroups entry (§1.10): unknown groups are "Dead"; metadata only when Stable. A
-        consumer group is "Dead" too, without an error below v6 (B8)."""
+    def describe_group(self, group_id: str, api_version: int = 0) -> dict[str, Any]:
+        """DescribeGroups entry (§1.10): metadata only when Stable. A group that is not a classic
+        group (unknown, or a consumer group) is "Dead", from v6 (KIP-1043) with
+        GROUP_ID_NOT_FOUND and a message saying which (B8)."""
         group = self.groups.get(group_id)
-        if group is None or group_id in self.consumer.groups:
-            return {"error_code": NONE, "group_id": group_id, "group_state": S.DEAD.value,
+        if group is None or group.state is S.DEAD or group_id in self.consumer.groups:
+            dead = {"error_code": NONE, "group_id": group_id, "group_state": S.DEAD.value,
                     "protocol_type": "", "protocol_data": "", "members": ()}
+            if api_version >= 6:
+                dead.update(error_code=GROUP_ID_NOT_FOUND, error_message=(
+                    f"Group {group_id} is not a classic group." if group_id in self.consumer.groups
+                    else f"Group {group_id} not found."))
+            return dead
         stable = group.state is S.STABLE
         return {
             "error_code": NONE, "group_id": group_id, "group_state": group.state.value,

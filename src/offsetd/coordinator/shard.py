@@ -199,8 +199,10 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
 
     def join_group(self, token: Hashable, req: JoinRequest, now: int, topics: TopicsImage) -> CoordinatorResult:
         """JoinGroup (classic_group_ops.py) on a group id a consumer group holds: with members, the
-        classic member joins it (classic_member_ops.py); an empty one becomes classic (its records
-        tombstoned in Kafka's order, ahead of the join's, its offsets kept), B7."""
+        classic member joins it (classic_member_ops.py), and a static one taking the place of the
+        last consumer-protocol member turns it classic (Stable, no rebalance); an empty one
+        becomes classic (its records tombstoned in Kafka's order, ahead of the join's, its
+        offsets kept), B7."""
         group = self.consumer.groups.get(req.group_id) if req.group_id else None
         if group is None:
             return super().join_group(token, req, now)
@@ -209,7 +211,17 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
             if not cfg.session_timeout_min_ms <= req.session_timeout_ms <= cfg.session_timeout_max_ms:
                 return CoordinatorResult(replay=False).respond(token, join_error(INVALID_SESSION_TIMEOUT,
                                                                                   req.member_id))
-            return self.consumer.classic_join(token, req, now, topics)
+            holder_id = group.static_members.get(req.group_instance_id) if req.group_instance_id else None
+            replaces_consumer_member = (not req.member_id and holder_id is not None
+                                        and group.members[holder_id].classic_member_metadata is None)
+            result = self.consumer.classic_join(token, req, now, topics)
+            if replaces_consumer_member:  # it may have been the last consumer-protocol member
+                result.merge(self._maybe_downgrade(req.group_id, now, rebalance=False))
+                classic = self.groups.get(req.group_id)
+                if req.group_id not in self.consumer.groups and classic is not None:
+                    for answer in (body for t, body in result.completions if t == token):
+                        answer["protocol_name"] = classic.protocol_name
+            return result
         tombstones = group.group_tombstones()
         for key, value in tombstones:
             self.consumer.replay(key, value)
@@ -244,13 +256,19 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
 
     # ======================================================================== admin
 
-    def describe_group(self, group_id: str) -> dict[str, Any]:
-        """DescribeGroups entry (§1.10): unknown groups are "Dead"; metadata only when Stable. A
-        consumer group is "Dead" too, without an error below v6 (B8)."""
+    def describe_group(self, group_id: str, api_version: int = 0) -> dict[str, Any]:
+        """DescribeGroups entry (§1.10): metadata only when Stable. A group that is not a classic
+        group (unknown, or a consumer group) is "Dead", from v6 (KIP-1043) with
+        GROUP_ID_NOT_FOUND and a message saying which (B8)."""
         group = self.groups.get(group_id)
-        if group is None or group_id in self.consumer.groups:
-            return {"error_code": NONE, "group_id": group_id, "group_state": S.DEAD.value,
+        if group is None or group.state is S.DEAD or group_id in self.consumer.groups:
+            dead = {"error_code": NONE, "group_id": group_id, "group_state": S.DEAD.value,
                     "protocol_type": "", "protocol_data": "", "members": ()}
+            if api_version >= 6:
+                dead.update(error_code=GROUP_ID_NOT_FOUND, error_message=(
+                    f"Group {group_id} is not a classic group." if group_id in self.consumer.groups
+                    else f"Group {group_id} not found."))
+            return dead
         stable = group.state is S.STABLE
         return {
             "error_code": NONE, "group_id": group_id, "group_state": group.state.value,

@@ -82,7 +82,7 @@ SERVED_MAX: dict[ApiKey, int] = {
     ApiKey.HEARTBEAT: 4,
     ApiKey.LEAVE_GROUP: 5,
     ApiKey.SYNC_GROUP: 5,
-    ApiKey.DESCRIBE_GROUPS: 5,
+    ApiKey.DESCRIBE_GROUPS: 6,  # v6: KIP-1043's GROUP_ID_NOT_FOUND for a group not classic
     ApiKey.LIST_GROUPS: 5,
     ApiKey.DELETE_GROUPS: 2,
     ApiKey.OFFSET_DELETE: 0,

@@ -389,12 +389,13 @@ class GroupApi:
     # ------------------------------------------------------------------------ admin
 
     def describe_groups(self, ctx: RequestContext, req: Any) -> Reply:
+        """DescribeGroups (§1.10; v6, KIP-1043: a group that is not a classic one answers 69)."""
         acc = access(self.broker, ctx)
         if acc is not None:
-            return self._describe_authorized(acc, req)
-        return {"groups": self._describe(req.groups)}
+            return self._describe_authorized(acc, req, ctx.version)
+        return {"groups": self._describe(req.groups, ctx.version)}
 
-    def _describe(self, group_ids: list[str]) -> list[Body]:
+    def _describe(self, group_ids: list[str], api_version: int) -> list[Body]:
         groups = []
         for group_id in group_ids:
             runtime = self.runtime_for(group_id)
@@ -403,16 +404,16 @@ class GroupApi:
                 groups.append({"error_code": error, "group_id": group_id, "group_state": "",
                                "protocol_type": "", "protocol_data": "", "members": ()})
             else:
-                groups.append(runtime.shard.describe_group(group_id))
+                groups.append(runtime.shard.describe_group(group_id, api_version))
         return groups
 
-    def _describe_authorized(self, acc: Access, req: Any) -> Reply:
+    def _describe_authorized(self, acc: Access, req: Any, api_version: int) -> Reply:
         """DescribeGroups under authorization (§4): a group without DESCRIBE answers 30, these
         entries first; v3+ asked for it: each described group's authorized_operations."""
         refused = [{"error_code": Error.GROUP_AUTHORIZATION_FAILED, "group_id": g, "group_state": "",
                     "protocol_type": "", "protocol_data": "", "members": ()}
                    for g in req.groups if not acc.allows(Op.DESCRIBE, Res.GROUP, g)]
-        described = self._describe([g for g in req.groups if acc.allows(Op.DESCRIBE, Res.GROUP, g)])
+        described = self._describe([g for g in req.groups if acc.allows(Op.DESCRIBE, Res.GROUP, g)], api_version)
         if getattr(req, "include_authorized_operations", False):
             described = [{**group, "authorized_operations": acc.operations(Res.GROUP, group["group_id"])}
                          for group in described]

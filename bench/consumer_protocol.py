@@ -174,13 +174,14 @@ class RawConnection:
         return _decode(api_key, version, frame)
 
     def _read(self, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
+        data = bytearray(n)
+        view, got = memoryview(data), 0
+        while got < n:
+            read = self.sock.recv_into(view[got:])
+            if not read:
                 raise ConnectionError("broker closed the connection")
-            data += chunk
-        return data
+            got += read
+        return bytes(data)
 
     def close(self) -> None:
         self.sock.close()

@@ -429,7 +429,7 @@ def _time_list_groups(bootstrap: str, groups: int, timeout_s: float) -> float:
     """Seconds one ListGroups (v4, every state) of the loaded broker takes; it must name every
     group written. A raw request: librdkafka 2.16 refuses an answer of a million groups
     ("ApiArrayCnt 1000000 out of range") and then crashes, and Kafka has no paging either."""
-    from bench.consumer_protocol import RawConnection
+    from bench.raw_client import RawConnection
     from kio.index import load_request_schema
 
     conn = RawConnection(bootstrap, timeout=max(1.0, timeout_s))

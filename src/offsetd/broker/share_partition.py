@@ -5,9 +5,10 @@ which every record is done, and the end offset (SPEO), the last offset ever acqu
 in the window has a state, a delivery count and, while a member holds it, a lock that runs out.
 
 Sans-IO: the caller brings the time (`now_ms`), the offsets of the log batches it read, and
-persists what the methods return (`StateBatch` runs, written through the share coordinator before
-an acknowledgement is answered). Acquisitions are never persisted: a new leader reads the state
-back and finds every unacknowledged record AVAILABLE with its last persisted delivery count.
+persists what the methods return (`StateBatch` runs of `__share_group_state`, written through the
+share coordinator before an acknowledgement is answered). Acquisitions are never persisted: a new
+leader reads the state back and finds every unacknowledged record AVAILABLE with its last
+persisted delivery count.
 
 Per-offset state, not Kafka's per-batch cache with optional per-offset state: the window is
 capped (`group.share.partition.max.record.locks`, at most 10,000), so a dict of offsets stays
@@ -19,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Iterable, Sequence
+
+from ..records.share_state_records import StateBatch
 
 
 class RecordState(IntEnum):
@@ -55,16 +58,6 @@ class AcquiredRange:
 
     first_offset: int
     last_offset: int
-    delivery_count: int
-
-
-@dataclass(frozen=True, slots=True)
-class StateBatch:
-    """A run of offsets with one persisted state and count (WriteShareGroupState StateBatches)."""
-
-    first_offset: int
-    last_offset: int
-    state: RecordState
     delivery_count: int
 
 
@@ -115,7 +108,7 @@ class SharePartition:
         self._next_new = start_offset  # SPEO + 1: the first offset never taken into the window
         for batch in state:  # as read back: what was ACQUIRED was persisted AVAILABLE
             for offset in range(max(batch.first_offset, start_offset), batch.last_offset + 1):
-                self._records[offset] = _InFlight(batch.state, batch.delivery_count)
+                self._records[offset] = _InFlight(RecordState(batch.delivery_state), batch.delivery_count)
             self._next_new = max(self._next_new, batch.last_offset + 1)
         self._advance()
 
@@ -303,7 +296,8 @@ def _runs(items: Iterable[tuple[int, tuple[RecordState, int]]]) -> list[StateBat
     runs: list[StateBatch] = []
     for offset, (state, count) in items:
         last = runs[-1] if runs else None
-        if last is not None and last.last_offset == offset - 1 and (last.state, last.delivery_count) == (state, count):
+        if (last is not None and last.last_offset == offset - 1
+                and (last.delivery_state, last.delivery_count) == (state, count)):
             runs[-1] = StateBatch(last.first_offset, offset, state, count)
         else:
             runs.append(StateBatch(offset, offset, state, count))

@@ -24,6 +24,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "records": ("offsetd.server", "offsetd.storage", "asyncio"),
     "coordinator": ("offsetd.server", "offsetd.storage", "asyncio"),
     "transaction": ("offsetd.server", "offsetd.storage", "asyncio"),
+    "share": ("offsetd.server", "offsetd.storage", "asyncio"),
     "security": ("offsetd.server", "offsetd.storage", "asyncio"),
 }
 

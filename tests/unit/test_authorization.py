@@ -61,6 +61,8 @@ REFERENCE: dict[int, list[tuple[Res, Op, int]]] = {
     ApiKey.DELETE_GROUPS: [(G, Op.DELETE, 30)],
     ApiKey.CONSUMER_GROUP_HEARTBEAT: [(G, Op.READ, 30), (T, Op.DESCRIBE, 29)],
     ApiKey.CONSUMER_GROUP_DESCRIBE: [(G, Op.DESCRIBE, 30)],
+    ApiKey.SHARE_FETCH: [(G, Op.READ, 30), (T, Op.READ, 29)],
+    ApiKey.SHARE_ACKNOWLEDGE: [(G, Op.READ, 30), (T, Op.READ, 29)],
     ApiKey.TXN_OFFSET_COMMIT: [(X, Op.WRITE, 53), (G, Op.READ, 30), (T, Op.READ, 29)],
     ApiKey.ADD_PARTITIONS_TO_TXN: [(X, Op.WRITE, 53), (T, Op.WRITE, 29)],
     ApiKey.ADD_OFFSETS_TO_TXN: [(X, Op.WRITE, 53), (G, Op.READ, 30)],

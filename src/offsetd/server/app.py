@@ -61,6 +61,8 @@ from .tls import keystore_reloaders
 from . import sasl_wire
 from .sasl_wire import SASL_VERSIONS, SaslSession
 from .peer_client import PeerClient
+from .share_fetch_api import ShareFetchApi
+from .share_state import ShareStatePersister
 from .transaction_api import TRANSACTION_STATE_TOPIC, TransactionApi, state_topic_configs
 from .transaction_markers import MarkerWriter
 from . import security_api
@@ -111,6 +113,13 @@ GROUP_HANDLERS: dict[int, Callable[[GroupApi, RequestContext, Any], Any]] = {
 CONSUMER_GROUP_HANDLERS: dict[int, Callable[[ConsumerGroupApi, RequestContext, Any], Any]] = {
     ApiKey.CONSUMER_GROUP_HEARTBEAT: ConsumerGroupApi.heartbeat,
     ApiKey.CONSUMER_GROUP_DESCRIBE: ConsumerGroupApi.describe,
+}
+
+# KIP-932 share groups, the partition leader's side: ShareFetchApi methods, given the connection
+# (a share session closes with it).
+SHARE_HANDLERS: dict[int, Callable[[ShareFetchApi, RequestContext, Any, Any], Any]] = {
+    ApiKey.SHARE_FETCH: ShareFetchApi.share_fetch,
+    ApiKey.SHARE_ACKNOWLEDGE: ShareFetchApi.share_acknowledge,
 }
 
 # Transaction coordinator APIs (FindCoordinator too: it routes group keys to GroupApi).
@@ -190,7 +199,7 @@ class KafkaServer:
                                  group_configs=self._group_configs)
         sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"))
         self.fetches = FetchPolls(self.broker, sessions, clock)  # Fetch and its long polls
-        self.broker.on_append = self.fetches.wake
+        self.broker.on_append = self._appended
         self.cleaner = CleanerLoop(self.broker, self.runtimes, config, clock)
         self.security = security_api.install(self)  # ACLs (broker.authorizer) and SCRAM credentials
         self.group_api = GroupApi(self.broker, self.runtimes)
@@ -202,8 +211,12 @@ class KafkaServer:
                                       local=config.get("storage.engine") == "local")
         self.broker.txn_verifier = self.txn_api.verify
         self.group_api.txn_verifier = self.txn_api.verify_offsets
+        # KIP-932 share groups, the leaders' side and the share coordinator (single node for now)
+        self.share_state = ShareStatePersister(self.broker, config, clock)
+        self.share_api = ShareFetchApi(self.broker, self.share_state, clock)
         if self.txn_api.local:
             self.txn_api.open_existing()
+            self.share_state.open_existing()
         self.broker.on_topic_deleted = self._offsets_of_deleted_topic
         self.broker.on_group_config_changed = self._apply_group_config
         self._apply_group_configs()
@@ -238,6 +251,15 @@ class KafkaServer:
             ShardRuntime(GroupCoordinatorShard(p, group_config), plog, fsync=self.config.get("offsets.topic.fsync.enable"),
                          clock=self.clock, owned=owned)
             for p, plog in enumerate(offsets_topic.partitions))
+
+    def _appended(self, topic: str, partition: int) -> None:
+        """Records were appended: Fetch and ShareFetch long polls on the partition look again."""
+        self.fetches.wake(topic, partition)
+        self.share_api.appended(topic, partition)
+
+    def connection_closed(self, conn: Connection) -> None:
+        """A client connection is gone: the share sessions opened on it close."""
+        self.share_api.connection_closed(conn)
 
     def _apply_group_configs(self) -> None:
         if self.runtimes:  # cluster mode: not before __consumer_offsets is known
@@ -399,6 +421,7 @@ class KafkaServer:
         for runtime in self.runtimes:
             runtime.stop()
         self.txn_api.stop()
+        self.share_api.stop()
         for conn in list(self.connections):
             conn.close("broker shutting down")
         self.cleaner.stop()
@@ -478,6 +501,11 @@ class KafkaServer:
                 body = txn_handler(self.txn_api, ctx, request)
             elif api_key in CONSUMER_GROUP_HANDLERS:
                 body = CONSUMER_GROUP_HANDLERS[api_key](self.consumer_group_api, ctx, request)
+            elif api_key in SHARE_HANDLERS:
+                body = (SHARE_HANDLERS[api_key](self.share_api, ctx, conn, request) if self.txn_api.local
+                        else {"throttle_time": 0, "error_code": Error.UNSUPPORTED_VERSION,
+                              "error_message": "Share groups are not served in cluster mode yet.",
+                              "acquisition_lock_timeout": 0, "responses": (), "node_endpoints": ()})
             else:
                 body = HANDLERS[api_key](self.broker, request, version, self.clock())
         except Exception:

@@ -1,0 +1,352 @@
+"""ShareFetch (78) and ShareAcknowledge (79) on one node (KIP-932; reference share-groups.md §3-§4):
+the partition leader's side of share groups. Each share-partition's window is a sans-IO
+broker/share_partition.SharePartition, its state read from and written to the share coordinator
+(server/share_state.py) before an acknowledgement is answered; sessions are
+broker/share_sessions.ShareSessionCache's. Records are acquired whole batches at a time from the
+log, long polls wake on appends and on released records, and a sweep runs out the locks.
+
+Not yet: read_committed (`share.isolation.level` is accepted and validated, reads are
+read_uncommitted), the v2 renew/acquire-mode fields beyond RENEW acks, cluster mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable
+
+from ..broker.broker import Broker
+from ..broker.group_configs import SHARE_AUTO_OFFSET_RESET_KEY, SHARE_KEYS, share_reset_duration_ms
+from ..broker.share_partition import NONE, AckBatch, SharePartition, validate_ack_batches
+from ..broker.share_sessions import ShareSession, ShareSessionCache
+from ..protocol.errors import Error
+from ..records.batch import iter_batches
+from ..security.authorization import Op, Res, access
+from ..share.shard import SharePartitionKey
+from ..storage.log_read import OffsetOutOfRange
+from .share_state import ShareStatePersister
+
+log = logging.getLogger("offsetd.share")
+
+Body = dict[str, Any]
+TopicIdPartition = tuple[uuid.UUID, int]
+
+UNKNOWN_TOPIC_ID = 100
+EXPIRY_SWEEP_S = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class ShareSettings:
+    """The broker's share-group limits (Kafka's group.share.* defaults)."""
+
+    record_lock_duration_ms: int = 30_000
+    delivery_count_limit: int = 5
+    partition_max_record_locks: int = 2000
+    max_share_sessions: int = 2000
+    fetch_max_bytes: int = 52_428_800
+
+
+class ShareFetchApi:
+    """The share-partitions this broker leads, their sessions, long polls and lock sweep."""
+
+    def __init__(self, broker: Broker, persister: ShareStatePersister, clock: Callable[[], int],
+                 settings: ShareSettings | None = None) -> None:
+        self.broker = broker
+        self.persister = persister
+        self.clock = clock
+        self.settings = settings or ShareSettings()
+        self.sessions = ShareSessionCache(self.settings.max_share_sessions)
+        self.partitions: dict[SharePartitionKey, SharePartition] = {}
+        self._opening: dict[SharePartitionKey, asyncio.Future[SharePartition]] = {}
+        self._waiters: set[asyncio.Future[None]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------------ requests
+
+    def share_fetch(self, ctx: Any, connection: Hashable, req: Any) -> Any:
+        """ShareFetch v1-2: session, piggy-backed acknowledgements, then acquisition (long poll)."""
+        return self._share_fetch(ctx, connection, req)
+
+    def share_acknowledge(self, ctx: Any, connection: Hashable, req: Any) -> Any:
+        """ShareAcknowledge v1-2: the session's epoch, then each partition's acknowledgements."""
+        return self._share_acknowledge(ctx, req)
+
+    async def _share_fetch(self, ctx: Any, connection: Hashable, req: Any) -> Body:
+        refused = self._refused(ctx, req.group_id, req.member_id)
+        if refused is not None:
+            return _fetch_failure(*refused)
+        group, member = req.group_id, req.member_id
+        acks: dict[TopicIdPartition, list[AckBatch]] = {}
+        added: list[TopicIdPartition] = []
+        for topic in req.topics:
+            for p in topic.partitions:
+                key = (topic.topic_id, p.partition_index)
+                added.append(key)
+                if p.acknowledgement_batches:
+                    acks.setdefault(key, []).extend(AckBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types))
+                                                    for b in p.acknowledgement_batches)
+        forgotten = [(t.topic_id, p) for t in req.forgotten_topics_data for p in t.partitions]
+        answer = self.sessions.fetch(group, member, req.share_session_epoch, connection, added, forgotten, bool(acks))
+        if answer.error:
+            return _fetch_failure(answer.error)
+        session = answer.session
+        assert session is not None
+        entries: dict[TopicIdPartition, Body] = {}
+        for key, batches in acks.items():
+            entries[key] = _entry(key[1], acknowledge_error=await self._acknowledge(ctx, group, member, key, batches))
+        if answer.closed:
+            await self._release(session)
+            return self._fetch_body(entries)
+        max_wait_ms = int(req.max_wait.total_seconds() * 1000)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(max_wait_ms, 0) / 1000
+        while True:
+            got = await self._acquire(ctx, session, req, entries)
+            remaining = deadline - loop.time()
+            if got or remaining <= 0:
+                break
+            await self._wait(remaining)
+        return self._fetch_body(entries)
+
+    async def _share_acknowledge(self, ctx: Any, req: Any) -> Body:
+        refused = self._refused(ctx, req.group_id, req.member_id)
+        if refused is not None:
+            return {"throttle_time": 0, "error_code": refused[0], "error_message": refused[1],
+                    "acquisition_lock_timeout": 0, "responses": (), "node_endpoints": ()}
+        answer = self.sessions.acknowledge(req.group_id, req.member_id, req.share_session_epoch)
+        if answer.error:
+            return {"throttle_time": 0, "error_code": answer.error, "error_message": None,
+                    "acquisition_lock_timeout": 0, "responses": (), "node_endpoints": ()}
+        by_topic: dict[uuid.UUID, list[Body]] = {}
+        for topic in req.topics:
+            for p in topic.partitions:
+                batches = [AckBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types))
+                           for b in p.acknowledgement_batches]
+                code = await self._acknowledge(ctx, req.group_id, req.member_id, (topic.topic_id, p.partition_index),
+                                               batches, getattr(req, "is_renew_ack", False))
+                by_topic.setdefault(topic.topic_id, []).append(
+                    {"partition_index": p.partition_index, "error_code": code, "error_message": None,
+                     "current_leader": self._leader()})
+        if answer.closed and answer.session is not None:
+            await self._release(answer.session)
+        return {"throttle_time": 0, "error_code": 0, "error_message": None,
+                "acquisition_lock_timeout": self.settings.record_lock_duration_ms,
+                "responses": [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()], "node_endpoints": ()}
+
+    def _refused(self, ctx: Any, group_id: str | None, member_id: str | None) -> tuple[int, str | None] | None:
+        """The request-level checks, in Kafka's order: READ on the group, then a member id the
+        client generated (non-empty, at most 36 characters)."""
+        acc = access(self.broker, ctx)
+        if acc is not None and not acc.allows(Op.READ, Res.GROUP, group_id or ""):
+            return Error.GROUP_AUTHORIZATION_FAILED, None
+        if not group_id or not member_id or len(member_id) > 36:
+            return Error.INVALID_REQUEST, "A share request needs a group id and a member id of 1-36 characters."
+        return None
+
+    # ------------------------------------------------------------------------ partitions
+
+    def _partition_log(self, ctx: Any, key: TopicIdPartition) -> tuple[int, Any]:
+        """(error, partition log): the topic by id, READ on it, the partition."""
+        topic = self.broker.topics.by_id(key[0])
+        if topic is None:
+            return UNKNOWN_TOPIC_ID, None
+        acc = access(self.broker, ctx)
+        if acc is not None and not acc.allows(Op.READ, Res.TOPIC, topic.name):
+            return Error.TOPIC_AUTHORIZATION_FAILED, None
+        if not 0 <= key[1] < len(topic.partitions):
+            return Error.UNKNOWN_TOPIC_OR_PARTITION, None
+        return NONE, topic.partitions[key[1]]
+
+    async def _share_partition(self, group: str, key: TopicIdPartition, plog: Any) -> SharePartition:
+        """The share-partition's window, read from the share coordinator on first use (and
+        initialized there by share.auto.offset.reset when the group never read it)."""
+        sp_key = (group, key[0], key[1])
+        sp = self.partitions.get(sp_key)
+        if sp is not None:
+            return sp
+        opening = self._opening.get(sp_key)
+        if opening is not None:
+            return await asyncio.shield(opening)
+        opening = self._opening[sp_key] = asyncio.get_running_loop().create_future()
+        try:
+            if self.persister.stored(sp_key) is None:
+                await self.persister.initialize(sp_key, 0, self._reset_offset(group, plog))
+            error, state = await self.persister.read(sp_key, max(plog.leader_epoch, 0))
+            if error or state is None:
+                raise RuntimeError(f"share state of {sp_key} could not be read (error {error})")
+            s = self.settings
+            sp = SharePartition(state.start_offset, delivery_count_limit=s.delivery_count_limit,
+                                max_in_flight=s.partition_max_record_locks, lock_duration_ms=s.record_lock_duration_ms,
+                                state=state.state_batches)
+            if sp.start_offset < plog.log_start_offset:
+                sp.move_log_start(plog.log_start_offset)
+            self.partitions[sp_key] = sp
+            opening.set_result(sp)
+            self._start_sweeper()
+            return sp
+        except asyncio.CancelledError:
+            opening.cancel()
+            raise
+        except Exception as exc:
+            opening.set_exception(exc)
+            opening.exception()  # retrieved: there may be no other waiter
+            raise
+        finally:
+            del self._opening[sp_key]
+
+    def _reset_offset(self, group: str, plog: Any) -> int:
+        """share.auto.offset.reset, applied when a share-partition is first read: latest (the
+        default), earliest, or the first offset at or after now - duration."""
+        reset = self.broker.group_configs.get(group).get(SHARE_AUTO_OFFSET_RESET_KEY,
+                                                         SHARE_KEYS[SHARE_AUTO_OFFSET_RESET_KEY])
+        if reset == "earliest":
+            return plog.log_start_offset
+        duration = share_reset_duration_ms(reset)
+        if duration is not None:
+            found = plog.offset_for_timestamp(self.clock() - duration)
+            return plog.log_end_offset if found is None else found[0]
+        return plog.log_end_offset
+
+    async def _acquire(self, ctx: Any, session: ShareSession, req: Any, entries: dict[TopicIdPartition, Body]) -> int:
+        """One pass over the session's partitions: records acquired for the member (their count)."""
+        keys = sorted(session.partitions, key=lambda k: (str(k[0]), k[1]))
+        budget = max(min(req.max_bytes, self.settings.fetch_max_bytes), 1)
+        per_partition = max(budget // max(len(keys), 1), 1)
+        left = getattr(req, "max_records", 0) or 500
+        total = 0
+        for key in keys:
+            error, plog = self._partition_log(ctx, key)
+            entry = entries.setdefault(key, _entry(key[1]))
+            if error:
+                entry["error_code"] = error
+                continue
+            if left <= 0:
+                continue
+            sp = await self._share_partition(session.group_id, key, plog)
+            offset = sp.next_fetch_offset()
+            try:
+                data = plog.read(offset, per_partition) if offset < plog.log_end_offset else b""
+            except OffsetOutOfRange:  # retention passed the window: it starts at the log start
+                sp.move_log_start(plog.log_start_offset)
+                continue
+            headers = [(pos, h) for pos, h in iter_batches(data)]
+            ranges = [(h.base_offset, h.base_offset + h.last_offset_delta) for _, h in headers]
+            acquired = sp.acquire(session.member_id, ranges, left, self.clock())
+            if not acquired:
+                continue
+            last = acquired[-1].last_offset
+            end = max(pos + h.size for pos, h in headers if h.base_offset <= last)
+            entry["records"] = bytes(data[:end])
+            entry["acquired_records"] = [{"first_offset": a.first_offset, "last_offset": a.last_offset,
+                                          "delivery_count": a.delivery_count} for a in acquired]
+            count = sum(a.last_offset - a.first_offset + 1 for a in acquired)
+            left -= count
+            total += count
+        return total
+
+    async def _acknowledge(self, ctx: Any, group: str, member: str, key: TopicIdPartition,
+                           batches: list[AckBatch], renew: bool = False) -> int:
+        """One partition's acknowledgements, persisted before the answer (all or nothing)."""
+        error = validate_ack_batches(batches, renew)
+        if error:
+            return error
+        error, plog = self._partition_log(ctx, key)
+        if error:
+            return error
+        sp = await self._share_partition(group, key, plog)
+        error, changed = sp.acknowledge(member, batches, self.clock())
+        if error:
+            return error
+        return await self._persist((group, key[0], key[1]), sp, changed)
+
+    async def _persist(self, sp_key: SharePartitionKey, sp: SharePartition, changed: list[Any]) -> int:
+        """Write what changed; on a failure the window is dropped, to be read again from what the
+        coordinator holds (acquisitions come back AVAILABLE, as after a leader change)."""
+        if changed:
+            self._wake()
+        try:
+            return await self.persister.write(sp_key, 0, -1, sp.start_offset, changed) if changed else NONE
+        except Exception as exc:
+            log.warning("share state of %s/%s/%d not written: %s", sp_key[0], sp_key[1], sp_key[2], exc)
+            self.partitions.pop(sp_key, None)
+            return Error.UNKNOWN_SERVER_ERROR
+
+    async def _release(self, session: ShareSession) -> None:
+        """A closed session gives back everything its member holds here."""
+        for tid, index in session.partitions:
+            sp_key = (session.group_id, tid, index)
+            sp = self.partitions.get(sp_key)
+            if sp is not None:
+                await self._persist(sp_key, sp, sp.release_member(session.member_id))
+
+    def connection_closed(self, connection: Hashable) -> None:
+        """The sessions opened on a dropped connection close, and their records go back."""
+        for session in self.sessions.connection_closed(connection):
+            asyncio.ensure_future(self._release(session))
+
+    # ------------------------------------------------------------------------ waiting and locks
+
+    async def _wait(self, timeout_s: float) -> None:
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.add(waiter)
+        try:
+            await asyncio.wait([waiter], timeout=timeout_s)
+        finally:
+            self._waiters.discard(waiter)
+
+    def _wake(self) -> None:
+        for waiter in list(self._waiters):
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def appended(self, topic: str, partition: int) -> None:
+        """Records were appended somewhere: waiting share fetches look again."""
+        if self._waiters:
+            self._wake()
+
+    def _start_sweeper(self) -> None:
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.ensure_future(self._sweep_locks())
+
+    async def _sweep_locks(self) -> None:
+        """Run out the acquisition locks whose time has come, persist, and wake long polls."""
+        while self.partitions:
+            await asyncio.sleep(EXPIRY_SWEEP_S)
+            now = self.clock()
+            for sp_key, sp in list(self.partitions.items()):
+                deadline = sp.next_lock_deadline()
+                if deadline is not None and deadline <= now:
+                    await self._persist(sp_key, sp, sp.expire_locks(now))
+
+    def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+
+    # ------------------------------------------------------------------------ bodies
+
+    def _leader(self) -> Body:
+        return {"leader_id": self.broker.node_id, "leader_epoch": 0}
+
+    def _fetch_body(self, entries: dict[TopicIdPartition, Body]) -> Body:
+        by_topic: dict[uuid.UUID, list[Body]] = {}
+        for (tid, _), entry in entries.items():
+            entry["current_leader"] = self._leader()
+            by_topic.setdefault(tid, []).append(entry)
+        return {"throttle_time": 0, "error_code": 0, "error_message": None,
+                "acquisition_lock_timeout": self.settings.record_lock_duration_ms,
+                "responses": [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()], "node_endpoints": ()}
+
+
+def _entry(partition: int, acknowledge_error: int = NONE) -> Body:
+    """A ShareFetch partition entry: no error, empty records (never null in v1+), nothing acquired."""
+    return {"partition_index": partition, "error_code": NONE, "error_message": None,
+            "acknowledge_error_code": acknowledge_error, "acknowledge_error_message": None,
+            "current_leader": {"leader_id": -1, "leader_epoch": -1}, "records": b"", "acquired_records": []}
+
+
+def _fetch_failure(code: int, message: str | None = None) -> Body:
+    """A ShareFetch answered with a top-level error only."""
+    return {"throttle_time": 0, "error_code": code, "error_message": message, "acquisition_lock_timeout": 0,
+            "responses": (), "node_endpoints": ()}

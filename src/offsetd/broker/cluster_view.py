@@ -32,7 +32,8 @@ class ClusterView(Protocol):
 
 
 class LocalView:
-    """One broker, leading every partition (leader epoch -1: there are no elections)."""
+    """One broker, leading every partition at the epoch its log opened at (storage/partition_log.py
+    `lead_next_epoch`: one more than the newest epoch that wrote to it)."""
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -50,7 +51,7 @@ class LocalView:
         return [(self.controller_id, *self._advertised(listener))]
 
     def leader(self, topic: Any, partition: int) -> tuple[int, int]:
-        return self.controller_id, -1
+        return self.controller_id, topic.partitions[partition].leader_epoch
 
     def endpoint(self, node_id: int, listener: str | None = None) -> tuple[str, int] | None:
         return self._advertised(listener) if node_id == self.controller_id else None

@@ -88,6 +88,24 @@ def test_list_offsets_denied_partitions_answer_29_and_minus_one(anon):
         assert [(int(p.error_code), p.offset) for t in r.topics for p in t.partitions] == [(0, 1)]
 
 
+def test_offset_for_leader_epoch_needs_describe_or_cluster_action(anon):
+    """KIP-320 as Kafka authorizes it: DESCRIBE on the topic, or CLUSTER_ACTION (brokers) for all."""
+    admin, plain = anon
+
+    def answers(raw: RawClient) -> list[tuple[str, int, int]]:
+        r = call(raw, 23, 4, replica_id=-1, topics=[
+            {"topic": name, "partitions": [{"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}
+            for name in ("orders", "missing")])
+        return [(t.topic, int(p.error_code), p.end_offset) for t in r.topics for p in t.partitions]
+
+    with RawClient(plain) as raw:
+        assert answers(raw) == [("orders", TOPIC_DENIED, -1), ("missing", TOPIC_DENIED, -1)]
+        grant(admin, binding(ANON, TOPIC, "orders", Op.DESCRIBE))
+        assert answers(raw) == [("orders", 0, 1), ("missing", TOPIC_DENIED, -1)]
+        grant(admin, binding(ANON, CLUSTER, "kafka-cluster", Op.CLUSTER_ACTION))
+        assert answers(raw) == [("orders", 0, 1), ("missing", UNKNOWN_TOPIC, -1)]
+
+
 def test_delete_topics_describe_decides_between_29_and_3(anon):
     admin, plain = anon
     with RawClient(plain) as raw:

@@ -51,7 +51,8 @@ class LocalView:
         return [(self.controller_id, *self._advertised(listener))]
 
     def leader(self, topic: Any, partition: int) -> tuple[int, int]:
-        return self.controller_id, topic.partitions[partition].leader_epoch
+        partitions = topic.partitions if topic is not None else ()
+        return self.controller_id, partitions[partition].leader_epoch if 0 <= partition < len(partitions) else -1
 
     def endpoint(self, node_id: int, listener: str | None = None) -> tuple[str, int] | None:
         return self._advertised(listener) if node_id == self.controller_id else None

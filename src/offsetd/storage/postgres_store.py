@@ -149,12 +149,18 @@ ORDER BY base_offset"""
 _AT_LAST_OFFSET = """
 SELECT base_offset, bytes FROM offsetd_batch WHERE topic_id = $1 AND partition = $2 AND last_offset = $3"""
 
-# Retention: the owner moves the log start and drops whole appends below it, fenced like appends.
+# Retention: the owner moves the log start and drops whole appends below it, fenced like appends,
+# and the leader epochs that ended at or before it (a newer one starts there or earlier).
 _ADVANCE_START = """
 WITH p AS (
     UPDATE offsetd_partition SET start_offset = $5
     WHERE topic_id = $1 AND partition = $2 AND owner = $3 AND epoch = $4 AND start_offset < $5
-    RETURNING 1)
+    RETURNING 1),
+h AS (
+    DELETE FROM offsetd_leader_epoch h USING p
+    WHERE h.topic_id = $1 AND h.partition = $2 AND EXISTS (
+        SELECT 1 FROM offsetd_leader_epoch n
+        WHERE n.topic_id = $1 AND n.partition = $2 AND n.epoch > h.epoch AND n.start_offset <= $5))
 DELETE FROM offsetd_batch b USING p
 WHERE b.topic_id = $1 AND b.partition = $2 AND b.last_offset < $5"""
 

@@ -215,10 +215,11 @@ def test_a_broker_that_does_not_lead_names_the_leader(pg_dsn, cluster_factory) -
     cluster = cluster_factory(pg_dsn, overrides=FAST)
     wait_settled(cluster, 3)
     create_topic(cluster.bootstrap, "routed", 1)
-    topic_id, epoch = pg_rows(pg_dsn, "SELECT t.topic_id, p.epoch FROM offsetd_topic t JOIN offsetd_partition p "
-                                      "USING (topic_id) WHERE t.name = 'routed'")[0]
     leader = wait_for(lambda: max(leader_of(cluster.bootstrap, "routed", 0), 0), timeout=10,
                       message="a leader for routed-0")
+    # read once the partition is claimed (the claim bumps the epoch)
+    topic_id, epoch = pg_rows(pg_dsn, "SELECT t.topic_id, p.epoch FROM offsetd_topic t JOIN offsetd_partition p "
+                                      "USING (topic_id) WHERE t.name = 'routed'")[0]
     other = next(n for n in (1, 2, 3) if n != leader)
     cls = load_request_schema(FETCH, 16)
     mod = __import__(cls.__module__, fromlist=["x"])

@@ -90,7 +90,8 @@ def fetch(client: RawClient, topic: str, offset: int, current: int, last_fetched
 
 def list_offset(client: RawClient, topic: str, timestamp: int, current: int, version: int = 8):
     resp = call(client, LIST_OFFSETS, version, {"replica_id": -1, "isolation_level": 0, "topics": [
-        {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": current, "timestamp": timestamp}]}]})
+        {"name": topic, "partitions": [
+            {"partition_index": 0, "current_leader_epoch": current, "timestamp": timestamp}]}]})
     return resp.topics[0].partitions[0]
 
 
@@ -111,7 +112,8 @@ def test_epochs_across_a_restart_at_every_version(broker_factory) -> None:
                 (1, NONE, 0 if version else -1, 0),  # nothing written: the epoch led from 0
                 (0, NONE, -1, -1),  # an epoch newer than any: not placed
                 (7, UNKNOWN_TOPIC_OR_PARTITION, -1, -1)]
-            assert offsets_for_epochs(client, version, "missing", [(0, -1, 0)]) == [(0, UNKNOWN_TOPIC_OR_PARTITION, -1, -1)]
+            assert offsets_for_epochs(client, version, "missing", [(0, -1, 0)]) == [
+                (0, UNKNOWN_TOPIC_OR_PARTITION, -1, -1)]
         for version in (2, 3, 4):  # current_leader_epoch from v2 on
             assert offsets_for_epochs(client, version, "epochs", [(0, 0, 0), (0, 1, 0)]) == [
                 (0, NONE, 0, 5), (0, UNKNOWN_EPOCH, -1, -1)]

@@ -53,7 +53,8 @@ class Broker:
         self.authorizer: Any = None
         self.security: Any = None  # server/security_api.SecurityRuntime (the ACL and SCRAM APIs)
 
-    def serving_partition(self, topic: str, index: int, current_leader_epoch: int = NO_LEADER_EPOCH) -> "tuple[Any, int]":
+    def serving_partition(self, topic: str, index: int,
+                          current_leader_epoch: int = NO_LEADER_EPOCH) -> "tuple[Any, int]":
         """(log, NONE) of a partition this broker can serve reads of, or (log or None, error):
         UNKNOWN_TOPIC_OR_PARTITION, KAFKA_STORAGE_ERROR (its log directory is offline),
         NOT_LEADER_OR_FOLLOWER (cluster mode: another broker leads it, or nobody, for a moment), or

@@ -215,7 +215,8 @@ def _read_session(broker: Broker, req: Any, version: int, context: FetchContext)
     for key, cached in session.partitions.items():
         topic_key, index = key
         topic = topics.by_id(topic_key) if by_id else topics.get(topic_key)  # type: ignore[arg-type]
-        entry = reader.read(topic, index, cached.fetch_offset, cached.max_bytes, None if by_id else topic_key,  # type: ignore[arg-type]
+        name = None if by_id else topic_key
+        entry = reader.read(topic, index, cached.fetch_offset, cached.max_bytes, name,  # type: ignore[arg-type]
                             cached.current_leader_epoch, cached.last_fetched_epoch)
         if not cached.must_respond(entry):
             continue

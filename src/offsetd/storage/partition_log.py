@@ -256,10 +256,11 @@ class PartitionLog:
         Validates with storage/transactions.validate_log_batches (validate_batches, markers
         allowed) unless `validated` (the result of one of them for this blob) is given.
         Base offsets and partitionLeaderEpoch (`leader_epoch`, else the epoch this log leads at,
-        when it leads at one) are patched in the written bytes, not in `records`. Applies idempotent-producer rules (a retried batch
-        returns the original offsets with duplicate=True; errors raise ProduceError), rolls the
-        segment first when needed, writes with one writev and fsyncs when `sync` is set or
-        flush_interval_messages is reached. Raises InvalidBatch for bad input.
+        when it leads at one) are patched in the written bytes, not in `records`. Applies
+        idempotent-producer rules (a retried batch returns the original offsets with
+        duplicate=True; errors raise ProduceError), rolls the segment first when needed, writes
+        with one writev and fsyncs when `sync` is set or flush_interval_messages is reached.
+        Raises InvalidBatch for bad input.
 
         Atomic: batch, indexes, log end offset and producer state advance together or not at
         all. A failed write or fsync is undone back to the previous log end and raised as

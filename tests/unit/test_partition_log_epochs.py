@@ -93,8 +93,10 @@ def test_a_lost_tail_cuts_the_epochs_it_held(tmp_path: Path, clock: FakeClock) -
         f.truncate(segment.size - 1)
     log = open_leading(tmp_path, clock)
     assert log.log_end_offset == 3
-    assert log.leader_epoch == 1  # epoch 1 left nothing: it is led again from 3
-    assert log.epochs.entries == [(0, 0), (1, 3)]
+    # epoch 1 left nothing, but a consumer may have read its batch: it is never led at again
+    assert log.leader_epoch == 2
+    assert log.epochs.entries == [(0, 0), (2, 3)]
+    assert log.epochs.end_offset_for(1, log.log_end_offset) == (0, 3)  # a reader at epoch 1 sees where it diverged
 
 
 def test_truncate_fully_restarts_the_history_at_the_new_start(tmp_path: Path, clock: FakeClock) -> None:

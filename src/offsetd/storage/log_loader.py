@@ -186,19 +186,21 @@ def write_recovery_point(pdir: Path, rp: int) -> bool:
     return True
 
 
-def read_epoch_checkpoint(pdir: Path, log_start_offset: int, log_end_offset: int) -> LeaderEpochCache:
+def read_epoch_checkpoint(pdir: Path, log_start_offset: int, log_end_offset: int) -> tuple[LeaderEpochCache, int]:
     """The partition's leader-epoch history, cut to the log [start, end) as recovered (epochs
-    starting at or past its end held data a crash took); empty when missing or damaged."""
+    starting at or past its end held data a crash took; empty when missing or damaged), and the
+    newest epoch the file named before the cut (-1: none), which must never be led at again."""
     try:
         cache = LeaderEpochCache.from_checkpoint((pdir / CHECKPOINT_FILE).read_text(encoding="ascii"))
     except FileNotFoundError:
-        return LeaderEpochCache()
+        return LeaderEpochCache(), -1
     except (ValueError, OSError, UnicodeDecodeError) as exc:
         log.warning("%s: ignoring an unreadable %s: %s", pdir, CHECKPOINT_FILE, exc)
-        return LeaderEpochCache()
+        return LeaderEpochCache(), -1
+    newest = cache.latest_epoch
     cache.truncate_from_end(log_end_offset)
     cache.truncate_from_start(log_start_offset)
-    return cache
+    return cache, newest
 
 
 def write_epoch_checkpoint(pdir: Path, cache: LeaderEpochCache) -> bool:

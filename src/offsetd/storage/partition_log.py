@@ -87,6 +87,7 @@ class PartitionLog:
         self.leader_epoch = -1
         self.epochs = LeaderEpochCache()
         self._epochs_unsaved = False
+        self._newest_saved_epoch = -1  # an epoch once saved may have written batches a crash took
 
     # ----------------------------------------------------------------- open / close
 
@@ -108,7 +109,8 @@ class PartitionLog:
         plog = cls(pdir, topic, partition, config, segments, producers, log_dir, loaded.transactions)
         plog._recovery_point = loaded.recovery_point
         plog._advance_recovery_point()
-        plog.epochs = read_epoch_checkpoint(pdir, plog.log_start_offset, plog.log_end_offset)
+        plog.epochs, plog._newest_saved_epoch = read_epoch_checkpoint(pdir, plog.log_start_offset,
+                                                                      plog.log_end_offset)
         log.debug(
             "opened %s: %d segment(s), offsets [%d, %d), %d producer(s)",
             pdir,
@@ -123,9 +125,10 @@ class PartitionLog:
 
     def lead_next_epoch(self) -> int:
         """The embedded engine's leadership at open: the epoch after the newest one that wrote to
-        this log, starting at the log end. Nothing is written until an append happens in it, so a
-        start without appends leads at the same epoch next time (the log is the same)."""
-        self.leader_epoch = max(self.epochs.latest_epoch + 1, 0)
+        this log (even if a crash took what it wrote, so a consumer that read it sees the
+        divergence), starting at the log end. Nothing is written until an append happens in it, so
+        a start without appends leads at the same epoch next time (the log is the same)."""
+        self.leader_epoch = max(self.epochs.latest_epoch, self._newest_saved_epoch) + 1
         self._epochs_unsaved |= self.epochs.assign(self.leader_epoch, self.log_end_offset)
         return self.leader_epoch
 

@@ -134,9 +134,10 @@ class PartitionLog:
 
     def set_epoch_history(self, entries: list[tuple[int, int]], leader_epoch: int) -> None:
         """Cluster mode: the history as the log of record holds it, this broker leading at
-        `leader_epoch` (saved here with the next append)."""
+        `leader_epoch` from the log end if the history lacks it (saved here with the next append)."""
         self.epochs = LeaderEpochCache(entries)
         self.epochs.truncate_from_start(self.log_start_offset)
+        self.epochs.assign(leader_epoch, self.log_end_offset)
         self.leader_epoch = leader_epoch
         self._epochs_unsaved = True
 

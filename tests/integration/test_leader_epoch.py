@@ -5,12 +5,15 @@ that wrote), as raw requests; then clients we did not write still fetching with 
 
 from __future__ import annotations
 
+import logging
 import struct
+import time
 from datetime import timedelta
 import subprocess
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition as ConfluentPartition
 from kafka import KafkaConsumer, TopicPartition
 from kio.index import load_request_schema
 
@@ -187,3 +190,49 @@ def test_clients_we_did_not_write_fetch_without_epochs(broker_factory) -> None:
     out = subprocess.run(["kcat", "-b", broker.bootstrap, "-C", "-t", "plain", "-o", "beginning", "-e", "-q"],
                          capture_output=True, text=True, timeout=60, check=True).stdout
     assert out.split() == [f"m{i}" for i in range(8)]
+
+
+class ListHandler(logging.Handler):
+    """Keeps a client's log lines (librdkafka's debug log)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_librdkafka_validates_its_position_after_a_restart(broker_factory) -> None:
+    """The restarted broker leads at a new epoch; librdkafka sees it in Metadata, validates its
+    position with OffsetForLeaderEpoch and reads on from where it was."""
+    broker = broker_factory()
+    create_topic(broker.bootstrap, "restarted", partitions=1)
+    produce(broker.bootstrap, "restarted", [{"value": str(i).encode()} for i in range(20)])
+    logs: list[str] = []
+    capture = logging.getLogger("librdkafka-restart")
+    capture.setLevel(logging.DEBUG)
+    capture.propagate = False
+    capture.addHandler(ListHandler(logs))
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "restart-reader",
+                        "enable.auto.commit": False, "debug": "fetch,topic,protocol",
+                        "topic.metadata.refresh.interval.ms": 1000}, logger=capture)
+    consumer.assign([ConfluentPartition("restarted", 0, 0)])
+    seen: list[int] = []
+
+    def consume_until(count: int) -> None:
+        deadline = time.monotonic() + 30
+        while len(seen) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                seen.append(int(msg.value()))
+    try:
+        consume_until(20)
+        broker.restart()
+        produce(broker.bootstrap, "restarted", [{"value": str(i).encode()} for i in range(20, 40)])
+        consume_until(40)
+    finally:
+        consumer.close()
+    assert seen == list(range(40))
+    assert any("Sent OffsetForLeaderEpochRequest" in line for line in logs)
+    assert any("offset and epoch validation succeeded" in line for line in logs)

@@ -5,7 +5,6 @@ that wrote), as raw requests; then clients we did not write still fetching with 
 
 from __future__ import annotations
 
-import logging
 import struct
 import time
 from datetime import timedelta
@@ -18,7 +17,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kio.index import load_request_schema
 
 from broker_process import BrokerProcess
-from clients import create_topic, produce
+from clients import create_topic, librdkafka_log, produce
 from offsetd.records.batch import iter_batches
 from raw_client import RawClient, build
 
@@ -192,28 +191,13 @@ def test_clients_we_did_not_write_fetch_without_epochs(broker_factory) -> None:
     assert out.split() == [f"m{i}" for i in range(8)]
 
 
-class ListHandler(logging.Handler):
-    """Keeps a client's log lines (librdkafka's debug log)."""
-
-    def __init__(self, lines: list[str]) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines = lines
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
 def test_librdkafka_validates_its_position_after_a_restart(broker_factory) -> None:
     """The restarted broker leads at a new epoch; librdkafka sees it in Metadata, validates its
     position with OffsetForLeaderEpoch and reads on from where it was."""
     broker = broker_factory()
     create_topic(broker.bootstrap, "restarted", partitions=1)
     produce(broker.bootstrap, "restarted", [{"value": str(i).encode()} for i in range(20)])
-    logs: list[str] = []
-    capture = logging.getLogger("librdkafka-restart")
-    capture.setLevel(logging.DEBUG)
-    capture.propagate = False
-    capture.addHandler(ListHandler(logs))
+    capture, logs = librdkafka_log("restart")
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "restart-reader",
                         "enable.auto.commit": False, "debug": "fetch,topic,protocol",
                         "topic.metadata.refresh.interval.ms": 1000}, logger=capture)
@@ -236,3 +220,49 @@ def test_librdkafka_validates_its_position_after_a_restart(broker_factory) -> No
     assert seen == list(range(40))
     assert any("Sent OffsetForLeaderEpochRequest" in line for line in logs)
     assert any("offset and epoch validation succeeded" in line for line in logs)
+
+
+def test_librdkafka_detects_a_log_that_lost_its_tail(broker_factory) -> None:
+    """What KIP-320 is for: the tail of epoch 1 is lost while the broker is down (as unflushed data
+    is in a power cut); the broker leads at epoch 2 from the shorter log, and a consumer that had
+    read the lost records learns from OffsetForLeaderEpoch where epoch 1 really ended, moves its
+    position back there and reads on, the new records included (were epoch 1 led again, it would
+    see no truncation and skip them)."""
+    broker = broker_factory()
+    create_topic(broker.bootstrap, "cut", partitions=1)
+    produce(broker.bootstrap, "cut", [{"value": str(i).encode()} for i in range(10)])  # epoch 0: 0-9
+    broker.restart()
+    for first in (10, 15):  # epoch 1: two batches, 10-14 and 15-19
+        produce(broker.bootstrap, "cut", [{"value": str(i).encode()} for i in range(first, first + 5)])
+    capture, logs = librdkafka_log("cut")
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "cut-reader", "enable.auto.commit": False,
+                         "debug": "fetch,topic,protocol", "topic.metadata.refresh.interval.ms": 1000}, logger=capture)
+    consumer.assign([ConfluentPartition("cut", 0, 0)])
+    seen: list[int] = []
+
+    def consume_until(done) -> None:
+        deadline = time.monotonic() + 30
+        while not done() and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                seen.append(int(msg.value()))
+    try:
+        consume_until(lambda: len(seen) >= 20)
+        broker.stop()
+        segment = Path(broker.data_dir) / "cut-0" / f"{0:020d}.log"
+        data = segment.read_bytes()
+        cut_at = next(pos for pos, h in iter_batches(data) if h.base_offset == 15)
+        with open(segment, "r+b") as f:
+            f.truncate(cut_at)
+        broker.start()
+        produce(broker.bootstrap, "cut", [{"value": str(100 + i).encode()} for i in range(5)])  # epoch 2: 15-19
+        consume_until(lambda: seen[-1:] == [104])
+    finally:
+        consumer.close()
+    checkpoint = (Path(broker.data_dir) / "cut-0" / "leader-epoch-checkpoint").read_text()
+    assert checkpoint == "0\n3\n0 0\n1 10\n2 15\n"
+    assert seen == list(range(20)) + [100, 101, 102, 103, 104]
+    # its validation at epoch 2 asked where epoch 1 ended (15, not 20) and moved its position back
+    answered = next(n for n, line in enumerate(logs) if "Received OffsetForLeaderEpochResponse" in line)
+    assert any("Seek cut [0] to offset 15 (leader epoch 1)" in line for line in logs[answered:]), \
+        "librdkafka noticed the lost tail"

@@ -6,13 +6,12 @@ debug log shows it) and reads on with nothing lost and nothing twice."""
 from __future__ import annotations
 
 import datetime
-import logging
 import threading
 import time
 
 from broker_process import wait_for
 from confluent_kafka import Consumer, Producer, TopicPartition
-from integration.clients import create_topic, produce
+from integration.clients import create_topic, librdkafka_log, produce
 from integration.cluster_helpers import FAST, leader_of, pg_rows, wait_settled
 from kio.index import load_request_schema
 from raw_client import RawClient, build
@@ -21,17 +20,6 @@ from offsetd.records.batch import iter_batches
 
 OFFSET_FOR_LEADER_EPOCH, FETCH = 23, 1
 NONE, NOT_LEADER, FENCED, UNKNOWN_EPOCH = 0, 6, 74, 75
-
-
-class ListHandler(logging.Handler):
-    """Keeps the formatted log lines of a client (librdkafka's debug log)."""
-
-    def __init__(self, lines: list[str]) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines = lines
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
 
 
 def call(bootstrap: str, api: int, version: int, body: dict):
@@ -129,11 +117,7 @@ def test_librdkafka_validates_its_position_across_a_leader_change(pg_dsn, cluste
             producer.poll(0.01)
         assert producer.flush(60) == 0
 
-    logs: list[str] = []
-    capture = logging.getLogger("librdkafka-validating")
-    capture.setLevel(logging.DEBUG)
-    capture.propagate = False
-    capture.addHandler(ListHandler(logs))
+    capture, logs = librdkafka_log("validating")
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "validating",
                          "enable.auto.commit": False, "debug": "fetch,topic,metadata,protocol",
                          "topic.metadata.refresh.interval.ms": 1000}, logger=capture)

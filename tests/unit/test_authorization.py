@@ -41,6 +41,7 @@ REFERENCE: dict[int, list[tuple[Res, Op, int]]] = {
     ApiKey.PRODUCE: [(X, Op.WRITE, 53), (T, Op.WRITE, 29)],
     ApiKey.FETCH: [(T, Op.READ, 29)],
     ApiKey.LIST_OFFSETS: [(T, Op.DESCRIBE, 29)],
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: [(C, Op.CLUSTER_ACTION, 29), (T, Op.DESCRIBE, 29)],
     ApiKey.METADATA: [(T, Op.DESCRIBE, 29), (C, Op.CREATE, 29)],
     ApiKey.CREATE_TOPICS: [(C, Op.CREATE, 29), (T, Op.DESCRIBE_CONFIGS, 29)],
     ApiKey.DELETE_TOPICS: [(C, Op.DELETE, 29), (T, Op.DESCRIBE, 29), (T, Op.DELETE, 29)],

@@ -90,7 +90,14 @@ class TopicRegistry:
         return self._load_meta()
 
     def _open(self, topic: Topic, index: int, now_ms: int) -> Any:
-        """The log of one partition of `topic` (cluster mode: a PostgreSQL-backed one)."""
+        """The log of one partition of `topic`, led by this broker at its next leader epoch
+        (cluster mode: a PostgreSQL-backed one, led when claimed)."""
+        plog = self._open_log(topic, index, now_ms)
+        plog.lead_next_epoch()
+        return plog
+
+    def _open_log(self, topic: Topic, index: int, now_ms: int) -> PartitionLog:
+        """The local segment log of one partition of `topic`."""
         return PartitionLog.open(self.root, topic.name, index, log_config(topic.configs, self.config), now_ms,
                                  self.log_dir)
 

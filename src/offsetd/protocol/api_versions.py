@@ -33,6 +33,7 @@ class ApiKey(IntEnum):
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
@@ -71,6 +72,7 @@ SERVED_MAX: dict[ApiKey, int] = {
     ApiKey.FETCH: 16,
     ApiKey.LIST_OFFSETS: 8,
     ApiKey.METADATA: 12,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: 4,  # KIP-320; v0-1 from legacy_schemas
     ApiKey.API_VERSIONS: 4,
     ApiKey.CREATE_TOPICS: 7,
     ApiKey.DELETE_TOPICS: 6,

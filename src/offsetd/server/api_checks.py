@@ -55,6 +55,9 @@ API_CHECKS: dict[int, tuple[Check, ...]] = {
         _c(Res.TOPIC, Op.WRITE, _TOPIC_DENIED, Where.PARTITION, "before unknown-topic")),
     ApiKey.FETCH: (_c(Res.TOPIC, Op.READ, _TOPIC_DENIED, Where.PARTITION, "consumers (replica_id < 0)"),),
     ApiKey.LIST_OFFSETS: (_c(Res.TOPIC, Op.DESCRIBE, _TOPIC_DENIED, Where.PARTITION),),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (
+        _c(Res.CLUSTER, Op.CLUSTER_ACTION, _TOPIC_DENIED, Where.PARTITION, "allows every topic (brokers)"),
+        _c(Res.TOPIC, Op.DESCRIBE, _TOPIC_DENIED, Where.PARTITION, "else per topic (consumers, KIP-320)")),
     ApiKey.METADATA: (
         _c(Res.TOPIC, Op.DESCRIBE, _TOPIC_DENIED, Where.RESOURCE, "all-topics requests: omitted silently"),
         _c(Res.CLUSTER, Op.CREATE, _TOPIC_DENIED, Where.RESOURCE, "auto-create; else CREATE on the topic")),

@@ -26,6 +26,7 @@ from ..broker.fetch_sessions import FetchSessionCache
 from ..broker.list_offsets import handle_list_offsets
 from ..broker.log_ends import LogEnds
 from ..broker.metadata import handle_metadata
+from ..broker.offset_for_leader_epoch import handle_offset_for_leader_epoch
 from ..broker.produce import handle_produce
 from ..config import BrokerConfig
 from ..protocol.api_versions import ApiKey, api_keys_body, is_supported
@@ -80,6 +81,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.PRODUCE: handle_produce,
     ApiKey.LIST_OFFSETS: handle_list_offsets,
     ApiKey.METADATA: handle_metadata,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
     ApiKey.CREATE_TOPICS: handle_create_topics,
     ApiKey.DELETE_TOPICS: handle_delete_topics,
     ApiKey.CREATE_PARTITIONS: handle_create_partitions,

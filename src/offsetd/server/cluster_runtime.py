@@ -52,7 +52,7 @@ class ClusterTopicRegistry(TopicRegistry):
         return ""
 
     def _open(self, topic: Topic, index: int, now_ms: int) -> PostgresPartitionLog:
-        plog = PostgresPartitionLog(super()._open(topic, index, now_ms), self.store, topic.topic_id, self.node_id,
+        plog = PostgresPartitionLog(self._open_log(topic, index, now_ms), self.store, topic.topic_id, self.node_id,
                                     self.serving)
         plog.on_fenced = lambda p: self.on_fenced(p)
         return plog

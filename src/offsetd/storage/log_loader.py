@@ -13,6 +13,8 @@ PartitionLog starts from segments, producer state and transactions it can trust.
   restarts. The file is removed once loaded, so a crash never leaves a stale snapshot behind.
 * An interrupted cleaner swap is finished (or an uncommitted one cleared) before anything else
   (storage/segment_swap.py), and index files whose `.log` is gone are removed.
+* The leader-epoch history is read from Kafka's `leader-epoch-checkpoint` and cut to the
+  recovered log (storage/leader_epoch_cache.py); a missing or damaged file gives an empty history.
 
 Pure synchronous file I/O; no asyncio, no clock reads (time is always passed in).
 """
@@ -27,6 +29,7 @@ from pathlib import Path
 
 from offsetd.storage.durable_file import fsync_dir as _fsync_dir
 from offsetd.storage.durable_file import write_durably as _write_durably
+from offsetd.storage.leader_epoch_cache import CHECKPOINT_FILE, LeaderEpochCache
 from offsetd.storage.log_config import LogConfig
 from offsetd.storage.producer_state import ProducerStateManager
 from offsetd.storage.segment import (
@@ -43,6 +46,8 @@ from offsetd.storage.txn_index import TXNINDEX_SUFFIX, index_path
 __all__ = [
     "LoadedLog",
     "load_log",
+    "read_epoch_checkpoint",
+    "write_epoch_checkpoint",
     "write_producer_snapshot",
     "write_recovery_point",
     "PRODUCER_STATE_FILE",
@@ -177,5 +182,33 @@ def write_recovery_point(pdir: Path, rp: int) -> bool:
         # segments; it is written again at the next roll, flush or close.
         log.warning("%s: recovery point not advanced to %d: %s", pdir, rp, exc)
         (pdir / (RECOVERY_POINT_FILE + ".tmp")).unlink(missing_ok=True)
+        return False
+    return True
+
+
+def read_epoch_checkpoint(pdir: Path, log_start_offset: int, log_end_offset: int) -> tuple[LeaderEpochCache, int]:
+    """The partition's leader-epoch history, cut to the log [start, end) as recovered (epochs
+    starting at or past its end held data a crash took; empty when missing or damaged), and the
+    newest epoch the file named before the cut (-1: none), which must never be led at again."""
+    try:
+        cache = LeaderEpochCache.from_checkpoint((pdir / CHECKPOINT_FILE).read_text(encoding="ascii"))
+    except FileNotFoundError:
+        return LeaderEpochCache(), -1
+    except (ValueError, OSError, UnicodeDecodeError) as exc:
+        log.warning("%s: ignoring an unreadable %s: %s", pdir, CHECKPOINT_FILE, exc)
+        return LeaderEpochCache(), -1
+    newest = cache.latest_epoch
+    cache.truncate_from_end(log_end_offset)
+    cache.truncate_from_start(log_start_offset)
+    return cache, newest
+
+
+def write_epoch_checkpoint(pdir: Path, cache: LeaderEpochCache) -> bool:
+    """Persist the leader-epoch history; False (logged) when it could not be written."""
+    try:
+        _write_durably(pdir / CHECKPOINT_FILE, cache.to_checkpoint())
+    except OSError as exc:  # written again at the next change or new epoch
+        log.warning("%s: %s not written: %s", pdir, CHECKPOINT_FILE, exc)
+        (pdir / (CHECKPOINT_FILE + ".tmp")).unlink(missing_ok=True)
         return False
     return True

@@ -4,7 +4,8 @@ segments named by base offset exactly as Kafka writes them) and the state that m
 PartitionLog owns the segment list (the last one active), the log start and end offsets, producer
 state and transactions (storage/transactions.py), and is the one place that changes them: appends
 (decided by storage/log_append.py), rolls and flushes, retention (storage/log_retention.py),
-truncation and the cleaner's swap (storage/segment_swap.py). Opening is storage/log_loader.py's
+truncation and the cleaner's swap (storage/segment_swap.py), and the leader-epoch history
+(storage/leader_epoch_cache.py, kept in `leader-epoch-checkpoint`). Opening is storage/log_loader.py's
 recovery; reads go through storage/log_read.py and storage/time_lookup.py. The log start offset is
 not stored: it is the first segment's base offset. Rolling does not fsync on the produce path: the
 rolled segment is fsynced by the next flush() or, at the latest, by the next roll.
@@ -25,7 +26,14 @@ from offsetd.storage.file_records import FileRecords
 from offsetd.storage.log_append import AppendResult, PreparedAppend, prepare_append, should_roll
 from offsetd.storage.log_config import LogConfig
 from offsetd.storage.log_dir import LogDirectory
-from offsetd.storage.log_loader import load_log, write_producer_snapshot, write_recovery_point
+from offsetd.storage.leader_epoch_cache import LeaderEpochCache
+from offsetd.storage.log_loader import (
+    load_log,
+    read_epoch_checkpoint,
+    write_epoch_checkpoint,
+    write_producer_snapshot,
+    write_recovery_point,
+)
 from offsetd.storage.log_read import pread_all, ranges_data, ranges_end_offset, read_ranges
 from offsetd.storage.log_retention import retention_deletions
 from offsetd.storage.producer_state import ProducerStateManager
@@ -43,7 +51,6 @@ class PartitionLog:
 
     # The embedded engine's one broker leads every partition; cluster mode's log says otherwise.
     leader = True
-    leader_epoch = -1
 
     def __init__(
         self,
@@ -75,6 +82,12 @@ class PartitionLog:
         # Bumped whenever segments are removed or replaced (not by rolls): a cleaning prepared
         # against an older layout is discarded instead of committed.
         self._layout_version = 0
+        # The epoch this broker leads at (-1: none; lead_next_epoch) and the history of epochs,
+        # saved to leader-epoch-checkpoint before the first append of a new epoch.
+        self.leader_epoch = -1
+        self.epochs = LeaderEpochCache()
+        self._epochs_unsaved = False
+        self._newest_saved_epoch = -1  # an epoch once saved may have written batches a crash took
 
     # ----------------------------------------------------------------- open / close
 
@@ -96,6 +109,8 @@ class PartitionLog:
         plog = cls(pdir, topic, partition, config, segments, producers, log_dir, loaded.transactions)
         plog._recovery_point = loaded.recovery_point
         plog._advance_recovery_point()
+        plog.epochs, plog._newest_saved_epoch = read_epoch_checkpoint(pdir, plog.log_start_offset,
+                                                                      plog.log_end_offset)
         log.debug(
             "opened %s: %d segment(s), offsets [%d, %d), %d producer(s)",
             pdir,
@@ -105,6 +120,29 @@ class PartitionLog:
             len(producers),
         )
         return plog
+
+    # ----------------------------------------------------------------- leader epochs
+
+    def lead_next_epoch(self) -> int:
+        """The embedded engine's leadership at open: the epoch after the newest one that wrote to
+        this log (even if a crash took what it wrote, so a consumer that read it sees the
+        divergence), starting at the log end. Nothing is written until an append happens in it, so
+        a start without appends leads at the same epoch next time (the log is the same)."""
+        self.leader_epoch = max(self.epochs.latest_epoch, self._newest_saved_epoch) + 1
+        self._epochs_unsaved |= self.epochs.assign(self.leader_epoch, self.log_end_offset)
+        return self.leader_epoch
+
+    def set_epoch_history(self, entries: list[tuple[int, int]], leader_epoch: int) -> None:
+        """Cluster mode: the history as the log of record holds it, this broker leading at
+        `leader_epoch` from the log end if the history lacks it (saved here with the next append)."""
+        self.epochs = LeaderEpochCache(entries)
+        self.epochs.truncate_from_start(self.log_start_offset)
+        self.epochs.assign(leader_epoch, self.log_end_offset)
+        self.leader_epoch = leader_epoch
+        self._epochs_unsaved = True
+
+    def _save_epochs(self) -> None:
+        self._epochs_unsaved = not write_epoch_checkpoint(self.dir, self.epochs)
 
     def _advance_recovery_point(self) -> None:
         """Persist the recovery point (oldest unsynced sealed segment, else the active one)."""
@@ -221,16 +259,19 @@ class PartitionLog:
 
         Validates with storage/transactions.validate_log_batches (validate_batches, markers
         allowed) unless `validated` (the result of one of them for this blob) is given.
-        Base offsets (and partitionLeaderEpoch when `leader_epoch` is not None) are patched in
-        the written bytes, not in `records`. Applies idempotent-producer rules (a retried batch
-        returns the original offsets with duplicate=True; errors raise ProduceError), rolls the
-        segment first when needed, writes with one writev and fsyncs when `sync` is set or
-        flush_interval_messages is reached. Raises InvalidBatch for bad input.
+        Base offsets and partitionLeaderEpoch (`leader_epoch`, else the epoch this log leads at,
+        when it leads at one) are patched in the written bytes, not in `records`. Applies
+        idempotent-producer rules (a retried batch returns the original offsets with
+        duplicate=True; errors raise ProduceError), rolls the segment first when needed, writes
+        with one writev and fsyncs when `sync` is set or flush_interval_messages is reached.
+        Raises InvalidBatch for bad input.
 
         Atomic: batch, indexes, log end offset and producer state advance together or not at
         all. A failed write or fsync is undone back to the previous log end and raised as
         StorageError (storage/log_dir.py decides whether the directory stays online).
         """
+        if leader_epoch is None and self.leader_epoch >= 0:
+            leader_epoch = self.leader_epoch
         prepared = self.prepare_append(records, validated, leader_epoch=leader_epoch)
         if isinstance(prepared, AppendResult):
             return prepared
@@ -268,6 +309,10 @@ class PartitionLog:
                 self.roll(now_ms)
         except OSError as exc:  # roll() leaves the old active segment in place when it fails
             raise log_dir.failed(exc, self._append_what) from exc
+        # A new epoch's first batch: its start is on disk before the batch is (a crash between the
+        # two leaves an epoch whose start is the log end, which the next open cuts).
+        if self.epochs.assign(prepared.leader_epoch, prepared.batches[0][2]) or self._epochs_unsaved:
+            self._save_epochs()
         segment = self._segments[-1]
         mark = segment.mark()
         try:
@@ -439,6 +484,8 @@ class PartitionLog:
         self._txns.drop(seg.base_offset)
         self._layout_version += 1
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        if self.epochs.truncate_from_start(self.log_start_offset):
+            self._save_epochs()
         _fsync_dir(self.dir)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -457,6 +504,10 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._unsynced_sealed = []
         self._layout_version += 1
+        had_epochs = bool(self.epochs.entries)
+        self.epochs.clear()
+        if self.epochs.assign(self.leader_epoch, offset) or had_epochs:
+            self._save_epochs()
         _fsync_dir(self.dir)
         self._advance_recovery_point()
 

@@ -24,7 +24,7 @@ from ..broker.share_sessions import ShareSession, ShareSessionCache
 from ..protocol.errors import Error
 from ..records.batch import iter_batches
 from ..security.authorization import Op, Res, access
-from ..share.shard import SharePartitionKey
+from ..share.shard import FENCED_LEADER_EPOCH, FENCED_STATE_EPOCH, SharePartitionKey
 from ..storage.log_read import OffsetOutOfRange
 from .share_state import ShareStatePersister
 
@@ -59,6 +59,7 @@ class ShareFetchApi:
         self.settings = settings or ShareSettings()
         self.sessions = ShareSessionCache(self.settings.max_share_sessions)
         self.partitions: dict[SharePartitionKey, SharePartition] = {}
+        self._leader_epochs: dict[SharePartitionKey, int] = {}  # the epoch each window was read at
         self._opening: dict[SharePartitionKey, asyncio.Future[SharePartition]] = {}
         self._waiters: set[asyncio.Future[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
@@ -173,7 +174,8 @@ class ShareFetchApi:
         try:
             if self.persister.stored(sp_key) is None:
                 await self.persister.initialize(sp_key, 0, self._reset_offset(group, plog))
-            error, state = await self.persister.read(sp_key, max(plog.leader_epoch, 0))
+            leader_epoch = max(plog.leader_epoch, 0)
+            error, state = await self.persister.read(sp_key, leader_epoch)
             if error or state is None:
                 raise RuntimeError(f"share state of {sp_key} could not be read (error {error})")
             s = self.settings
@@ -183,6 +185,7 @@ class ShareFetchApi:
             if sp.start_offset < plog.log_start_offset:
                 sp.move_log_start(plog.log_start_offset)
             self.partitions[sp_key] = sp
+            self._leader_epochs[sp_key] = leader_epoch
             opening.set_result(sp)
             self._start_sweeper()
             return sp
@@ -262,16 +265,25 @@ class ShareFetchApi:
         return await self._persist((group, key[0], key[1]), sp, changed)
 
     async def _persist(self, sp_key: SharePartitionKey, sp: SharePartition, changed: list[Any]) -> int:
-        """Write what changed; on a failure the window is dropped, to be read again from what the
-        coordinator holds (acquisitions come back AVAILABLE, as after a leader change)."""
-        if changed:
-            self._wake()
+        """Write what changed. On a failure the window is dropped, to be read again from what the
+        coordinator holds (acquisitions come back AVAILABLE, as after a leader change), and the
+        error is Kafka's mapping of persister errors: fenced -> NOT_LEADER_OR_FOLLOWER, anything
+        else -> UNKNOWN_SERVER_ERROR."""
+        if not changed:
+            return NONE
+        self._wake()
         try:
-            return await self.persister.write(sp_key, 0, -1, sp.start_offset, changed) if changed else NONE
+            error = await self.persister.write(sp_key, 0, self._leader_epochs.get(sp_key, 0), sp.start_offset,
+                                               changed)
         except Exception as exc:
             log.warning("share state of %s/%s/%d not written: %s", sp_key[0], sp_key[1], sp_key[2], exc)
+            error = Error.UNKNOWN_SERVER_ERROR
+        if error:
             self.partitions.pop(sp_key, None)
-            return Error.UNKNOWN_SERVER_ERROR
+            self._leader_epochs.pop(sp_key, None)
+            return Error.NOT_LEADER_OR_FOLLOWER if error in (FENCED_LEADER_EPOCH, FENCED_STATE_EPOCH) \
+                else Error.UNKNOWN_SERVER_ERROR
+        return NONE
 
     async def _release(self, session: ShareSession) -> None:
         """A closed session gives back everything its member holds here."""

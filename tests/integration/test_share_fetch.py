@@ -191,3 +191,36 @@ def test_acknowledged_records_are_never_redelivered_after_a_restart(setup, crash
     assert [o for first, last, _ in again for o in range(first, last + 1)] == [6, 7, 8, 9]
     if crash:  # with their persisted counts: 6-7 released once; acquisitions are never persisted
         assert again == [(6, 7, 2), (8, 9, 1)]
+
+
+def test_read_committed_never_delivers_an_aborted_transaction(broker_factory) -> None:
+    """share.isolation.level=read_committed (§4): a committed transaction's records and the
+    markers are acquired (clients ack markers as GAP), an aborted one's never; an open one's
+    only once it commits."""
+    broker = broker_factory()
+    topic, group = unique("share-txn"), unique("q")
+    create_topic(broker.bootstrap, topic, 1)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("share.isolation.level", "read_committed", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(15)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": unique("t"), "linger.ms": 0})
+    producer.init_transactions(30)
+    for outcome in ("commit", "abort", "commit", "open"):
+        producer.begin_transaction()
+        for i in range(3):
+            producer.produce(topic, f"{outcome}-{i}".encode(), partition=0)
+        producer.flush(10)
+        if outcome == "commit":
+            producer.commit_transaction(30)
+        elif outcome == "abort":
+            producer.abort_transaction(30)
+    # the log: 0-2 committed, 3 marker, 4-6 aborted, 7 marker, 8-10 committed, 11 marker, 12-14 open
+    with RawClient(broker.bootstrap) as client:
+        tid = topic_id(client, topic)
+        got = acquired(share_fetch(client, group, "m1", 0, {(tid, 0): []}))
+        assert [o for first, last, _ in got for o in range(first, last + 1)] == [0, 1, 2, 3, 7, 8, 9, 10, 11]
+        producer.commit_transaction(30)
+        got = acquired(share_fetch(client, group, "m1", 1, {(tid, 0): []}, max_wait_ms=5000))
+        assert [o for first, last, _ in got for o in range(first, last + 1)] == [12, 13, 14, 15]

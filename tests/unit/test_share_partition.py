@@ -171,3 +171,13 @@ def test_a_moved_log_start_archives_available_records_below_it_and_acquired_ones
 ])
 def test_acknowledgement_batches_kafka_refuses(batches: list[AckBatch], renew: bool, expected: int) -> None:
     assert validate_ack_batches(batches, renew) == expected
+
+
+def test_aborted_batches_are_archived_and_never_acquired() -> None:
+    """read_committed (§4): an aborted transaction's batches are archived, the rest acquired."""
+    sp = SharePartition(0)
+    assert sp.acquire("m1", [(0, 1), (2, 4), (5, 5)], max_records=500, now_ms=0, aborted={(2, 4)}) == \
+        [AcquiredRange(0, 1, 1), AcquiredRange(5, 5, 1)]
+    assert states(sp, 2, 4) == [(ARC, 0, None)] * 3
+    sp.acknowledge("m1", [ack(0, 1, AckType.ACCEPT), ack(5, 5, AckType.GAP)], now_ms=1)
+    assert (sp.start_offset, sp.in_flight()) == (6, 0)

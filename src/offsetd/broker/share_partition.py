@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Iterable, Sequence
+from typing import Container, Iterable, Sequence
 
 from ..records.share_state_records import StateBatch
 
@@ -145,17 +145,21 @@ class SharePartition:
     # ---------------------------------------------------------------------------- acquire
 
     def acquire(self, member_id: str, batches: Sequence[tuple[int, int]], max_records: int,
-                now_ms: int) -> list[AcquiredRange]:
+                now_ms: int, aborted: Container[tuple[int, int]] = ()) -> list[AcquiredRange]:
         """Acquire the AVAILABLE and new offsets of the log batches read (base offset, last offset),
         whole batches at a time (batch_optimized: the last one may pass `max_records`), for
         `member_id`, each count +1 and locked for the lock duration. Stops at the in-flight cap
         (released offsets inside the window can still be taken) and before a record on its last
-        attempt, which goes out alone (Kafka 4.2's throttling, limit > 2)."""
+        attempt, which goes out alone (Kafka 4.2's throttling, limit > 2). Batches in `aborted`
+        (read_committed: an aborted transaction's) are archived instead, never delivered."""
         acquired: list[tuple[int, int]] = []  # (offset, new count)
         deadline = now_ms + self.lock_duration_ms
         for base, last in batches:
             if len(acquired) >= max_records:
                 break
+            if (base, last) in aborted:
+                self._archive(base, last)
+                continue
             for offset in range(max(base, self.start_offset), last + 1):
                 record = self._records.get(offset)
                 if record is None:
@@ -253,6 +257,19 @@ class SharePartition:
         self._advance()
 
     # ---------------------------------------------------------------------------- rules
+
+    def _archive(self, first: int, last: int) -> None:
+        """Offsets no member may get: ARCHIVED as the window reaches them (AVAILABLE ones too)."""
+        for offset in range(max(first, self.start_offset), last + 1):
+            record = self._records.get(offset)
+            if record is None:
+                if offset < self._next_new or offset - self.start_offset + 1 > self.max_in_flight:
+                    continue
+                for missing in range(self._next_new, offset + 1):
+                    self._records[missing] = _InFlight(RecordState.ARCHIVED, 0)
+                self._next_new = offset + 1
+            elif record.state is RecordState.AVAILABLE:
+                self._finish(record, RecordState.ARCHIVED)
 
     def _finish(self, record: _InFlight, state: RecordState) -> None:
         record.state, record.member_id, record.lock_deadline_ms = state, None, 0

@@ -5,8 +5,7 @@ broker/share_partition.SharePartition, its state read from and written to the sh
 broker/share_sessions.ShareSessionCache's. Records are acquired whole batches at a time from the
 log, long polls wake on appends and on released records, and a sweep runs out the locks.
 
-Not yet: read_committed (`share.isolation.level` is accepted and validated, reads are
-read_uncommitted), the v2 renew/acquire-mode fields beyond RENEW acks, cluster mode.
+Not yet: ShareFetch/ShareAcknowledge v2 (acquire modes, renew requests), cluster mode.
 """
 
 from __future__ import annotations
@@ -18,11 +17,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
 from ..broker.broker import Broker
-from ..broker.group_configs import SHARE_AUTO_OFFSET_RESET_KEY, SHARE_KEYS, share_reset_duration_ms
+from ..broker.group_configs import (
+    SHARE_AUTO_OFFSET_RESET_KEY, SHARE_ISOLATION_LEVEL_KEY, SHARE_KEYS, share_reset_duration_ms,
+)
 from ..broker.share_partition import NONE, AckBatch, SharePartition, validate_ack_batches
 from ..broker.share_sessions import ShareSession, ShareSessionCache
 from ..protocol.errors import Error
-from ..records.batch import iter_batches
+from ..records.batch import BatchHeader, iter_batches
 from ..security.authorization import Op, Res, access
 from ..share.shard import FENCED_LEADER_EPOCH, FENCED_STATE_EPOCH, SharePartitionKey
 from ..storage.log_read import OffsetOutOfRange
@@ -212,6 +213,12 @@ class ShareFetchApi:
             return plog.log_end_offset if found is None else found[0]
         return plog.log_end_offset
 
+    def _read_committed(self, group: str) -> bool:
+        """share.isolation.level: read_committed reads below the last stable offset and never
+        delivers an aborted transaction's records."""
+        level = self.broker.group_configs.get(group).get(SHARE_ISOLATION_LEVEL_KEY, "read_uncommitted")
+        return level == "read_committed"
+
     async def _acquire(self, ctx: Any, session: ShareSession, req: Any, entries: dict[TopicIdPartition, Body]) -> int:
         """One pass over the session's partitions: records acquired for the member (their count)."""
         keys = sorted(session.partitions, key=lambda k: (str(k[0]), k[1]))
@@ -229,14 +236,22 @@ class ShareFetchApi:
                 continue
             sp = await self._share_partition(session.group_id, key, plog)
             offset = sp.next_fetch_offset()
+            committed = self._read_committed(session.group_id)
+            txns: list[tuple[int, int]] = []
             try:
-                data = plog.read(offset, per_partition) if offset < plog.log_end_offset else b""
+                if offset >= (plog.last_stable_offset if committed else plog.log_end_offset):
+                    data = b""
+                elif committed:
+                    data, txns = plog.read_committed(offset, per_partition)
+                else:
+                    data = plog.read(offset, per_partition)
             except OffsetOutOfRange:  # retention passed the window: it starts at the log start
                 sp.move_log_start(plog.log_start_offset)
                 continue
             headers = [(pos, h) for pos, h in iter_batches(data)]
-            ranges = [(h.base_offset, h.base_offset + h.last_offset_delta) for _, h in headers]
-            acquired = sp.acquire(session.member_id, ranges, left, self.clock())
+            ranges = [(h.base_offset, h.last_offset) for _, h in headers]
+            aborted = aborted_batches([h for _, h in headers], txns) if txns else set()
+            acquired = sp.acquire(session.member_id, ranges, left, self.clock(), aborted)
             if not acquired:
                 continue
             last = acquired[-1].last_offset
@@ -349,6 +364,25 @@ class ShareFetchApi:
         return {"throttle_time": 0, "error_code": 0, "error_message": None,
                 "acquisition_lock_timeout": self.settings.record_lock_duration_ms,
                 "responses": [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()], "node_endpoints": ()}
+
+
+def aborted_batches(headers: list[BatchHeader], aborted: list[tuple[int, int]]) -> set[tuple[int, int]]:
+    """read_committed: (base, last offset) of the batches aborted transactions wrote, from the
+    (producer id, first offset) pairs a read_committed read reports, as a consumer works them out
+    (a transaction is aborting from its first offset until its producer's next control batch)."""
+    pending = sorted(aborted, key=lambda txn: txn[1])
+    aborting: set[int] = set()
+    found: set[tuple[int, int]] = set()
+    i = 0
+    for h in headers:
+        while i < len(pending) and pending[i][1] <= h.last_offset:
+            aborting.add(pending[i][0])
+            i += 1
+        if h.is_control:
+            aborting.discard(h.producer_id)
+        elif h.is_transactional and h.producer_id in aborting:
+            found.add((h.base_offset, h.last_offset))
+    return found
 
 
 def _entry(partition: int, acknowledge_error: int = NONE) -> Body:

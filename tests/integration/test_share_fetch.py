@@ -224,3 +224,21 @@ def test_read_committed_never_delivers_an_aborted_transaction(broker_factory) ->
         producer.commit_transaction(30)
         got = acquired(share_fetch(client, group, "m1", 1, {(tid, 0): []}, max_wait_ms=5000))
         assert [o for first, last, _ in got for o in range(first, last + 1)] == [12, 13, 14, 15]
+
+
+def test_describe_share_group_offsets_gives_the_start_offset_and_the_lag(setup) -> None:
+    """DescribeShareGroupOffsets v1 (§6): lag = log end - start offset - records done past it."""
+    broker, group, tid = setup
+    name = broker_topic(broker, tid)
+    with RawClient(broker.bootstrap) as client:
+        cls = load_request_schema(90, 1)
+        before = client.call(90, 1, build(cls, {"groups": [{"group_id": group, "topics": [
+            {"topic_name": name, "partitions": [0]}]}]}))
+        assert [(p.start_offset, p.lag) for p in before.groups[0].topics[0].partitions] == [(-1, -1)]
+        assert acquired(share_fetch(client, group, "m1", 0, {(tid, 0): []})) == [(0, 9, 1)]
+        ack = share_acknowledge(client, group, "m1", 1, tid, 0, [(0, 3, [ACCEPT]), (6, 7, [ACCEPT])])
+        assert ack.responses[0].partitions[0].error_code == 0
+        after = client.call(90, 1, build(cls, {"groups": [{"group_id": group, "topics": None}]}))
+        (topic,) = after.groups[0].topics
+        assert (topic.topic_name, topic.topic_id) == (name, tid)
+        assert [(p.partition_index, p.start_offset, p.lag) for p in topic.partitions] == [(0, 4, 4)]

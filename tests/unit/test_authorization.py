@@ -64,6 +64,7 @@ REFERENCE: dict[int, list[tuple[Res, Op, int]]] = {
     ApiKey.CONSUMER_GROUP_DESCRIBE: [(G, Op.DESCRIBE, 30)],
     ApiKey.SHARE_FETCH: [(G, Op.READ, 30), (T, Op.READ, 29)],
     ApiKey.SHARE_ACKNOWLEDGE: [(G, Op.READ, 30), (T, Op.READ, 29)],
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: [(G, Op.DESCRIBE, 30)],
     ApiKey.TXN_OFFSET_COMMIT: [(X, Op.WRITE, 53), (G, Op.READ, 30), (T, Op.READ, 29)],
     ApiKey.ADD_PARTITIONS_TO_TXN: [(X, Op.WRITE, 53), (T, Op.WRITE, 29)],
     ApiKey.ADD_OFFSETS_TO_TXN: [(X, Op.WRITE, 53), (G, Op.READ, 30)],

@@ -133,6 +133,11 @@ class SharePartition:
         """Offsets in the window not yet done (the share group's lag on this partition, in part)."""
         return sum(1 for r in self._records.values() if r.state not in TERMINAL)
 
+    def delivery_complete_count(self) -> int:
+        """Offsets in the window whose delivery is complete (acknowledged or archived): the
+        persisted DeliveryCompleteCount, so lag = log end - SPSO - this (KIP-1226)."""
+        return sum(1 for r in self._records.values() if r.state in TERMINAL)
+
     def next_lock_deadline(self) -> int | None:
         """When the earliest acquisition lock runs out (the caller's timer), None if none is held."""
         return min((r.lock_deadline_ms for r in self._records.values() if r.state is RecordState.ACQUIRED),

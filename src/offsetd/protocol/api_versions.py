@@ -58,6 +58,7 @@ class ApiKey(IntEnum):
     CONSUMER_GROUP_DESCRIBE = 69
     SHARE_FETCH = 78
     SHARE_ACKNOWLEDGE = 79
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
 
 
 # Highest versions we implement the semantics of. Produce v13 / Fetch v17+ / Metadata v13 change
@@ -121,6 +122,7 @@ SERVED_MAX: dict[ApiKey, int] = {
     # modes, renew requests) is not served yet.
     ApiKey.SHARE_FETCH: 1,
     ApiKey.SHARE_ACKNOWLEDGE: 1,
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: 1,
 }
 
 

@@ -112,6 +112,7 @@ API_CHECKS: dict[int, tuple[Check, ...]] = {
     ApiKey.SHARE_ACKNOWLEDGE: (
         _c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.TOP),
         _c(Res.TOPIC, Op.READ, _TOPIC_DENIED, Where.PARTITION)),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (_c(Res.GROUP, Op.DESCRIBE, _GROUP_DENIED, Where.GROUP),),
     ApiKey.TXN_OFFSET_COMMIT: (
         _c(Res.TRANSACTIONAL_ID, Op.WRITE, _TXN_DENIED, Where.ALL_PARTITIONS),
         _c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.ALL_PARTITIONS),

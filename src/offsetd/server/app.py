@@ -122,6 +122,7 @@ CONSUMER_GROUP_HANDLERS: dict[int, Callable[[ConsumerGroupApi, RequestContext, A
 SHARE_HANDLERS: dict[int, Callable[[ShareFetchApi, RequestContext, Any, Any], Any]] = {
     ApiKey.SHARE_FETCH: ShareFetchApi.share_fetch,
     ApiKey.SHARE_ACKNOWLEDGE: ShareFetchApi.share_acknowledge,
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: ShareFetchApi.describe_offsets,
 }
 
 # Transaction coordinator APIs (FindCoordinator too: it routes group keys to GroupApi).
@@ -215,7 +216,7 @@ class KafkaServer:
         self.group_api.txn_verifier = self.txn_api.verify_offsets
         # KIP-932 share groups, the leaders' side and the share coordinator (single node for now)
         self.share_state = ShareStatePersister(self.broker, config, clock)
-        self.share_api = ShareFetchApi(self.broker, self.share_state, clock)
+        self.share_api = ShareFetchApi(self.broker, self.share_state, clock, local=self.txn_api.local)
         if self.txn_api.local:
             self.txn_api.open_existing()
             self.share_state.open_existing()
@@ -504,10 +505,7 @@ class KafkaServer:
             elif api_key in CONSUMER_GROUP_HANDLERS:
                 body = CONSUMER_GROUP_HANDLERS[api_key](self.consumer_group_api, ctx, request)
             elif api_key in SHARE_HANDLERS:
-                body = (SHARE_HANDLERS[api_key](self.share_api, ctx, conn, request) if self.txn_api.local
-                        else {"throttle_time": 0, "error_code": Error.UNSUPPORTED_VERSION,
-                              "error_message": "Share groups are not served in cluster mode yet.",
-                              "acquisition_lock_timeout": 0, "responses": (), "node_endpoints": ()})
+                body = SHARE_HANDLERS[api_key](self.share_api, ctx, conn, request)
             else:
                 body = HANDLERS[api_key](self.broker, request, version, self.clock())
         except Exception:

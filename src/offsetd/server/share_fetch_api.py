@@ -27,6 +27,7 @@ from ..records.batch import BatchHeader, iter_batches
 from ..security.authorization import Op, Res, access
 from ..share.shard import FENCED_LEADER_EPOCH, FENCED_STATE_EPOCH, SharePartitionKey
 from ..storage.log_read import OffsetOutOfRange
+from .share_group_offsets import describe_share_group_offsets
 from .share_state import ShareStatePersister
 
 log = logging.getLogger("offsetd.share")
@@ -35,6 +36,7 @@ Body = dict[str, Any]
 TopicIdPartition = tuple[uuid.UUID, int]
 
 UNKNOWN_TOPIC_ID = 100
+_CLUSTER = "Share groups are not served in cluster mode yet."
 EXPIRY_SWEEP_S = 0.1
 
 
@@ -53,8 +55,9 @@ class ShareFetchApi:
     """The share-partitions this broker leads, their sessions, long polls and lock sweep."""
 
     def __init__(self, broker: Broker, persister: ShareStatePersister, clock: Callable[[], int],
-                 settings: ShareSettings | None = None) -> None:
+                 settings: ShareSettings | None = None, *, local: bool = True) -> None:
         self.broker = broker
+        self.local = local  # cluster mode does not serve share groups yet: UNSUPPORTED_VERSION
         self.persister = persister
         self.clock = clock
         self.settings = settings or ShareSettings()
@@ -75,7 +78,17 @@ class ShareFetchApi:
         """ShareAcknowledge v1-2: the session's epoch, then each partition's acknowledgements."""
         return self._share_acknowledge(ctx, req)
 
+    def describe_offsets(self, ctx: Any, connection: Hashable, req: Any) -> Body:
+        """DescribeShareGroupOffsets v0-1 (server/share_group_offsets.py)."""
+        if not self.local:
+            return {"throttle_time": 0, "groups": [{"group_id": g.group_id, "topics": (), "error_code":
+                                                    Error.UNSUPPORTED_VERSION, "error_message": _CLUSTER}
+                                                   for g in req.groups]}
+        return describe_share_group_offsets(self.broker, self.persister, ctx, req)
+
     async def _share_fetch(self, ctx: Any, connection: Hashable, req: Any) -> Body:
+        if not self.local:
+            return _fetch_failure(Error.UNSUPPORTED_VERSION, _CLUSTER)
         refused = self._refused(ctx, req.group_id, req.member_id)
         if refused is not None:
             return _fetch_failure(*refused)
@@ -113,7 +126,8 @@ class ShareFetchApi:
         return self._fetch_body(entries)
 
     async def _share_acknowledge(self, ctx: Any, req: Any) -> Body:
-        refused = self._refused(ctx, req.group_id, req.member_id)
+        refused = (Error.UNSUPPORTED_VERSION, _CLUSTER) if not self.local else \
+            self._refused(ctx, req.group_id, req.member_id)
         if refused is not None:
             return {"throttle_time": 0, "error_code": refused[0], "error_message": refused[1],
                     "acquisition_lock_timeout": 0, "responses": (), "node_endpoints": ()}
@@ -289,7 +303,7 @@ class ShareFetchApi:
         self._wake()
         try:
             error = await self.persister.write(sp_key, 0, self._leader_epochs.get(sp_key, 0), sp.start_offset,
-                                               changed)
+                                               changed, sp.delivery_complete_count())
         except Exception as exc:
             log.warning("share state of %s/%s/%d not written: %s", sp_key[0], sp_key[1], sp_key[2], exc)
             error = Error.UNKNOWN_SERVER_ERROR

@@ -118,15 +118,20 @@ class ShareStatePersister:
         await runtime.apply(records)
         return error, state
 
+    def states_of(self, group_id: str) -> dict[SharePartitionKey, SharePartitionState]:
+        """Every share-partition of a group the coordinator holds state for."""
+        return {key: state for runtime in self.runtimes for key, state in runtime.shard.states.items()
+                if key[0] == group_id}
+
     def stored(self, sp: SharePartitionKey) -> SharePartitionState | None:
         """The state as the coordinator holds it (None: never initialized)."""
         return self._runtime(sp).shard.states.get(sp) if self.runtimes else None
 
     async def write(self, sp: SharePartitionKey, state_epoch: int, leader_epoch: int, start_offset: int,
-                    batches: list[StateBatch]) -> int:
+                    batches: list[StateBatch], delivery_complete_count: int = -1) -> int:
         runtime = self._runtime(sp)
         error, records = runtime.shard.write(sp, state_epoch, leader_epoch, start_offset, tuple(batches),
-                                             self.clock())
+                                             self.clock(), delivery_complete_count)
         await runtime.apply(records)
         return error
 

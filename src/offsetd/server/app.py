@@ -34,7 +34,7 @@ from ..protocol.encoder import encode_response
 from ..protocol.primitives import DecodeError
 from ..protocol.errors import Error
 from ..protocol.header import parse_header, peek_ids
-from ..coordinator.config import ConsumerGroupConfig, GroupCoordinatorConfig
+from ..coordinator.config import ConsumerGroupConfig, GroupCoordinatorConfig, ShareGroupConfig
 from ..coordinator.shard import GroupCoordinatorShard
 from ..metrics.history import BrokerHistory
 from ..metrics.http import MetricsHttpServer
@@ -148,7 +148,22 @@ def coordinator_config(config: BrokerConfig) -> GroupCoordinatorConfig:
             max_size=config.get("group.consumer.max.size"),
             assignors=config.get("group.consumer.assignors"),
             migration_policy=config.get("group.consumer.migration.policy")),
+        share=share_group_config(config),
     )
+
+
+def share_group_config(config: BrokerConfig) -> ShareGroupConfig:
+    """Share groups' settings from the broker's Kafka keys (the coordinator's and the fetch side's)."""
+    return ShareGroupConfig(
+        enabled=config.get("group.share.enable"),
+        session_timeout_ms=config.get("group.share.session.timeout.ms"),
+        heartbeat_interval_ms=config.get("group.share.heartbeat.interval.ms"),
+        max_size=config.get("group.share.max.size"),
+        assignor=config.get("group.share.assignors"),
+        record_lock_duration_ms=config.get("group.share.record.lock.duration.ms"),
+        delivery_count_limit=config.get("group.share.delivery.count.limit"),
+        partition_max_record_locks=config.get("group.share.partition.max.record.locks"),
+        max_share_sessions=config.get("group.share.max.share.sessions"))
 
 
 class ClusterJoinError(Exception):

@@ -28,6 +28,7 @@ from .txn_offsets import PendingTxnOffsets
 
 if TYPE_CHECKING:
     from .consumer_group_ops import ConsumerGroupOperations
+    from .share_group_ops import ShareGroupOperations
     from .timers import Timers
 
 log = logging.getLogger("offsetd.coordinator")
@@ -74,6 +75,7 @@ class OffsetOperations:
     _unreplayed: dict[bytes, int]
     _expiry_warned: set[str]
     consumer: "ConsumerGroupOperations"
+    share: "ShareGroupOperations"
 
     def _validate_member(self, group: ClassicGroup, member_id: str, instance_id: str | None) -> int:
         raise NotImplementedError
@@ -241,8 +243,9 @@ class OffsetOperations:
         for group_id in group_ids:
             group = self.groups.get(group_id)
             consumer = self.consumer.groups.get(group_id)
-            if consumer is not None:  # B7: 68 unless Empty
-                errors[group_id] = NON_EMPTY_GROUP if consumer.members else NONE
+            share = self.share.groups.get(group_id)
+            if consumer is not None or share is not None:  # B7, share groups alike: 68 unless Empty
+                errors[group_id] = NON_EMPTY_GROUP if (consumer or share).members else NONE  # type: ignore[union-attr]
             elif group is None or group.state is S.DEAD:
                 errors[group_id] = GROUP_ID_NOT_FOUND
             elif group.state is not S.EMPTY:
@@ -257,6 +260,8 @@ class OffsetOperations:
                     result.records.append((OffsetCommitKey(group_id, topic, partition), None))
                 if consumer is not None:
                     result.records.extend(consumer.group_tombstones())
+                if share is not None:
+                    result.records.extend(share.group_tombstones())
                 if group is not None:
                     result.records.append((GroupMetadataKey(group_id), None))
         return result.respond(token, errors)

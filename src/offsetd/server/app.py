@@ -55,6 +55,7 @@ from .coordinator_runtime import ShardRuntime, ShardState
 from .fetch_polls import FetchPolls
 from .futures import then
 from .consumer_group_api import ConsumerGroupApi
+from .share_group_api import ShareGroupApi
 from .group_api import GroupApi, RequestContext
 from .listeners import ListenerRuntime, bind, listener_runtimes, peer_listener, peer_security
 from .tls import keystore_reloaders
@@ -111,6 +112,14 @@ GROUP_HANDLERS: dict[int, Callable[[GroupApi, RequestContext, Any], Any]] = {
 CONSUMER_GROUP_HANDLERS: dict[int, Callable[[ConsumerGroupApi, RequestContext, Any], Any]] = {
     ApiKey.CONSUMER_GROUP_HEARTBEAT: ConsumerGroupApi.heartbeat,
     ApiKey.CONSUMER_GROUP_DESCRIBE: ConsumerGroupApi.describe,
+}
+
+# KIP-932 share-group APIs: ShareGroupApi methods, answering later like GroupApi's.
+SHARE_GROUP_HANDLERS: dict[int, Callable[[ShareGroupApi, RequestContext, Any], Any]] = {
+    ApiKey.SHARE_GROUP_HEARTBEAT: ShareGroupApi.heartbeat,
+    ApiKey.SHARE_GROUP_DESCRIBE: ShareGroupApi.describe,
+    ApiKey.SHARE_FETCH: ShareGroupApi.share_fetch,
+    ApiKey.SHARE_ACKNOWLEDGE: ShareGroupApi.share_acknowledge,
 }
 
 # Transaction coordinator APIs (FindCoordinator too: it routes group keys to GroupApi).
@@ -212,6 +221,7 @@ class KafkaServer:
         self.consumer_group_api = ConsumerGroupApi(
             self.group_api, "consumer" in config.get("group.coordinator.rebalance.protocols"))
         self.group_api.topics_image = self.consumer_group_api.topics_image
+        self.share_group_api = ShareGroupApi(self.consumer_group_api, config.get("group.share.enable"))
         self.txn_api = TransactionApi(self.broker, config, self.group_api, clock,
                                       MarkerWriter(self.broker, self.runtimes, clock),
                                       local=config.get("storage.engine") == "local")
@@ -493,6 +503,8 @@ class KafkaServer:
                 body = txn_handler(self.txn_api, ctx, request)
             elif api_key in CONSUMER_GROUP_HANDLERS:
                 body = CONSUMER_GROUP_HANDLERS[api_key](self.consumer_group_api, ctx, request)
+            elif api_key in SHARE_GROUP_HANDLERS:
+                body = SHARE_GROUP_HANDLERS[api_key](self.share_group_api, ctx, request)
             else:
                 body = HANDLERS[api_key](self.broker, request, version, self.clock())
         except Exception:

@@ -10,6 +10,7 @@ import base64
 import uuid
 from dataclasses import dataclass, field
 
+from offsetd.coordinator.classic_group_ops import JoinRequest
 from offsetd.coordinator.config import GroupCoordinatorConfig, ShareGroupConfig
 from offsetd.coordinator.consumer_group_ops import ConsumerGroupHeartbeatRequest, TopicsImage
 from offsetd.coordinator.share_assignor import simple_assign
@@ -235,5 +236,10 @@ def test_shard_keeps_group_kinds_apart() -> None:
     refused = shard.share_group_heartbeat("t", ShareGroupHeartbeatRequest("c", new_member_id(), 0, None, ("foo",)),
                                           0, topics)
     assert refused.completions[0][1].error_code == GROUP_ID_NOT_FOUND
+    join = JoinRequest("q", "", None, "c", "/h", 10_000, 10_000, "consumer", [("range", b"")], True)
+    assert shard.join_group("t", join, 0, topics).completions[0][1]["error_code"] == INCONSISTENT_GROUP_PROTOCOL
+    commit = shard.commit_offsets("t", "q", "", None, -1, [("foo", 0, 5, -1, None)], -1, 9, 0)
+    assert commit.completions[0][1] == {("foo", 0): GROUP_ID_NOT_FOUND} and not commit.records
+    assert shard.delete_offsets("t", "q", [("foo", [0])]).completions[0][1]["error_code"] == GROUP_ID_NOT_FOUND
     delete = shard.delete_groups("t", ["q"])
     assert delete.completions[0][1] == {"q": 68}  # NON_EMPTY_GROUP

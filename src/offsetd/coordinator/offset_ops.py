@@ -121,7 +121,9 @@ class OffsetOperations:
             return result.respond(token, {(t, p): INVALID_GROUP_ID for t, p, *_ in offsets})
         group = self.groups.get(group_id)
         consumer = self.consumer.groups.get(group_id)
-        if consumer is not None:  # a consumer group's members and epochs (B7)
+        if group_id in self.share.groups:  # a share group keeps no committed offsets (Kafka's 69)
+            error = GROUP_ID_NOT_FOUND
+        elif consumer is not None:  # a consumer group's members and epochs (B7)
             error = consumer.validate_offset_commit(member_id, generation, version)
         else:
             error = self._validate_commit(group, member_id, instance_id, generation, version)
@@ -160,7 +162,9 @@ class OffsetOperations:
         if not group_id:  # unlike OffsetCommit, "" is rejected too
             return result.respond(token, {(t, p): INVALID_GROUP_ID for t, p, *_ in offsets})
         consumer = self.consumer.groups.get(group_id)
-        if consumer is not None:
+        if group_id in self.share.groups:  # a share group keeps no committed offsets (Kafka's 69)
+            error = GROUP_ID_NOT_FOUND
+        elif consumer is not None:
             error = consumer.validate_offset_commit(member_id, generation, -1, transactional=True)
         else:
             error = self._validate_commit(self.groups.get(group_id), member_id, instance_id, generation, -1,
@@ -276,7 +280,7 @@ class OffsetOperations:
         consumer = self.consumer.groups.get(group_id)
         if consumer is not None:  # a consumer group refuses its subscribed topics (B7)
             is_subscribed: Callable[[str], bool] = consumer.subscribed_topics().__contains__
-        elif group is None or group.state is S.DEAD:
+        elif group is None or group.state is S.DEAD or group_id in self.share.groups:
             return result.respond(token, {"error_code": GROUP_ID_NOT_FOUND, "topics": {}})
         elif group.state is not S.EMPTY and group.protocol_type != "consumer":
             return result.respond(token, {"error_code": NON_EMPTY_GROUP, "topics": {}})

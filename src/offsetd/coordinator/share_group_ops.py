@@ -260,7 +260,6 @@ class ShareGroupOperations:
                 or digest != group.metadata_hash:
             group_epoch += 1
             records.append(metadata_record(group.group_id, group_epoch, digest))
-        records.extend(self._initialized_topics(group, subscribed))
         targets = group.target_assignment
         if group_epoch > group.assignment_epoch:
             targets = simple_assign(
@@ -279,6 +278,7 @@ class ShareGroupOperations:
                                  assigned_partitions=target)
         if new_member or reconciled != updated:
             records.append(current_assignment_record(group.group_id, reconciled))
+        records.extend(self._initialized_topics(group, subscribed))  # last, as Kafka's comes after
         send_assignment = (req.member_epoch == 0 or req.subscribed_topic_names is not None
                            or reconciled.assigned_partitions != member.assigned_partitions)
         response = ShareGroupHeartbeatResponse(

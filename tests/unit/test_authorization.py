@@ -62,6 +62,8 @@ REFERENCE: dict[int, list[tuple[Res, Op, int]]] = {
     ApiKey.DELETE_GROUPS: [(G, Op.DELETE, 30)],
     ApiKey.CONSUMER_GROUP_HEARTBEAT: [(G, Op.READ, 30), (T, Op.DESCRIBE, 29)],
     ApiKey.CONSUMER_GROUP_DESCRIBE: [(G, Op.DESCRIBE, 30)],
+    ApiKey.SHARE_GROUP_HEARTBEAT: [(G, Op.READ, 30), (T, Op.DESCRIBE, 29)],
+    ApiKey.SHARE_GROUP_DESCRIBE: [(G, Op.DESCRIBE, 30)],
     ApiKey.SHARE_FETCH: [(G, Op.READ, 30), (T, Op.READ, 29)],
     ApiKey.SHARE_ACKNOWLEDGE: [(G, Op.READ, 30), (T, Op.READ, 29)],
     ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: [(G, Op.DESCRIBE, 30)],

@@ -11,6 +11,8 @@ KIP-848 consumer groups live beside the classic ones in `consumer` (consumer_gro
 classic_member_ops.py): a group id that has a consumer group is that consumer group (an
 offsets-only classic entry may stay beside it for its offsets); the shard routes their records,
 timers and classic-protocol members (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) there.
+KIP-932 share groups live in `share` (share_group_ops.py); a group id is one kind only: the other
+kinds' APIs refuse a share group's id and the share heartbeat refuses theirs.
 """
 
 from __future__ import annotations
@@ -27,13 +29,14 @@ from .classic_group_ops import ClassicGroupOperations, JoinRequest, join_error
 from .classic_member_ops import ClassicMemberOperations
 from .config import GroupCoordinatorConfig
 from .consumer_group_ops import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, TopicsImage
-from .errors import GROUP_ID_NOT_FOUND, INVALID_SESSION_TIMEOUT, NONE
+from .errors import GROUP_ID_NOT_FOUND, INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT, NONE
 from .group import ClassicGroup, GroupState
 from .group_migration import GroupMigrationOperations, valid_heartbeat
 from .metrics import CoordinatorCounters
 from .offset_ops import OffsetOperations
 from .offsets_table import OffsetsTable
 from .result import CoordinatorResult
+from .share_group_ops import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupOperations
 from .timers import Timers
 from .txn_offsets import PendingTxnOffsets, is_offset_commit_key
 
@@ -73,6 +76,7 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
         self.timers = Timers()
         self._expiry_warned: set[str] = set()
         self.consumer = ClassicMemberOperations(self.config.consumer, self.consumer_group_configs)
+        self.share = ShareGroupOperations(self.config.share)
 
     # ============================================================================ replay
 
@@ -116,9 +120,9 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
 
     def _replay_other(self, key: bytes, value: bytes | None) -> None:
         """A record that is not an offset commit: GroupMetadata, a consumer group's (types 3-8,
-        16), or a key version we skip."""
+        16), a share group's (10-15), or a key version we skip."""
         if key[0] or key[1] != 2:
-            if not self.consumer.replay_raw(key, value):
+            if not self.consumer.replay_raw(key, value) and not self.share.replay_raw(key, value):
                 self.skipped_records += 1
             return
         group_id = decode_key(key).group  # type: ignore[union-attr]
@@ -146,16 +150,16 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
             if len(group.members) > self.config.group_max_size and group.state is S.STABLE:
                 self._prepare_rebalance(group, now, result)
         self.consumer.on_loaded(now)
+        self.share.on_loaded(now)
         return result
 
     # ====================================================================== timers
 
     def next_deadline(self) -> int | None:
-        """The earliest deadline of a classic or a consumer group's timer."""
-        classic, consumer = self.timers.next_deadline(), self.consumer.next_deadline()
-        if classic is None or consumer is None:
-            return consumer if classic is None else classic
-        return min(classic, consumer)
+        """The earliest deadline of a classic, a consumer or a share group's timer."""
+        deadlines = [d for d in (self.timers.next_deadline(), self.consumer.next_deadline(),
+                                 self.share.next_deadline()) if d is not None]
+        return min(deadlines) if deadlines else None
 
     def fire_timers(self, now: int) -> CoordinatorResult:
         """Run every expired timer; the result may complete parked requests and write records
@@ -169,7 +173,7 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
         expired = self.consumer.fire_timers(now)
         for group_id in sorted({key.group_id for key, _ in expired.records}):  # members removed
             expired.merge(self._maybe_downgrade(group_id, now))
-        return result.merge(expired)
+        return result.merge(expired).merge(self.share.fire_timers(now))
 
     # ============================================================= the two group kinds
 
@@ -180,6 +184,9 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
         allows it, else answers GROUP_ID_NOT_FOUND; an empty or offsets-only one is taken over, its
         offsets kept (its entry stays beside the consumer group for them). A leave may downgrade."""
         result = CoordinatorResult(replay=False)
+        if req.group_id in self.share.groups:
+            return result.respond(token, ConsumerGroupHeartbeatResponse(
+                error_code=GROUP_ID_NOT_FOUND, error_message=f"Group {req.group_id} is not a consumer group."))
         if req.group_id not in self.consumer.groups:
             classic = self.groups.get(req.group_id)
             if classic is not None and (classic.members or classic.state not in (S.EMPTY, S.DEAD)):
@@ -203,6 +210,8 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
         last consumer-protocol member turns it classic (Stable, no rebalance); an empty one
         becomes classic (its records tombstoned in Kafka's order, ahead of the join's, its
         offsets kept), B7."""
+        if req.group_id in self.share.groups:  # another kind of group: Kafka's answer
+            return CoordinatorResult(replay=False).respond(token, join_error(INCONSISTENT_GROUP_PROTOCOL, ""))
         group = self.consumer.groups.get(req.group_id) if req.group_id else None
         if group is None:
             return super().join_group(token, req, now)
@@ -261,12 +270,13 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
         group (unknown, or a consumer group) is "Dead", from v6 (KIP-1043) with
         GROUP_ID_NOT_FOUND and a message saying which (B8)."""
         group = self.groups.get(group_id)
-        if group is None or group.state is S.DEAD or group_id in self.consumer.groups:
+        other_kind = group_id in self.consumer.groups or group_id in self.share.groups
+        if group is None or group.state is S.DEAD or other_kind:
             dead = {"error_code": NONE, "group_id": group_id, "group_state": S.DEAD.value,
                     "protocol_type": "", "protocol_data": "", "members": ()}
             if api_version >= 6:
                 dead.update(error_code=GROUP_ID_NOT_FOUND, error_message=(
-                    f"Group {group_id} is not a classic group." if group_id in self.consumer.groups
+                    f"Group {group_id} is not a classic group." if other_kind
                     else f"Group {group_id} not found."))
             return dead
         stable = group.state is S.STABLE
@@ -290,6 +300,9 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
         consumer = self.consumer.groups.get(group_id)
         if consumer is not None:
             return consumer.state().value, "consumer", len(consumer.members)
+        share = self.share.groups.get(group_id)
+        if share is not None:
+            return share.state().value, "share", len(share.members)
         group = self.groups.get(group_id)
         return None if group is None else (group.state.value, group.protocol_type or "", len(group.members))
 
@@ -302,6 +315,31 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
     def list_consumer_groups(self) -> Iterable[tuple[str, str]]:
         """(group id, state) of every consumer group."""
         return [(g.group_id, g.state().value) for g in self.consumer.groups.values()]
+
+    def list_share_groups(self) -> Iterable[tuple[str, str]]:
+        """(group id, state) of every share group."""
+        return [(g.group_id, g.state().value) for g in self.share.groups.values()]
+
+    def share_group_heartbeat(self, token: Hashable, req: ShareGroupHeartbeatRequest, now: int,
+                              topics: TopicsImage) -> CoordinatorResult:
+        """ShareGroupHeartbeat (share_group_ops.py); a group id a classic or consumer group
+        holds is refused with GROUP_ID_NOT_FOUND (no conversion between the kinds, as in Kafka)."""
+        classic = self.groups.get(req.group_id)
+        if req.group_id in self.consumer.groups or (classic is not None and classic.state is not S.DEAD):
+            return CoordinatorResult(replay=False).respond(token, ShareGroupHeartbeatResponse(
+                error_code=GROUP_ID_NOT_FOUND, error_message=f"Group {req.group_id} is not a share group."))
+        return self.share.share_group_heartbeat(token, req, now, topics)
+
+    def describe_share_group(self, group_id: str, topic_name: Callable[[uuid.UUID], str]) -> dict[str, Any]:
+        """ShareGroupDescribe entry: GROUP_ID_NOT_FOUND for a missing group or one of another kind."""
+        described = self.share.describe(group_id, topic_name)
+        if described is not None:
+            return described
+        other = group_id in self.consumer.groups or (group_id in self.groups
+                                                     and self.groups[group_id].state is not S.DEAD)
+        return {"error_code": GROUP_ID_NOT_FOUND, "group_id": group_id, "group_state": "", "group_epoch": 0,
+                "error_message": f"Group {group_id} is not a share group." if other else f"Group {group_id} not found.",
+                "assignment_epoch": 0, "assignor_name": "", "members": ()}
 
     def describe_consumer_group(self, group_id: str, topic_name: Callable[[uuid.UUID], str]) -> dict[str, Any]:
         """ConsumerGroupDescribe entry (B8): 69 for a missing or classic group; else epochs, the

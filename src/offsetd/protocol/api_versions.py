@@ -56,6 +56,8 @@ class ApiKey(IntEnum):
     LIST_TRANSACTIONS = 66
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
     SHARE_FETCH = 78
     SHARE_ACKNOWLEDGE = 79
     DESCRIBE_SHARE_GROUP_OFFSETS = 90
@@ -118,8 +120,11 @@ SERVED_MAX: dict[ApiKey, int] = {
     # group.coordinator.rebalance.protocols leaves consumer out (then answered 35), as Kafka does.
     ApiKey.CONSUMER_GROUP_HEARTBEAT: 1,
     ApiKey.CONSUMER_GROUP_DESCRIBE: 1,
-    # KIP-932 share groups (share-groups.md §3): librdkafka 2.15+ sends v1 only; v2 (acquire
-    # modes, renew requests) is not served yet.
+    # KIP-932 share groups (share-groups.md §0): v1 only (v0 was 4.0's early access); listed even
+    # when group.share.enable is off (then answered 35), as Kafka does. librdkafka asks for v1;
+    # ShareFetch/ShareAcknowledge v2 (acquire modes, renew requests) is not served yet.
+    ApiKey.SHARE_GROUP_HEARTBEAT: 1,
+    ApiKey.SHARE_GROUP_DESCRIBE: 1,
     ApiKey.SHARE_FETCH: 1,
     ApiKey.SHARE_ACKNOWLEDGE: 1,
     ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: 1,

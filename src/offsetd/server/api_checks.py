@@ -106,6 +106,10 @@ API_CHECKS: dict[int, tuple[Check, ...]] = {
         _c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.TOP),
         _c(Res.TOPIC, Op.DESCRIBE, _TOPIC_DENIED, Where.TOP, "every subscribed topic name")),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (_c(Res.GROUP, Op.DESCRIBE, _GROUP_DENIED, Where.RESOURCE),),
+    ApiKey.SHARE_GROUP_HEARTBEAT: (
+        _c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.TOP),
+        _c(Res.TOPIC, Op.DESCRIBE, _TOPIC_DENIED, Where.TOP, "every subscribed topic name, after the member id")),
+    ApiKey.SHARE_GROUP_DESCRIBE: (_c(Res.GROUP, Op.DESCRIBE, _GROUP_DENIED, Where.RESOURCE),),
     ApiKey.SHARE_FETCH: (
         _c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.TOP),
         _c(Res.TOPIC, Op.READ, _TOPIC_DENIED, Where.PARTITION)),

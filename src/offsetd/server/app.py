@@ -35,7 +35,7 @@ from ..protocol.encoder import encode_response
 from ..protocol.primitives import DecodeError
 from ..protocol.errors import Error
 from ..protocol.header import parse_header, peek_ids
-from ..coordinator.config import ConsumerGroupConfig, GroupCoordinatorConfig
+from ..coordinator.config import ConsumerGroupConfig, GroupCoordinatorConfig, ShareGroupConfig
 from ..coordinator.shard import GroupCoordinatorShard
 from ..metrics.history import BrokerHistory
 from ..metrics.http import MetricsHttpServer
@@ -56,6 +56,7 @@ from .coordinator_runtime import ShardRuntime, ShardState
 from .fetch_polls import FetchPolls
 from .futures import then
 from .consumer_group_api import ConsumerGroupApi
+from .share_group_api import ShareGroupApi
 from .group_api import GroupApi, RequestContext
 from .listeners import ListenerRuntime, bind, listener_runtimes, peer_listener, peer_security
 from .tls import keystore_reloaders
@@ -117,6 +118,12 @@ CONSUMER_GROUP_HANDLERS: dict[int, Callable[[ConsumerGroupApi, RequestContext, A
     ApiKey.CONSUMER_GROUP_DESCRIBE: ConsumerGroupApi.describe,
 }
 
+# KIP-932 share-group APIs: ShareGroupApi methods, answering later like GroupApi's.
+SHARE_GROUP_HANDLERS: dict[int, Callable[[ShareGroupApi, RequestContext, Any], Any]] = {
+    ApiKey.SHARE_GROUP_HEARTBEAT: ShareGroupApi.heartbeat,
+    ApiKey.SHARE_GROUP_DESCRIBE: ShareGroupApi.describe,
+}
+
 # KIP-932 share groups, the partition leader's side: ShareFetchApi methods, given the connection
 # (a share session closes with it).
 SHARE_HANDLERS: dict[int, Callable[[ShareFetchApi, RequestContext, Any, Any], Any]] = {
@@ -160,7 +167,22 @@ def coordinator_config(config: BrokerConfig) -> GroupCoordinatorConfig:
             max_size=config.get("group.consumer.max.size"),
             assignors=config.get("group.consumer.assignors"),
             migration_policy=config.get("group.consumer.migration.policy")),
+        share=share_group_config(config),
     )
+
+
+def share_group_config(config: BrokerConfig) -> ShareGroupConfig:
+    """Share groups' settings from the broker's Kafka keys (the coordinator's and the fetch side's)."""
+    return ShareGroupConfig(
+        enabled=config.get("group.share.enable"),
+        session_timeout_ms=config.get("group.share.session.timeout.ms"),
+        heartbeat_interval_ms=config.get("group.share.heartbeat.interval.ms"),
+        max_size=config.get("group.share.max.size"),
+        assignor=config.get("group.share.assignors"),
+        record_lock_duration_ms=config.get("group.share.record.lock.duration.ms"),
+        delivery_count_limit=config.get("group.share.delivery.count.limit"),
+        partition_max_record_locks=config.get("group.share.partition.max.record.locks"),
+        max_share_sessions=config.get("group.share.max.share.sessions"))
 
 
 class ClusterJoinError(Exception):
@@ -209,14 +231,18 @@ class KafkaServer:
         self.consumer_group_api = ConsumerGroupApi(
             self.group_api, "consumer" in config.get("group.coordinator.rebalance.protocols"))
         self.group_api.topics_image = self.consumer_group_api.topics_image
+        self.share_group_api = ShareGroupApi(self.consumer_group_api, config.get("group.share.enable"))
         self.txn_api = TransactionApi(self.broker, config, self.group_api, clock,
                                       MarkerWriter(self.broker, self.runtimes, clock),
                                       local=config.get("storage.engine") == "local")
         self.broker.txn_verifier = self.txn_api.verify
         self.group_api.txn_verifier = self.txn_api.verify_offsets
         # KIP-932 share groups, the leaders' side and the share coordinator (single node for now)
-        self.share_state = ShareStatePersister(self.broker, config, clock)
-        self.share_api = ShareFetchApi(self.broker, self.share_state, clock, local=self.txn_api.local)
+        self.share_state = ShareStatePersister(
+            self.broker, config, clock, num_partitions=config.get("share.coordinator.state.topic.num.partitions"),
+            snapshot_update_records=config.get("share.coordinator.snapshot.update.records.per.snapshot"))
+        self.share_api = ShareFetchApi(self.broker, self.share_state, clock, share_group_config(config),
+                                       local=self.txn_api.local)
         if self.txn_api.local:
             self.txn_api.open_existing()
             self.share_state.open_existing()
@@ -506,6 +532,8 @@ class KafkaServer:
                 body = CONSUMER_GROUP_HANDLERS[api_key](self.consumer_group_api, ctx, request)
             elif api_key in SHARE_HANDLERS:
                 body = SHARE_HANDLERS[api_key](self.share_api, ctx, conn, request)
+            elif api_key in SHARE_GROUP_HANDLERS:
+                body = SHARE_GROUP_HANDLERS[api_key](self.share_group_api, ctx, request)
             else:
                 body = HANDLERS[api_key](self.broker, request, version, self.clock())
         except Exception:

@@ -31,6 +31,7 @@ TxnVerifier = Callable[[str, int, int, str, int], "int | Awaitable[int]"]
 # Consumer-visible names of the ListGroups filters (case-insensitive, §1.10, reference B8).
 GROUP_TYPE_CLASSIC = "classic"
 GROUP_TYPE_CONSUMER = "consumer"
+GROUP_TYPE_SHARE = "share"
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,6 +448,14 @@ class GroupApi:
                     if (not states or state.lower() in states) and (visible is None or visible(group_id)):
                         groups.append({"group_id": group_id, "protocol_type": "consumer",
                                        "group_state": state, "group_type": GROUP_TYPE_CONSUMER})
+        if not types or GROUP_TYPE_SHARE in types:
+            for runtime in self.runtimes:
+                if runtime.state is not ShardState.ACTIVE:
+                    continue
+                for group_id, state in runtime.shard.list_share_groups():
+                    if (not states or state.lower() in states) and (visible is None or visible(group_id)):
+                        groups.append({"group_id": group_id, "protocol_type": "share",
+                                       "group_state": state, "group_type": GROUP_TYPE_SHARE})
         return {"error_code": Error.NONE, "groups": groups}
 
     def delete_groups(self, ctx: RequestContext, req: Any) -> Reply:

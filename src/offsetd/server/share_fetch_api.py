@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
 from ..broker.broker import Broker
@@ -22,6 +21,7 @@ from ..broker.group_configs import (
 )
 from ..broker.share_partition import NONE, AckBatch, SharePartition, validate_ack_batches
 from ..broker.share_sessions import ShareSession, ShareSessionCache
+from ..coordinator.config import ShareGroupConfig
 from ..protocol.errors import Error
 from ..records.batch import BatchHeader, iter_batches
 from ..security.authorization import Op, Res, access
@@ -36,31 +36,23 @@ Body = dict[str, Any]
 TopicIdPartition = tuple[uuid.UUID, int]
 
 UNKNOWN_TOPIC_ID = 100
-_CLUSTER = "Share groups are not served in cluster mode yet."
+FETCH_MAX_BYTES = 57_671_680  # Kafka's broker fetch.max.bytes default: a ShareFetch's cap
 EXPIRY_SWEEP_S = 0.1
-
-
-@dataclass(frozen=True, slots=True)
-class ShareSettings:
-    """The broker's share-group limits (Kafka's group.share.* defaults)."""
-
-    record_lock_duration_ms: int = 30_000
-    delivery_count_limit: int = 5
-    partition_max_record_locks: int = 2000
-    max_share_sessions: int = 2000
-    fetch_max_bytes: int = 52_428_800
 
 
 class ShareFetchApi:
     """The share-partitions this broker leads, their sessions, long polls and lock sweep."""
 
     def __init__(self, broker: Broker, persister: ShareStatePersister, clock: Callable[[], int],
-                 settings: ShareSettings | None = None, *, local: bool = True) -> None:
+                 settings: ShareGroupConfig | None = None, *, local: bool = True) -> None:
         self.broker = broker
-        self.local = local  # cluster mode does not serve share groups yet: UNSUPPORTED_VERSION
+        self.settings = settings or ShareGroupConfig()
+        # group.share.enable off, or cluster mode (not served there yet): UNSUPPORTED_VERSION
+        self.refusal = (None if self.settings.enabled and local else
+                        "Share groups are not enabled (group.share.enable)." if local else
+                        "Share groups are not served in cluster mode yet.")
         self.persister = persister
         self.clock = clock
-        self.settings = settings or ShareSettings()
         self.sessions = ShareSessionCache(self.settings.max_share_sessions)
         self.partitions: dict[SharePartitionKey, SharePartition] = {}
         self._leader_epochs: dict[SharePartitionKey, int] = {}  # the epoch each window was read at
@@ -80,15 +72,15 @@ class ShareFetchApi:
 
     def describe_offsets(self, ctx: Any, connection: Hashable, req: Any) -> Body:
         """DescribeShareGroupOffsets v0-1 (server/share_group_offsets.py)."""
-        if not self.local:
+        if self.refusal:
             return {"throttle_time": 0, "groups": [{"group_id": g.group_id, "topics": (), "error_code":
-                                                    Error.UNSUPPORTED_VERSION, "error_message": _CLUSTER}
+                                                    Error.UNSUPPORTED_VERSION, "error_message": self.refusal}
                                                    for g in req.groups]}
         return describe_share_group_offsets(self.broker, self.persister, ctx, req)
 
     async def _share_fetch(self, ctx: Any, connection: Hashable, req: Any) -> Body:
-        if not self.local:
-            return _fetch_failure(Error.UNSUPPORTED_VERSION, _CLUSTER)
+        if self.refusal:
+            return _fetch_failure(Error.UNSUPPORTED_VERSION, self.refusal)
         refused = self._refused(ctx, req.group_id, req.member_id)
         if refused is not None:
             return _fetch_failure(*refused)
@@ -126,7 +118,7 @@ class ShareFetchApi:
         return self._fetch_body(entries)
 
     async def _share_acknowledge(self, ctx: Any, req: Any) -> Body:
-        refused = (Error.UNSUPPORTED_VERSION, _CLUSTER) if not self.local else \
+        refused = (Error.UNSUPPORTED_VERSION, self.refusal) if self.refusal else \
             self._refused(ctx, req.group_id, req.member_id)
         if refused is not None:
             return {"throttle_time": 0, "error_code": refused[0], "error_message": refused[1],
@@ -236,7 +228,7 @@ class ShareFetchApi:
     async def _acquire(self, ctx: Any, session: ShareSession, req: Any, entries: dict[TopicIdPartition, Body]) -> int:
         """One pass over the session's partitions: records acquired for the member (their count)."""
         keys = sorted(session.partitions, key=lambda k: (str(k[0]), k[1]))
-        budget = max(min(req.max_bytes, self.settings.fetch_max_bytes), 1)
+        budget = max(min(req.max_bytes, FETCH_MAX_BYTES), 1)
         per_partition = max(budget // max(len(keys), 1), 1)
         left = getattr(req, "max_records", 0) or 500
         total = 0

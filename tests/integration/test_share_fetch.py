@@ -242,3 +242,27 @@ def test_describe_share_group_offsets_gives_the_start_offset_and_the_lag(setup) 
         (topic,) = after.groups[0].topics
         assert (topic.topic_name, topic.topic_id) == (name, tid)
         assert [(p.partition_index, p.start_offset, p.lag) for p in topic.partitions] == [(0, 4, 4)]
+
+
+def test_a_groups_own_lock_duration_is_answered_and_runs_out(broker_factory) -> None:
+    """share.record.lock.duration.ms on the GROUP (within the broker's bounds): the answer's
+    AcquisitionLockTimeoutMs, and a record not acknowledged in time goes to the next fetch."""
+    broker = broker_factory({"group.share.min.record.lock.duration.ms": "1000"})
+    topic, group = unique("share-lock"), unique("q")
+    create_topic(broker.bootstrap, topic, 1)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("share.record.lock.duration.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(15)
+    too_short = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.record.lock.duration.ms", "999", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(Exception, match="share.record.lock.duration.ms"):
+        admin.incremental_alter_configs([too_short])[too_short].result(15)
+    produce(broker.bootstrap, topic, 2)
+    with RawClient(broker.bootstrap, timeout=20) as client:
+        tid = topic_id(client, topic)
+        first = share_fetch(client, group, "m1", 0, {(tid, 0): []})
+        assert (acquired(first), first.acquisition_lock_timeout.total_seconds()) == ([(0, 1, 1)], 1.0)
+        again = share_fetch(client, group, "m2", 0, {(tid, 0): []}, max_wait_ms=10_000)  # woken by the expiry
+        assert acquired(again) == [(0, 1, 2)]

@@ -4,7 +4,8 @@ Served: `offsets.retention.minutes` (a group may keep its offsets longer or shor
 default, or forever (-1); users have asked for this since KAFKA-4682), and a consumer group's own
 `consumer.session.timeout.ms` and `consumer.heartbeat.interval.ms` (reference B1), within the
 broker's `group.consumer.min/max.*` bounds; a share group's `share.auto.offset.reset` and
-`share.isolation.level` (KIP-932, share-groups.md §1), whose defaults are Kafka's, not a broker key.
+`share.isolation.level` (KIP-932, share-groups.md §1), whose defaults are Kafka's, not a broker key,
+and its `share.record.lock.duration.ms` within the broker's `group.share.min/max.*` bounds.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ SHARE_AUTO_OFFSET_RESET_KEY = "share.auto.offset.reset"
 SHARE_ISOLATION_LEVEL_KEY = "share.isolation.level"
 SHARE_KEYS = {SHARE_AUTO_OFFSET_RESET_KEY: "latest", SHARE_ISOLATION_LEVEL_KEY: "read_uncommitted"}
 """The share group configs and their defaults (string values, no broker-wide key in Kafka 4.2)."""
-GROUP_KEYS = (RETENTION_KEY, SESSION_TIMEOUT_KEY, HEARTBEAT_INTERVAL_KEY, *SHARE_KEYS)
+SHARE_LOCK_DURATION_KEY = "share.record.lock.duration.ms"
+GROUP_KEYS = (RETENTION_KEY, SESSION_TIMEOUT_KEY, HEARTBEAT_INTERVAL_KEY, *SHARE_KEYS, SHARE_LOCK_DURATION_KEY)
 BROKER_KEYS = {RETENTION_KEY: RETENTION_KEY, SESSION_TIMEOUT_KEY: "group.consumer.session.timeout.ms",
-               HEARTBEAT_INTERVAL_KEY: "group.consumer.heartbeat.interval.ms"}
+               HEARTBEAT_INTERVAL_KEY: "group.consumer.heartbeat.interval.ms",
+               SHARE_LOCK_DURATION_KEY: "group.share.record.lock.duration.ms"}
 """Each integer group config's broker-wide default."""
 
 # share.auto.offset.reset's by_duration:<ISO-8601 duration> (Java's Duration.parse: days, hours,
@@ -71,8 +74,8 @@ def group_config_problem(key: str, value: str | None, broker_config: Callable[[s
         if number == 0 or number < -1:
             return f"Invalid value {value} for configuration {key}: must be -1 (never expire) or at least 1"
         return None
-    what = key.removeprefix("consumer.")
-    lo, hi = broker_config(f"group.consumer.min.{what}"), broker_config(f"group.consumer.max.{what}")
+    kind, what = key.split(".", 1)  # consumer.session.timeout.ms, share.record.lock.duration.ms
+    lo, hi = broker_config(f"group.{kind}.min.{what}"), broker_config(f"group.{kind}.max.{what}")
     if not lo <= number <= hi:
         return f"Invalid value {value} for configuration {key}: must be between {lo} and {hi}"
     return None

@@ -17,7 +17,8 @@ from typing import Any, Callable, Hashable
 
 from ..broker.broker import Broker
 from ..broker.group_configs import (
-    SHARE_AUTO_OFFSET_RESET_KEY, SHARE_ISOLATION_LEVEL_KEY, SHARE_KEYS, share_reset_duration_ms,
+    SHARE_AUTO_OFFSET_RESET_KEY, SHARE_ISOLATION_LEVEL_KEY, SHARE_KEYS, SHARE_LOCK_DURATION_KEY,
+    share_reset_duration_ms,
 )
 from ..broker.share_partition import NONE, AckBatch, SharePartition, validate_ack_batches
 from ..broker.share_sessions import ShareSession, ShareSessionCache
@@ -105,7 +106,7 @@ class ShareFetchApi:
             entries[key] = _entry(key[1], acknowledge_error=await self._acknowledge(ctx, group, member, key, batches))
         if answer.closed:
             await self._release(session)
-            return self._fetch_body(entries)
+            return self._fetch_body(group, entries)
         max_wait_ms = int(req.max_wait.total_seconds() * 1000)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(max_wait_ms, 0) / 1000
@@ -115,7 +116,7 @@ class ShareFetchApi:
             if got or remaining <= 0:
                 break
             await self._wait(remaining)
-        return self._fetch_body(entries)
+        return self._fetch_body(group, entries)
 
     async def _share_acknowledge(self, ctx: Any, req: Any) -> Body:
         refused = (Error.UNSUPPORTED_VERSION, self.refusal) if self.refusal else \
@@ -140,7 +141,7 @@ class ShareFetchApi:
         if answer.closed and answer.session is not None:
             await self._release(answer.session)
         return {"throttle_time": 0, "error_code": 0, "error_message": None,
-                "acquisition_lock_timeout": self.settings.record_lock_duration_ms,
+                "acquisition_lock_timeout": self._lock_duration(req.group_id),
                 "responses": [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()], "node_endpoints": ()}
 
     def _refused(self, ctx: Any, group_id: str | None, member_id: str | None) -> tuple[int, str | None] | None:
@@ -219,6 +220,11 @@ class ShareFetchApi:
             return plog.log_end_offset if found is None else found[0]
         return plog.log_end_offset
 
+    def _lock_duration(self, group: str) -> int:
+        """share.record.lock.duration.ms: the group's own, else the broker's."""
+        own = self.broker.group_configs.get(group).get(SHARE_LOCK_DURATION_KEY)
+        return self.settings.record_lock_duration_ms if own is None else int(own)
+
     def _read_committed(self, group: str) -> bool:
         """share.isolation.level: read_committed reads below the last stable offset and never
         delivers an aborted transaction's records."""
@@ -241,6 +247,7 @@ class ShareFetchApi:
             if left <= 0:
                 continue
             sp = await self._share_partition(session.group_id, key, plog)
+            sp.lock_duration_ms = self._lock_duration(session.group_id)  # read at use, as Kafka does
             offset = sp.next_fetch_offset()
             committed = self._read_committed(session.group_id)
             txns: list[tuple[int, int]] = []
@@ -362,13 +369,13 @@ class ShareFetchApi:
     def _leader(self) -> Body:
         return {"leader_id": self.broker.node_id, "leader_epoch": 0}
 
-    def _fetch_body(self, entries: dict[TopicIdPartition, Body]) -> Body:
+    def _fetch_body(self, group: str, entries: dict[TopicIdPartition, Body]) -> Body:
         by_topic: dict[uuid.UUID, list[Body]] = {}
         for (tid, _), entry in entries.items():
             entry["current_leader"] = self._leader()
             by_topic.setdefault(tid, []).append(entry)
         return {"throttle_time": 0, "error_code": 0, "error_message": None,
-                "acquisition_lock_timeout": self.settings.record_lock_duration_ms,
+                "acquisition_lock_timeout": self._lock_duration(group),
                 "responses": [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()], "node_endpoints": ()}
 
 

@@ -266,3 +266,49 @@ def test_a_groups_own_lock_duration_is_answered_and_runs_out(broker_factory) -> 
         assert (acquired(first), first.acquisition_lock_timeout.total_seconds()) == ([(0, 1, 1)], 1.0)
         again = share_fetch(client, group, "m2", 0, {(tid, 0): []}, max_wait_ms=10_000)  # woken by the expiry
         assert acquired(again) == [(0, 1, 2)]
+
+
+def test_share_groups_show_in_the_lag_metrics(broker_factory) -> None:
+    """A share group (a ShareConsumer keeps it alive) on /metrics, in kafka_exporter's families:
+    its start offset as the group's offset, and as lag the records no member has acknowledged
+    yet (DescribeShareGroupOffsets' lag: log end - start offset - records done past it)."""
+    import re
+    import time
+    import urllib.request
+
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from broker_process import wait_for
+
+    broker = broker_factory({"metrics.listener": "http://127.0.0.1:0"})
+    url = wait_for(lambda: re.search(r"metrics listening on (http://127\.0\.0\.1:\d+)", broker.log()),
+                   message="metrics").group(1)
+    topic, group = unique("share-lag"), unique("q")
+    create_topic(broker.bootstrap, topic, 1)
+    earliest(broker.bootstrap, group)
+    produce(broker.bootstrap, topic, 10)
+    consumer = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                              "share.acknowledgement.mode": "explicit"})
+    consumer.subscribe([topic])
+    verdicts = {o: AcknowledgeType.ACCEPT for o in range(4)} | {6: AcknowledgeType.REJECT, 7: AcknowledgeType.REJECT}
+    judged: set[int] = set()
+    try:
+        deadline = time.monotonic() + 30
+        while not set(verdicts) <= judged:  # 0-3 accepted, 6-7 rejected, the rest given back
+            assert time.monotonic() < deadline, f"judged only {sorted(judged)}"
+            for msg in consumer.poll(0.5):
+                consumer.acknowledge(msg, verdicts.get(msg.offset(), AcknowledgeType.RELEASE))
+                judged.add(msg.offset())
+            consumer.commit_sync(15)
+
+        def lag() -> dict[str, float]:
+            with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
+                text = response.read().decode()
+            labels = (("consumergroup", group), ("partition", "0"), ("topic", topic))
+            return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
+                    if tuple(sorted(s.labels.items())) == labels}
+        got = wait_for(lambda: lag().get("kafka_consumergroup_lag") is not None and lag(), message="share lag")
+        assert (got["kafka_consumergroup_current_offset"], got["kafka_consumergroup_lag"]) == (4, 4)
+    finally:
+        consumer.close()

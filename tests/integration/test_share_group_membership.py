@@ -1,7 +1,8 @@
 """KIP-932 share-group membership end to end (share-groups.md §2, §6, §7): raw ShareGroupHeartbeat
 and ShareGroupDescribe v1 against a real broker process (join, a second member, the simple
 assignor sharing a single partition, leave, the member-id and type checks, ListGroups v5 and
-DescribeGroups v6 on a share group, a restart replaying records 10-15, group.share.enable=false),
+DescribeGroups v6 on a share group, a restart replaying records 10-15, group.share.enable=false,
+the ACL checks in Kafka's order),
 and confluent-kafka's ShareConsumer (librdkafka, a client we did not write) joining as a member.
 ShareFetch is not served on this side yet: nothing here depends on records being delivered."""
 
@@ -9,14 +10,17 @@ from __future__ import annotations
 
 import base64
 import datetime
+import socket
 import uuid
 
 from confluent_kafka import ShareConsumer
+from confluent_kafka.admin import AclOperation, AdminClient, NewTopic
 from kio.index import load_request_schema
 
 from broker_process import wait_for
 from clients import create_topic
 from group_helpers import unique
+from integration.acl_helpers import GROUP, TOPIC, binding, conf, grant, secured_overrides
 from raw_client import RawClient
 
 API_VERSIONS, LIST_GROUPS, DESCRIBE_GROUPS, CONSUMER_GROUP_HEARTBEAT = 18, 16, 15, 68
@@ -192,3 +196,27 @@ def test_confluent_kafka_share_consumers_join_and_share_partitions(broker_factor
     finally:
         for c in both:
             c.close()
+
+
+def test_acls_group_read_then_member_id_then_topic_describe(broker_factory):
+    """§2's check order under ACLs: READ on the group (30), then the member id (42), then DESCRIBE
+    on every subscribed topic (29); ShareGroupDescribe needs DESCRIBE on the group (30 in its entry)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = broker_factory(secured_overrides(**{**BROKER, "listeners": f"SASL_PLAINTEXT://127.0.0.1:0,"
+                                                                      f"PLAINTEXT://127.0.0.1:{port}"}))
+    admin, plain = proc.bootstrap, f"127.0.0.1:{port}"
+    client = AdminClient(conf(admin, "admin"))
+    client.create_topics([NewTopic("orders", 2, 1)])["orders"].result(10)
+    anonymous = "User:ANONYMOUS"
+    with RawClient(plain) as raw:
+        assert int(heartbeat(raw, "queue", "", 0, ("orders",)).error_code.value) == 30
+        assert int(describe(plain, "queue").error_code.value) == 30
+        grant(admin, binding(anonymous, GROUP, "queue", AclOperation.READ))  # READ implies DESCRIBE
+        assert int(heartbeat(raw, "queue", "", 0, ("orders",)).error_code.value) == INVALID_REQUEST
+        assert int(heartbeat(raw, "queue", member_id(), 0, ("orders",)).error_code.value) == 29
+        grant(admin, binding(anonymous, TOPIC, "orders", AclOperation.DESCRIBE))
+        joined = heartbeat(raw, "queue", member_id(), 0, ("orders",))
+        assert (int(joined.error_code.value), joined.member_epoch, partitions(joined)) == (NONE, 1, {0, 1})
+    assert int(describe(plain, "queue").error_code.value) == NONE

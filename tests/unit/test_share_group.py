@@ -227,6 +227,9 @@ def test_shard_keeps_group_kinds_apart() -> None:
     described = shard.describe_share_group("q", lambda t: "?")
     assert described["members"][0]["assignment"]["topic_partitions"][0]["topic_name"] == "foo"
     assert shard.describe_share_group("nope", lambda t: "?")["error_code"] == GROUP_ID_NOT_FOUND
+    not_consumer = shard.describe_consumer_group("q", lambda t: "?")
+    assert (not_consumer["error_code"], not_consumer["error_message"]) == (GROUP_ID_NOT_FOUND,
+                                                                          "Group q is not a consumer group.")
     consumer = ConsumerGroupHeartbeatRequest("q", "m", 0, rebalance_timeout_ms=1000, subscribed_topic_names=("foo",),
                                              topic_partitions=())
     answer = shard.consumer_group_heartbeat("t", consumer, 1, 0, topics).completions[0][1]

@@ -347,8 +347,9 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
         topic ids the group's metadata does not know)."""
         group = self.consumer.groups.get(group_id)
         if group is None:
-            message = f"Group {group_id} is not a consumer group." if group_id in self.groups and \
-                self.groups[group_id].state is not S.DEAD else f"Group {group_id} not found."
+            other_kind = group_id in self.share.groups or (group_id in self.groups
+                                                           and self.groups[group_id].state is not S.DEAD)
+            message = f"Group {group_id} is not a consumer group." if other_kind else f"Group {group_id} not found."
             return {"error_code": GROUP_ID_NOT_FOUND, "error_message": message, "group_id": group_id,
                     "group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "", "members": ()}
         known = {tm.topic_id: tm.topic_name for tm in group.subscription_metadata.values()}

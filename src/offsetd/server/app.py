@@ -52,6 +52,7 @@ from .cluster_runtime import (
 from .cleaner_loop import CleanerLoop
 from .coordinator_runtime import ShardRuntime, ShardState
 from .fetch_polls import FetchPolls
+from .open_files import size_open_files
 from .futures import then
 from .consumer_group_api import ConsumerGroupApi
 from .group_api import GroupApi, RequestContext
@@ -175,6 +176,7 @@ class KafkaServer:
         self.max_request_bytes: int = config.get("socket.request.max.bytes")
         self.runtimes: list[ShardRuntime] = []
         self.cluster: ClusterMember | None = None
+        size_open_files(config)  # before any log is opened
         if config.get("storage.engine") == "local":
             self.broker = Broker(config, clock())
             self._add_runtimes(self._offsets_topic(), owned=True)

@@ -15,7 +15,6 @@ Pure synchronous file I/O; no asyncio, no clock reads (time is always passed in)
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 from pathlib import Path
 
@@ -129,11 +128,7 @@ class PartitionLog:
         """Close and remove the partition directory (DeleteTopics)."""
         if not self._closed:
             for seg in self._segments:
-                if seg.fd >= 0:
-                    os.close(seg.fd)
-                    seg.fd = -1
-                seg.offset_index.delete_file()
-                seg.time_index.delete_file()
+                seg.forget_files()
             self._closed = True
         shutil.rmtree(self.dir, ignore_errors=True)
         _fsync_dir(self.dir.parent)
@@ -483,11 +478,7 @@ class PartitionLog:
         new_entries = self._txns.replace(old_bases, list(new_bases), CLEANED_SUFFIX)
         commit_swap(self.dir, old_bases, list(new_bases))
         for seg in old:  # their files are gone (a new segment may reuse a name): close only
-            if seg.fd >= 0:
-                os.close(seg.fd)
-                seg.fd = -1
-            seg.offset_index.close()
-            seg.time_index.close()
+            seg.forget_files()
         nexts = list(new_bases[1:]) + [next_base]
         new = [Segment.open_sealed(self.dir, b, self.config, nb) for b, nb in zip(new_bases, nexts)]
         self._segments[i : i + n] = new

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from ..config import BrokerConfig
+from ..storage.clean_shutdown import clear_clean_shutdown, mark_clean_shutdown, was_clean_shutdown
 from ..storage.durable_file import fsync_dir, write_durably
 from ..storage.log_dir import KAFKA_STORAGE_ERROR, LogDirectory
 from ..storage.partition_log import PartitionLog
@@ -66,6 +67,9 @@ class Topic:
 class TopicRegistry:
     """All topics of this broker, opened from `log.dirs` at start-up."""
 
+    marks_clean_shutdown = True
+    """Whether close() leaves Kafka's clean-shutdown marker (the local catalogue's logs only)."""
+
     version = 0
     """Moves whenever a topic is added, removed or grows (what the consumer groups' view of the
     topics, and their resolved regular expressions, are dated by)."""
@@ -77,23 +81,30 @@ class TopicRegistry:
         self.log_dir = LogDirectory(self.root)  # health of `log.dirs`, shared by every partition
         self._by_name: dict[str, Topic] = {}
         self._by_id: dict[uuid.UUID, Topic] = {}
+        self._clean = False  # opening the logs of a clean shutdown (during _load only)
         self.cluster_id = self._load(now_ms)
 
     def _load(self, now_ms: int) -> str:
         """Open the topics of `topics.json`; the cluster id (meta.properties)."""
         catalogue = self.root / CATALOGUE
+        self._clean = was_clean_shutdown(self.root)
         if catalogue.exists():
             for entry in json.loads(catalogue.read_text(encoding="utf-8")):
                 topic = Topic(entry["name"], uuid.UUID(entry["id"]), dict(entry["configs"]),
                               internal=entry.get("internal", False))
                 topic.partitions = [self._open(topic, p, now_ms) for p in range(entry["partitions"])]
                 self._add(topic)
+        if self._clean:
+            log.info("%s was shut down cleanly: %d partition(s) opened without recovery", self.root,
+                     sum(len(t.partitions) for t in self._by_name.values()))
+        self._clean = False
+        clear_clean_shutdown(self.root)
         return self._load_meta()
 
     def _open(self, topic: Topic, index: int, now_ms: int) -> Any:
         """The log of one partition of `topic` (cluster mode: a PostgreSQL-backed one)."""
         return PartitionLog.open(self.root, topic.name, index, log_config(topic.configs, self.config), now_ms,
-                                 self.log_dir)
+                                 self.log_dir, clean=self._clean)
 
     def _load_meta(self) -> str:
         """Read or create meta.properties (cluster.id, node.id), as Kafka's log dirs carry."""
@@ -241,8 +252,11 @@ class TopicRegistry:
         log.info("deleted topic %s", topic.name)
 
     def close(self) -> None:
-        """Flush and close every partition log (clean shutdown)."""
+        """Flush and close every partition log (clean shutdown), then say so on disk when every
+        one closed and the log directory is online (storage/clean_shutdown.py)."""
         for topic in self._by_name.values():
             for partition in topic.partitions:
                 partition.close()
+        if self.marks_clean_shutdown and not self.log_dir.offline:
+            mark_clean_shutdown(self.root)
 

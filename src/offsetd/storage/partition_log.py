@@ -80,7 +80,7 @@ class PartitionLog:
     @classmethod
     def open(
         cls, directory: Path, topic: str, partition: int, config: LogConfig, now_ms: int,
-        log_dir: LogDirectory | None = None,
+        log_dir: LogDirectory | None = None, *, clean: bool = False,
     ) -> "PartitionLog":
         """Open (or create) `<directory>/<topic>-<partition>/` and recover it.
 
@@ -88,9 +88,10 @@ class PartitionLog:
         from the recovery point on (the active one, plus one rolled but not yet fsynced) are
         verified; torn or CRC-corrupt tails are truncated and logged on "offsetd.storage";
         missing/corrupt indexes of older segments are rebuilt. `now_ms` seeds segment ages.
+        `clean`: the broker shut down cleanly, nothing is verified (storage/log_loader.py).
         """
         pdir = Path(directory) / f"{topic}-{partition}"
-        loaded = load_log(pdir, config, now_ms)
+        loaded = load_log(pdir, config, now_ms, clean)
         segments, producers = loaded.segments, loaded.producers
         plog = cls(pdir, topic, partition, config, segments, producers, log_dir, loaded.transactions)
         plog._recovery_point = loaded.recovery_point
@@ -106,9 +107,11 @@ class PartitionLog:
         return plog
 
     def _advance_recovery_point(self) -> None:
-        """Persist the recovery point (oldest unsynced sealed segment, else the active one)."""
+        """Persist the recovery point (oldest unsynced sealed segment, else the active one). No
+        file means "the active segment" to the loader, so a log without one (a new log) writes
+        none until its recovery point falls behind its active segment."""
         rp = self._unsynced_sealed[0].base_offset if self._unsynced_sealed else self._segments[-1].base_offset
-        if rp == self._recovery_point:
+        if rp == self._recovery_point or (self._recovery_point is None and rp == self._segments[-1].base_offset):
             return
         if write_recovery_point(self.dir, rp):
             self._recovery_point = rp

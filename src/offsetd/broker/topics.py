@@ -82,6 +82,7 @@ class TopicRegistry:
         self._by_name: dict[str, Topic] = {}
         self._by_id: dict[uuid.UUID, Topic] = {}
         self._clean = False  # opening the logs of a clean shutdown (during _load only)
+        self._sync_parent = True  # False while a new topic's partitions are made (one fsync for all)
         self.cluster_id = self._load(now_ms)
 
     def _load(self, now_ms: int) -> str:
@@ -104,7 +105,7 @@ class TopicRegistry:
     def _open(self, topic: Topic, index: int, now_ms: int) -> Any:
         """The log of one partition of `topic` (cluster mode: a PostgreSQL-backed one)."""
         return PartitionLog.open(self.root, topic.name, index, log_config(topic.configs, self.config), now_ms,
-                                 self.log_dir, clean=self._clean)
+                                 self.log_dir, clean=self._clean, sync_parent=self._sync_parent)
 
     def _load_meta(self) -> str:
         """Read or create meta.properties (cluster.id, node.id), as Kafka's log dirs carry."""
@@ -168,12 +169,16 @@ class TopicRegistry:
         """Open partitions [start, end) of `topic` onto its list; on an OSError (EMFILE, ENOSPC,
         ...) remove every one of them again, directories included, and raise TopicError
         KAFKA_STORAGE_ERROR: a topic is created (or grown) whole or not at all."""
+        self._sync_parent = False
         try:
             for p in range(start, end):
                 topic.partitions.append(self._open(topic, p, now_ms))
+            fsync_dir(self.root)  # every new partition directory, durable before its first append
         except OSError as exc:
             self._drop_partitions(topic, start, failed=len(topic.partitions))
             raise self._storage_error(exc, what, topic.name) from exc
+        finally:
+            self._sync_parent = True
 
     def _drop_partitions(self, topic: Topic, start: int, failed: int | None = None) -> None:
         """Delete the logs of `topic`'s partitions from `start` on (and the directory of the

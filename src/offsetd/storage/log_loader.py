@@ -79,15 +79,19 @@ def _parse_base(name: str, suffix: str) -> int | None:
     return int(stem)
 
 
-def load_log(pdir: Path, config: LogConfig, now_ms: int, clean: bool = False) -> LoadedLog:
+def load_log(pdir: Path, config: LogConfig, now_ms: int, clean: bool = False,
+             sync_parent: bool = True) -> LoadedLog:
     """Open (or create) the partition directory `pdir` and recover it (see the module docstring).
 
     Torn or CRC-corrupt tails are truncated and logged on "offsetd.storage"; `now_ms` seeds
-    segment ages. `clean`: the log was closed cleanly, nothing needs verifying.
+    segment ages. `clean`: the log was closed cleanly, nothing needs verifying. `sync_parent`:
+    fsync the log directory when `pdir` is new (False: the caller does, once for many, before
+    anything is appended).
     """
     if not pdir.is_dir():
         pdir.mkdir(parents=True, exist_ok=True)
-        _fsync_dir(pdir.parent)
+        if sync_parent:
+            _fsync_dir(pdir.parent)
     recover_interrupted_swap(pdir)
     names = os.listdir(pdir)
     bases = sorted(b for b in (_parse_base(n, LOG_SUFFIX) for n in names) if b is not None)

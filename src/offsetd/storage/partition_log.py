@@ -80,7 +80,7 @@ class PartitionLog:
     @classmethod
     def open(
         cls, directory: Path, topic: str, partition: int, config: LogConfig, now_ms: int,
-        log_dir: LogDirectory | None = None, *, clean: bool = False,
+        log_dir: LogDirectory | None = None, *, clean: bool = False, sync_parent: bool = True,
     ) -> "PartitionLog":
         """Open (or create) `<directory>/<topic>-<partition>/` and recover it.
 
@@ -89,9 +89,11 @@ class PartitionLog:
         verified; torn or CRC-corrupt tails are truncated and logged on "offsetd.storage";
         missing/corrupt indexes of older segments are rebuilt. `now_ms` seeds segment ages.
         `clean`: the broker shut down cleanly, nothing is verified (storage/log_loader.py).
+        `sync_parent` False: the caller fsyncs `directory` itself before appending (a new topic's
+        partitions share one fsync).
         """
         pdir = Path(directory) / f"{topic}-{partition}"
-        loaded = load_log(pdir, config, now_ms, clean)
+        loaded = load_log(pdir, config, now_ms, clean, sync_parent)
         segments, producers = loaded.segments, loaded.producers
         plog = cls(pdir, topic, partition, config, segments, producers, log_dir, loaded.transactions)
         plog._recovery_point = loaded.recovery_point

@@ -3,10 +3,10 @@
 The .log file is a plain concatenation of magic-v2 batches whose baseOffset fields hold the
 assigned offsets. Its descriptor comes from the process's file pool (storage/file_pool.py), opened
 on demand and possibly closed between calls; it is written with os.pwritev at the segment's size
-and read with os.pread, so no file position is shared and records are never decoded. The segment tracks its
-size, next offset and largest timestamp in memory; the indexes are updated per batch following
-Kafka's rule (an entry when more than `index_interval_bytes` were appended since the previous
-entry).
+and read with os.pread, so no file position is shared and records are never decoded. The segment
+tracks its size, next offset and largest timestamp in memory; the indexes are updated per batch
+following Kafka's rule (an entry when more than `index_interval_bytes` were appended since the
+previous entry).
 
 Durability: `seal` (on roll) does not fsync; the owning PartitionLog fsyncs sealed segments
 later and keeps a recovery point, so after a crash only segments from the recovery point on

@@ -214,3 +214,23 @@ def test_an_append_after_eviction_is_flushed_by_the_owner(tmp_path: Path, clock:
     for f in others:
         f.close()
     log.close()
+
+
+def test_a_failed_sync_of_an_evicted_index_is_raised_when_its_segment_is_flushed(
+        tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, small_shared_pool: FilePool) -> None:
+    log = open_log(tmp_path / "a", clock, index_interval_bytes=10)
+    for _ in range(5):
+        log.append(batch(2), clock.now)
+    log.roll(clock.now)  # the rolled segment's indexes are written but not yet fsynced
+    sealed = log.segments[0]
+    assert sealed.offset_index.dirty
+    monkeypatch.setattr(file_pool, "_sync", lambda fd: (_ for _ in ()).throw(OSError(errno.EIO, "EIO")))
+    others = _files(tmp_path, small_shared_pool, 8)
+    for f in others:
+        f.fileno()
+    monkeypatch.undo()
+    assert not sealed.offset_index.has_fd and sealed.offset_index.dirty
+    with pytest.raises(OSError, match="EIO"):
+        log.flush()  # the recovery point must not pass a segment whose index may be lost
+    for f in others:
+        f.close()

@@ -144,9 +144,10 @@ class PooledFile:
             self.dirty = False
 
     def release(self) -> None:
-        """Sync when dirty and close the descriptor now; the file may be opened again later."""
+        """Sync when dirty (or raise what a sync at eviction met) and close the descriptor now;
+        the file may be opened again later."""
+        self.sync()
         if self.fd >= 0:
-            self.sync()
             self.pool._forget(self)
             self._close_fd()
 

@@ -40,7 +40,7 @@ from offsetd.storage.segment import (
     Segment,
     segment_file_name,
 )
-from offsetd.storage.segment_swap import recover_interrupted_swap
+from offsetd.storage.segment_swap import CLEANED_SUFFIX, SWAP_MANIFEST_FILE, SWAP_SUFFIX, recover_interrupted_swap
 from offsetd.storage.transactions import PartitionTransactions, ProducerRecovery
 from offsetd.storage.txn_index import TXNINDEX_SUFFIX, index_path
 
@@ -92,8 +92,12 @@ def load_log(pdir: Path, config: LogConfig, now_ms: int, clean: bool = False,
         pdir.mkdir(parents=True, exist_ok=True)
         if sync_parent:
             _fsync_dir(pdir.parent)
-    recover_interrupted_swap(pdir)
     names = os.listdir(pdir)
+    if any(n.startswith(SWAP_MANIFEST_FILE) or n.endswith(CLEANED_SUFFIX) or n.endswith(SWAP_SUFFIX)
+           for n in names):
+        recover_interrupted_swap(pdir)
+        names = os.listdir(pdir)
+    present = set(names)  # files absent from the listing are not probed (a restart of many logs)
     bases = sorted(b for b in (_parse_base(n, LOG_SUFFIX) for n in names) if b is not None)
     base_set = set(bases)
     for n in names:  # index files whose .log is gone are leftovers of a deletion
@@ -101,8 +105,8 @@ def load_log(pdir: Path, config: LogConfig, now_ms: int, clean: bool = False,
             b = _parse_base(n, suffix)
             if b is not None and b not in base_set:
                 os.unlink(pdir / n)
-    snapshot = _take_snapshot_file(pdir)
-    recovery_point = _read_recovery_point(pdir)
+    snapshot = _take_snapshot_file(pdir) if PRODUCER_STATE_FILE in present else None
+    recovery_point = _read_recovery_point(pdir) if RECOVERY_POINT_FILE in present else None
 
     segments: list[Segment] = []
     opened = _open_clean(pdir, bases, config, now_ms, snapshot) if clean and bases else None
@@ -141,7 +145,10 @@ def load_log(pdir: Path, config: LogConfig, now_ms: int, clean: bool = False,
             seg.seal()
             seg.flush()
         producers = scan.finish(segments)
-    transactions = PartitionTransactions.load(pdir, [s.base_offset for s in segments])
+    with_index = [s.base_offset for s in segments]
+    if opened is not None:  # nothing was rewritten: the listing says which .txnindex files exist
+        with_index = [b for b in with_index if segment_file_name(b, TXNINDEX_SUFFIX) in present]
+    transactions = PartitionTransactions.load(pdir, with_index)
     return LoadedLog(segments, producers, transactions, recovery_point)
 
 

@@ -234,3 +234,25 @@ def test_a_failed_sync_of_an_evicted_index_is_raised_when_its_segment_is_flushed
         log.flush()  # the recovery point must not pass a segment whose index may be lost
     for f in others:
         f.close()
+
+
+def test_start_up_sizes_the_pool_from_the_raised_limit_or_log_max_open_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    import resource
+
+    from offsetd.config import BrokerConfig, ConfigError
+    from offsetd.server.open_files import size_open_files
+    from offsetd.storage.file_records import FileRecords
+
+    before = SHARED.capacity
+    monkeypatch.setattr(FileRecords, "budget", FileRecords.budget)
+    try:
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        limit = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+        assert size_open_files(BrokerConfig({})) == max(16, limit // 2) == SHARED.capacity
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard
+        assert FileRecords.budget == max(16, limit // 4)
+        assert size_open_files(BrokerConfig({"log.max.open.files": "100"})) == 100 == SHARED.capacity
+        with pytest.raises(ConfigError):
+            BrokerConfig({"log.max.open.files": "8"})
+    finally:
+        SHARED.resize(before)

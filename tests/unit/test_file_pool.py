@@ -1,7 +1,8 @@
 """The bounded pool of open segment and index files (storage/file_pool.py): least recently used
 closed first, reopened on demand, dirty files synced before they are closed, a failed sync raised
-to the owner, zero-copy ranges that outlive an eviction, and partition logs that work with many
-more segments than the pool holds."""
+to the owner, zero-copy ranges that outlive an eviction, partition logs that work with many
+more segments than the pool holds, and the start-up sizing. Also what a new log's directory costs:
+its fsync waits for the log's first flush."""
 
 from __future__ import annotations
 
@@ -256,3 +257,24 @@ def test_start_up_sizes_the_pool_from_the_raised_limit_or_log_max_open_files(mon
             BrokerConfig({"log.max.open.files": "8"})
     finally:
         SHARED.resize(before)
+
+
+def test_a_new_log_fsyncs_its_directory_at_its_first_flush_not_at_creation(tmp_path: Path, clock: FakeClock,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from offsetd.storage import log_loader, partition_log
+
+    synced: list[Path] = []
+    for module in (log_loader, partition_log):
+        monkeypatch.setattr(module, "_fsync_dir", lambda path: synced.append(Path(path)))
+    log = open_log(tmp_path, clock)
+    assert synced == [tmp_path]  # the log directory (a new entry in it), not the partition's own
+    log.append(batch(2), clock.now)  # not flushed: nothing to make durable yet
+    assert synced == [tmp_path]
+    log.append(batch(2), clock.now, sync=True)
+    assert synced == [tmp_path, log.dir]
+    log.append(batch(2), clock.now, sync=True)
+    log.close()
+    assert synced == [tmp_path, log.dir]
+    reopened = open_log(tmp_path, clock)  # an existing directory: nothing owed
+    reopened.close()
+    assert synced == [tmp_path, log.dir]

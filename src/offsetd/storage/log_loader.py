@@ -67,6 +67,7 @@ class LoadedLog:
     producers: ProducerStateManager
     transactions: PartitionTransactions
     recovery_point: int | None
+    fresh: bool  # the directory was made here: its entries are not fsynced yet (PartitionLog.flush does)
 
 
 def _parse_base(name: str, suffix: str) -> int | None:
@@ -88,7 +89,8 @@ def load_log(pdir: Path, config: LogConfig, now_ms: int, clean: bool = False,
     fsync the log directory when `pdir` is new (False: the caller does, once for many, before
     anything is appended).
     """
-    if not pdir.is_dir():
+    fresh = not pdir.is_dir()
+    if fresh:
         pdir.mkdir(parents=True, exist_ok=True)
         if sync_parent:
             _fsync_dir(pdir.parent)
@@ -114,7 +116,8 @@ def load_log(pdir: Path, config: LogConfig, now_ms: int, clean: bool = False,
         segments, producers = opened
     elif not bases:
         segments.append(Segment.create(pdir, 0, config))
-        _fsync_dir(pdir)
+        if not fresh:  # a new directory is fsynced by the log's first flush: until then it holds nothing
+            _fsync_dir(pdir)
         producers = ProducerStateManager()
     else:
         last = len(bases) - 1
@@ -149,7 +152,7 @@ def load_log(pdir: Path, config: LogConfig, now_ms: int, clean: bool = False,
     if opened is not None:  # nothing was rewritten: the listing says which .txnindex files exist
         with_index = [b for b in with_index if segment_file_name(b, TXNINDEX_SUFFIX) in present]
     transactions = PartitionTransactions.load(pdir, with_index)
-    return LoadedLog(segments, producers, transactions, recovery_point)
+    return LoadedLog(segments, producers, transactions, recovery_point, fresh)
 
 
 def _open_clean(pdir: Path, bases: list[int], config: LogConfig, now_ms: int,

@@ -71,6 +71,10 @@ class PartitionLog:
         self._closed = False
         self._unsynced_sealed: list[Segment] = [s for s in segments[:-1] if s.needs_flush]
         self._recovery_point: int | None = None
+        # A new partition's directory entries (its first segment's files) are fsynced by its first
+        # flush, close or roll, not at creation: a crash before then loses an empty log, which the
+        # next open makes again. Creating 100,000 partitions saves as many fsyncs.
+        self._dir_unsynced = False
         # Bumped whenever segments are removed or replaced (not by rolls): a cleaning prepared
         # against an older layout is discarded instead of committed.
         self._layout_version = 0
@@ -97,6 +101,7 @@ class PartitionLog:
         segments, producers = loaded.segments, loaded.producers
         plog = cls(pdir, topic, partition, config, segments, producers, log_dir, loaded.transactions)
         plog._recovery_point = loaded.recovery_point
+        plog._dir_unsynced = loaded.fresh
         plog._advance_recovery_point()
         log.debug(
             "opened %s: %d segment(s), offsets [%d, %d), %d producer(s)",
@@ -124,6 +129,7 @@ class PartitionLog:
             return
         for seg in self._segments:
             seg.close()
+        self._sync_dir()
         self._unsynced_sealed.clear()
         self._advance_recovery_point()
         write_producer_snapshot(self.dir, self.log_end_offset, self._producers)
@@ -328,6 +334,7 @@ class PartitionLog:
         self._segments.append(new)
         self._bases.append(new.base_offset)
         _fsync_dir(self.dir)
+        self._dir_unsynced = False
         self._advance_recovery_point()
         try:
             write_txn_snapshot(self.dir, self.log_end_offset, self._producers)
@@ -340,6 +347,8 @@ class PartitionLog:
         Rolled segments get log + indexes fsynced; the active segment only its log (its index
         files are rebuilt on open, and fsynced on close). Then the recovery point advances.
         """
+        if self._dir_unsynced:
+            self._sync_dir()
         if self._unsynced_sealed:
             for seg in self._unsynced_sealed:
                 seg.flush()
@@ -349,6 +358,12 @@ class PartitionLog:
         if active.dirty:
             active.flush()
         self._unflushed_messages = 0
+
+    def _sync_dir(self) -> None:
+        """fsync the partition directory of a new log once (its segment files' entries)."""
+        if self._dir_unsynced:
+            _fsync_dir(self.dir)
+            self._dir_unsynced = False
 
     # ----------------------------------------------------------------- reads
 

@@ -49,7 +49,7 @@ class FilePool:
             raise ValueError(f"a file pool needs room for at least one file, not {capacity}")
         self.capacity = capacity
         self._lru: OrderedDict[PooledFile, None] = OrderedDict()
-        self.opens = 0  # files opened (first opens and reopens), for tests and metrics
+        self.opens = 0  # files opened (first opens and reopens), for tests and diagnostics
         self.evictions = 0  # files closed to make room
 
     def __len__(self) -> int:
@@ -106,14 +106,15 @@ class PooledFile:
 
     __slots__ = ("path", "flags", "pool", "fd", "created", "dirty", "closed", "error")
 
-    def __init__(self, path: Path, flags: int, pool: FilePool | None = None, *, created: bool = False) -> None:
+    def __init__(self, path: Path, flags: int, pool: FilePool | None = None) -> None:
         """`flags` are used for every open; O_CREAT is added until the file has been opened once
-        (`created`: it exists already), so a file deleted under us is never silently recreated."""
+        (or its owner sets `created`: it exists already), so a file deleted under us is never
+        silently recreated."""
         self.path = path
         self.flags = flags
         self.pool = pool if pool is not None else SHARED
         self.fd = -1
-        self.created = created
+        self.created = False
         self.dirty = False  # written since the last fsync (set by the owner)
         self.closed = False  # close() ran: never opened again
         self.error: OSError | None = None  # a failed fsync before an eviction, for sync() to raise

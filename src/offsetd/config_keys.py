@@ -331,6 +331,9 @@ SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
     "log.flush.interval.ms": (_parse_int(1), "", "fsync dirty logs this often (default: never)."),
     "log.index.interval.bytes": (_parse_int(0, INT32_MAX), "4096", "Bytes between index entries."),
     "log.preallocate": (_parse_bool, "false", "Zero-fill space ahead of active segments (cheaper fsyncs)."),
+    "log.max.open.files": (_parse_int(16, INT32_MAX), "",
+                           "Segment and index files held open at once, least recently used closed first "
+                           "(default: half the open-file limit, raised to its hard limit at start-up)."),
     "log.cleanup.policy": (_parse_choice("delete", "compact"), "delete", "Default cleanup policy."),
     "log.cleaner.enable": (_parse_bool, "true", "Compact cleanup.policy=compact topics."),
     "log.cleaner.backoff.ms": (_parse_int(1), "15000", "Pause between cleaner passes."),
@@ -516,4 +519,4 @@ MECHANISM_KEYS: dict[str, Callable[[str], Any]] = {"sasl.jaas.config": _parse_st
                                                    "connections.max.reauth.ms": _parse_int(0)}
 
 # Keys whose value must be given as an integer but may be left empty to mean "unset".
-OPTIONAL_KEYS = frozenset({"log.flush.interval.ms", "advertised.listeners"})
+OPTIONAL_KEYS = frozenset({"log.flush.interval.ms", "advertised.listeners", "log.max.open.files"})

@@ -70,6 +70,10 @@ def handle_list_offsets(broker: Broker, req: Any, version: int, now_ms: int) -> 
                 except InvalidBatch as exc:  # a stored batch that cannot be decoded (Kafka: CORRUPT_MESSAGE)
                     entry["error_code"] = exc.error_code
                     found = None
+                except OSError as exc:  # as Fetch: a read the device (or the open-file limit) refused
+                    plog.log_dir.failed(exc, f"read of {topic_req.name}-{p.partition_index}", undone=False)
+                    entry["error_code"] = Error.KAFKA_STORAGE_ERROR
+                    found = None
                 if found is not None and found[0] >= 0 and not (committed and found[0] >= plog.last_stable_offset):
                     entry["offset"], entry["timestamp"] = found
                     entry["leader_epoch"] = plog.epochs.epoch_for_offset(found[0])

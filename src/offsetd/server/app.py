@@ -8,6 +8,7 @@ import gc
 import logging
 import re
 import time
+from dataclasses import fields
 from typing import Any, Callable
 
 from ..broker.admin import (
@@ -30,7 +31,7 @@ from ..broker.offset_for_leader_epoch import handle_offset_for_leader_epoch
 from ..broker.produce import handle_produce
 from ..config import BrokerConfig
 from ..protocol.api_versions import ApiKey, api_keys_body, is_supported
-from ..protocol.codec import decode_body, request_class
+from ..protocol.codec import decode_body, request_class, response_class
 from ..protocol.encoder import encode_response
 from ..protocol.primitives import DecodeError
 from ..protocol.errors import Error
@@ -54,6 +55,7 @@ from .cluster_runtime import (
 from .cleaner_loop import CleanerLoop
 from .coordinator_runtime import ShardRuntime, ShardState
 from .fetch_polls import FetchPolls
+from .open_files import size_open_files
 from .futures import then
 from .consumer_group_api import ConsumerGroupApi
 from .share_group_api import ShareGroupApi
@@ -199,6 +201,23 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _failure_body(api_key: int, version: int, exc: Exception) -> dict[str, Any] | None:
+    """The answer to a handler that failed with an OSError (a file the OS would not open or write),
+    as Kafka answers an unexpected error: UNKNOWN_SERVER_ERROR in the response's top-level error
+    code, with the reason where the response has a message. None (the connection is closed) for
+    other exceptions, and for responses without a top-level error code (their handlers answer
+    storage failures per partition themselves)."""
+    if not isinstance(exc, OSError):
+        return None
+    names = {f.name for f in fields(response_class(api_key, version))}
+    if "error_code" not in names:
+        return None
+    body: dict[str, Any] = {"error_code": Error.UNKNOWN_SERVER_ERROR}
+    if "error_message" in names:
+        body["error_message"] = f"{exc.strerror or exc}"
+    return body
+
+
 class KafkaServer:
     """Owns the listening socket, the connections and the broker; all on one event loop."""
 
@@ -210,6 +229,7 @@ class KafkaServer:
         self.max_request_bytes: int = config.get("socket.request.max.bytes")
         self.runtimes: list[ShardRuntime] = []
         self.cluster: ClusterMember | None = None
+        size_open_files(config)  # before any log is opened
         if config.get("storage.engine") == "local":
             self.broker = Broker(config, clock())
             self._add_runtimes(self._offsets_topic(), owned=True)
@@ -536,9 +556,11 @@ class KafkaServer:
                 body = SHARE_GROUP_HANDLERS[api_key](self.share_group_api, ctx, request)
             else:
                 body = HANDLERS[api_key](self.broker, request, version, self.clock())
-        except Exception:
+        except Exception as exc:
             log.exception("%s v%d handler failed for %s", ApiKey(api_key).name, version, conn.peer)
-            raise CloseConnection("internal error") from None
+            body = _failure_body(api_key, version, exc)
+            if body is None:
+                raise CloseConnection("internal error") from None
         if body is None:
             return None
         if isinstance(body, dict):
@@ -548,7 +570,14 @@ class KafkaServer:
         return self._encode_later(api_key, version, correlation_id, body)
 
     async def _encode_later(self, api_key: int, version: int, correlation_id: int, pending: Any) -> bytes:
-        return encode_response(api_key, version, correlation_id, await pending)
+        try:
+            body = await pending
+        except OSError as exc:
+            log.exception("%s v%d failed", ApiKey(api_key).name, version)
+            body = _failure_body(api_key, version, exc)
+            if body is None:
+                raise
+        return encode_response(api_key, version, correlation_id, body)
 
     def _api_versions(self, view: memoryview, version: int, correlation_id: int) -> bytes:
         """ApiVersions; an unsupported version is answered in v0 layout with UNSUPPORTED_VERSION

@@ -39,6 +39,8 @@ class ClusterTopicRegistry(TopicRegistry):
     for it), and every broker follows it (`sync`, on NOTIFY). Partition logs are
     PostgresPartitionLogs over a local copy in `log.dirs`."""
 
+    marks_clean_shutdown = False  # the local copies are loaded by sync(), never as a clean shutdown
+
     def __init__(self, config: BrokerConfig, store: PostgresStore, serving: Callable[[], bool]) -> None:
         self.store = store
         self.serving = serving

@@ -11,6 +11,10 @@ PartitionLog starts from segments, producer state and transactions it can trust.
   close also writes `offsetd-producer-state.json` (state at the log end offset), which the next
   open uses when it is still consistent with the log, so state survives segment rolls across
   restarts. The file is removed once loaded, so a crash never leaves a stale snapshot behind.
+* After a clean shutdown (the broker says so with `clean`: Kafka's `.kafka_cleanshutdown` marker in
+  the log directory, storage/clean_shutdown.py) nothing is verified: every segment, the active one
+  too, is opened from its durable indexes, and producer state comes from the snapshot alone, so a
+  restart costs a few small reads per partition, however large its active segment.
 * An interrupted cleaner swap is finished (or an uncommitted one cleared) before anything else
   (storage/segment_swap.py), and index files whose `.log` is gone are removed.
 * The leader-epoch history is read from Kafka's `leader-epoch-checkpoint` and cut to the
@@ -39,7 +43,7 @@ from offsetd.storage.segment import (
     Segment,
     segment_file_name,
 )
-from offsetd.storage.segment_swap import recover_interrupted_swap
+from offsetd.storage.segment_swap import CLEANED_SUFFIX, SWAP_MANIFEST_FILE, SWAP_SUFFIX, recover_interrupted_swap
 from offsetd.storage.transactions import PartitionTransactions, ProducerRecovery
 from offsetd.storage.txn_index import TXNINDEX_SUFFIX, index_path
 
@@ -68,6 +72,7 @@ class LoadedLog:
     producers: ProducerStateManager
     transactions: PartitionTransactions
     recovery_point: int | None
+    fresh: bool  # the directory was made here: its entries are not fsynced yet (PartitionLog.flush does)
 
 
 def _parse_base(name: str, suffix: str) -> int | None:
@@ -80,17 +85,26 @@ def _parse_base(name: str, suffix: str) -> int | None:
     return int(stem)
 
 
-def load_log(pdir: Path, config: LogConfig, now_ms: int) -> LoadedLog:
+def load_log(pdir: Path, config: LogConfig, now_ms: int, clean: bool = False,
+             sync_parent: bool = True) -> LoadedLog:
     """Open (or create) the partition directory `pdir` and recover it (see the module docstring).
 
     Torn or CRC-corrupt tails are truncated and logged on "offsetd.storage"; `now_ms` seeds
-    segment ages.
+    segment ages. `clean`: the log was closed cleanly, nothing needs verifying. `sync_parent`:
+    fsync the log directory when `pdir` is new (False: the caller does, once for many, before
+    anything is appended).
     """
-    if not pdir.is_dir():
+    fresh = not pdir.is_dir()
+    if fresh:
         pdir.mkdir(parents=True, exist_ok=True)
-        _fsync_dir(pdir.parent)
-    recover_interrupted_swap(pdir)
+        if sync_parent:
+            _fsync_dir(pdir.parent)
     names = os.listdir(pdir)
+    if any(n.startswith(SWAP_MANIFEST_FILE) or n.endswith(CLEANED_SUFFIX) or n.endswith(SWAP_SUFFIX)
+           for n in names):
+        recover_interrupted_swap(pdir)
+        names = os.listdir(pdir)
+    present = set(names)  # files absent from the listing are not probed (a restart of many logs)
     bases = sorted(b for b in (_parse_base(n, LOG_SUFFIX) for n in names) if b is not None)
     base_set = set(bases)
     for n in names:  # index files whose .log is gone are leftovers of a deletion
@@ -98,13 +112,17 @@ def load_log(pdir: Path, config: LogConfig, now_ms: int) -> LoadedLog:
             b = _parse_base(n, suffix)
             if b is not None and b not in base_set:
                 os.unlink(pdir / n)
-    snapshot = _take_snapshot_file(pdir)
-    recovery_point = _read_recovery_point(pdir)
+    snapshot = _take_snapshot_file(pdir) if PRODUCER_STATE_FILE in present else None
+    recovery_point = _read_recovery_point(pdir) if RECOVERY_POINT_FILE in present else None
 
     segments: list[Segment] = []
-    if not bases:
+    opened = _open_clean(pdir, bases, config, now_ms, snapshot) if clean and bases else None
+    if opened is not None:
+        segments, producers = opened
+    elif not bases:
         segments.append(Segment.create(pdir, 0, config))
-        _fsync_dir(pdir)
+        if not fresh:  # a new directory is fsynced by the log's first flush: until then it holds nothing
+            _fsync_dir(pdir)
         producers = ProducerStateManager()
     else:
         last = len(bases) - 1
@@ -135,8 +153,44 @@ def load_log(pdir: Path, config: LogConfig, now_ms: int) -> LoadedLog:
             seg.seal()
             seg.flush()
         producers = scan.finish(segments)
-    transactions = PartitionTransactions.load(pdir, [s.base_offset for s in segments])
-    return LoadedLog(segments, producers, transactions, recovery_point)
+    with_index = [s.base_offset for s in segments]
+    if opened is not None:  # nothing was rewritten: the listing says which .txnindex files exist
+        with_index = [b for b in with_index if segment_file_name(b, TXNINDEX_SUFFIX) in present]
+    transactions = PartitionTransactions.load(pdir, with_index)
+    return LoadedLog(segments, producers, transactions, recovery_point, fresh)
+
+
+def _open_clean(pdir: Path, bases: list[int], config: LogConfig, now_ms: int,
+                snapshot: tuple[int, dict] | None) -> tuple[list[Segment], ProducerStateManager] | None:
+    """The segments and producer state of a cleanly closed log, opened without verifying a
+    batch; None (the caller recovers as usual) when the active segment's file does not end with
+    a whole batch or the producer snapshot does not end where the log does (the files changed
+    after the shutdown)."""
+    segments = [Segment.open_sealed(pdir, b, config, nb) for b, nb in zip(bases, bases[1:])]
+    active = Segment.open_sealed(pdir, bases[-1], config, None)
+    segments.append(active)
+    end = 0
+    for pos, h in active.iter_headers(active.offset_index.floor_position(active.size)):
+        end = pos + h.size
+    problem = None
+    if active.size and end != active.size:
+        problem = f"its active segment has {active.size - end} bytes after the last whole batch"
+    elif snapshot is not None and snapshot[0] != active.next_offset:
+        problem = f"its producer state is at {snapshot[0]}, its log ends at {active.next_offset}"
+    if problem is not None:
+        log.warning("%s was closed cleanly but %s: verifying it", pdir, problem)
+        for seg in segments:
+            seg.forget_files()
+        return None
+    producers = ProducerStateManager()
+    if snapshot is not None:
+        producers.load_snapshot(snapshot[1])
+    active.sealed = False
+    if active.size:
+        first = active.header_at(0)
+        active.rolling_base_ms = first.max_timestamp if first.max_timestamp >= 0 else now_ms
+        active.bytes_since_index = active.size - active.offset_index.floor_position(active.size)
+    return segments, producers
 
 
 def _take_snapshot_file(pdir: Path) -> tuple[int, dict] | None:

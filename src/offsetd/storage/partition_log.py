@@ -16,7 +16,6 @@ Pure synchronous file I/O; no asyncio, no clock reads (time is always passed in)
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 from pathlib import Path
 
@@ -79,6 +78,10 @@ class PartitionLog:
         self._closed = False
         self._unsynced_sealed: list[Segment] = [s for s in segments[:-1] if s.needs_flush]
         self._recovery_point: int | None = None
+        # A new partition's directory entries (its first segment's files) are fsynced by its first
+        # flush, close or roll, not at creation: a crash before then loses an empty log, which the
+        # next open makes again. Creating 100,000 partitions saves as many fsyncs.
+        self._dir_unsynced = False
         # Bumped whenever segments are removed or replaced (not by rolls): a cleaning prepared
         # against an older layout is discarded instead of committed.
         self._layout_version = 0
@@ -94,7 +97,7 @@ class PartitionLog:
     @classmethod
     def open(
         cls, directory: Path, topic: str, partition: int, config: LogConfig, now_ms: int,
-        log_dir: LogDirectory | None = None,
+        log_dir: LogDirectory | None = None, *, clean: bool = False, sync_parent: bool = True,
     ) -> "PartitionLog":
         """Open (or create) `<directory>/<topic>-<partition>/` and recover it.
 
@@ -102,12 +105,16 @@ class PartitionLog:
         from the recovery point on (the active one, plus one rolled but not yet fsynced) are
         verified; torn or CRC-corrupt tails are truncated and logged on "offsetd.storage";
         missing/corrupt indexes of older segments are rebuilt. `now_ms` seeds segment ages.
+        `clean`: the broker shut down cleanly, nothing is verified (storage/log_loader.py).
+        `sync_parent` False: the caller fsyncs `directory` itself before appending (a new topic's
+        partitions share one fsync).
         """
         pdir = Path(directory) / f"{topic}-{partition}"
-        loaded = load_log(pdir, config, now_ms)
+        loaded = load_log(pdir, config, now_ms, clean, sync_parent)
         segments, producers = loaded.segments, loaded.producers
         plog = cls(pdir, topic, partition, config, segments, producers, log_dir, loaded.transactions)
         plog._recovery_point = loaded.recovery_point
+        plog._dir_unsynced = loaded.fresh
         plog._advance_recovery_point()
         plog.epochs, plog._newest_saved_epoch = read_epoch_checkpoint(pdir, plog.log_start_offset,
                                                                       plog.log_end_offset)
@@ -145,9 +152,11 @@ class PartitionLog:
         self._epochs_unsaved = not write_epoch_checkpoint(self.dir, self.epochs)
 
     def _advance_recovery_point(self) -> None:
-        """Persist the recovery point (oldest unsynced sealed segment, else the active one)."""
+        """Persist the recovery point (oldest unsynced sealed segment, else the active one). No
+        file means "the active segment" to the loader, so a log without one (a new log) writes
+        none until its recovery point falls behind its active segment."""
         rp = self._unsynced_sealed[0].base_offset if self._unsynced_sealed else self._segments[-1].base_offset
-        if rp == self._recovery_point:
+        if rp == self._recovery_point or (self._recovery_point is None and rp == self._segments[-1].base_offset):
             return
         if write_recovery_point(self.dir, rp):
             self._recovery_point = rp
@@ -158,6 +167,7 @@ class PartitionLog:
             return
         for seg in self._segments:
             seg.close()
+        self._sync_dir()
         self._unsynced_sealed.clear()
         self._advance_recovery_point()
         write_producer_snapshot(self.dir, self.log_end_offset, self._producers)
@@ -167,11 +177,7 @@ class PartitionLog:
         """Close and remove the partition directory (DeleteTopics)."""
         if not self._closed:
             for seg in self._segments:
-                if seg.fd >= 0:
-                    os.close(seg.fd)
-                    seg.fd = -1
-                seg.offset_index.delete_file()
-                seg.time_index.delete_file()
+                seg.forget_files()
             self._closed = True
         shutil.rmtree(self.dir, ignore_errors=True)
         _fsync_dir(self.dir.parent)
@@ -373,6 +379,7 @@ class PartitionLog:
         self._segments.append(new)
         self._bases.append(new.base_offset)
         _fsync_dir(self.dir)
+        self._dir_unsynced = False
         self._advance_recovery_point()
         try:
             write_txn_snapshot(self.dir, self.log_end_offset, self._producers)
@@ -385,6 +392,8 @@ class PartitionLog:
         Rolled segments get log + indexes fsynced; the active segment only its log (its index
         files are rebuilt on open, and fsynced on close). Then the recovery point advances.
         """
+        if self._dir_unsynced:
+            self._sync_dir()
         if self._unsynced_sealed:
             for seg in self._unsynced_sealed:
                 seg.flush()
@@ -394,6 +403,12 @@ class PartitionLog:
         if active.dirty:
             active.flush()
         self._unflushed_messages = 0
+
+    def _sync_dir(self) -> None:
+        """fsync the partition directory of a new log once (its segment files' entries)."""
+        if self._dir_unsynced:
+            _fsync_dir(self.dir)
+            self._dir_unsynced = False
 
     # ----------------------------------------------------------------- reads
 
@@ -534,11 +549,7 @@ class PartitionLog:
         new_entries = self._txns.replace(old_bases, list(new_bases), CLEANED_SUFFIX)
         commit_swap(self.dir, old_bases, list(new_bases))
         for seg in old:  # their files are gone (a new segment may reuse a name): close only
-            if seg.fd >= 0:
-                os.close(seg.fd)
-                seg.fd = -1
-            seg.offset_index.close()
-            seg.time_index.close()
+            seg.forget_files()
         nexts = list(new_bases[1:]) + [next_base]
         new = [Segment.open_sealed(self.dir, b, self.config, nb) for b, nb in zip(new_bases, nexts)]
         self._segments[i : i + n] = new

@@ -1,11 +1,12 @@
 """One log segment: `<base>.log` plus its `.index` and `.timeindex`, in Kafka's on-disk format.
 
 The .log file is a plain concatenation of magic-v2 batches whose baseOffset fields hold the
-assigned offsets. It is opened once, written with os.pwritev at the segment's size and read with
-os.pread, so no file position is shared and records are never decoded. The segment tracks its
-size, next offset and largest timestamp in memory; the indexes are updated per batch following
-Kafka's rule (an entry when more than `index_interval_bytes` were appended since the previous
-entry).
+assigned offsets. Its descriptor comes from the process's file pool (storage/file_pool.py), opened
+on demand and possibly closed between calls; it is written with os.pwritev at the segment's size
+and read with os.pread, so no file position is shared and records are never decoded. The segment
+tracks its size, next offset and largest timestamp in memory; the indexes are updated per batch
+following Kafka's rule (an entry when more than `index_interval_bytes` were appended since the
+previous entry).
 
 Durability: `seal` (on roll) does not fsync; the owning PartitionLog fsyncs sealed segments
 later and keeps a recovery point, so after a crash only segments from the recovery point on
@@ -36,6 +37,7 @@ from offsetd.records.batch import (
     BatchHeader,
     parse_header,
 )
+from offsetd.storage.file_pool import PooledFile
 from offsetd.storage.index import OffsetIndex, TimeIndex
 from offsetd.storage.log_config import LogConfig
 
@@ -70,12 +72,6 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
 
 
-def _fdatasync(fd: int) -> None:
-    """fdatasync where available (enough for appended data and file size), else fsync."""
-    sync = getattr(os, "fdatasync", os.fsync)
-    sync(fd)
-
-
 class SegmentMark(NamedTuple):
     """What `Segment.rollback` restores: the in-memory summary and the index lengths."""
 
@@ -99,7 +95,7 @@ class Segment:
         self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
         self.offset_index = OffsetIndex(directory / segment_file_name(base_offset, INDEX_SUFFIX), base_offset)
         self.time_index = TimeIndex(directory / segment_file_name(base_offset, TIMEINDEX_SUFFIX), base_offset)
-        self.fd: int = -1
+        self.file = PooledFile(self.log_path, os.O_RDWR)
         self.size = 0  # bytes of valid batches in the .log
         self.allocated = 0  # bytes in the file: size plus preallocated zeros
         self.next_offset = base_offset  # offset after the last batch (base_offset when empty)
@@ -107,22 +103,26 @@ class Segment:
         self.offset_of_max_timestamp = -1  # last offset of the batch that first reached it
         self.rolling_base_ms: int | None = None  # when the first batch arrived (for segment_ms)
         self.bytes_since_index = 0
-        self.dirty = False  # log bytes written but not fsynced
         self.sealed = False
         self.truncated_bytes = 0  # bytes cut off by recover()
 
-    # ----------------------------------------------------------------- construction
+    @property
+    def dirty(self) -> bool:
+        """True when the .log has bytes (or a length) not yet fsynced."""
+        return self.file.dirty
 
-    def _open_fd(self) -> None:
-        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+    @dirty.setter
+    def dirty(self, value: bool) -> None:
+        self.file.dirty = value
+
+    # ----------------------------------------------------------------- construction
 
     @classmethod
     def create(cls, directory: Path, base_offset: int, config: LogConfig) -> "Segment":
         """Create a new empty active segment (any stale files of that name are emptied)."""
         seg = cls(directory, base_offset, config)
         try:
-            seg._open_fd()
-            os.ftruncate(seg.fd, 0)
+            os.ftruncate(seg.file.fileno(), 0)
             seg.offset_index.rewrite(fsync=False)
             seg.time_index.rewrite(fsync=False)
         except OSError:
@@ -139,8 +139,8 @@ class Segment:
         `next_base` is the following segment's base offset, used to bound index entries.
         """
         seg = cls(directory, base_offset, config)
-        seg._open_fd()
-        seg.size = seg.allocated = os.fstat(seg.fd).st_size
+        seg.file.created = True  # it exists: a stat is enough, the pool opens it when read
+        seg.size = seg.allocated = os.stat(seg.log_path).st_size
         seg.sealed = True
         max_rel = None if next_base is None else next_base - base_offset - 1
         oidx, problem = OffsetIndex.load(seg.offset_index.path, base_offset)
@@ -211,9 +211,8 @@ class Segment:
         indexes, and call on_batch(header) for each valid batch in order. The data is marked
         dirty since it may exist only in the page cache."""
         seg = cls(directory, base_offset, config)
-        seg._open_fd()
-        file_size = os.fstat(seg.fd).st_size
-        fd = seg.fd
+        file = seg.file
+        file_size = os.fstat(file.fileno()).st_size
         buf = b""
         buf_start = 0
         pos = 0
@@ -226,7 +225,7 @@ class Segment:
                 reason = "torn batch header"
                 break
             if pos + BATCH_HEADER_SIZE > buf_start + len(buf):
-                buf = os.pread(fd, max(_SCAN_CHUNK, BATCH_HEADER_SIZE), pos)
+                buf = os.pread(file.fileno(), max(_SCAN_CHUNK, BATCH_HEADER_SIZE), pos)
                 buf_start = pos
                 mv = memoryview(buf)
             h = BatchHeader(*_HEADER_UNPACK_FROM(buf, pos - buf_start))
@@ -247,7 +246,7 @@ class Segment:
                 reason = "batch offset beyond the segment's relative range"
                 break
             if pos + size > buf_start + len(buf):
-                buf = os.pread(fd, max(_SCAN_CHUNK, size), pos)
+                buf = os.pread(file.fileno(), max(_SCAN_CHUNK, size), pos)
                 buf_start = pos
                 mv = memoryview(buf)
             rel = pos - buf_start
@@ -268,8 +267,8 @@ class Segment:
         if reason is not None and seg._zero_from(pos, file_size):
             log.info("recovery of %s: trimming %d preallocated bytes after byte %d", seg.log_path,
                      file_size - pos, pos)
-            os.ftruncate(fd, pos)
-            os.fsync(fd)
+            os.ftruncate(file.fileno(), pos)
+            os.fsync(file.fileno())
         elif reason is not None:
             dropped = seg.truncated_bytes = file_size - pos
             batches = seg._count_batches(pos, file_size)
@@ -288,8 +287,8 @@ class Segment:
                 pos,
                 " (offsets out of order are a bug: please report it)" if out_of_order else "",
             )
-            os.ftruncate(fd, pos)
-            os.fsync(fd)
+            os.ftruncate(file.fileno(), pos)
+            os.fsync(file.fileno())
         seg.offset_index.rewrite(fsync=False)
         seg.time_index.rewrite(fsync=False)
         return seg
@@ -298,7 +297,7 @@ class Segment:
         """True when the file holds only zero bytes in [start, end): preallocated, never written."""
         pos = start
         while pos < end:
-            chunk = os.pread(self.fd, min(len(_ZEROS), end - pos), pos)
+            chunk = os.pread(self.file.fileno(), min(len(_ZEROS), end - pos), pos)
             if not chunk or chunk != _ZEROS[: len(chunk)]:
                 return False
             pos += len(chunk)
@@ -310,7 +309,7 @@ class Segment:
         pos = start
         while pos < end:
             count += 1
-            head = os.pread(self.fd, LOG_OVERHEAD, pos)
+            head = os.pread(self.file.fileno(), LOG_OVERHEAD, pos)
             if len(head) < LOG_OVERHEAD:
                 break
             length = _LENGTH_UNPACK_FROM(head, 8)[0]
@@ -363,8 +362,8 @@ class Segment:
 
     def _cut_log(self) -> None:
         """Cut the .log back to its valid size (dropping any preallocated zeros beyond it)."""
-        if self.fd >= 0:
-            os.ftruncate(self.fd, self.size)
+        if not self.file.closed:
+            os.ftruncate(self.file.fileno(), self.size)
         self.allocated = self.size
 
     def append(
@@ -381,22 +380,23 @@ class Segment:
         it, and the caller undoes it with `rollback` to a `mark` taken before.
         """
         start = self.size
+        fd = self.file.fileno()
         if len(parts) <= _IOV_MAX:
-            written = os.pwritev(self.fd, parts, start)
+            written = os.pwritev(fd, parts, start)
         else:
             written = 0
         if written < total:
             # Short write (or too many iovecs): write the rest the slow way.
             rest = memoryview(b"".join(parts))[written:]
             while rest:
-                n = os.pwrite(self.fd, rest, start + written)
+                n = os.pwrite(fd, rest, start + written)
                 written += n
                 rest = rest[n:]
         if start == 0:
             self.rolling_base_ms = now_ms
         self.size = start + total
         self.allocated = max(self.allocated, self.size)
-        self.dirty = True
+        self.file.dirty = True
         track = self._track
         for rel_pos, h, base in batches:
             track(start + rel_pos, h, base)
@@ -418,8 +418,8 @@ class Segment:
     def _trim(self) -> None:
         """Cut preallocated zeros off the end of the file; the next flush makes that durable (a
         sealed segment's file size is what a restart reads)."""
-        if self.allocated > self.size and self.fd >= 0:
-            os.ftruncate(self.fd, self.size)
+        if self.allocated > self.size and not self.file.closed:
+            os.ftruncate(self.file.fileno(), self.size)
             self.allocated = self.size
             self.dirty = True
 
@@ -433,7 +433,7 @@ class Segment:
         pos = self.allocated
         try:
             while pos < target:
-                pos += os.pwrite(self.fd, _ZEROS[: min(len(_ZEROS), target - pos)], pos)
+                pos += os.pwrite(self.file.fileno(), _ZEROS[: min(len(_ZEROS), target - pos)], pos)
         except OSError as exc:
             # Only an optimisation: on a full disk appends extend the file as they go (and the
             # fdatasync persists the size too), rather than failing a commit that fits.
@@ -456,11 +456,11 @@ class Segment:
         An active preallocating segment first zero-fills ahead if needed (unless `extend` is
         False), so one fdatasync covers both.
         """
-        if self.dirty and self.fd >= 0:
-            if extend and self.config.preallocate and not self.sealed:
+        file = self.file
+        if (file.dirty or file.error is not None) and not file.closed:
+            if extend and self.config.preallocate and not self.sealed and file.error is None:
                 self._preallocate()
-            _fdatasync(self.fd)
-            self.dirty = False
+            file.sync()
         if self.sealed:
             self.offset_index.close()
             self.time_index.close()
@@ -469,8 +469,8 @@ class Segment:
             self.time_index.flush()
 
     def close(self) -> None:
-        """Final time-index entry, flush everything and close the file descriptors."""
-        if self.fd < 0:
+        """Final time-index entry, flush everything and close the files for good."""
+        if self.file.closed:
             return
         if not self.sealed:
             self._final_time_entry()
@@ -478,14 +478,18 @@ class Segment:
         self.flush(indexes=True, extend=False)
         self.offset_index.close()
         self.time_index.close()
-        os.close(self.fd)
-        self.fd = -1
+        self.file.close()
+
+    def forget_files(self) -> None:
+        """Close the three files for good without syncing them (they were swapped away or are
+        about to be removed with their directory)."""
+        self.file.close()
+        self.offset_index.file.close()
+        self.time_index.file.close()
 
     def delete(self) -> None:
         """Close and unlink the segment's three files."""
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self.file.close()
         self.offset_index.delete_file()
         self.time_index.delete_file()
         try:
@@ -497,7 +501,7 @@ class Segment:
 
     def last_modified_ms(self) -> int:
         """The .log file's mtime in ms (retention fallback when batches carry no timestamps)."""
-        return os.fstat(self.fd).st_mtime_ns // 1_000_000
+        return os.stat(self.log_path).st_mtime_ns // 1_000_000
 
     @property
     def largest_timestamp(self) -> int:
@@ -509,15 +513,15 @@ class Segment:
         n = min(n, self.size - pos)
         if n <= 0:
             return b""
-        return os.pread(self.fd, n, pos)
+        return os.pread(self.file.fileno(), n, pos)
 
     def iter_headers(self, start: int = 0, chunk: int = _SCAN_CHUNK) -> Iterator[tuple[int, BatchHeader]]:
         """Yield (position, header) of each batch from `start` using `chunk`-sized preads; no CRC check."""
         pos = start
         end = self.size
-        fd = self.fd
+        file = self.file  # asked for its descriptor per read: the caller may use the pool between yields
         while end - pos >= BATCH_HEADER_SIZE:
-            buf = os.pread(fd, min(chunk, end - pos), pos)
+            buf = os.pread(file.fileno(), min(chunk, end - pos), pos)
             p = 0
             n = len(buf)
             if n < BATCH_HEADER_SIZE:
@@ -537,7 +541,7 @@ class Segment:
         """
         pos = self.offset_index.lookup(offset) if start is None else start
         end = self.size
-        fd = self.fd
+        fd = self.file.fileno()  # no other pool call before this returns
         hop = _HOP_UNPACK_FROM
         while end - pos >= _HOP_SIZE:
             buf = os.pread(fd, min(_HOP_CHUNK, end - pos), pos)
@@ -557,7 +561,7 @@ class Segment:
 
     def header_at(self, pos: int) -> BatchHeader:
         """Parse the batch header stored at `pos`."""
-        return parse_header(os.pread(self.fd, BATCH_HEADER_SIZE, pos))
+        return parse_header(os.pread(self.file.fileno(), BATCH_HEADER_SIZE, pos))
 
     def last_boundary(self, start: int, limit: int) -> int:
         """Largest batch boundary b with start <= b <= limit (`start` must be a boundary).
@@ -567,7 +571,7 @@ class Segment:
         """
         limit = min(limit, self.size)
         pos = max(start, self.offset_index.floor_position(limit))
-        fd = self.fd
+        fd = self.file.fileno()  # no other pool call before this returns
         lengths = _LENGTH_UNPACK_FROM
         while limit - pos >= LOG_OVERHEAD:
             buf = os.pread(fd, min(_HOP_CHUNK, limit - pos), pos)

@@ -39,6 +39,8 @@ TopicIdPartition = tuple[uuid.UUID, int]
 UNKNOWN_TOPIC_ID = 100
 FETCH_MAX_BYTES = 57_671_680  # Kafka's broker fetch.max.bytes default: a ShareFetch's cap
 EXPIRY_SWEEP_S = 0.1
+# Kafka fills CurrentLeader only with NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH, never here.
+_NO_LEADER: Body = {"leader_id": -1, "leader_epoch": -1}
 
 
 class ShareFetchApi:
@@ -64,11 +66,11 @@ class ShareFetchApi:
     # ------------------------------------------------------------------------ requests
 
     def share_fetch(self, ctx: Any, connection: Hashable, req: Any) -> Any:
-        """ShareFetch v1-2: session, piggy-backed acknowledgements, then acquisition (long poll)."""
+        """ShareFetch v1: session, piggy-backed acknowledgements, then acquisition (long poll)."""
         return self._share_fetch(ctx, connection, req)
 
     def share_acknowledge(self, ctx: Any, connection: Hashable, req: Any) -> Any:
-        """ShareAcknowledge v1-2: the session's epoch, then each partition's acknowledgements."""
+        """ShareAcknowledge v1: the session's epoch, then each partition's acknowledgements."""
         return self._share_acknowledge(ctx, req)
 
     def describe_offsets(self, ctx: Any, connection: Hashable, req: Any) -> Body:
@@ -137,7 +139,7 @@ class ShareFetchApi:
                                                batches, getattr(req, "is_renew_ack", False))
                 by_topic.setdefault(topic.topic_id, []).append(
                     {"partition_index": p.partition_index, "error_code": code, "error_message": None,
-                     "current_leader": self._leader()})
+                     "current_leader": _NO_LEADER})
         if answer.closed and answer.session is not None:
             await self._release(answer.session)
         return {"throttle_time": 0, "error_code": 0, "error_message": None,
@@ -246,7 +248,12 @@ class ShareFetchApi:
                 continue
             if left <= 0:
                 continue
-            sp = await self._share_partition(session.group_id, key, plog)
+            try:
+                sp = await self._share_partition(session.group_id, key, plog)
+            except Exception as exc:  # the share coordinator could not read or write its state
+                log.warning("share-partition %s/%s/%d not opened: %s", session.group_id, key[0], key[1], exc)
+                entry["error_code"] = Error.UNKNOWN_SERVER_ERROR
+                continue
             sp.lock_duration_ms = self._lock_duration(session.group_id)  # read at use, as Kafka does
             offset = sp.next_fetch_offset()
             committed = self._read_committed(session.group_id)
@@ -286,7 +293,11 @@ class ShareFetchApi:
         error, plog = self._partition_log(ctx, key)
         if error:
             return error
-        sp = await self._share_partition(group, key, plog)
+        try:
+            sp = await self._share_partition(group, key, plog)
+        except Exception as exc:  # the share coordinator could not read or write its state
+            log.warning("share-partition %s/%s/%d not opened: %s", group, key[0], key[1], exc)
+            return Error.UNKNOWN_SERVER_ERROR
         error, changed = sp.acknowledge(member, batches, self.clock())
         if error:
             return error
@@ -366,13 +377,9 @@ class ShareFetchApi:
 
     # ------------------------------------------------------------------------ bodies
 
-    def _leader(self) -> Body:
-        return {"leader_id": self.broker.node_id, "leader_epoch": 0}
-
     def _fetch_body(self, group: str, entries: dict[TopicIdPartition, Body]) -> Body:
         by_topic: dict[uuid.UUID, list[Body]] = {}
         for (tid, _), entry in entries.items():
-            entry["current_leader"] = self._leader()
             by_topic.setdefault(tid, []).append(entry)
         return {"throttle_time": 0, "error_code": 0, "error_message": None,
                 "acquisition_lock_timeout": self._lock_duration(group),
@@ -402,7 +409,7 @@ def _entry(partition: int, acknowledge_error: int = NONE) -> Body:
     """A ShareFetch partition entry: no error, empty records (never null in v1+), nothing acquired."""
     return {"partition_index": partition, "error_code": NONE, "error_message": None,
             "acknowledge_error_code": acknowledge_error, "acknowledge_error_message": None,
-            "current_leader": {"leader_id": -1, "leader_epoch": -1}, "records": b"", "acquired_records": []}
+            "current_leader": _NO_LEADER, "records": b"", "acquired_records": []}
 
 
 def _fetch_failure(code: int, message: str | None = None) -> Body:

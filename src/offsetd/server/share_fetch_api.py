@@ -282,9 +282,12 @@ class ShareFetchApi:
         """Write what changed. On a failure the window is dropped, to be read again from what the
         coordinator holds (acquisitions come back AVAILABLE, as after a leader change), and the
         error is Kafka's mapping of persister errors: fenced -> NOT_LEADER_OR_FOLLOWER, anything
-        else -> UNKNOWN_SERVER_ERROR."""
+        else -> UNKNOWN_SERVER_ERROR. A window dropped while this was under way (an admin changed
+        the group's state) writes nothing and is answered as fenced."""
         if not changed:
             return NONE
+        if self.partitions.get(sp_key) is not sp:
+            return Error.NOT_LEADER_OR_FOLLOWER
         self._wake()
         try:
             error = await self.persister.write(sp_key, self._state_epochs.get(sp_key, 0),

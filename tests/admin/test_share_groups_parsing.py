@@ -1,12 +1,20 @@
 """Unit tests of `offsetd share-groups`: option validation (every bad input is one line on
-stderr and exit 2, before any connection: nothing listens at the bootstrap address below) and the
-shaping of its tables and JSON from what the cluster answered (a fake client)."""
+stderr and exit 2, before any connection: nothing listens at the bootstrap address below), the
+shaping of its tables and JSON from what the cluster answered (a fake client), and its requests'
+bytes against kio's codecs (an independent implementation of the same schemas)."""
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
+from kio.schema.alter_share_group_offsets.v0 import request as kio_alter
+from kio.schema.delete_share_group_offsets.v0 import request as kio_delete
+from kio.schema.describe_share_group_offsets.v1 import request as kio_describe
+from kio.schema.share_group_describe.v1 import request as kio_share_describe
+from kio.serial import entity_writer
+from kio.static.primitive import i32, i64
 
 from offsetd.admin.model import TP
 from offsetd.admin.output import Output
@@ -14,7 +22,10 @@ from offsetd.admin.share_groups_actions import (
     assignment_string, parse_share_states, run_delete, run_delete_offsets, run_describe, run_list,
 )
 from offsetd.admin.share_groups_cli import main
-from offsetd.admin.share_groups_client import ShareGroupDescription, ShareMember, ShareOffset, error_string
+from offsetd.admin.share_groups_client import (
+    AlterShareGroupOffsetsRequest, DeleteShareGroupOffsetsRequest, DescribeShareGroupOffsetsRequest,
+    ShareGroupDescribeRequest, ShareGroupDescription, ShareMember, ShareOffset, error_string,
+)
 from offsetd.admin.errors import UsageError
 
 NOWHERE = "127.0.0.1:1"
@@ -157,3 +168,34 @@ def test_delete_and_delete_offsets_report_each_result(capsys) -> None:
     assert run_delete_offsets(FakeClient(), "e", ["orders", "gone"], Output()) == 1
     assert lines(capsys.readouterr().out) == [["TOPIC", "STATUS"], ["gone", "Error:", "UNKNOWN_TOPIC_OR_PARTITION:",
                                                                      "x"], ["orders", "Successful"]]
+
+
+def _kio_bytes(entity_type: type, entity: object) -> bytes:
+    buffer = io.BytesIO()
+    entity_writer(entity_type)(buffer, entity)
+    return buffer.getvalue()
+
+
+def test_request_bytes_are_the_wire_format() -> None:
+    """The tool's kafka-python messages (schema files beside it) encode as kio's codecs do."""
+    alter_type = AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestTopic
+    ours = AlterShareGroupOffsetsRequest(group_id="q", topics=[alter_type(topic_name="t", partitions=[
+        alter_type.AlterShareGroupOffsetsRequestPartition(partition_index=1, start_offset=42)])]).encode(version=0)
+    theirs = _kio_bytes(kio_alter.AlterShareGroupOffsetsRequest, kio_alter.AlterShareGroupOffsetsRequest(
+        group_id="q", topics=(kio_alter.AlterShareGroupOffsetsRequestTopic(topic_name="t", partitions=(
+            kio_alter.AlterShareGroupOffsetsRequestPartition(partition_index=i32(1), start_offset=i64(42)),)),)))
+    assert ours == theirs
+    delete_type = DeleteShareGroupOffsetsRequest.DeleteShareGroupOffsetsRequestTopic
+    ours = DeleteShareGroupOffsetsRequest(group_id="q", topics=[delete_type(topic_name="t")]).encode(version=0)
+    theirs = _kio_bytes(kio_delete.DeleteShareGroupOffsetsRequest, kio_delete.DeleteShareGroupOffsetsRequest(
+        group_id="q", topics=(kio_delete.DeleteShareGroupOffsetsRequestTopic(topic_name="t"),)))
+    assert ours == theirs
+    group_type = DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup
+    ours = DescribeShareGroupOffsetsRequest(groups=[group_type(group_id="q", topics=None)]).encode(version=1)
+    theirs = _kio_bytes(kio_describe.DescribeShareGroupOffsetsRequest, kio_describe.DescribeShareGroupOffsetsRequest(
+        groups=(kio_describe.DescribeShareGroupOffsetsRequestGroup(group_id="q", topics=None),)))
+    assert ours == theirs
+    ours = ShareGroupDescribeRequest(group_ids=["q"], include_authorized_operations=False).encode(version=1)
+    theirs = _kio_bytes(kio_share_describe.ShareGroupDescribeRequest, kio_share_describe.ShareGroupDescribeRequest(
+        group_ids=("q",), include_authorized_operations=False))
+    assert ours == theirs

@@ -138,6 +138,10 @@ def test_reset_delete_offsets_and_delete_once_the_group_is_empty(capsys, active)
     code, out, _ = run(capsys, bootstrap, "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest",
                        "--dry-run")
     assert code == 0 and rows(out) == [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], [group, topic, "0", "0"]]
+    for scenario in (("--to-latest",), ("--to-datetime", "2999-01-01T00:00:00.000")):  # none that late: the end
+        code, out, _ = run(capsys, bootstrap, "--reset-offsets", "--group", group, "--topic", f"{topic}:0",
+                           *scenario, "--dry-run", "--output", "json")
+        assert code == 0 and '"new_offset": 10' in out
     _, out, _ = run(capsys, bootstrap, "--describe", "--group", group)
     assert [group, topic, "0", "10", "0"] in rows(out)  # a dry run changes nothing
     code, out, _ = run(capsys, bootstrap, "--reset-offsets", "--group", group, "--all-topics", "--to-earliest",

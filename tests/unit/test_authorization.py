@@ -67,6 +67,8 @@ REFERENCE: dict[int, list[tuple[Res, Op, int]]] = {
     ApiKey.SHARE_FETCH: [(G, Op.READ, 30), (T, Op.READ, 29)],
     ApiKey.SHARE_ACKNOWLEDGE: [(G, Op.READ, 30), (T, Op.READ, 29)],
     ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: [(G, Op.DESCRIBE, 30)],
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: [(G, Op.READ, 30), (T, Op.READ, 29)],
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: [(G, Op.DELETE, 30), (T, Op.READ, 29)],
     ApiKey.TXN_OFFSET_COMMIT: [(X, Op.WRITE, 53), (G, Op.READ, 30), (T, Op.READ, 29)],
     ApiKey.ADD_PARTITIONS_TO_TXN: [(X, Op.WRITE, 53), (T, Op.WRITE, 29)],
     ApiKey.ADD_OFFSETS_TO_TXN: [(X, Op.WRITE, 53), (G, Op.READ, 30)],

@@ -106,3 +106,14 @@ def test_delete_writes_a_tombstone_of_the_snapshot_key_and_forgets() -> None:
 def test_combine_lays_changes_over_the_state_and_cuts_at_the_start_offset(
         current: tuple, changes: tuple, start: int, expected: tuple) -> None:
     assert combine(current, changes, start) == expected
+
+
+def test_initialize_at_a_known_offset_counts_delivery_complete_from_zero() -> None:
+    """The lag of an altered start offset is known at once; an unknown one (-1) stays unknown."""
+    log = Log()
+    log.apply(log.shard.initialize(SP, state_epoch=0, start_offset=-1, now_ms=1))
+    assert log.shard.states[SP].delivery_complete_count == -1
+    log.apply(log.shard.initialize(SP, state_epoch=2, start_offset=40, now_ms=2))
+    state = log.shard.states[SP]
+    assert (state.state_epoch, state.start_offset, state.delivery_complete_count, state.snapshot_epoch) == (2, 40, 0, 1)
+    assert log.apply(log.shard.write(SP, 0, 0, -1, (), now_ms=3)) == FENCED_STATE_EPOCH  # an older window's write

@@ -21,7 +21,7 @@ from offsetd.coordinator.share_group_ops import (
 )
 from offsetd.coordinator.shard import GroupCoordinatorShard
 from offsetd.records.offsets import encode_key, encode_value
-from offsetd.records.share_group_records import ShareGroupMetadataKey, decode_key, decode_value
+from offsetd.records.share_group_records import ShareGroupMetadataKey, TopicPartitionsInfo, decode_key, decode_value
 
 NONE, UNKNOWN_MEMBER_ID, INVALID_REQUEST, GROUP_ID_NOT_FOUND = 0, 25, 42, 69
 GROUP_MAX_SIZE_REACHED, FENCED_MEMBER_EPOCH, INCONSISTENT_GROUP_PROTOCOL = 81, 110, 23
@@ -246,3 +246,30 @@ def test_shard_keeps_group_kinds_apart() -> None:
     assert shard.delete_offsets("t", "q", [("foo", [0])]).completions[0][1]["error_code"] == GROUP_ID_NOT_FOUND
     delete = shard.delete_groups("t", ["q"])
     assert delete.completions[0][1] == {"q": 68}  # NON_EMPTY_GROUP
+
+
+def _change(h: Harness, group: str, altered: dict | None = None, deleted: frozenset = frozenset(),
+            create: bool = True) -> tuple[int, int]:
+    result = h.ops.change_offsets("t", group, altered or {}, deleted, create)
+    h.log.extend(result.records)
+    [(_, answer)] = result.completions
+    return answer
+
+
+def test_offsets_admin_creates_an_empty_group_and_refuses_a_group_with_members() -> None:
+    """Alter/DeleteShareGroupOffsets' group side: an alter creates a missing group and bumps its
+    epoch, record 15 follows the altered and deleted topics; members make it NON_EMPTY_GROUP."""
+    h = Harness()
+    assert _change(h, "new", create=False) == (GROUP_ID_NOT_FOUND, 0)
+    assert _change(h, "new", {FOO: TopicPartitionsInfo(FOO, "foo", (0, 2))}) == (NONE, 1)
+    group = h.ops.groups["new"]
+    assert (group.group_epoch, group.members) == (1, {})
+    assert [t.partitions for t in group.state_metadata.initialized_topics] == [(0, 2)]
+    assert _change(h, "new", {FOO: TopicPartitionsInfo(FOO, "foo", (1,))}) == (NONE, 2)
+    assert [t.partitions for t in h.ops.groups["new"].state_metadata.initialized_topics] == [(0, 1, 2)]
+    assert _change(h, "new", deleted=frozenset({FOO}), create=False) == (NONE, 2)
+    assert h.ops.groups["new"].state_metadata.initialized_topics == ()
+    assert h.replayed().groups["new"].group_epoch == 2
+    h.join()
+    assert _change(h, "g") == (68, 0)
+    assert _change(h, "g", create=False) == (68, 0)

@@ -25,6 +25,7 @@ from ..records.control import CONTROL_ABORT, CONTROL_COMMIT, parse_marker
 from ..records.group_metadata_value import GroupMetadataValue, decode_group_metadata_value
 from ..records.offset_commit_value import OffsetCommitValue
 from ..records.offsets import GroupMetadataKey, OffsetCommitKey, decode_key, encode_key, encode_value
+from ..records.share_group_records import TopicPartitionsInfo
 from .classic_group_ops import ClassicGroupOperations, JoinRequest, join_error
 from .classic_member_ops import ClassicMemberOperations
 from .config import GroupCoordinatorConfig
@@ -329,6 +330,16 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
             return CoordinatorResult(replay=False).respond(token, ShareGroupHeartbeatResponse(
                 error_code=GROUP_ID_NOT_FOUND, error_message=f"Group {req.group_id} is not a share group."))
         return self.share.share_group_heartbeat(token, req, now, topics)
+
+    def change_share_group_offsets(self, token: Hashable, group_id: str,
+                                   altered: dict[uuid.UUID, TopicPartitionsInfo], deleted: frozenset[uuid.UUID],
+                                   create: bool) -> CoordinatorResult:
+        """Alter/DeleteShareGroupOffsets' group side (share_group_ops.py); a group id a classic or
+        consumer group holds answers GROUP_ID_NOT_FOUND."""
+        classic = self.groups.get(group_id)
+        if group_id in self.consumer.groups or (classic is not None and classic.state is not S.DEAD):
+            return CoordinatorResult(replay=False).respond(token, (GROUP_ID_NOT_FOUND, 0))
+        return self.share.change_offsets(token, group_id, altered, deleted, create)
 
     def describe_share_group(self, group_id: str, topic_name: Callable[[uuid.UUID], str]) -> dict[str, Any]:
         """ShareGroupDescribe entry: GROUP_ID_NOT_FOUND for a missing group or one of another kind."""

@@ -33,8 +33,8 @@ from ..records.share_group_records import (
 from .config import ShareGroupConfig
 from .consumer_group import topic_partitions_of
 from .consumer_group_ops import TopicsImage
-from .errors import FENCED_MEMBER_EPOCH, GROUP_ID_NOT_FOUND, GROUP_MAX_SIZE_REACHED, INVALID_REQUEST, NONE, \
-    UNKNOWN_MEMBER_ID
+from .errors import FENCED_MEMBER_EPOCH, GROUP_ID_NOT_FOUND, GROUP_MAX_SIZE_REACHED, INVALID_REQUEST, \
+    NON_EMPTY_GROUP, NONE, UNKNOWN_MEMBER_ID
 from .result import CoordinatorResult
 from .share_assignor import simple_assign
 from .share_group import (
@@ -300,6 +300,38 @@ class ShareGroupOperations:
         return [] if value == old else [state_metadata_record(group.group_id, value)]
 
     # ========================================================================== admin
+
+    def change_offsets(self, token: Hashable, group_id: str, altered: dict[uuid.UUID, TopicPartitionsInfo],
+                       deleted: frozenset[uuid.UUID], create: bool) -> CoordinatorResult:
+        """The group's side of AlterShareGroupOffsets (`create`, `altered`) and
+        DeleteShareGroupOffsets (`deleted`), answering (error code, group epoch): only an empty
+        group (NON_EMPTY_GROUP); a missing one is created by an alter, GROUP_ID_NOT_FOUND for a
+        delete. An alter bumps the group epoch (record 11), the state epoch the share coordinator
+        is initialized with, as Kafka does; record 15 lists the altered topics as initialized and
+        drops the deleted ones."""
+        group = self.groups.get(group_id)
+        if group is None and not create:
+            return CoordinatorResult(replay=False).respond(token, (GROUP_ID_NOT_FOUND, 0))
+        if group is not None and group.members:
+            return CoordinatorResult(replay=False).respond(token, (NON_EMPTY_GROUP, 0))
+        group = group or ShareGroup(group_id)
+        records: list[ShareGroupRecord] = []
+        epoch = group.group_epoch
+        if create:
+            epoch += 1
+            records.append(metadata_record(group_id, epoch, group.metadata_hash))
+        old = group.state_metadata
+        initialized = {t.topic_id: t for t in old.initialized_topics if t.topic_id not in deleted}
+        for topic_id, info in altered.items():
+            before = initialized.get(topic_id)
+            partitions = set(info.partitions) | set(before.partitions if before is not None else ())
+            initialized[topic_id] = TopicPartitionsInfo(topic_id, info.topic_name, tuple(sorted(partitions)))
+        value = ShareGroupStatePartitionMetadataValue(
+            old.initializing_topics, tuple(initialized[t] for t in sorted(initialized)), old.deleting_topics)
+        if value != old:
+            records.append(state_metadata_record(group_id, value))
+        return self._write(records).respond(token, (NONE, epoch))
+
 
     def describe(self, group_id: str, topic_name: Callable[[uuid.UUID], str]) -> dict[str, Any] | None:
         """ShareGroupDescribe's entry for a share group (None: not a share group here)."""

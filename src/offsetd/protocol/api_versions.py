@@ -61,6 +61,8 @@ class ApiKey(IntEnum):
     SHARE_FETCH = 78
     SHARE_ACKNOWLEDGE = 79
     DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
 
 
 # Highest versions we implement the semantics of. Produce v13 / Fetch v17+ / Metadata v13 change
@@ -128,6 +130,8 @@ SERVED_MAX: dict[ApiKey, int] = {
     ApiKey.SHARE_FETCH: 1,
     ApiKey.SHARE_ACKNOWLEDGE: 1,
     ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: 1,
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: 0,
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: 0,
 }
 
 

@@ -117,6 +117,12 @@ API_CHECKS: dict[int, tuple[Check, ...]] = {
         _c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.TOP),
         _c(Res.TOPIC, Op.READ, _TOPIC_DENIED, Where.PARTITION)),
     ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (_c(Res.GROUP, Op.DESCRIBE, _GROUP_DENIED, Where.GROUP),),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: (
+        _c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.TOP),
+        _c(Res.TOPIC, Op.READ, _TOPIC_DENIED, Where.PARTITION)),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: (
+        _c(Res.GROUP, Op.DELETE, _GROUP_DENIED, Where.TOP),
+        _c(Res.TOPIC, Op.READ, _TOPIC_DENIED, Where.RESOURCE)),
     ApiKey.TXN_OFFSET_COMMIT: (
         _c(Res.TRANSACTIONAL_ID, Op.WRITE, _TXN_DENIED, Where.ALL_PARTITIONS),
         _c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.ALL_PARTITIONS),

@@ -66,6 +66,8 @@ from . import sasl_wire
 from .sasl_wire import SASL_VERSIONS, SaslSession
 from .peer_client import PeerClient
 from .share_fetch_api import ShareFetchApi
+from .share_group_offsets import ShareGroupOffsetsApi
+from .share_handlers import SHARE_GROUP_HANDLERS, SHARE_HANDLERS, SHARE_OFFSETS_HANDLERS
 from .share_state import ShareStatePersister
 from .transaction_api import TRANSACTION_STATE_TOPIC, TransactionApi, state_topic_configs
 from .transaction_markers import MarkerWriter
@@ -118,20 +120,6 @@ GROUP_HANDLERS: dict[int, Callable[[GroupApi, RequestContext, Any], Any]] = {
 CONSUMER_GROUP_HANDLERS: dict[int, Callable[[ConsumerGroupApi, RequestContext, Any], Any]] = {
     ApiKey.CONSUMER_GROUP_HEARTBEAT: ConsumerGroupApi.heartbeat,
     ApiKey.CONSUMER_GROUP_DESCRIBE: ConsumerGroupApi.describe,
-}
-
-# KIP-932 share-group APIs: ShareGroupApi methods, answering later like GroupApi's.
-SHARE_GROUP_HANDLERS: dict[int, Callable[[ShareGroupApi, RequestContext, Any], Any]] = {
-    ApiKey.SHARE_GROUP_HEARTBEAT: ShareGroupApi.heartbeat,
-    ApiKey.SHARE_GROUP_DESCRIBE: ShareGroupApi.describe,
-}
-
-# KIP-932 share groups, the partition leader's side: ShareFetchApi methods, given the connection
-# (a share session closes with it).
-SHARE_HANDLERS: dict[int, Callable[[ShareFetchApi, RequestContext, Any, Any], Any]] = {
-    ApiKey.SHARE_FETCH: ShareFetchApi.share_fetch,
-    ApiKey.SHARE_ACKNOWLEDGE: ShareFetchApi.share_acknowledge,
-    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: ShareFetchApi.describe_offsets,
 }
 
 # Transaction coordinator APIs (FindCoordinator too: it routes group keys to GroupApi).
@@ -228,6 +216,8 @@ class KafkaServer:
             snapshot_update_records=config.get("share.coordinator.snapshot.update.records.per.snapshot"))
         self.share_api = ShareFetchApi(self.broker, self.share_state, clock, share_group_config(config),
                                        local=self.txn_api.local)
+        self.share_offsets_api = ShareGroupOffsetsApi(self.broker, self.share_state, self.group_api, self.share_api)
+        self.group_api.on_groups_deleted = self.share_offsets_api.groups_deleted  # their share state goes too
         if self.txn_api.local:
             self.txn_api.open_existing()
             self.share_state.open_existing()
@@ -519,6 +509,8 @@ class KafkaServer:
                 body = SHARE_HANDLERS[api_key](self.share_api, ctx, conn, request)
             elif api_key in SHARE_GROUP_HANDLERS:
                 body = SHARE_GROUP_HANDLERS[api_key](self.share_group_api, ctx, request)
+            elif api_key in SHARE_OFFSETS_HANDLERS:
+                body = SHARE_OFFSETS_HANDLERS[api_key](self.share_offsets_api, ctx, request)
             else:
                 body = HANDLERS[api_key](self.broker, request, version, self.clock())
         except Exception as exc:

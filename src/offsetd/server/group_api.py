@@ -78,6 +78,9 @@ class GroupApi:
         # the broker's topics as the consumer groups see them (a classic member of a consumer
         # group subscribes with JoinGroup); set by the server to ConsumerGroupApi.topics_image
         self.topics_image: Callable[[], TopicsImage] = TopicsImage
+        # DeleteGroups removed these groups: the share state they had goes too (set by the
+        # server to ShareGroupOffsetsApi.groups_deleted); None: nothing else to delete
+        self.on_groups_deleted: Callable[[list[str]], Awaitable[None]] | None = None
 
     def runtime_for(self, group_id: str) -> ShardRuntime:
         return self.runtimes[partition_for(group_id, len(self.runtimes))]
@@ -487,6 +490,8 @@ class GroupApi:
                     errors.update(await token)
                 except CoordinatorWriteError as exc:  # that shard's tombstones were not written
                     errors.update(dict.fromkeys(group_ids, exc.error_code))
+            if self.on_groups_deleted is not None:
+                await self.on_groups_deleted([g for g in wanted if errors[g] == Error.NONE])
             return {"results": [{"group_id": g, "error_code": errors[g]} for g in wanted]}
 
         return wait()

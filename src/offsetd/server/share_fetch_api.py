@@ -28,7 +28,6 @@ from ..records.batch import BatchHeader, iter_batches
 from ..security.authorization import Op, Res, access
 from ..share.shard import FENCED_LEADER_EPOCH, FENCED_STATE_EPOCH, SharePartitionKey
 from ..storage.log_read import OffsetOutOfRange
-from .share_group_offsets import describe_share_group_offsets
 from .share_state import ShareStatePersister
 
 log = logging.getLogger("offsetd.share")
@@ -59,6 +58,7 @@ class ShareFetchApi:
         self.sessions = ShareSessionCache(self.settings.max_share_sessions)
         self.partitions: dict[SharePartitionKey, SharePartition] = {}
         self._leader_epochs: dict[SharePartitionKey, int] = {}  # the epoch each window was read at
+        self._state_epochs: dict[SharePartitionKey, int] = {}  # the state epoch each window was read at
         self._opening: dict[SharePartitionKey, asyncio.Future[SharePartition]] = {}
         self._waiters: set[asyncio.Future[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
@@ -72,14 +72,6 @@ class ShareFetchApi:
     def share_acknowledge(self, ctx: Any, connection: Hashable, req: Any) -> Any:
         """ShareAcknowledge v1: the session's epoch, then each partition's acknowledgements."""
         return self._share_acknowledge(ctx, req)
-
-    def describe_offsets(self, ctx: Any, connection: Hashable, req: Any) -> Body:
-        """DescribeShareGroupOffsets v0-1 (server/share_group_offsets.py)."""
-        if self.refusal:
-            return {"throttle_time": 0, "groups": [{"group_id": g.group_id, "topics": (), "error_code":
-                                                    Error.UNSUPPORTED_VERSION, "error_message": self.refusal}
-                                                   for g in req.groups]}
-        return describe_share_group_offsets(self.broker, self.persister, ctx, req)
 
     async def _share_fetch(self, ctx: Any, connection: Hashable, req: Any) -> Body:
         if self.refusal:
@@ -196,6 +188,7 @@ class ShareFetchApi:
                 sp.move_log_start(plog.log_start_offset)
             self.partitions[sp_key] = sp
             self._leader_epochs[sp_key] = leader_epoch
+            self._state_epochs[sp_key] = state.state_epoch
             opening.set_result(sp)
             self._start_sweeper()
             return sp
@@ -307,22 +300,38 @@ class ShareFetchApi:
         """Write what changed. On a failure the window is dropped, to be read again from what the
         coordinator holds (acquisitions come back AVAILABLE, as after a leader change), and the
         error is Kafka's mapping of persister errors: fenced -> NOT_LEADER_OR_FOLLOWER, anything
-        else -> UNKNOWN_SERVER_ERROR."""
+        else -> UNKNOWN_SERVER_ERROR. A window dropped while this was under way (an admin changed
+        the group's state) writes nothing and is answered as fenced."""
         if not changed:
             return NONE
+        if self.partitions.get(sp_key) is not sp:
+            return Error.NOT_LEADER_OR_FOLLOWER
         self._wake()
         try:
-            error = await self.persister.write(sp_key, 0, self._leader_epochs.get(sp_key, 0), sp.start_offset,
+            error = await self.persister.write(sp_key, self._state_epochs.get(sp_key, 0),
+                                               self._leader_epochs.get(sp_key, 0), sp.start_offset,
                                                changed, sp.delivery_complete_count())
         except Exception as exc:
             log.warning("share state of %s/%s/%d not written: %s", sp_key[0], sp_key[1], sp_key[2], exc)
             error = Error.UNKNOWN_SERVER_ERROR
         if error:
-            self.partitions.pop(sp_key, None)
-            self._leader_epochs.pop(sp_key, None)
+            self._drop(sp_key)
             return Error.NOT_LEADER_OR_FOLLOWER if error in (FENCED_LEADER_EPOCH, FENCED_STATE_EPOCH) \
                 else Error.UNKNOWN_SERVER_ERROR
         return NONE
+
+    def _drop(self, sp_key: SharePartitionKey) -> None:
+        """Forget a window: the next use reads it again from the share coordinator."""
+        self.partitions.pop(sp_key, None)
+        self._leader_epochs.pop(sp_key, None)
+        self._state_epochs.pop(sp_key, None)
+
+    def forget_group(self, group_id: str) -> None:
+        """Drop every window of a group whose state an admin changed (AlterShareGroupOffsets
+        starts a new state epoch, DeleteShareGroupOffsets and DeleteGroups delete it): the next
+        fetch reads what the share coordinator holds now."""
+        for sp_key in [k for k in self.partitions if k[0] == group_id]:
+            self._drop(sp_key)
 
     async def _release(self, session: ShareSession) -> None:
         """A closed session gives back everything its member holds here."""

@@ -118,6 +118,15 @@ class ShareStatePersister:
         await runtime.apply(records)
         return error, state
 
+    async def delete(self, sp: SharePartitionKey) -> int:
+        """DeleteShareGroupState: a tombstone, so the next read finds the share-partition new."""
+        if not self.runtimes:
+            return 0
+        runtime = self._runtime(sp)
+        error, records = runtime.shard.delete(sp)
+        await runtime.apply(records)
+        return error
+
     def states_of(self, group_id: str) -> dict[SharePartitionKey, SharePartitionState]:
         """Every share-partition of a group the coordinator holds state for."""
         return {key: state for runtime in self.runtimes for key, state in runtime.shard.states.items()

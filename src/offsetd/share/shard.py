@@ -93,12 +93,14 @@ class ShareCoordinatorShard:
     def initialize(self, sp: SharePartitionKey, state_epoch: int, start_offset: int, now_ms: int
                    ) -> tuple[int, list[Record]]:
         """InitializeShareGroupState: a fresh snapshot at `start_offset` (-1: the leader applies
-        share.auto.offset.reset when it first reads it)."""
+        share.auto.offset.reset when it first reads it). A known start offset starts the count of
+        records done past it at 0, so the lag is known at once (-1 otherwise), as Kafka does."""
         state = self.states.get(sp)
         if state is not None and state_epoch < state.state_epoch:
             return FENCED_STATE_EPOCH, []
         snapshot = ShareSnapshotValue(0 if state is None else state.snapshot_epoch + 1, state_epoch,
-                                      -1 if state is None else state.leader_epoch, start_offset, now_ms, now_ms, ())
+                                      -1 if state is None else state.leader_epoch, start_offset, now_ms, now_ms, (),
+                                      0 if start_offset >= 0 else -1)
         return NONE, [self._record(SHARE_SNAPSHOT, sp, snapshot)]
 
     def read(self, sp: SharePartitionKey, leader_epoch: int) -> tuple[int, SharePartitionState | None, list[Record]]:

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from confluent_kafka import AcknowledgeType, KafkaException, Producer, ShareConsumer
+from confluent_kafka.admin import (
+    AclOperation, AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType,
+)
 
 from clients import create_topic
 from group_helpers import unique
+from integration.acl_helpers import GROUP, TOPIC, binding, conf, grant, secured_overrides
 
 # Short locks so a test sees one run out: the broker's lower bound is the minimum it allows.
 BROKER = {"group.share.min.record.lock.duration.ms": "1000", "group.share.record.lock.duration.ms": "1000",
@@ -108,3 +111,43 @@ def test_a_record_whose_lock_runs_out_goes_to_another_consumer(broker_factory) -
     finally:
         other.close()
         holder.close()
+
+
+def test_share_groups_under_sasl_and_acls(broker_factory) -> None:
+    """SASL_PLAINTEXT with ACLs: alice reads with READ on the group and the topic (DESCRIBE for the
+    heartbeat); bob, without READ on the group, is refused and reads nothing."""
+    broker = broker_factory(secured_overrides(**BROKER))
+    topic, group = unique("sc-acl"), unique("q")
+    admin = AdminClient(conf(broker.bootstrap, "admin"))
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(15)
+    producer = Producer(conf(broker.bootstrap, "admin", **{"linger.ms": 5}))
+    for i in range(5):
+        producer.produce(topic, f"s{i}".encode(), partition=0)
+    assert producer.flush(15) == 0
+    grant(broker.bootstrap, binding("alice", GROUP, group, AclOperation.READ),
+          binding("alice", TOPIC, topic, AclOperation.READ), binding("alice", TOPIC, topic, AclOperation.DESCRIBE),
+          binding("bob", TOPIC, topic, AclOperation.READ), binding("bob", TOPIC, topic, AclOperation.DESCRIBE))
+    alice = ShareConsumer(conf(broker.bootstrap, "alice", **{"group.id": group}))
+    alice.subscribe([topic])
+    bob = ShareConsumer(conf(broker.bootstrap, "bob", **{"group.id": group}))
+    bob.subscribe([topic])
+    try:
+        seen = poll_until([alice], lambda s: len(s) == 5)
+        assert sorted(m.value() for _, m in seen) == [f"s{i}".encode() for i in range(5)]
+        refused = None
+        deadline = time.monotonic() + 20
+        while refused is None:
+            assert time.monotonic() < deadline, "bob was never refused"
+            try:
+                for msg in bob.poll(0.5):
+                    assert msg.error() is not None, f"bob read {msg.value()!r}"
+                    refused = msg.error()
+            except KafkaException as exc:
+                refused = exc.args[0]
+        assert "authoriz" in str(refused).lower()
+    finally:
+        alice.close()
+        bob.close()

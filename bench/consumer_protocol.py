@@ -27,9 +27,8 @@ only and the classic column is offsetd's too. ``bench/run.py --workloads kip848`
   ConsumerGroupDescribe that answers every probed group with all its members (not
   COORDINATOR_LOAD_IN_PROGRESS), and the partition's load time from the broker's log.
 
-Raw requests are written and read with kio (the schema library the protocol tests use), not
-offsetd's codec. The clients run in spawned processes (``bench.procs``); everything they use is
-here.
+Raw requests go through ``bench.raw_client`` (kio, not offsetd's codec). The clients run in
+spawned processes (``bench.procs``).
 """
 
 from __future__ import annotations
@@ -37,13 +36,11 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime
-import io
 import os
 import re
 import selectors
 import shutil
 import socket
-import struct
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -53,6 +50,7 @@ from typing import Any
 
 from bench.brokers import BrokerStartError, OffsetdBroker
 from bench.procs import ChildError, run_in_children, start_barrier
+from bench.raw_client import RawConnection, encode_request
 from bench.workload import BenchConfig, Metric, Workload, WorkloadFailed
 from bench.workload_steps import create_topic_and_wait, percentile
 
@@ -121,26 +119,6 @@ class CpConfig:
 # -- raw ConsumerGroupHeartbeat / ConsumerGroupDescribe ----------------------------------------
 
 
-def _encode(api_key: int, version: int, body: Any, correlation_id: int) -> bytes:
-    """A framed request (header v2, client id "bench") with kio's writer."""
-    from kio.index import load_request_schema
-    from kio.serial import entity_writer
-
-    cls = load_request_schema(api_key, version)
-    buf = io.BytesIO()
-    entity_writer(cls)(buf, body)
-    payload = struct.pack(">hhih", api_key, version, correlation_id, 5) + b"bench" + b"\x00" + buf.getvalue()
-    return struct.pack(">i", len(payload)) + payload
-
-
-def _decode(api_key: int, version: int, frame: bytes) -> Any:
-    """A response body (header v1: correlation id and no tagged fields) with kio's reader."""
-    from kio.index import load_response_schema
-    from kio.serial import entity_reader
-
-    return entity_reader(load_response_schema(api_key, version))(frame, 5)[0]
-
-
 def heartbeat_body(group: str, member_id: str, epoch: int, topics: tuple[str, ...] | None = None,
                    owned: tuple[tuple[uuid.UUID, tuple[int, ...]], ...] | None = None) -> Any:
     """ConsumerGroupHeartbeat v1: a join (epoch 0, ``topics``), a full heartbeat with the
@@ -154,36 +132,6 @@ def heartbeat_body(group: str, member_id: str, epoch: int, topics: tuple[str, ..
                rebalance_timeout=datetime.timedelta(milliseconds=30_000 if epoch == 0 else -1),
                subscribed_topic_names=topics, subscribed_topic_regex=None, server_assignor=None,
                topic_partitions=() if epoch == 0 else tps)
-
-
-class RawConnection:
-    """One blocking connection for request/response calls (setup and probes)."""
-
-    def __init__(self, bootstrap: str, timeout: float = 30.0) -> None:
-        host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
-        self.correlation_id = 0
-
-    def call(self, api_key: int, version: int, body: Any) -> Any:
-        self.correlation_id += 1
-        self.sock.sendall(_encode(api_key, version, body, self.correlation_id))
-        (size,) = struct.unpack(">i", self._read(4))
-        frame = self._read(size)
-        if struct.unpack_from(">i", frame)[0] != self.correlation_id:
-            raise RuntimeError("response out of order")
-        return _decode(api_key, version, frame)
-
-    def _read(self, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("broker closed the connection")
-            data += chunk
-        return data
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @dataclass
@@ -285,7 +233,7 @@ def heartbeat_load(bootstrap: str, members: list[tuple[str, str, int]], connecti
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         socks.append(s)  # blocking: recv only after select says readable
     # frame per member, correlation id patched at bytes 8..12
-    frames = [bytearray(_encode(HEARTBEAT, 1, heartbeat_body(g, m, e), 0)) for g, m, e in members]
+    frames = [bytearray(encode_request(HEARTBEAT, 1, heartbeat_body(g, m, e), 0)) for g, m, e in members]
     conn_of = [i % connections for i in range(len(members))]
     idle = [collections.deque(i for i in range(len(members)) if conn_of[i] == c) for c in range(connections)]
     in_flight: list[dict[int, tuple[int, float]]] = [{} for _ in range(connections)]  # corr -> (member, t)

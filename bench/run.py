@@ -161,6 +161,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kip848-scale", type=float, default=defaults.kip848_scale,
                    help="scale the KIP-848 workloads' member counts (cp-heartbeats, cp-load) and "
                         "cp-rebalance's records by this factor (default 1: the issue's sizes)")
+    p.add_argument("--load-shape", metavar="GROUPSxTOPICSxPARTITIONS",
+                   default=f"{defaults.load_groups}x{defaults.load_topics}x{defaults.load_partitions}",
+                   help="offsets-load's data set: commit records for groups x topics x partitions "
+                        "(default %(default)s; a million groups: 1000000x1x10)")
     p.add_argument("--repeat", type=int, default=1,
                    help="repetitions per broker; the table shows the best of N (default 1)")
     p.add_argument("--offsetd-config", type=Path, default=DEFAULT_OFFSETD_CONFIG,
@@ -170,6 +174,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)  # fmt: skip
     if args.messages < 1 or args.repeat < 1:
         p.error("--messages and --repeat must be positive")
+    try:
+        args.load_shape = tuple(int(n) for n in args.load_shape.lower().split("x"))
+    except ValueError:
+        args.load_shape = ()
+    if len(args.load_shape) != 3 or min(args.load_shape) < 1:
+        p.error("--load-shape wants three positive numbers, GROUPSxTOPICSxPARTITIONS (e.g. 1000000x1x10)")
     if args.workloads:
         names = [n for item in args.workloads for n in item.split(",") if n]
         groups = workload_groups(defaults)
@@ -248,8 +258,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
+    groups, topics, partitions = args.load_shape
     cfg = BenchConfig(messages=args.messages, offsetd_config=str(args.offsetd_config),
-                      kip848_scale=args.kip848_scale)
+                      kip848_scale=args.kip848_scale, load_groups=groups, load_topics=topics,
+                      load_partitions=partitions)
     if args.list_workloads:
         for wl in default_workloads(cfg):
             notes = [f"requires {', '.join(wl.requires)}"] if wl.requires else []

@@ -426,6 +426,7 @@ def offsets_load(cfg: BenchConfig, bootstrap: str, broker_name: str) -> dict[str
         ready_s = time.monotonic() - launcher.started_at
         seen = _observe_load(launcher, data.probes, spec, launcher.started_at + cfg.load_timeout_s)
         rss_mb = process_rss_mb(launcher.pid)
+        list_s = _time_list_groups(launcher.bootstrap, spec.groups, cfg.load_timeout_s)
     finally:
         launcher.stop()
     served_s = seen.served_at - launcher.started_at
@@ -445,9 +446,33 @@ def offsets_load(cfg: BenchConfig, bootstrap: str, broker_name: str) -> dict[str
     )
     metrics["load_ready_s"] = Metric("offsets load: process start -> Metadata", "s", ready_s,
                                      False)  # fmt: skip
+    metrics["load_list_groups_s"] = Metric(f"offsets load: ListGroups of all {spec.groups:,} groups", "s",
+                                           list_s, False)
     if rss_mb is not None:
         metrics["load_rss_mb"] = Metric("offsets load: broker RSS after", "MB", rss_mb, False)
+        metrics["load_rss_kb_per_group"] = Metric("offsets load: broker RSS per group", "kB",
+                                                  rss_mb * 1000 / spec.groups, False)
     return metrics
+
+
+def _time_list_groups(bootstrap: str, groups: int, timeout_s: float) -> float:
+    """Seconds one ListGroups (v4, every state) of the loaded broker takes; it must name every
+    group written. A raw request: librdkafka 2.16 refuses an answer of a million groups
+    ("ApiArrayCnt 1000000 out of range") and then crashes, and Kafka has no paging either."""
+    from bench.raw_client import RawConnection
+    from kio.index import load_request_schema
+
+    conn = RawConnection(bootstrap, timeout=max(1.0, timeout_s))
+    try:
+        started = time.monotonic()
+        answer = conn.call(16, 4, load_request_schema(16, 4)(states_filter=()))
+        elapsed = time.monotonic() - started
+    finally:
+        conn.close()
+    if answer.error_code != 0 or len(answer.groups) != groups:
+        raise WorkloadFailed(f"ListGroups after the load: error {answer.error_code}, "
+                             f"{len(answer.groups):,} groups of {groups:,}")
+    return elapsed
 
 
 def _observe_load(

@@ -7,10 +7,27 @@ from __future__ import annotations
 import io
 import socket
 import struct
-from typing import Any
+from typing import Any, get_args
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
+
+
+def build(cls: type, data: dict[str, Any]) -> Any:
+    """A kio request entity from plain data (lists of dicts become tuples of the nested entity)."""
+    kwargs = {}
+    for name, f in cls.__dataclass_fields__.items():  # type: ignore[attr-defined]
+        if name not in data:
+            continue
+        value = data[name]
+        if isinstance(value, list):
+            kind = f.type
+            if type(None) in get_args(kind):  # nullable array: `tuple[X, ...] | None`
+                kind = next(a for a in get_args(kind) if a is not type(None))
+            elem = get_args(kind)[0]
+            value = tuple(build(elem, v) if isinstance(v, dict) else v for v in value)
+        kwargs[name] = value
+    return cls(**kwargs)
 
 
 class RawClient:

@@ -14,20 +14,22 @@ _CHUNKS = (1 << 16, 1 << 12, 1 << 8, 1)
 
 
 class SmallDisk:
-    """`size` of tmpfs at `path`: mounted by mount() or while a `with` block runs."""
+    """`size` of tmpfs at `path` (with room for at most `inodes` files and directories, when
+    given): mounted by mount() or while a `with` block runs."""
 
-    def __init__(self, path: Path, size: str = "8m") -> None:
+    def __init__(self, path: Path, size: str = "8m", inodes: int | None = None) -> None:
         self.path = Path(path)
         self.size = size
+        self.options = f"size={size}" + ("" if inodes is None else f",nr_inodes={inodes}")
         self.filler = self.path / "filler"
         self.mounted = False
 
     def mount(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.size}", "tmpfs", str(self.path)],
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", self.options, "tmpfs", str(self.path)],
                               capture_output=True, text=True)
         if done.returncode:
-            raise RuntimeError(f"a full disk needs a tmpfs, and `mount -t tmpfs -o size={self.size} tmpfs "
+            raise RuntimeError(f"a full disk needs a tmpfs, and `mount -t tmpfs -o {self.options} tmpfs "
                                f"{self.path}` failed (rc={done.returncode}, euid={os.geteuid()}; it needs "
                                f"root): {(done.stderr or done.stdout).strip()}")
         self.mounted = True

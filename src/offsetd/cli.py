@@ -1,5 +1,5 @@
 """The `offsetd` command. `offsetd serve [CONFIG_FILE] [--override key=value ...]` mirrors
-`kafka-server-start.sh`; `groups`, `transactions`, `acls`, `configs`, `offsets-log` and `spark`
+`kafka-server-start.sh`; `groups`, `share-groups`, `transactions`, `acls`, `configs`, `offsets-log` and `spark`
 are client-side tools with their own option parsers (they work against any Kafka cluster)."""
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ async def _run(config: BrokerConfig) -> int:
 # `main(argv: list[str]) -> int`; they are imported only when used (the Spark tools need pyspark).
 TOOLS: dict[str, tuple[str, str]] = {
     "groups": ("offsetd.admin.groups_cli", "kafka-consumer-groups compatible group tool"),
+    "share-groups": ("offsetd.admin.share_groups_cli", "kafka-share-groups compatible share-group tool"),
     "transactions": ("offsetd.admin.transactions_cli", "kafka-transactions compatible transaction tool"),
     "acls": ("offsetd.admin.acls_cli", "kafka-acls compatible ACL tool"),
     "configs": ("offsetd.admin.configs_cli", "kafka-configs compatible SCRAM user tool (and first-admin bootstrap)"),

@@ -82,6 +82,7 @@ class BrokerConfig:
                               f"({self._values['broker.heartbeat.interval.ms']} >= "
                               f"{self._values['broker.session.timeout.ms']})")
         self._check_consumer_group_bounds()
+        self._check_share_group_bounds()
         self._raw = raw
         self._overrides: dict[tuple[str, str], Any] = {}
         for key, text in prefixed.items():
@@ -104,6 +105,27 @@ class BrokerConfig:
         if v["group.consumer.heartbeat.interval.ms"] >= v["group.consumer.session.timeout.ms"]:
             raise ConfigError("group.consumer.heartbeat.interval.ms must be less than "
                               "group.consumer.session.timeout.ms")
+
+    def _check_share_group_bounds(self) -> None:
+        """Share groups' lock duration, session timeout and heartbeat interval within their min and
+        max, the interval below the timeout, and room for a session per member (Kafka's checks)."""
+        v = self._values
+        for key, lo, hi in (("group.share.record.lock.duration.ms", "group.share.min.record.lock.duration.ms",
+                             "group.share.max.record.lock.duration.ms"),
+                            ("group.share.session.timeout.ms", "group.share.min.session.timeout.ms",
+                             "group.share.max.session.timeout.ms"),
+                            ("group.share.heartbeat.interval.ms", "group.share.min.heartbeat.interval.ms",
+                             "group.share.max.heartbeat.interval.ms")):
+            if v[lo] > v[hi]:
+                raise ConfigError(f"{lo} must be at most {hi} ({v[lo]} > {v[hi]})")
+            if not v[lo] <= v[key] <= v[hi]:
+                raise ConfigError(f"Invalid value {v[key]} for configuration {key}: must be between "
+                                  f"{lo} ({v[lo]}) and {hi} ({v[hi]})")
+        if v["group.share.heartbeat.interval.ms"] >= v["group.share.session.timeout.ms"]:
+            raise ConfigError("group.share.heartbeat.interval.ms must be less than group.share.session.timeout.ms")
+        if v["group.share.max.share.sessions"] < v["group.share.max.size"]:
+            raise ConfigError("group.share.max.share.sessions must be at least group.share.max.size "
+                              f"({v['group.share.max.share.sessions']} < {v['group.share.max.size']})")
 
     def _parse_listener_key(self, key: str, text: str) -> None:
         """A `listener.name.<name>.<key>` override: the key's own parser, or a per-mechanism key."""

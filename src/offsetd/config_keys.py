@@ -121,9 +121,10 @@ def _parse_list(raw: str) -> tuple[str, ...]:
 
 
 def _parse_rebalance_protocols(raw: str) -> tuple[str, ...]:
-    """group.coordinator.rebalance.protocols: classic (required) and optionally consumer."""
+    """group.coordinator.rebalance.protocols: classic (required) and optionally consumer; share is
+    accepted and ignored, as Kafka 4.2 does (share groups follow group.share.enable)."""
     protocols = tuple(p.lower() for p in _parse_list(raw))
-    unknown = [p for p in protocols if p not in ("classic", "consumer")]
+    unknown = [p for p in protocols if p not in ("classic", "consumer", "share")]
     if unknown:
         raise ValueError(f"unknown protocol(s) {', '.join(unknown)}; expected classic and consumer")
     if "classic" not in protocols:
@@ -138,6 +139,14 @@ def _parse_assignors(raw: str) -> tuple[str, ...]:
     if unknown or not names:
         raise ValueError(f"expected a list of uniform and range, got {raw!r}")
     return names
+
+
+def _parse_share_assignors(raw: str) -> str:
+    """group.share.assignors: exactly one assignor, and the only one is simple."""
+    names = tuple(a.lower() for a in _parse_list(raw))
+    if names != ("simple",):
+        raise ValueError(f"expected exactly one share assignor, simple, got {raw!r}")
+    return names[0]
 
 
 def _parse_mechanisms(raw: str) -> tuple[str, ...]:
@@ -322,6 +331,9 @@ SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
     "log.flush.interval.ms": (_parse_int(1), "", "fsync dirty logs this often (default: never)."),
     "log.index.interval.bytes": (_parse_int(0, INT32_MAX), "4096", "Bytes between index entries."),
     "log.preallocate": (_parse_bool, "false", "Zero-fill space ahead of active segments (cheaper fsyncs)."),
+    "log.max.open.files": (_parse_int(16, INT32_MAX), "",
+                           "Segment and index files held open at once, least recently used closed first "
+                           "(default: half the open-file limit, raised to its hard limit at start-up)."),
     "log.cleanup.policy": (_parse_choice("delete", "compact"), "delete", "Default cleanup policy."),
     "log.cleaner.enable": (_parse_bool, "true", "Compact cleanup.policy=compact topics."),
     "log.cleaner.backoff.ms": (_parse_int(1), "15000", "Pause between cleaner passes."),
@@ -372,6 +384,38 @@ SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
     "group.consumer.migration.policy": (_parse_choice("bidirectional", "upgrade", "downgrade", "disabled"),
                                         "bidirectional", "Whether a non-empty classic group converts to a "
                                         "consumer group (upgrade) and back (downgrade)."),
+    # KIP-932 share groups (reference share-groups.md §1); config.py checks min <= value <= max.
+    "group.share.enable": (_parse_bool, "true", "Serve share groups (APIs 76-79); off: UNSUPPORTED_VERSION "
+                           "(Kafka 4.2's share.version=1 on a newly formatted cluster)."),
+    "group.share.delivery.count.limit": (_parse_int(2, 10), "5",
+                                         "Deliveries of a record before it is archived."),
+    "group.share.record.lock.duration.ms": (_parse_int(1000, 3600000), "30000",
+                                            "How long an acquired record stays locked to its consumer."),
+    "group.share.min.record.lock.duration.ms": (_parse_int(1000, 30000), "15000",
+                                                "Lower bound of the record lock duration."),
+    "group.share.max.record.lock.duration.ms": (_parse_int(30000, 3600000), "60000",
+                                                "Upper bound of the record lock duration."),
+    "group.share.partition.max.record.locks": (_parse_int(100, 10000), "2000",
+                                               "Most in-flight records of one share-partition."),
+    "group.share.max.share.sessions": (_parse_int(1, INT32_MAX), "2000",
+                                       "Most share sessions on the broker (at least group.share.max.size)."),
+    "group.share.max.size": (_parse_int(1, 1000), "200", "Most members in a share group."),
+    "group.share.session.timeout.ms": (_parse_int(1, INT32_MAX), "45000", "Session timeout of share-group members."),
+    "group.share.min.session.timeout.ms": (_parse_int(1, INT32_MAX), "45000",
+                                           "Lower bound of group.share.session.timeout.ms."),
+    "group.share.max.session.timeout.ms": (_parse_int(1, INT32_MAX), "60000",
+                                           "Upper bound of group.share.session.timeout.ms."),
+    "group.share.heartbeat.interval.ms": (_parse_int(1, INT32_MAX), "5000",
+                                          "Heartbeat interval given to share-group members."),
+    "group.share.min.heartbeat.interval.ms": (_parse_int(1, INT32_MAX), "5000",
+                                              "Lower bound of group.share.heartbeat.interval.ms."),
+    "group.share.max.heartbeat.interval.ms": (_parse_int(1, INT32_MAX), "15000",
+                                              "Upper bound of group.share.heartbeat.interval.ms."),
+    "group.share.assignors": (_parse_share_assignors, "simple", "The share groups' assignor (only simple)."),
+    "share.coordinator.state.topic.num.partitions": (_parse_int(1, INT32_MAX), "50",
+                                                     "Partitions of __share_group_state."),
+    "share.coordinator.snapshot.update.records.per.snapshot": (_parse_int(0, INT32_MAX), "500",
+                                                               "ShareUpdate records between two ShareSnapshots."),
     "transactional.id.expiration.ms": (_parse_int(1), "604800000",
                                        "Idle transactional ids are forgotten after this."),
     "transaction.max.timeout.ms": (_parse_int(1, INT32_MAX), "900000",
@@ -475,4 +519,4 @@ MECHANISM_KEYS: dict[str, Callable[[str], Any]] = {"sasl.jaas.config": _parse_st
                                                    "connections.max.reauth.ms": _parse_int(0)}
 
 # Keys whose value must be given as an integer but may be left empty to mean "unset".
-OPTIONAL_KEYS = frozenset({"log.flush.interval.ms", "advertised.listeners"})
+OPTIONAL_KEYS = frozenset({"log.flush.interval.ms", "advertised.listeners", "log.max.open.files"})

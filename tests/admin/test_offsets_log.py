@@ -248,14 +248,14 @@ def _segment(tmp_path: Path, *batches: bytes, partition: int = 7) -> Path:
 
 
 def test_unknown_key_versions_and_transaction_markers_are_printed(tmp_path, capsys):
-    """Records Kafka's formatters skip: a key version offsetd does not decode (here 10 and 11,
-    share-group records) prints as unknown with its version; a transaction marker prints with its
+    """Records Kafka's formatters skip: a key version offsetd does not decode (here 17 and 18,
+    streams-group records) prints as unknown with its version; a transaction marker prints with its
     producer id."""
-    unknown_key, unknown_value = b"\x00\x0a\x00\x01g", b"\x00\x00\xab"
+    unknown_key, unknown_value = b"\x00\x11\x00\x01g", b"\x00\x00\xab"
     path = _segment(
         tmp_path,
         build_batch([_commit("g", "t", 0, 5, 1000)], base_offset=0),
-        build_batch([(unknown_key, unknown_value, 1001, []), (b"\x00\x0b\x00\x01g", None, 1002, [])], base_offset=1),
+        build_batch([(unknown_key, unknown_value, 1001, []), (b"\x00\x12\x00\x01g", None, 1002, [])], base_offset=1),
         build_batch([_commit("g", "t", 1, 6, 1003)], base_offset=3, producer_id=7, producer_epoch=0,
                     attributes=TRANSACTIONAL_MASK),
         build_batch([(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00", 1004, [])], base_offset=4,
@@ -267,8 +267,8 @@ def test_unknown_key_versions_and_transaction_markers_are_printed(tmp_path, caps
     assert lines == [
         "[g,t,0]::OffsetAndMetadata(offset=5, leaderEpoch=Optional[2], metadata=, commitTimestamp=1000, "
         "expireTimestamp=None)",
-        "UnknownKey(version=10)::0000ab",
-        "UnknownKey(version=11)::NULL",
+        "UnknownKey(version=17)::0000ab",
+        "UnknownKey(version=18)::NULL",
         "[g,t,1]::OffsetAndMetadata(offset=6, leaderEpoch=Optional[2], metadata=, commitTimestamp=1003, "
         "expireTimestamp=None)",
         "TransactionMarker(producerId=7)::COMMIT",
@@ -277,8 +277,8 @@ def test_unknown_key_versions_and_transaction_markers_are_printed(tmp_path, caps
     rc, lines, _ = _dump(capsys, "--files", str(path), "--output", "json")
     docs = [json.loads(line) for line in lines]
     assert [(d["log_partition"], d["log_offset"], d["timestamp"], d["record_type"], d["key_version"], d["tombstone"])
-            for d in docs] == [(7, 0, 1000, "offset_commit", 1, False), (7, 1, 1001, "unknown", 10, False),
-                               (7, 2, 1002, "unknown", 11, True), (7, 3, 1003, "offset_commit", 1, False),
+            for d in docs] == [(7, 0, 1000, "offset_commit", 1, False), (7, 1, 1001, "unknown", 17, False),
+                               (7, 2, 1002, "unknown", 18, True), (7, 3, 1003, "offset_commit", 1, False),
                                (7, 4, 1004, "txn_marker", None, False), (7, 5, 1005, "group_metadata", 2, True)]
     assert (docs[1]["value"], docs[4]["marker"], docs[4]["producer_id"]) == ("0000ab", "COMMIT", 7)
     rc, lines, _ = _dump(capsys, "--files", str(path), "--group", "g")

@@ -1,4 +1,4 @@
-"""Fuzzing segment recovery (storage/segment.py Segment.recover via storage/partition_log.py
+"""Fuzzing segment recovery (storage/segment_recovery.py via storage/partition_log.py
 PartitionLog.open): a segment of valid batches, then truncated, bit-flipped or extended with
 garbage, opens without raising, keeps exactly the longest intact prefix of the batches written,
 and opening it again changes nothing."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -69,3 +70,25 @@ def kafka_python_subscriber(topic: str, **configs):
         assert time.monotonic() < deadline, f"kafka-python never saw the partitions of {topic}"
     consumer.subscribe([topic])
     return consumer
+
+
+def librdkafka_log(name: str) -> tuple[logging.Logger, list[str]]:
+    """A logger to pass to a confluent-kafka client (`logger=`) and the lines it receives, for
+    assertions on librdkafka's debug log."""
+    lines: list[str] = []
+    logger = logging.getLogger(f"librdkafka-{name}")
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    logger.handlers = [_ListHandler(lines)]
+    return logger, lines
+
+
+class _ListHandler(logging.Handler):
+    """Keeps a logger's messages in a list."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())

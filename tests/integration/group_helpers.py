@@ -615,15 +615,15 @@ def raw_offset_fetch(bootstrap: str, group: str, topic: str, partitions: list[in
             for t in group_result.topics for r in t.partitions}
 
 
-def raw_describe_groups(bootstrap: str, groups: list[str]):
-    """DescribeGroups v5; returns the response's `groups` tuple (kio dataclasses)."""
+def raw_describe_groups(bootstrap: str, groups: list[str], version: int = 5):
+    """DescribeGroups (v5 unless told); returns the response's `groups` tuple (kio dataclasses)."""
     from kio.schema.types import GroupId
     from raw_client import RawClient
 
-    cls, _ = request_schema(DESCRIBE_GROUPS, 5)
+    cls, _ = request_schema(DESCRIBE_GROUPS, version)
     with RawClient(bootstrap) as client:
-        response = client.call(DESCRIBE_GROUPS, 5, cls(groups=tuple(GroupId(g) for g in groups),
-                                                        include_authorized_operations=False))
+        response = client.call(DESCRIBE_GROUPS, version, cls(groups=tuple(GroupId(g) for g in groups),
+                                                              include_authorized_operations=False))
     return response.groups
 
 

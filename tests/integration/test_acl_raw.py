@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import socket
 from datetime import timedelta
-from typing import Any, get_args
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.index import load_request_schema
-from raw_client import RawClient
+from raw_client import RawClient, build
 
 from integration.acl_helpers import CLUSTER, GROUP, TOPIC, TXN, AclOperation as Op, binding, conf, grant, secured_overrides
 
@@ -21,23 +21,6 @@ METADATA, LIST_OFFSETS, OFFSET_FETCH, FIND_COORDINATOR, DELETE_TOPICS, PRODUCE =
 INIT_PRODUCER_ID, DESCRIBE_CONFIGS = 22, 32
 TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED, TXN_DENIED = 29, 30, 31, 53
 UNKNOWN_TOPIC = 3
-
-
-def build(cls: type, data: dict[str, Any]) -> Any:
-    """A kio request entity from plain data (lists of dicts become tuples of the nested entity)."""
-    kwargs = {}
-    for name, f in cls.__dataclass_fields__.items():  # type: ignore[attr-defined]
-        if name not in data:
-            continue
-        value = data[name]
-        if isinstance(value, list):
-            kind = f.type
-            if type(None) in get_args(kind):  # nullable array: `tuple[X, ...] | None`
-                kind = next(a for a in get_args(kind) if a is not type(None))
-            elem = get_args(kind)[0]
-            value = tuple(build(elem, v) if isinstance(v, dict) else v for v in value)
-        kwargs[name] = value
-    return cls(**kwargs)
 
 
 def call(raw: RawClient, api: int, version: int, **data: Any) -> Any:
@@ -103,6 +86,24 @@ def test_list_offsets_denied_partitions_answer_29_and_minus_one(anon):
         r = call(raw, LIST_OFFSETS, 7, replica_id=-1, isolation_level=0, topics=[
             {"name": "orders", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}])
         assert [(int(p.error_code), p.offset) for t in r.topics for p in t.partitions] == [(0, 1)]
+
+
+def test_offset_for_leader_epoch_needs_describe_or_cluster_action(anon):
+    """KIP-320 as Kafka authorizes it: DESCRIBE on the topic, or CLUSTER_ACTION (brokers) for all."""
+    admin, plain = anon
+
+    def answers(raw: RawClient) -> list[tuple[str, int, int]]:
+        r = call(raw, 23, 4, replica_id=-1, topics=[
+            {"topic": name, "partitions": [{"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}
+            for name in ("orders", "missing")])
+        return [(t.topic, int(p.error_code), p.end_offset) for t in r.topics for p in t.partitions]
+
+    with RawClient(plain) as raw:
+        assert answers(raw) == [("orders", TOPIC_DENIED, -1), ("missing", TOPIC_DENIED, -1)]
+        grant(admin, binding(ANON, TOPIC, "orders", Op.DESCRIBE))
+        assert answers(raw) == [("orders", 0, 1), ("missing", TOPIC_DENIED, -1)]
+        grant(admin, binding(ANON, CLUSTER, "kafka-cluster", Op.CLUSTER_ACTION))
+        assert answers(raw) == [("orders", 0, 1), ("missing", UNKNOWN_TOPIC, -1)]
 
 
 def test_delete_topics_describe_decides_between_29_and_3(anon):

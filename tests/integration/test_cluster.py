@@ -208,6 +208,16 @@ def test_group_configs_and_retention_are_shared_through_postgresql(pg_dsn, clust
     cluster.kill9(leader_of(cluster.bootstrap, "aging", 0))
     wait_for(lambda: earliest() >= start, timeout=20, message="the new leader starts where retention left the log")
 
+    # once retention moves the log start past the old leader's epoch, that epoch leaves the history
+    produce(cluster.bootstrap, "aging", [{"value": b"y" * 200} for _ in range(5)], acks="all")
+
+    def history() -> list[tuple[int, int]]:
+        return [tuple(r) for r in pg_rows(pg_dsn, "SELECT h.epoch, p.epoch FROM offsetd_leader_epoch h JOIN "
+                                                  "offsetd_partition p USING (topic_id, partition) JOIN offsetd_topic t "
+                                                  "USING (topic_id) WHERE t.name = 'aging'")]
+    wait_for(lambda: len(history()) == 1 and history()[0][0] == history()[0][1], timeout=20,
+             message="the leader epochs below the log start pruned from PostgreSQL")
+
 
 def test_a_broker_that_does_not_lead_names_the_leader(pg_dsn, cluster_factory) -> None:
     """Fetch v16 sent to a broker that does not lead the partition: NOT_LEADER_OR_FOLLOWER with
@@ -215,10 +225,11 @@ def test_a_broker_that_does_not_lead_names_the_leader(pg_dsn, cluster_factory) -
     cluster = cluster_factory(pg_dsn, overrides=FAST)
     wait_settled(cluster, 3)
     create_topic(cluster.bootstrap, "routed", 1)
-    topic_id, epoch = pg_rows(pg_dsn, "SELECT t.topic_id, p.epoch FROM offsetd_topic t JOIN offsetd_partition p "
-                                      "USING (topic_id) WHERE t.name = 'routed'")[0]
     leader = wait_for(lambda: max(leader_of(cluster.bootstrap, "routed", 0), 0), timeout=10,
                       message="a leader for routed-0")
+    # read once the partition is claimed (the claim bumps the epoch)
+    topic_id, epoch = pg_rows(pg_dsn, "SELECT t.topic_id, p.epoch FROM offsetd_topic t JOIN offsetd_partition p "
+                                      "USING (topic_id) WHERE t.name = 'routed'")[0]
     other = next(n for n in (1, 2, 3) if n != leader)
     cls = load_request_schema(FETCH, 16)
     mod = __import__(cls.__module__, fromlist=["x"])

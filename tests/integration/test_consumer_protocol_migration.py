@@ -1,7 +1,8 @@
 """Mixed KIP-848 consumer groups end to end (reference B7): classic-protocol clients (confluent-kafka
 with `group.protocol=classic`, and kafka-python, which has nothing else) as members of a consumer
 group beside a consumer-protocol member, the broker assigning all of them; a live classic group
-upgraded by a consumer-protocol member and downgraded when it leaves. Every record is read once,
+upgraded by a consumer-protocol member and downgraded when it leaves, or when a classic static member
+takes the place of the last consumer-protocol one. Every record is read once,
 no partition is ever held by two members, and a classic member's leave hands its partitions back.
 Every wait polls the members against a deadline."""
 
@@ -182,3 +183,34 @@ def test_a_mixed_group_survives_a_broker_kill9(broker_factory):
     assert sorted(m.client_id for m in described.members) == ["classic", "modern"]
     for m in members:
         m.consumer.close()
+
+
+def test_a_classic_static_member_replacing_the_consumer_member_downgrades_the_group(broker_factory):
+    """A static consumer-protocol member closes (epoch -2: its slot and partitions kept, with a 45 s
+    session nobody waits out here); a classic consumer with its group.instance.id takes its place:
+    the group is classic again at once, its commits kept, and the newcomer reads on from them."""
+    broker = broker_factory({**BROKER, "group.consumer.session.timeout.ms": "45000"})
+    topic, group = unique("mig-static"), unique("g")
+    create_topic(broker.bootstrap, topic, 4)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    first = values("first", 80)
+    send(broker.bootstrap, topic, first, 4)
+    modern = Member(broker.bootstrap, group, [topic], **{"client.id": "modern", "group.instance.id": "x"})
+    poll_until([modern], lambda: len(modern.read) == len(first), message="the first batch read")
+    modern.close()  # commits, then leaves as a static member: epoch -2
+    described = admin.describe_consumer_groups([group])[group].result(10)
+    assert described.type == ConsumerGroupType.CONSUMER and [m.group_instance_id for m in described.members] == ["x"]
+
+    second = values("second", 80)
+    send(broker.bootstrap, topic, second, 4)
+    classic = Member(broker.bootstrap, group, [topic], **{"client.id": "classic", "group.instance.id": "x",
+                                                          **CLASSIC})
+    poll_until([classic], lambda: len(classic.read) == len(second), message="the second batch read")
+    assert classic.read == dict.fromkeys(second, 1)  # from the committed offsets: nothing of the first
+    assert classic.assigned() == {(topic, p) for p in range(4)}
+    listed = admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC}).result(10)  # ListGroups v5
+    assert [(g.group_id, g.type) for g in listed.valid] == [(group, ConsumerGroupType.CLASSIC)]
+    described = admin.describe_consumer_groups([group])[group].result(10)
+    assert described.type == ConsumerGroupType.CLASSIC and described.state.name == "STABLE"
+    assert [(m.client_id, m.group_instance_id) for m in described.members] == [("classic", "x")]
+    classic.consumer.close()

@@ -3,8 +3,6 @@ a fake clock and a simulated kill -9 of a partition log's owner."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from offsetd.storage import PartitionLog
@@ -32,11 +30,5 @@ def clock() -> FakeClock:
 def crash(log: PartitionLog) -> None:
     """Simulate kill -9 of the owner: drop the descriptors without flushing, sealing or snapshots."""
     for seg in log._segments:
-        if seg.fd >= 0:
-            os.close(seg.fd)
-            seg.fd = -1
-        for idx in (seg.offset_index, seg.time_index):
-            if idx._fd is not None:
-                os.close(idx._fd)
-                idx._fd = None
+        seg.forget_files()
     log._closed = True

@@ -24,12 +24,13 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "records": ("offsetd.server", "offsetd.storage", "asyncio"),
     "coordinator": ("offsetd.server", "offsetd.storage", "asyncio"),
     "transaction": ("offsetd.server", "offsetd.storage", "asyncio"),
+    "share": ("offsetd.server", "offsetd.storage", "asyncio"),
     "security": ("offsetd.server", "offsetd.storage", "asyncio"),
 }
 
 # bench/: what the workloads share imports no workload module and no runner; a workload module
 # imports no other workload module and no runner (the runners put the suite together).
-BENCH_SHARED = ("bench.workload", "bench.workload_steps", "bench.brokers", "bench.procs", "bench.clients",
+BENCH_SHARED = ("bench.workload", "bench.workload_steps", "bench.brokers", "bench.procs", "bench.clients", "bench.raw_client",
                 "bench.offsets_log", "bench.report")
 BENCH_WORKLOADS = ("bench.workloads", "bench.abuse", "bench.eos", "bench.security", "bench.consumer_protocol")
 BENCH_RUNNERS = ("bench.run", "bench.cluster", "bench.profile_workload")

@@ -149,7 +149,7 @@ def test_random_workload_matches_the_reference_model(tmp_path: Path, clock: Fake
     start, end = log.log_start_offset, log.log_end_offset
     size = log.size_bytes
     active = log.active_segment
-    active_bytes = os.pread(active.fd, active.size, 0)
+    active_bytes = os.pread(active.file.fileno(), active.size, 0)
     cleanable_end = active.base_offset
     assert len(log.segments) > 10
 
@@ -162,7 +162,7 @@ def test_random_workload_matches_the_reference_model(tmp_path: Path, clock: Fake
     assert kv_state(log) == state
     assert (log.log_start_offset, log.log_end_offset) == (start, end)
     assert log.size_bytes < size / 3
-    assert log.active_segment is active and os.pread(active.fd, active.size, 0) == active_bytes
+    assert log.active_segment is active and os.pread(active.file.fileno(), active.size, 0) == active_bytes
     offsets = [r[0] for r in after]
     assert offsets == sorted(set(offsets))
     assert read_checkpoint(log.dir)[0] == cleanable_end

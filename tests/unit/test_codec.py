@@ -81,5 +81,7 @@ def test_api_versions_table_only_advertises_decodable_versions():
             request_class(entry["api_key"], version)  # raises if neither kio nor legacy_schemas has it
             response_class(entry["api_key"], version)
     # Kafka 3.9's floors (Produce/Fetch: formats v0/v1); WriteTxnMarkers v0 is gone (reference A7),
-    # and so are the ACL APIs' v0 (KIP-896, security.md §3)
-    assert {key: lo for key, (lo, hi) in SUPPORTED.items() if lo != 0} == {27: 1, 29: 1, 30: 1, 31: 1}
+    # and so are the ACL APIs' v0 (KIP-896, security.md §3); the share-group APIs start at v1
+    # (share-groups.md §0: v0 was Kafka 4.0's early access)
+    assert {key: lo for key, (lo, hi) in SUPPORTED.items() if lo != 0} == {27: 1, 29: 1, 30: 1, 31: 1, 76: 1, 77: 1,
+                                                                          78: 1, 79: 1}

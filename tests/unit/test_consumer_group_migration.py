@@ -1,6 +1,6 @@
 """Online upgrade of a live classic group to a consumer group, and its downgrade when the last
-consumer-protocol member leaves (reference B7), through the shard with a fake clock. Error codes
-are the reference's numbers."""
+consumer-protocol member leaves or a classic static member replaces it (reference B7), through the
+shard with a fake clock. Error codes are the reference's numbers."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from offsetd.records.consumer_protocol import encode_consumer_assignment, parse_
 FOO = uuid.UUID(int=0xF00)
 TOPICS = TopicsImage({"foo": (FOO, 4)}, 1)
 NONE, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, INVALID_REQUEST, GROUP_ID_NOT_FOUND = 0, 22, 27, 42, 69
+UNRELEASED_INSTANCE_ID = 111
 
 
 def join(h: Harness, member_id: str = "", protocol_type: str = "consumer"):
@@ -200,3 +201,62 @@ def test_no_downgrade_without_a_protocol_every_classic_member_supports():
     consumer_heartbeat(h, "m1", epoch=-1)
     group = h.shard.consumer.groups["g"]  # still a consumer group: no common protocol to rebalance with
     assert len(group.members) == 2 and all(m.classic_member_metadata for m in group.members.values())
+
+
+def static_join(h: Harness, instance_id: str = "i1"):
+    """A classic JoinGroup of a static member (no member id yet) on "g"; returns its answer."""
+    req = JoinRequest("g", "", instance_id, "classic-cli", "/h", 10_000, 30_000, "consumer",
+                      consumer_protocols(["foo"]), True)
+    token = h.token("join")
+    return h.run(h.shard.join_group(token, req, h.now, TOPICS))[token]
+
+
+def static_consumer_group(h: Harness) -> None:
+    """Static consumer-protocol member m1 (instance i1) owning foo 0-3 at epoch 1 with a commit,
+    then away (epoch -2, its slot and partitions kept)."""
+    first = consumer_heartbeat(h, "m1", instance_id="i1")
+    assert first.error_code == NONE and first.member_epoch == 1
+    assert {p for tp in first.assignment for p in tp.partitions} == {0, 1, 2, 3}
+    assert h.commit("g", [("foo", 2, 42, -1, None)], member_id="m1", generation=1)[0] == {("foo", 2): NONE}
+    assert consumer_heartbeat(h, "m1", epoch=-2, instance_id="i1").member_epoch == -2
+
+
+def test_a_classic_static_member_replacing_the_last_consumer_member_downgrades_without_a_rebalance():
+    h = Harness.new()
+    static_consumer_group(h)
+    answer = static_join(h)
+    newcomer = answer["member_id"]
+    assert answer["error_code"] == NONE and newcomer != "m1"
+    assert answer["generation_id"] == 1 and answer["leader"] == "" and answer["protocol_name"] == "range"
+    assert "g" not in h.shard.consumer.groups
+    assert all(h.shard.consumer.timers.deadline((kind, "g", newcomer)) is None for kind in ("session", "sync"))
+    classic = h.shard.groups["g"]
+    assert classic.state.value == "Stable" and classic.generation == 1 and set(classic.members) == {newcomer}
+    assert classic.members[newcomer].group_instance_id == "i1"
+    assert h.shard.list_groups() == [("g", "consumer", "Stable")]
+    # no rebalance: the newcomer syncs at its generation and gets m1's partitions
+    error, partitions = sync(h, newcomer, 1)
+    assert error == NONE and sorted(partitions) == [("foo", p) for p in range(4)]
+    assert beat(h, newcomer, 1) == NONE
+    assert h.offset("g", "foo", 2) == 42
+    # the log says the same: consumer-group records tombstoned, then the classic group
+    loaded = replay_into_fresh_shard(h.log)
+    assert "g" not in loaded.consumer.groups and set(loaded.groups["g"].members) == {newcomer}
+    assert loaded.fetch_offsets("g", [("foo", [2])]) == [("foo", [(2, 42, -1, "")])]
+
+
+def test_no_downgrade_when_a_consumer_member_stays_or_the_policy_forbids_it():
+    h = Harness.new(consumer=ConsumerGroupConfig(migration_policy="upgrade"))
+    static_consumer_group(h)
+    assert static_join(h)["error_code"] == NONE
+    group = h.shard.consumer.groups["g"]  # a consumer group of one classic member
+    assert len(group.members) == 1 and next(iter(group.members.values())).classic_member_metadata
+    h = Harness.new()
+    static_consumer_group(h)
+    assert consumer_heartbeat(h, "m2").error_code == NONE  # a second consumer-protocol member
+    assert static_join(h)["error_code"] == NONE
+    assert {m.classic_member_metadata is None for m in h.shard.consumer.groups["g"].members.values()} == {True, False}
+    h = Harness.new()
+    consumer_heartbeat(h, "m1", instance_id="i1")  # not away: the newcomer is refused, nothing moves
+    assert static_join(h)["error_code"] == UNRELEASED_INSTANCE_ID
+    assert set(h.shard.consumer.groups["g"].members) == {"m1"}

@@ -127,9 +127,25 @@ def test_describe_and_list_answer_the_consumer_group():
     assert member["assignment"] == member["target_assignment"] == {"topic_partitions": [
         {"topic_id": FOO, "topic_name": "foo", "partitions": [0, 1, 2, 3]}]}
     assert h.shard.describe_consumer_group("nope", str)["error_code"] == GROUP_ID_NOT_FOUND
-    assert h.shard.describe_group("g")["group_state"] == "Dead"
+    assert (h.shard.describe_group("g")["group_state"], h.shard.describe_group("g")["error_code"]) == ("Dead", NONE)
     assert list(h.shard.list_groups()) == []
     assert list(h.shard.list_consumer_groups()) == [("g", "Stable")]
+
+
+def test_describe_groups_v6_answers_group_id_not_found_for_a_group_that_is_not_classic():
+    """KIP-1043: from v6, a consumer group or an unknown id is Dead with 69 and a message; a
+    classic group (here an offsets-only one) is described as at v5."""
+    h = Harness.new()
+    heartbeat(h, "m1")
+    h.seed_offsets("simple", {("foo", 0): 1})
+    consumer, unknown = h.shard.describe_group("g", 6), h.shard.describe_group("nope", 6)
+    assert (consumer["error_code"], consumer["group_state"], consumer["error_message"]) == (
+        GROUP_ID_NOT_FOUND, "Dead", "Group g is not a classic group.")
+    assert (unknown["error_code"], unknown["group_state"], unknown["error_message"]) == (
+        GROUP_ID_NOT_FOUND, "Dead", "Group nope not found.")
+    assert h.shard.describe_group("nope", 5)["error_code"] == NONE
+    simple = h.shard.describe_group("simple", 6)
+    assert (simple["error_code"], simple["group_state"]) == (NONE, "Empty") and "error_message" not in simple
 
 
 def test_a_group_of_its_own_configs_gets_its_session_timeout_and_heartbeat_interval():

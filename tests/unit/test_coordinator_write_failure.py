@@ -37,14 +37,14 @@ class Broken:
         self.segment = plog.active_segment
 
     def __enter__(self) -> "Broken":
-        self.saved = os.dup(self.segment.fd)
+        self.saved = os.dup(self.segment.file.fileno())
         read_only = os.open(self.segment.log_path, os.O_RDONLY)
-        os.dup2(read_only, self.segment.fd)
+        os.dup2(read_only, self.segment.file.fileno())
         os.close(read_only)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        os.dup2(self.saved, self.segment.fd)
+        os.dup2(self.saved, self.segment.file.fileno())
         os.close(self.saved)
 
 

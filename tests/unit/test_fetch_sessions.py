@@ -227,3 +227,48 @@ def test_sessionless_fetch_does_not_touch_the_cache_or_the_clock(tmp_path):
     assert open_fetch(cache, _request({0: 0}, 0, FINAL_EPOCH), 12, clock) is None
     assert open_fetch(cache, SimpleNamespace(topics=()), 4, clock) is None  # v4-6: no session fields
     assert len(cache) == 0 and cache.total_partitions == 0 and cache.evictions == 0
+
+
+def test_a_session_keeps_the_clients_leader_epochs_and_answers_their_checks(tmp_path):
+    """KIP-320 in a session: the leader epochs a request sends stay with its partitions until the
+    client sends others; a fenced epoch answers 74 in the incremental response, a diverged
+    last-fetched epoch its end offset."""
+    broker = Broker(BrokerConfig({"log.dirs": str(tmp_path)}), T0)
+    broker.topics.create("t", 1, {}, T0)
+    plog = broker.topics.partition("t", 0)
+    plog.append(build_batch([(None, b"v", T0, ()), (None, b"w", T0, ())]), T0)
+    assert plog.lead_next_epoch() == 1  # as a restart would: epoch 0 holds offsets 0-1
+    plog.append(build_batch([(None, b"x", T0, ()), (None, b"y", T0, ())]), T0)
+    cache = _cache()
+    clock = lambda: T0  # noqa: E731
+
+    def request(session_id: int, epoch: int, current: int, last_fetched: int, offset: int = 0) -> SimpleNamespace:
+        req = _request({0: offset}, session_id, epoch)
+        part = req.topics[0].partitions[0]
+        req.topics[0].partitions = (SimpleNamespace(**vars(part), current_leader_epoch=current,
+                                                    last_fetched_epoch=last_fetched),)
+        return req
+
+    req = request(0, INITIAL_EPOCH, plog.leader_epoch, -1)
+    body = finish_fetch(cache, req, read_fetch(broker, req, 12, open_fetch(cache, req, 12, clock)), T0)
+    sid = body["session_id"]
+    assert body["responses"][0]["partitions"][0]["error_code"] == Error.NONE
+    assert cache.get(sid).partitions[("t", 0)].current_leader_epoch == plog.leader_epoch
+    # the client now claims an epoch older than the leader's: fenced, told the current leader
+    req = request(sid, 1, plog.leader_epoch - 1, -1)
+    entry = finish_fetch(cache, req, read_fetch(broker, req, 12, open_fetch(cache, req, 12, clock)),
+                         T0)["responses"][0]["partitions"][0]
+    assert entry["error_code"] == Error.FENCED_LEADER_EPOCH
+    assert entry["current_leader"] == {"leader_id": 1, "leader_epoch": plog.leader_epoch}
+    # an empty incremental request keeps the epochs it had: still fenced
+    req = _request({}, sid, 2)
+    entry = finish_fetch(cache, req, read_fetch(broker, req, 12, open_fetch(cache, req, 12, clock)),
+                         T0)["responses"][0]["partitions"][0]
+    assert entry["error_code"] == Error.FENCED_LEADER_EPOCH
+    # the client last fetched at epoch 0 and asks for offset 3, but epoch 0 ended at 2: diverged
+    req = request(sid, 3, 1, 0, offset=3)
+    entry = finish_fetch(cache, req, read_fetch(broker, req, 12, open_fetch(cache, req, 12, clock)),
+                         T0)["responses"][0]["partitions"][0]
+    assert entry["error_code"] == Error.NONE and entry["diverging_epoch"] == {"epoch": 0, "end_offset": 2}
+    assert not entry["records"]
+    broker.close()

@@ -25,7 +25,8 @@ from offsetd.records.batch import build_batch, decode_records, iter_batches
 from offsetd.server.aio_fsync import AioFsync
 from offsetd.server.coordinator_runtime import ShardRuntime, new_token
 from offsetd.server.group_commit import GroupCommit
-from offsetd.storage import LogConfig, PartitionLog
+from offsetd.storage import LogConfig, PartitionLog, file_pool, partition_log
+from offsetd.storage.file_pool import FilePool, PooledFile
 from offsetd.storage.log_dir import StorageError
 
 TOPIC = "__consumer_offsets"
@@ -93,7 +94,7 @@ def test_a_batch_is_not_in_the_log_until_its_fsync_returned(tmp_path: Path) -> N
         plog.append(batch("c"), T0)
     plog.roll(T0)  # nor a roll (sealing would cut the batch off): a no-op
     assert len(plog.segments) == 1
-    pending.sync()
+    os.fdatasync(pending.segment.file.fileno())
     result = plog.finish_append(pending)
     assert (result.base_offset, plog.log_end_offset, values(plog)) == (1, 2, [b"a", b"b"])
     assert not plog.active_segment.dirty  # that fsync covered it
@@ -121,6 +122,54 @@ def test_a_batch_whose_log_closed_meanwhile_is_not_taken_in(tmp_path: Path) -> N
     with pytest.raises(ValueError):
         plog.finish_append(pending)
     assert values(open_log(tmp_path)) == []
+
+
+def own_pool(plog: PartitionLog) -> FilePool:
+    """Move the active segment's .log to a pool of one file of its own (opening another closes it)."""
+    file = plog.active_segment.file
+    file.release()
+    file.pool = FilePool(1)
+    return file.pool
+
+
+def test_a_failed_sync_by_the_pool_meanwhile_cuts_the_batch_off(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pool closed the segment's descriptor while the batch awaited its fsync, and the fsync it
+    ran first failed: that batch is never acknowledged, even when the caller's own fsync returned."""
+    plog = open_log(tmp_path)
+    plog.append(batch("a"), T0, sync=True)
+    pool = own_pool(plog)
+    pending = plog.begin_append(batch("b"), T0)
+
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, "fsync failed")
+
+    monkeypatch.setattr(file_pool, "_sync", failing)
+    PooledFile(tmp_path / "other", os.O_RDWR, pool).fileno()  # closes the segment's descriptor
+    assert not pending.segment.file.is_open and pending.segment.file.error is not None
+    with pytest.raises(StorageError):
+        plog.finish_append(pending)
+    assert plog.log_dir.offline and values(plog) == [b"a"]
+
+
+def test_begin_append_patches_the_leader_epoch_and_saves_a_new_one_first(tmp_path: Path) -> None:
+    plog = open_log(tmp_path)
+    plog.lead_next_epoch()
+    pending = plog.begin_append(batch("a"), T0)
+    assert (plog.dir / "leader-epoch-checkpoint").read_text() == "0\n1\n0 0\n"  # before the batch is durable
+    os.fdatasync(pending.segment.file.fileno())
+    plog.finish_append(pending)
+    data = plog.read(0, 1 << 20)
+    assert [h.partition_leader_epoch for _, h in iter_batches(data)] == [0]
+
+
+def test_begin_append_fsyncs_a_new_logs_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[Path] = []
+    monkeypatch.setattr(partition_log, "_fsync_dir", synced.append)
+    plog = open_log(tmp_path)
+    assert synced == []  # not at creation: by the first flush, or by the first deferred append
+    plog.begin_append(batch("a"), T0)
+    assert synced == [plog.dir]
 
 
 # ------------------------------------------------------------------------ group commit
@@ -215,6 +264,36 @@ def test_a_failed_fsync_fails_its_commits_and_none_is_acknowledged(
     restarted = Shard(tmp_path, 0, group_commit)
     asyncio.run(restarted.runtime.load())
     assert restarted.committed("g") == 1
+
+
+def test_a_thread_syncs_its_own_descriptor_when_the_pool_closes_the_segments(
+        tmp_path: Path, group_commit: GroupCommit, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop closes the segment's pooled descriptor (an eviction) while a thread fsyncs the
+    batch: the thread holds a duplicate of its own, so the fsync and the append succeed."""
+    release = threading.Event()
+    on_threads: list[int] = []
+
+    def gate() -> None:
+        if threading.current_thread() is not threading.main_thread():  # not the pool's own sync
+            release.wait(WAIT_S)
+
+    hold_fsyncs(monkeypatch, gate)
+    plog = open_log(tmp_path)
+    pool = own_pool(plog)
+    pooled = plog.active_segment.file.fileno()
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (on_threads.append(fd), real(fd))[1])
+
+    async def main() -> Any:
+        appended = asyncio.ensure_future(group_commit.append(plog, batch("a"), T0))
+        await until(lambda: bool(on_threads), "the fsync on its thread")
+        PooledFile(tmp_path / "other", os.O_RDWR, pool).fileno()  # closes the segment's descriptor
+        assert not plog.active_segment.file.is_open
+        release.set()
+        return await appended
+
+    assert asyncio.run(main()).base_offset == 0
+    assert on_threads[0] != pooled and values(plog) == [b"a"]
 
 
 class PowerLoss:

@@ -15,13 +15,13 @@ from test_partition_log import batch, idem, open_log
 
 from offsetd.records.batch import iter_batches
 from offsetd.storage import PartitionLog, StorageError
-from offsetd.storage import segment as segment_module
+from offsetd.storage import file_pool
 
 
 def state(log: PartitionLog) -> tuple:
     """Everything an undone append must leave as it was, the file's length on disk included."""
     seg = log.active_segment
-    return (log.log_end_offset, len(log.segments), seg.size, os.fstat(seg.fd).st_size,
+    return (log.log_end_offset, len(log.segments), seg.size, os.stat(seg.log_path).st_size,
             seg.offset_index.entries(), seg.time_index.entries(), log.producer_state.to_snapshot())
 
 
@@ -70,7 +70,7 @@ def test_a_failed_fsync_undoes_the_append_and_takes_the_directory_offline(tmp_pa
     def failing_fdatasync(fd: int) -> None:
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(segment_module, "_fdatasync", failing_fdatasync)
+    monkeypatch.setattr(file_pool, "_sync", failing_fdatasync)
     with pytest.raises(StorageError, match="offline"):
         log.append(batch(3), clock.now, sync=True)
     assert state(log) == before

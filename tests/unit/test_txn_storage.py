@@ -232,7 +232,7 @@ def test_truncate_fully_forgets_transactions(tmp_path: Path, clock: FakeClock) -
 
 
 class _MemoryStore:
-    """The three PostgresStore calls a partition's leader makes, in memory (no fencing needed)."""
+    """The PostgresStore calls a partition's leader makes, in memory (no fencing, no epoch history)."""
 
     def __init__(self) -> None:
         self.rows: list[tuple[int, int, bytes]] = []
@@ -245,6 +245,9 @@ class _MemoryStore:
 
     async def ending_at(self, topic_id, partition, last_offset):
         return next(((b, d) for b, last, d in self.rows if last == last_offset), None)
+
+    async def leader_epochs(self, topic_id, partition, epoch):
+        return []
 
 
 def test_cluster_mode_markers_and_takeover_rebuild_open_transactions(tmp_path: Path, clock: FakeClock) -> None:

@@ -32,7 +32,7 @@ from typing import Generator, Iterable, Iterator, Union
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from offsetd.records import consumer_group_records
+from offsetd.records import consumer_group_records, share_group_records
 from offsetd.records.batch import InvalidBatch, iter_batches
 from offsetd.records.control import parse_marker
 from offsetd.records.coordinator_serde import RecordDecodeError
@@ -55,9 +55,11 @@ _PARTITION_DIR = re.compile(r"-(\d+)$")  # `__consumer_offsets-17` -> 17
 _OFFSETS_DIR = re.compile(re.escape(OFFSETS_TOPIC) + r"-(\d+)")
 _int16 = struct.Struct(">h")
 
-EntryKey = Union[OffsetCommitKey, GroupMetadataKey, consumer_group_records.ConsumerGroupKey, UnknownRecordKey,
+EntryKey = Union[OffsetCommitKey, GroupMetadataKey, consumer_group_records.ConsumerGroupKey,
+                 share_group_records.ShareGroupKey, UnknownRecordKey,
                  ControlMarker]
-EntryValue = Union[OffsetCommitValue, GroupMetadataValue, consumer_group_records.ConsumerGroupValue, bytes, None]
+EntryValue = Union[OffsetCommitValue, GroupMetadataValue, consumer_group_records.ConsumerGroupValue,
+                   share_group_records.ShareGroupValue, bytes, None]
 
 
 class OffsetsLogError(Exception):
@@ -113,6 +115,7 @@ _RECORD_TYPES: dict[type, str] = {
     UnknownRecordKey: "unknown",
     ControlMarker: "txn_marker",
     **consumer_group_records.RECORD_TYPE_NAMES,
+    **share_group_records.RECORD_TYPE_NAMES,
 }
 
 
@@ -143,6 +146,11 @@ def decode_entry(
         decoded = consumer_group_records.decode_key(key)  # type: ignore[arg-type, assignment]
         return LogEntry(log_partition, log_offset, timestamp, decoded,
                         consumer_group_records.decode_value(decoded, value),  # type: ignore[arg-type]
+                        _version(key), _version(value), producer_id, producer_epoch)  # type: ignore[arg-type]
+    if type(decoded) is UnknownRecordKey and decoded.version in share_group_records.SHARE_GROUP_RECORD_TYPES:
+        decoded = share_group_records.decode_key(key)  # type: ignore[arg-type, assignment]
+        return LogEntry(log_partition, log_offset, timestamp, decoded,
+                        share_group_records.decode_value(decoded, value),  # type: ignore[arg-type]
                         _version(key), _version(value), producer_id, producer_epoch)  # type: ignore[arg-type]
     if type(decoded) is UnknownRecordKey:
         decoded_value: EntryValue = bytes(value) if value is not None else None

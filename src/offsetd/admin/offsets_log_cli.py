@@ -41,6 +41,7 @@ from typing import Callable, NoReturn, TextIO, get_args
 from offsetd.admin.offsets_log import LogEntry, OffsetsLogError, read_cluster, read_files
 from offsetd.config import parse_properties
 from offsetd.records.consumer_group_records import ConsumerGroupKey
+from offsetd.records.share_group_records import ShareGroupKey
 from offsetd.records.consumer_protocol import parse_subscription_topics
 from offsetd.records.group_metadata_value import GroupMetadataValue, MemberMetadata
 from offsetd.records.log_walker import ControlMarker
@@ -161,7 +162,7 @@ _TEXT: dict[type, Callable[[LogEntry], str]] = {
     GroupMetadataKey: _group_metadata_text,
     UnknownRecordKey: _unknown_text,
     ControlMarker: _marker_text,
-    **dict.fromkeys(get_args(ConsumerGroupKey), _consumer_group_text),
+    **dict.fromkeys(get_args(ConsumerGroupKey) + get_args(ShareGroupKey), _consumer_group_text),
 }
 
 
@@ -248,7 +249,7 @@ _JSON: dict[type, Callable[[LogEntry], dict]] = {
     GroupMetadataKey: _group_metadata_json,
     UnknownRecordKey: _unknown_json,
     ControlMarker: _marker_json,
-    **dict.fromkeys(get_args(ConsumerGroupKey), _consumer_group_json),
+    **dict.fromkeys(get_args(ConsumerGroupKey) + get_args(ShareGroupKey), _consumer_group_json),
 }
 
 

@@ -8,7 +8,7 @@ from typing import Any, Awaitable, Callable
 from ..protocol.errors import Error
 from ..security.authorization import Access, Op, Res, access
 from .broker import Broker
-from .group_configs import BROKER_KEYS, GROUP_KEYS, group_config_problem
+from .group_configs import BROKER_KEYS, GROUP_KEYS, SHARE_KEYS, group_config_problem
 from .request_context import current_context
 from .topic_config import (
     DEFAULT_CONFIG,
@@ -229,8 +229,8 @@ def handle_describe_configs(broker: Broker, req: Any, version: int, now_ms: int)
         elif res.resource_type == RESOURCE_GROUP:
             overrides = broker.group_configs.get(res.resource_name)
             result["configs"] = [
-                _config_entry(key, overrides[key], DYNAMIC_GROUP_CONFIG, INT) if key in overrides else
-                _group_default_entry(broker, key)
+                _config_entry(key, overrides[key], DYNAMIC_GROUP_CONFIG, STRING if key in SHARE_KEYS else INT)
+                if key in overrides else _group_default_entry(broker, key)
                 for key in GROUP_KEYS if keys is None or key in keys]
         else:
             result.update(error_code=Error.INVALID_REQUEST,
@@ -240,7 +240,10 @@ def handle_describe_configs(broker: Broker, req: Any, version: int, now_ms: int)
 
 
 def _group_default_entry(broker: Broker, key: str) -> dict[str, Any]:
-    """A group config the group does not set: the broker's value of its key (BROKER_KEYS)."""
+    """A group config the group does not set: the broker's value of its key (BROKER_KEYS), or
+    Kafka's default of a share group config."""
+    if key in SHARE_KEYS:
+        return _config_entry(key, SHARE_KEYS[key], DEFAULT_CONFIG, STRING)
     value = broker.config.raw(BROKER_KEYS[key])
     source = DEFAULT_CONFIG if value == _broker_default(BROKER_KEYS[key]) else STATIC_BROKER_CONFIG
     return _config_entry(key, value, source, INT)

@@ -20,6 +20,9 @@ NONE = Error.NONE
 UNKNOWN_TOPIC_OR_PARTITION = Error.UNKNOWN_TOPIC_OR_PARTITION
 KAFKA_STORAGE_ERROR = Error.KAFKA_STORAGE_ERROR
 NOT_LEADER_OR_FOLLOWER = Error.NOT_LEADER_OR_FOLLOWER
+FENCED_LEADER_EPOCH = Error.FENCED_LEADER_EPOCH
+UNKNOWN_LEADER_EPOCH = Error.UNKNOWN_LEADER_EPOCH
+NO_LEADER_EPOCH = -1  # a request's current_leader_epoch when the client asks for no check
 
 
 class Broker:
@@ -50,11 +53,14 @@ class Broker:
         self.authorizer: Any = None
         self.security: Any = None  # server/security_api.SecurityRuntime (the ACL and SCRAM APIs)
 
-    def serving_partition(self, topic: str, index: int) -> "tuple[Any, int]":
+    def serving_partition(self, topic: str, index: int,
+                          current_leader_epoch: int = NO_LEADER_EPOCH) -> "tuple[Any, int]":
         """(log, NONE) of a partition this broker can serve reads of, or (log or None, error):
-        UNKNOWN_TOPIC_OR_PARTITION, KAFKA_STORAGE_ERROR (its log directory is offline) or
-        NOT_LEADER_OR_FOLLOWER (cluster mode: another broker leads it, or nobody, for a moment).
-        The checks Fetch and ListOffsets share."""
+        UNKNOWN_TOPIC_OR_PARTITION, KAFKA_STORAGE_ERROR (its log directory is offline),
+        NOT_LEADER_OR_FOLLOWER (cluster mode: another broker leads it, or nobody, for a moment), or
+        the client's `current_leader_epoch` judged against the leader's (KIP-320, -1: not checked):
+        FENCED_LEADER_EPOCH when older, UNKNOWN_LEADER_EPOCH when newer. The checks Fetch,
+        ListOffsets and OffsetForLeaderEpoch share."""
         plog = self.topics.partition(topic, index)
         if plog is None:
             return None, UNKNOWN_TOPIC_OR_PARTITION
@@ -62,6 +68,12 @@ class Broker:
             return plog, KAFKA_STORAGE_ERROR
         if not plog.leader:
             return plog, NOT_LEADER_OR_FOLLOWER
+        if current_leader_epoch != NO_LEADER_EPOCH:
+            epoch = plog.leader_epoch
+            if current_leader_epoch < epoch:
+                return plog, FENCED_LEADER_EPOCH
+            if current_leader_epoch > epoch:
+                return plog, UNKNOWN_LEADER_EPOCH
         return plog, NONE
 
     def apply_retention(self, now_ms: int) -> int:

@@ -32,7 +32,8 @@ class ClusterView(Protocol):
 
 
 class LocalView:
-    """One broker, leading every partition (leader epoch -1: there are no elections)."""
+    """One broker, leading every partition at the epoch its log opened at (storage/partition_log.py
+    `lead_next_epoch`: one more than the newest epoch that wrote to it)."""
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -50,7 +51,8 @@ class LocalView:
         return [(self.controller_id, *self._advertised(listener))]
 
     def leader(self, topic: Any, partition: int) -> tuple[int, int]:
-        return self.controller_id, -1
+        partitions = topic.partitions if topic is not None else ()
+        return self.controller_id, partitions[partition].leader_epoch if 0 <= partition < len(partitions) else -1
 
     def endpoint(self, node_id: int, listener: str | None = None) -> tuple[str, int] | None:
         return self._advertised(listener) if node_id == self.controller_id else None

@@ -13,6 +13,11 @@ Isolation (v4+, reference A9): every partition answers its last stable offset (L
 read_committed the records stop before the first batch at or after the LSO (the zero-copy
 ranges too) and AbortedTransactions lists the aborted transactions overlapping the data;
 under read_uncommitted that list is null.
+
+Leader epochs (KIP-320): a partition's `current_leader_epoch` (v9+, -1: no check) is checked
+against the leader's (FENCED_LEADER_EPOCH with KIP-951's `current_leader`, UNKNOWN_LEADER_EPOCH);
+a `last_fetched_epoch` (v12+) whose epoch ended before the fetch offset answers no records and
+`diverging_epoch`, the end of that epoch as OffsetForLeaderEpoch tells it, as Kafka does.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from typing import Any, Callable
 from ..protocol.errors import Error
 from ..storage.log_read import OffsetOutOfRange
 from ..security.authorization import Op, Res, access
-from .broker import Broker
+from ..storage.leader_epoch_cache import UNDEFINED_EPOCH_OFFSET
+from .broker import NO_LEADER_EPOCH, Broker
 from .cluster_view import leader_hint, node_endpoints
 from .fetch_sessions import (
     CachedPartition,
@@ -66,7 +72,9 @@ def open_fetch(cache: FetchSessionCache, req: Any, version: int, clock: Callable
         return None
     by_id = version >= 13
     fetch_data = (((t.topic_id if by_id else t.topic, p.partition),
-                   FetchRequestPartition(p.fetch_offset, p.partition_max_bytes, getattr(p, "log_start_offset", -1)))
+                   FetchRequestPartition(p.fetch_offset, p.partition_max_bytes, getattr(p, "log_start_offset", -1),
+                                         getattr(p, "current_leader_epoch", NO_LEADER_EPOCH),
+                                         getattr(p, "last_fetched_epoch", NO_LEADER_EPOCH)))
                   for t in req.topics for p in t.partitions)
     forgotten = ((f.topic_id if by_id else f.topic, index)
                  for f in getattr(req, "forgotten_topics_data", ()) for index in f.partitions)
@@ -92,11 +100,13 @@ class _Reader:
         self.led_elsewhere: set[int] = set()
         self.access = access(broker, current_context())
 
-    def read(self, topic: Any, index: int, fetch_offset: int, max_bytes: int, name: str | None = None) -> dict[str, Any]:
+    def read(self, topic: Any, index: int, fetch_offset: int, max_bytes: int, name: str | None = None,
+             current_leader_epoch: int = NO_LEADER_EPOCH, last_fetched_epoch: int = NO_LEADER_EPOCH) -> dict[str, Any]:
         """One partition's response entry: watermarks and records, or its error. `topic` is
         None when unknown (`name`: the name asked for, by-name fetches). With zero_copy the records
         may be FileRecords (module docstring). Without READ on the topic: 29, before its existence
-        is told, but after an unknown topic id (v13+: 100 first, reference security.md §4)."""
+        is told, but after an unknown topic id (v13+: 100 first, reference security.md §4). The
+        leader epochs: module docstring."""
         entry: dict[str, Any] = {"partition_index": index, "error_code": Error.NONE, "high_watermark": -1,
                                  "records": b"", "aborted_transactions": () if self.committed else None}
         acc = self.access
@@ -107,15 +117,17 @@ class _Reader:
         if topic is None:
             entry["error_code"] = Error.UNKNOWN_TOPIC_ID if self.by_id else Error.UNKNOWN_TOPIC_OR_PARTITION
             return entry
-        plog, error = self.broker.serving_partition(topic.name, index)
+        plog, error = self.broker.serving_partition(topic.name, index, current_leader_epoch)
         if error:
             entry["error_code"] = error
-            if error == Error.NOT_LEADER_OR_FOLLOWER:
+            if error in (Error.NOT_LEADER_OR_FOLLOWER, Error.FENCED_LEADER_EPOCH):
                 hint = entry["current_leader"] = leader_hint(self.broker.cluster, topic, index)
                 self.led_elsewhere.add(hint["leader_id"])
             return entry
         entry.update(high_watermark=plog.log_end_offset, last_stable_offset=plog.last_stable_offset,
                      log_start_offset=plog.log_start_offset)
+        if last_fetched_epoch >= 0 and self._diverged(entry, plog, fetch_offset, last_fetched_epoch):
+            return entry
         limit, first = min(max_bytes, self.budget), self.total == 0
         try:
             if not (limit > 0 or first):
@@ -144,6 +156,20 @@ class _Reader:
         self.read_keys.append((topic.name, index))
         return entry
 
+    @staticmethod
+    def _diverged(entry: dict[str, Any], plog: Any, fetch_offset: int, last_fetched_epoch: int) -> bool:
+        """True when `entry` is answered without records: the epoch the client last fetched from
+        ended before its fetch offset (`diverging_epoch`: where), or cannot be told, or the offset
+        is below the log start (OFFSET_OUT_OF_RANGE)."""
+        epoch, end = plog.epochs.end_offset_for(last_fetched_epoch, plog.log_end_offset)
+        if end == UNDEFINED_EPOCH_OFFSET or fetch_offset < plog.log_start_offset:
+            entry["error_code"] = Error.OFFSET_OUT_OF_RANGE
+            return True
+        if epoch < last_fetched_epoch or end < fetch_offset:
+            entry["diverging_epoch"] = {"epoch": epoch, "end_offset": end}
+            return True
+        return False
+
     def result(self, session_id: int, responses: list[dict[str, Any]], context: FetchContext | None,
                responded: list[tuple[PartitionKey, dict[str, Any]]] | None = None) -> FetchRead:
         body = {"error_code": Error.NONE, "session_id": session_id, "responses": responses}
@@ -167,7 +193,9 @@ def read_fetch(broker: Broker, req: Any, version: int, context: FetchContext | N
     for topic_req in req.topics:
         topic = topics.by_id(topic_req.topic_id) if by_id else topics.get(topic_req.topic)
         responses.append({key: topic_req.topic_id if by_id else topic_req.topic, "partitions": [
-            reader.read(topic, p.partition, p.fetch_offset, p.partition_max_bytes, None if by_id else topic_req.topic)
+            reader.read(topic, p.partition, p.fetch_offset, p.partition_max_bytes, None if by_id else topic_req.topic,
+                        getattr(p, "current_leader_epoch", NO_LEADER_EPOCH),
+                        getattr(p, "last_fetched_epoch", NO_LEADER_EPOCH))
             for p in topic_req.partitions]})
     return reader.result(0, responses, context)
 
@@ -187,7 +215,9 @@ def _read_session(broker: Broker, req: Any, version: int, context: FetchContext)
     for key, cached in session.partitions.items():
         topic_key, index = key
         topic = topics.by_id(topic_key) if by_id else topics.get(topic_key)  # type: ignore[arg-type]
-        entry = reader.read(topic, index, cached.fetch_offset, cached.max_bytes, None if by_id else topic_key)  # type: ignore[arg-type]
+        name = None if by_id else topic_key
+        entry = reader.read(topic, index, cached.fetch_offset, cached.max_bytes, name,  # type: ignore[arg-type]
+                            cached.current_leader_epoch, cached.last_fetched_epoch)
         if not cached.must_respond(entry):
             continue
         responded.append((key, entry))
@@ -212,7 +242,9 @@ def finish_fetch(cache: FetchSessionCache, req: Any, result: FetchRead, now: int
         for topic_req, topic_resp in zip(req.topics, result.body["responses"]):
             topic_key = topic_req.topic_id if by_id else topic_req.topic
             for p, entry in zip(topic_req.partitions, topic_resp["partitions"]):
-                cached = CachedPartition(p.fetch_offset, p.partition_max_bytes, getattr(p, "log_start_offset", -1))
+                cached = CachedPartition(p.fetch_offset, p.partition_max_bytes, getattr(p, "log_start_offset", -1),
+                                         current_leader_epoch=getattr(p, "current_leader_epoch", NO_LEADER_EPOCH),
+                                         last_fetched_epoch=getattr(p, "last_fetched_epoch", NO_LEADER_EPOCH))
                 cached.sent(entry)
                 partitions[(topic_key, p.partition)] = cached
         result.body["session_id"] = cache.maybe_create(now, partitions, by_id)

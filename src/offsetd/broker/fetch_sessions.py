@@ -59,10 +59,13 @@ class CachedPartition:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
+    current_leader_epoch: int = -1  # the client's leader epochs (KIP-320), sent again when they change
+    last_fetched_epoch: int = -1
 
     def must_respond(self, entry: dict[str, Any]) -> bool:
-        """Kafka's rule: records, an error, or a watermark that differs from the one last sent."""
-        return bool(entry["records"]) or entry["error_code"] != 0 or (
+        """Kafka's rule: records, an error, a diverging epoch, or a watermark that differs from the
+        one last sent."""
+        return bool(entry["records"]) or entry["error_code"] != 0 or "diverging_epoch" in entry or (
             entry["high_watermark"] != self.high_watermark
             or entry.get("last_stable_offset", -1) != self.last_stable_offset
             or entry.get("log_start_offset", -1) != self.log_start_offset)
@@ -99,6 +102,8 @@ class FetchRequestPartition:
     fetch_offset: int
     max_bytes: int
     log_start_offset: int = -1
+    current_leader_epoch: int = -1
+    last_fetched_epoch: int = -1
 
 
 class FetchSessionCache:
@@ -207,10 +212,13 @@ def new_context(cache: FetchSessionCache, session_id: int, epoch: int, uses_topi
     for key, req in fetch_data:
         cached = parts.get(key)
         if cached is None:
-            parts[key] = CachedPartition(req.fetch_offset, req.max_bytes, req.log_start_offset)
+            parts[key] = CachedPartition(req.fetch_offset, req.max_bytes, req.log_start_offset,
+                                         current_leader_epoch=req.current_leader_epoch,
+                                         last_fetched_epoch=req.last_fetched_epoch)
         else:
             cached.fetch_offset, cached.max_bytes, cached.client_log_start = (
                 req.fetch_offset, req.max_bytes, req.log_start_offset)
+            cached.current_leader_epoch, cached.last_fetched_epoch = req.current_leader_epoch, req.last_fetched_epoch
     for key in forgotten:
         parts.pop(key, None)
     if not parts:

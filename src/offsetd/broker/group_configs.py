@@ -3,12 +3,15 @@
 Served: `offsets.retention.minutes` (a group may keep its offsets longer or shorter than the broker
 default, or forever (-1); users have asked for this since KAFKA-4682), and a consumer group's own
 `consumer.session.timeout.ms` and `consumer.heartbeat.interval.ms` (reference B1), within the
-broker's `group.consumer.min/max.*` bounds.
+broker's `group.consumer.min/max.*` bounds; a share group's `share.auto.offset.reset` and
+`share.isolation.level` (KIP-932, share-groups.md §1), whose defaults are Kafka's, not a broker key,
+and its `share.record.lock.duration.ms` within the broker's `group.share.min/max.*` bounds.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,10 +20,43 @@ from ..storage.durable_file import write_durably
 RETENTION_KEY = "offsets.retention.minutes"
 SESSION_TIMEOUT_KEY = "consumer.session.timeout.ms"
 HEARTBEAT_INTERVAL_KEY = "consumer.heartbeat.interval.ms"
-GROUP_KEYS = (RETENTION_KEY, SESSION_TIMEOUT_KEY, HEARTBEAT_INTERVAL_KEY)
+SHARE_AUTO_OFFSET_RESET_KEY = "share.auto.offset.reset"
+SHARE_ISOLATION_LEVEL_KEY = "share.isolation.level"
+SHARE_KEYS = {SHARE_AUTO_OFFSET_RESET_KEY: "latest", SHARE_ISOLATION_LEVEL_KEY: "read_uncommitted"}
+"""The share group configs and their defaults (string values, no broker-wide key in Kafka 4.2)."""
+SHARE_LOCK_DURATION_KEY = "share.record.lock.duration.ms"
+GROUP_KEYS = (RETENTION_KEY, SESSION_TIMEOUT_KEY, HEARTBEAT_INTERVAL_KEY, *SHARE_KEYS, SHARE_LOCK_DURATION_KEY)
 BROKER_KEYS = {RETENTION_KEY: RETENTION_KEY, SESSION_TIMEOUT_KEY: "group.consumer.session.timeout.ms",
-               HEARTBEAT_INTERVAL_KEY: "group.consumer.heartbeat.interval.ms"}
-"""Each group config's broker-wide default."""
+               HEARTBEAT_INTERVAL_KEY: "group.consumer.heartbeat.interval.ms",
+               SHARE_LOCK_DURATION_KEY: "group.share.record.lock.duration.ms"}
+"""Each integer group config's broker-wide default."""
+
+# share.auto.offset.reset's by_duration:<ISO-8601 duration> (Java's Duration.parse: days, hours,
+# minutes, seconds with a fraction; never negative here).
+_DURATION = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?", re.IGNORECASE)
+
+
+def share_reset_duration_ms(value: str) -> int | None:
+    """The look-back of `by_duration:<ISO-8601>` in ms; None for earliest, latest or a bad value."""
+    if not value.startswith("by_duration:"):
+        return None
+    match = _DURATION.fullmatch(value.removeprefix("by_duration:"))
+    if match is None or match.group(0).upper() in ("P", "PT") or match.group(0).upper().endswith("T"):
+        return None
+    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    return int(((days * 24 + hours) * 60 + minutes) * 60_000 + seconds * 1000)
+
+
+def _share_problem(key: str, value: str | None) -> str | None:
+    """Why a share group config cannot take `value`, or None."""
+    if key == SHARE_ISOLATION_LEVEL_KEY:
+        if value in ("read_committed", "read_uncommitted"):
+            return None
+        return f"Invalid value {value} for configuration {key}: String must be one of: read_committed, read_uncommitted"
+    if value in ("earliest", "latest") or share_reset_duration_ms(value or "") is not None:
+        return None
+    return (f"Invalid value {value} for configuration {key}: must be earliest, latest or "
+            "by_duration:<ISO-8601 duration> such as by_duration:PT1H")
 
 
 def group_config_problem(key: str, value: str | None, broker_config: Callable[[str], Any]) -> str | None:
@@ -28,6 +64,8 @@ def group_config_problem(key: str, value: str | None, broker_config: Callable[[s
     looks up the broker's keys (the consumer configs' bounds)."""
     if key not in GROUP_KEYS:
         return f"Unknown group config name: {key}"
+    if key in SHARE_KEYS:
+        return _share_problem(key, value)
     try:
         number = int(value or "")
     except ValueError:
@@ -36,8 +74,8 @@ def group_config_problem(key: str, value: str | None, broker_config: Callable[[s
         if number == 0 or number < -1:
             return f"Invalid value {value} for configuration {key}: must be -1 (never expire) or at least 1"
         return None
-    what = key.removeprefix("consumer.")
-    lo, hi = broker_config(f"group.consumer.min.{what}"), broker_config(f"group.consumer.max.{what}")
+    kind, what = key.split(".", 1)  # consumer.session.timeout.ms, share.record.lock.duration.ms
+    lo, hi = broker_config(f"group.{kind}.min.{what}"), broker_config(f"group.{kind}.max.{what}")
     if not lo <= number <= hi:
         return f"Invalid value {value} for configuration {key}: must be between {lo} and {hi}"
     return None

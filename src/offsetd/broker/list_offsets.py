@@ -4,7 +4,13 @@ whatever its codec, so answers are record-exact as Kafka's).
 
 Isolation (v2+, A9): under read_committed the bound is the last stable offset: LATEST answers it,
 and a timestamp lookup whose record lies at or beyond it answers -1/-1, as one beyond the log
-end would."""
+end would.
+
+Leader epochs (v4+, KIP-320): a `current_leader_epoch` other than -1 is checked against the
+leader's (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH, broker.serving_partition). The answer's
+`leader_epoch` is, as Kafka's: the leader's epoch for LATEST, the epoch holding the log start for
+EARLIEST (-1 when the history does not reach back to it), the epoch that wrote the record found
+otherwise (storage/leader_epoch_cache.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ from typing import Any
 from ..protocol.errors import Error
 from ..records.batch import InvalidBatch
 from ..security.authorization import Op, Res, access
-from .broker import Broker
+from .broker import NO_LEADER_EPOCH, Broker
 from .list_offsets_v0 import handle_list_offsets_v0
 from .request_context import current_context
 
@@ -43,13 +49,16 @@ def handle_list_offsets(broker: Broker, req: Any, version: int, now_ms: int) -> 
             if denied and topic_req.name in denied:
                 plog, error = None, Error.TOPIC_AUTHORIZATION_FAILED
             else:
-                plog, error = broker.serving_partition(topic_req.name, p.partition_index)
+                plog, error = broker.serving_partition(topic_req.name, p.partition_index,
+                                                       getattr(p, "current_leader_epoch", NO_LEADER_EPOCH))
             if error:
                 entry["error_code"] = error
             elif p.timestamp == LATEST:
                 entry["offset"] = plog.last_stable_offset if committed else plog.log_end_offset
+                entry["leader_epoch"] = plog.leader_epoch
             elif p.timestamp == EARLIEST:
                 entry["offset"] = plog.log_start_offset
+                entry["leader_epoch"] = plog.epochs.epoch_for_offset(plog.log_start_offset)
             elif p.timestamp < 0 and p.timestamp != MAX_TIMESTAMP:  # -4 and below: not served
                 entry["error_code"] = Error.INVALID_REQUEST
             else:
@@ -61,10 +70,13 @@ def handle_list_offsets(broker: Broker, req: Any, version: int, now_ms: int) -> 
                 except InvalidBatch as exc:  # a stored batch that cannot be decoded (Kafka: CORRUPT_MESSAGE)
                     entry["error_code"] = exc.error_code
                     found = None
-                if found is not None and not (committed and found[0] >= plog.last_stable_offset):
+                except OSError as exc:  # as Fetch: a read the device (or the open-file limit) refused
+                    plog.log_dir.failed(exc, f"read of {topic_req.name}-{p.partition_index}", undone=False)
+                    entry["error_code"] = Error.KAFKA_STORAGE_ERROR
+                    found = None
+                if found is not None and found[0] >= 0 and not (committed and found[0] >= plog.last_stable_offset):
                     entry["offset"], entry["timestamp"] = found
-            if entry["error_code"] == Error.NONE:
-                entry["leader_epoch"] = plog.leader_epoch  # type: ignore[union-attr]
+                    entry["leader_epoch"] = plog.epochs.epoch_for_offset(found[0])
             partitions.append(entry)
         topics.append({"name": topic_req.name, "partitions": partitions})
     return {"topics": topics}

@@ -10,13 +10,15 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shutil
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from ..config import BrokerConfig
-from ..storage.durable_file import write_durably
-from ..storage.log_dir import LogDirectory
+from ..storage.clean_shutdown import clear_clean_shutdown, mark_clean_shutdown, was_clean_shutdown
+from ..storage.durable_file import fsync_dir, write_durably
+from ..storage.log_dir import KAFKA_STORAGE_ERROR, LogDirectory
 from ..storage.partition_log import PartitionLog
 from .topic_config import log_config
 
@@ -65,6 +67,9 @@ class Topic:
 class TopicRegistry:
     """All topics of this broker, opened from `log.dirs` at start-up."""
 
+    marks_clean_shutdown = True
+    """Whether close() leaves Kafka's clean-shutdown marker (the local catalogue's logs only)."""
+
     version = 0
     """Moves whenever a topic is added, removed or grows (what the consumer groups' view of the
     topics, and their resolved regular expressions, are dated by)."""
@@ -76,23 +81,38 @@ class TopicRegistry:
         self.log_dir = LogDirectory(self.root)  # health of `log.dirs`, shared by every partition
         self._by_name: dict[str, Topic] = {}
         self._by_id: dict[uuid.UUID, Topic] = {}
+        self._clean = False  # opening the logs of a clean shutdown (during _load only)
+        self._sync_parent = True  # False while a new topic's partitions are made (one fsync for all)
         self.cluster_id = self._load(now_ms)
 
     def _load(self, now_ms: int) -> str:
         """Open the topics of `topics.json`; the cluster id (meta.properties)."""
         catalogue = self.root / CATALOGUE
+        self._clean = was_clean_shutdown(self.root)
         if catalogue.exists():
             for entry in json.loads(catalogue.read_text(encoding="utf-8")):
                 topic = Topic(entry["name"], uuid.UUID(entry["id"]), dict(entry["configs"]),
                               internal=entry.get("internal", False))
                 topic.partitions = [self._open(topic, p, now_ms) for p in range(entry["partitions"])]
                 self._add(topic)
+        if self._clean:
+            log.info("%s was shut down cleanly: %d partition(s) opened without recovery", self.root,
+                     sum(len(t.partitions) for t in self._by_name.values()))
+        self._clean = False
+        clear_clean_shutdown(self.root)
         return self._load_meta()
 
     def _open(self, topic: Topic, index: int, now_ms: int) -> Any:
-        """The log of one partition of `topic` (cluster mode: a PostgreSQL-backed one)."""
+        """The log of one partition of `topic`, led by this broker at its next leader epoch
+        (cluster mode: a PostgreSQL-backed one, led when claimed)."""
+        plog = self._open_log(topic, index, now_ms)
+        plog.lead_next_epoch()
+        return plog
+
+    def _open_log(self, topic: Topic, index: int, now_ms: int) -> PartitionLog:
+        """The local segment log of one partition of `topic`."""
         return PartitionLog.open(self.root, topic.name, index, log_config(topic.configs, self.config), now_ms,
-                                 self.log_dir)
+                                 self.log_dir, clean=self._clean, sync_parent=self._sync_parent)
 
     def _load_meta(self) -> str:
         """Read or create meta.properties (cluster.id, node.id), as Kafka's log dirs carry."""
@@ -141,11 +161,54 @@ class TopicRegistry:
         topic = Topic(name, uuid.uuid4(), dict(configs), internal=internal)
         if validate_only:
             return topic
-        topic.partitions = [self._open(topic, p, now_ms) for p in range(num_partitions)]
+        self._open_range(topic, 0, num_partitions, now_ms, "create topic")
         self._add(topic)
-        self._save()
+        try:
+            self._save()
+        except OSError as exc:
+            self._remove(topic)
+            self._drop_partitions(topic, 0)
+            raise self._storage_error(exc, "create topic", name) from exc
         log.info("created topic %s with %d partitions", name, num_partitions)
         return topic
+
+    def _open_range(self, topic: Topic, start: int, end: int, now_ms: int, what: str) -> None:
+        """Open partitions [start, end) of `topic` onto its list; on an OSError (EMFILE, ENOSPC,
+        ...) remove every one of them again, directories included, and raise TopicError
+        KAFKA_STORAGE_ERROR: a topic is created (or grown) whole or not at all."""
+        self._sync_parent = False
+        try:
+            for p in range(start, end):
+                topic.partitions.append(self._open(topic, p, now_ms))
+            fsync_dir(self.root)  # every new partition directory, durable before its first append
+        except OSError as exc:
+            self._drop_partitions(topic, start, failed=len(topic.partitions))
+            raise self._storage_error(exc, what, topic.name) from exc
+        finally:
+            self._sync_parent = True
+
+    def _drop_partitions(self, topic: Topic, start: int, failed: int | None = None) -> None:
+        """Delete the logs of `topic`'s partitions from `start` on (and the directory of the
+        partition `failed`, which never opened) and forget them."""
+        for plog in topic.partitions[start:]:
+            plog.delete()
+        del topic.partitions[start:]
+        if failed is not None:
+            shutil.rmtree(self.root / f"{topic.name}-{failed}", ignore_errors=True)
+            fsync_dir(self.root)
+
+    @staticmethod
+    def _storage_error(exc: OSError, what: str, name: str) -> TopicError:
+        """The per-topic answer to a file-system failure (a log directory error, as Kafka names it)."""
+        log.error("%s %s failed: %s; nothing of it was kept", what, name, exc)
+        return TopicError(KAFKA_STORAGE_ERROR, f"Could not {what} '{name}': {exc.strerror or exc}. "
+                                               "Nothing of it was created.")
+
+    def _remove(self, topic: Topic) -> None:
+        """Remove `topic` from the registry (its logs are the caller's)."""
+        self.version += 1
+        del self._by_name[topic.name]
+        del self._by_id[topic.topic_id]
 
     def check_new(self, name: str, num_partitions: int) -> None:
         """TopicError(36/17/37) when a topic of that name and size may not be created."""
@@ -179,25 +242,33 @@ class TopicRegistry:
         current = len(topic.partitions)
         if validate_only:
             return
-        for p in range(current, count):
-            topic.partitions.append(self._open(topic, p, now_ms))
+        self._open_range(topic, current, count, now_ms, "add partitions to")
         self.version += 1
-        self._save()
+        try:
+            self._save()
+        except OSError as exc:
+            self._drop_partitions(topic, current)
+            raise self._storage_error(exc, "add partitions to", name) from exc
         log.info("topic %s now has %d partitions", name, count)
 
     def delete(self, topic: Topic) -> None:
         """Remove a topic and its data (DeleteTopics)."""
-        del self._by_name[topic.name]
-        del self._by_id[topic.topic_id]
-        self.version += 1
-        self._save()
+        self._remove(topic)
+        try:
+            self._save()
+        except OSError as exc:
+            self._add(topic)
+            raise self._storage_error(exc, "delete topic", topic.name) from exc
         for partition in topic.partitions:
             partition.delete()
         log.info("deleted topic %s", topic.name)
 
     def close(self) -> None:
-        """Flush and close every partition log (clean shutdown)."""
+        """Flush and close every partition log (clean shutdown), then say so on disk when every
+        one closed and the log directory is online (storage/clean_shutdown.py)."""
         for topic in self._by_name.values():
             for partition in topic.partitions:
                 partition.close()
+        if self.marks_clean_shutdown and not self.log_dir.offline:
+            mark_clean_shutdown(self.root)
 

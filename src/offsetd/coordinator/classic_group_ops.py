@@ -66,8 +66,7 @@ class ClassicGroupOperations:
                 log.info("member %s of group %s: session timeout, removing", member.member_id, group.group_id)
                 self._remove_member_and_update(group, member, now, result)
         elif kind == "pending":
-            if key[2] in group.pending_members:
-                group.pending_members.discard(key[2])
+            if group.discard_pending_member(key[2]):
                 if group.state is S.PREPARING_REBALANCE:
                     self._try_complete_join(group, now, result)
         elif kind == "join":
@@ -157,7 +156,7 @@ class ClassicGroupOperations:
                 return
             self._add_member_and_rebalance(group, token, req, new_id, now, result)
         elif req.require_known_member_id:
-            group.pending_members.add(new_id)
+            group.add_pending_member(new_id)
             self.timers.schedule(("pending", group.group_id, new_id), now + req.session_timeout_ms)
             result.respond(token, join_error(MEMBER_ID_REQUIRED, new_id))
         else:
@@ -194,8 +193,7 @@ class ClassicGroupOperations:
 
     def _join_known_member(self, group: ClassicGroup, token: Hashable, req: JoinRequest, now: int,
                            result: CoordinatorResult) -> None:
-        if req.member_id in group.pending_members:
-            group.pending_members.discard(req.member_id)
+        if group.discard_pending_member(req.member_id):
             self.timers.cancel(("pending", group.group_id, req.member_id))
             self._add_member_and_rebalance(group, token, req, req.member_id, now, result)
             return
@@ -257,7 +255,7 @@ class ClassicGroupOperations:
                     result.respond(member.sync_token, _sync_error(REBALANCE_IN_PROGRESS))
                     member.sync_token = None
         self.timers.cancel(("sync", group.group_id))
-        group.pending_sync.clear()
+        group.clear_pending_sync()
         initial = group.state is S.EMPTY
         log.info("preparing to rebalance group %s in state %s with old generation %d (%d members)",
                  group.group_id, group.state.value, group.generation, len(group.members))
@@ -301,7 +299,7 @@ class ClassicGroupOperations:
             self.timers.cancel(("heartbeat", group.group_id, member.member_id))
         for member_id in list(group.pending_members):
             self.timers.cancel(("pending", group.group_id, member_id))
-        group.pending_members.clear()
+        group.clear_pending_members()
         group.generation += 1
         if not group.members:
             group.protocol_name = None
@@ -315,7 +313,7 @@ class ClassicGroupOperations:
                  group.generation, len(group.members), group.protocol_name)
         group.transition(S.COMPLETING_REBALANCE, now)
         group.compute_subscribed_topics()
-        group.pending_sync = set(group.members)
+        group.await_sync()
         for member in group.members.values():
             token, member.join_token = member.join_token, None
             member.is_new = False
@@ -392,13 +390,13 @@ class ClassicGroupOperations:
             return result.respond(token, _sync_error(UNKNOWN_MEMBER_ID))
         self._schedule_heartbeat(group, member, now)
         if group.state is S.STABLE:
-            group.pending_sync.discard(member_id)
+            group.synced(member_id)
             return result.respond(token, self._sync_response(group, member))
         # CompletingRebalance
         if member.sync_token is not None and member.sync_token != token:
             result.respond(member.sync_token, _sync_error(REBALANCE_IN_PROGRESS))
         member.sync_token = token
-        group.pending_sync.discard(member_id)
+        group.synced(member_id)
         if member_id == group.leader_id:
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
@@ -473,8 +471,7 @@ class ClassicGroupOperations:
                 else:
                     self._drop_member(group, group.members[target], result)
                     removed = True
-            elif member_id in group.pending_members:
-                group.pending_members.discard(member_id)
+            elif group.discard_pending_member(member_id):
                 self.timers.cancel(("pending", group.group_id, member_id))
                 removed = True
             else:

@@ -63,6 +63,12 @@ class ClassicMemberOperations(ConsumerGroupOperations):
         for member_id in self.groups[group_id].members:
             self._schedule_session(group_id, member_id, now)
 
+    def cancel_group_timers(self, group: ConsumerGroup) -> None:
+        """Forget every member's session, rebalance and sync timers (the group turns classic)."""
+        for member_id in group.members:
+            self._cancel_member_timers(group.group_id, member_id)
+            self.timers.cancel(("sync", group.group_id, member_id))
+
     # ========================================================================= join
 
     def classic_join(self, token: Hashable, req: JoinRequest, now: int, topics: TopicsImage) -> CoordinatorResult:

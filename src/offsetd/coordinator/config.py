@@ -17,6 +17,22 @@ class ConsumerGroupConfig:
 
 
 @dataclass(frozen=True)
+class ShareGroupConfig:
+    """Settings of KIP-932 share groups (Kafka's keys and defaults, share-groups.md §1): the
+    coordinator's membership ones, and those the share-fetch side reads."""
+
+    enabled: bool = True                      # group.share.enable
+    session_timeout_ms: int = 45000           # group.share.session.timeout.ms
+    heartbeat_interval_ms: int = 5000         # group.share.heartbeat.interval.ms
+    max_size: int = 200                       # group.share.max.size
+    assignor: str = "simple"                  # group.share.assignors
+    record_lock_duration_ms: int = 30000      # group.share.record.lock.duration.ms
+    delivery_count_limit: int = 5             # group.share.delivery.count.limit
+    partition_max_record_locks: int = 2000    # group.share.partition.max.record.locks
+    max_share_sessions: int = 2000            # group.share.max.share.sessions
+
+
+@dataclass(frozen=True)
 class GroupCoordinatorConfig:
     """Settings one shard needs."""
 
@@ -29,3 +45,4 @@ class GroupCoordinatorConfig:
     retention_ms: int = 10080 * 60 * 1000       # offsets.retention.minutes
     retention_check_interval_ms: int = 600000   # offsets.retention.check.interval.ms
     consumer: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)  # group.consumer.*
+    share: ShareGroupConfig = field(default_factory=ShareGroupConfig)  # group.share.*

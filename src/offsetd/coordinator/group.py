@@ -42,6 +42,10 @@ class IllegalStateTransition(RuntimeError):
     """A transition §1.11 does not allow: a coordinator bug, never a client error."""
 
 
+# The id sets a group holds only during a join or a sync share this empty one until written.
+_NO_IDS: frozenset[str] = frozenset()
+
+
 @dataclass
 class ClassicGroupMember:
     """One member of a classic group, with its parked Join/Sync request tokens."""
@@ -78,9 +82,11 @@ class ClassicGroupMember:
         return next(name for name, _ in self.protocols if name in candidates)
 
 
-@dataclass
+@dataclass(slots=True)
 class ClassicGroup:
-    """A classic (JoinGroup/SyncGroup) group, or a simple group created by a manual commit."""
+    """A classic (JoinGroup/SyncGroup) group, or a simple group created by a manual commit.
+    Slotted, with its two id sets shared until written: a broker holds one per group, and most
+    groups of a million are offsets-only (an empty set alone is 216 bytes)."""
 
     group_id: str
     state: GroupState = GroupState.EMPTY
@@ -91,8 +97,10 @@ class ClassicGroup:
     leader_id: str | None = None
     members: dict[str, ClassicGroupMember] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
-    pending_members: set[str] = field(default_factory=set)  # ids handed out by MEMBER_ID_REQUIRED
-    pending_sync: set[str] = field(default_factory=set)  # members that have not synced this generation
+    # Ids handed out by MEMBER_ID_REQUIRED, and members that have not synced this generation;
+    # changed only through the methods below.
+    pending_members: set[str] | frozenset[str] = _NO_IDS
+    pending_sync: set[str] | frozenset[str] = _NO_IDS
     subscribed_topics: set[str] | None = None
     new_member_added: bool = False
     initial_delay_remaining_ms: int = 0
@@ -128,10 +136,38 @@ class ClassicGroup:
             return None
         if member.group_instance_id is not None and self.static_members.get(member.group_instance_id) == member_id:
             del self.static_members[member.group_instance_id]
-        self.pending_sync.discard(member_id)
+        self.synced(member_id)
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
         return member
+
+    def add_pending_member(self, member_id: str) -> None:
+        if isinstance(self.pending_members, set):
+            self.pending_members.add(member_id)
+        else:
+            self.pending_members = {member_id}
+
+    def discard_pending_member(self, member_id: str) -> bool:
+        """Forget a pending member id; whether it was pending."""
+        ids = self.pending_members
+        if isinstance(ids, set) and member_id in ids:
+            ids.discard(member_id)
+            return True
+        return False
+
+    def clear_pending_members(self) -> None:
+        self.pending_members = _NO_IDS
+
+    def await_sync(self) -> None:
+        """A generation starts: every member has yet to sync."""
+        self.pending_sync = set(self.members)
+
+    def synced(self, member_id: str) -> None:
+        if isinstance(self.pending_sync, set):
+            self.pending_sync.discard(member_id)
+
+    def clear_pending_sync(self) -> None:
+        self.pending_sync = _NO_IDS
 
     def replace_static_member(self, instance_id: str, old_id: str, new_id: str) -> ClassicGroupMember:
         """A static member rejoined with a fresh member id: keep its place and assignment."""
@@ -141,7 +177,7 @@ class ClassicGroup:
         self.static_members[instance_id] = new_id
         if self.leader_id == old_id:
             self.leader_id = new_id
-        if old_id in self.pending_sync:
+        if isinstance(self.pending_sync, set) and old_id in self.pending_sync:
             self.pending_sync.discard(old_id)
             self.pending_sync.add(new_id)
         return member

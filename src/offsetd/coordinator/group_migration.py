@@ -11,7 +11,10 @@ loading; the Empty entry keeps them, as for a consumer group that took over an e
 
 Downgrade: when the last consumer-protocol member leaves and the rest are classic members (policy
 and `group.max.size` permitting), the consumer group's records are tombstoned and a classic group
-with those members and their assignments is written, then rebalances: its members rejoin.
+with those members and their assignments is written, then rebalances: its members rejoin. When
+instead a classic static member's JoinGroup replaces the last consumer-protocol member (the
+static member of its instance id), the classic group is written Stable with the newcomer in its
+place and no rebalance: the newcomer syncs and gets its predecessor's partitions.
 """
 
 from __future__ import annotations
@@ -92,10 +95,11 @@ class GroupMigrationOperations:
 
     # ======================================================================= downgrade
 
-    def _maybe_downgrade(self, group_id: str, now: int) -> CoordinatorResult:
-        """After a member left a consumer group: if only classic members remain (and the policy,
-        group.max.size and a protocol they all support allow it), convert it back to a classic
-        group that rebalances at once. Otherwise nothing."""
+    def _maybe_downgrade(self, group_id: str, now: int, rebalance: bool = True) -> CoordinatorResult:
+        """After a member left a consumer group (or a classic static member replaced one): if only
+        classic members remain (and the policy, group.max.size and a protocol they all support
+        allow it), convert it back to a classic group, which rebalances at once after a leave and
+        stays Stable after a replacement. Otherwise nothing."""
         result = CoordinatorResult(replay=False)
         group = self.consumer.groups.get(group_id)
         if (group is None or not group.members or self.config.consumer.migration_policy not in DOWNGRADE_POLICIES
@@ -120,6 +124,7 @@ class GroupMigrationOperations:
             return result
         classic.protocol_name = classic.select_protocol()
         classic.compute_subscribed_topics()
+        self.consumer.cancel_group_timers(group)
         tombstones = group.group_tombstones()
         for key, value in tombstones:
             self.consumer.replay(key, value)
@@ -131,7 +136,8 @@ class GroupMigrationOperations:
         result.records.append((GroupMetadataKey(group_id), classic.to_record()))
         for member in classic.members.values():
             self._schedule_heartbeat(classic, member, now)  # type: ignore[attr-defined]
-        self._prepare_rebalance(classic, now, result)  # type: ignore[attr-defined]
+        if rebalance:
+            self._prepare_rebalance(classic, now, result)  # type: ignore[attr-defined]
         return result
 
 

@@ -28,6 +28,7 @@ from .txn_offsets import PendingTxnOffsets
 
 if TYPE_CHECKING:
     from .consumer_group_ops import ConsumerGroupOperations
+    from .share_group_ops import ShareGroupOperations
     from .timers import Timers
 
 log = logging.getLogger("offsetd.coordinator")
@@ -74,6 +75,7 @@ class OffsetOperations:
     _unreplayed: dict[bytes, int]
     _expiry_warned: set[str]
     consumer: "ConsumerGroupOperations"
+    share: "ShareGroupOperations"
 
     def _validate_member(self, group: ClassicGroup, member_id: str, instance_id: str | None) -> int:
         raise NotImplementedError
@@ -119,7 +121,9 @@ class OffsetOperations:
             return result.respond(token, {(t, p): INVALID_GROUP_ID for t, p, *_ in offsets})
         group = self.groups.get(group_id)
         consumer = self.consumer.groups.get(group_id)
-        if consumer is not None:  # a consumer group's members and epochs (B7)
+        if group_id in self.share.groups:  # a share group keeps no committed offsets (Kafka's 69)
+            error = GROUP_ID_NOT_FOUND
+        elif consumer is not None:  # a consumer group's members and epochs (B7)
             error = consumer.validate_offset_commit(member_id, generation, version)
         else:
             error = self._validate_commit(group, member_id, instance_id, generation, version)
@@ -158,7 +162,9 @@ class OffsetOperations:
         if not group_id:  # unlike OffsetCommit, "" is rejected too
             return result.respond(token, {(t, p): INVALID_GROUP_ID for t, p, *_ in offsets})
         consumer = self.consumer.groups.get(group_id)
-        if consumer is not None:
+        if group_id in self.share.groups:  # a share group keeps no committed offsets (Kafka's 69)
+            error = GROUP_ID_NOT_FOUND
+        elif consumer is not None:
             error = consumer.validate_offset_commit(member_id, generation, -1, transactional=True)
         else:
             error = self._validate_commit(self.groups.get(group_id), member_id, instance_id, generation, -1,
@@ -241,8 +247,9 @@ class OffsetOperations:
         for group_id in group_ids:
             group = self.groups.get(group_id)
             consumer = self.consumer.groups.get(group_id)
-            if consumer is not None:  # B7: 68 unless Empty
-                errors[group_id] = NON_EMPTY_GROUP if consumer.members else NONE
+            share = self.share.groups.get(group_id)
+            if consumer is not None or share is not None:  # B7, share groups alike: 68 unless Empty
+                errors[group_id] = NON_EMPTY_GROUP if (consumer or share).members else NONE  # type: ignore[union-attr]
             elif group is None or group.state is S.DEAD:
                 errors[group_id] = GROUP_ID_NOT_FOUND
             elif group.state is not S.EMPTY:
@@ -257,6 +264,8 @@ class OffsetOperations:
                     result.records.append((OffsetCommitKey(group_id, topic, partition), None))
                 if consumer is not None:
                     result.records.extend(consumer.group_tombstones())
+                if share is not None:
+                    result.records.extend(share.group_tombstones())
                 if group is not None:
                     result.records.append((GroupMetadataKey(group_id), None))
         return result.respond(token, errors)
@@ -271,7 +280,7 @@ class OffsetOperations:
         consumer = self.consumer.groups.get(group_id)
         if consumer is not None:  # a consumer group refuses its subscribed topics (B7)
             is_subscribed: Callable[[str], bool] = consumer.subscribed_topics().__contains__
-        elif group is None or group.state is S.DEAD:
+        elif group is None or group.state is S.DEAD or group_id in self.share.groups:
             return result.respond(token, {"error_code": GROUP_ID_NOT_FOUND, "topics": {}})
         elif group.state is not S.EMPTY and group.protocol_type != "consumer":
             return result.respond(token, {"error_code": NON_EMPTY_GROUP, "topics": {}})

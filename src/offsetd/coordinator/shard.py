@@ -11,6 +11,8 @@ KIP-848 consumer groups live beside the classic ones in `consumer` (consumer_gro
 classic_member_ops.py): a group id that has a consumer group is that consumer group (an
 offsets-only classic entry may stay beside it for its offsets); the shard routes their records,
 timers and classic-protocol members (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) there.
+KIP-932 share groups live in `share` (share_group_ops.py); a group id is one kind only: the other
+kinds' APIs refuse a share group's id and the share heartbeat refuses theirs.
 """
 
 from __future__ import annotations
@@ -23,17 +25,19 @@ from ..records.control import CONTROL_ABORT, CONTROL_COMMIT, parse_marker
 from ..records.group_metadata_value import GroupMetadataValue, decode_group_metadata_value
 from ..records.offset_commit_value import OffsetCommitValue
 from ..records.offsets import GroupMetadataKey, OffsetCommitKey, decode_key, encode_key, encode_value
+from ..records.share_group_records import TopicPartitionsInfo
 from .classic_group_ops import ClassicGroupOperations, JoinRequest, join_error
 from .classic_member_ops import ClassicMemberOperations
 from .config import GroupCoordinatorConfig
 from .consumer_group_ops import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, TopicsImage
-from .errors import GROUP_ID_NOT_FOUND, INVALID_SESSION_TIMEOUT, NONE
+from .errors import GROUP_ID_NOT_FOUND, INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT, NONE
 from .group import ClassicGroup, GroupState
 from .group_migration import GroupMigrationOperations, valid_heartbeat
 from .metrics import CoordinatorCounters
 from .offset_ops import OffsetOperations
 from .offsets_table import OffsetsTable
 from .result import CoordinatorResult
+from .share_group_ops import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupOperations
 from .timers import Timers
 from .txn_offsets import PendingTxnOffsets, is_offset_commit_key
 
@@ -73,6 +77,7 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
         self.timers = Timers()
         self._expiry_warned: set[str] = set()
         self.consumer = ClassicMemberOperations(self.config.consumer, self.consumer_group_configs)
+        self.share = ShareGroupOperations(self.config.share)
 
     # ============================================================================ replay
 
@@ -116,9 +121,9 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
 
     def _replay_other(self, key: bytes, value: bytes | None) -> None:
         """A record that is not an offset commit: GroupMetadata, a consumer group's (types 3-8,
-        16), or a key version we skip."""
+        16), a share group's (10-15), or a key version we skip."""
         if key[0] or key[1] != 2:
-            if not self.consumer.replay_raw(key, value):
+            if not self.consumer.replay_raw(key, value) and not self.share.replay_raw(key, value):
                 self.skipped_records += 1
             return
         group_id = decode_key(key).group  # type: ignore[union-attr]
@@ -146,16 +151,16 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
             if len(group.members) > self.config.group_max_size and group.state is S.STABLE:
                 self._prepare_rebalance(group, now, result)
         self.consumer.on_loaded(now)
+        self.share.on_loaded(now)
         return result
 
     # ====================================================================== timers
 
     def next_deadline(self) -> int | None:
-        """The earliest deadline of a classic or a consumer group's timer."""
-        classic, consumer = self.timers.next_deadline(), self.consumer.next_deadline()
-        if classic is None or consumer is None:
-            return consumer if classic is None else classic
-        return min(classic, consumer)
+        """The earliest deadline of a classic, a consumer or a share group's timer."""
+        deadlines = [d for d in (self.timers.next_deadline(), self.consumer.next_deadline(),
+                                 self.share.next_deadline()) if d is not None]
+        return min(deadlines) if deadlines else None
 
     def fire_timers(self, now: int) -> CoordinatorResult:
         """Run every expired timer; the result may complete parked requests and write records
@@ -169,7 +174,7 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
         expired = self.consumer.fire_timers(now)
         for group_id in sorted({key.group_id for key, _ in expired.records}):  # members removed
             expired.merge(self._maybe_downgrade(group_id, now))
-        return result.merge(expired)
+        return result.merge(expired).merge(self.share.fire_timers(now))
 
     # ============================================================= the two group kinds
 
@@ -180,6 +185,9 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
         allows it, else answers GROUP_ID_NOT_FOUND; an empty or offsets-only one is taken over, its
         offsets kept (its entry stays beside the consumer group for them). A leave may downgrade."""
         result = CoordinatorResult(replay=False)
+        if req.group_id in self.share.groups:
+            return result.respond(token, ConsumerGroupHeartbeatResponse(
+                error_code=GROUP_ID_NOT_FOUND, error_message=f"Group {req.group_id} is not a consumer group."))
         if req.group_id not in self.consumer.groups:
             classic = self.groups.get(req.group_id)
             if classic is not None and (classic.members or classic.state not in (S.EMPTY, S.DEAD)):
@@ -199,8 +207,12 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
 
     def join_group(self, token: Hashable, req: JoinRequest, now: int, topics: TopicsImage) -> CoordinatorResult:
         """JoinGroup (classic_group_ops.py) on a group id a consumer group holds: with members, the
-        classic member joins it (classic_member_ops.py); an empty one becomes classic (its records
-        tombstoned in Kafka's order, ahead of the join's, its offsets kept), B7."""
+        classic member joins it (classic_member_ops.py), and a static one taking the place of the
+        last consumer-protocol member turns it classic (Stable, no rebalance); an empty one
+        becomes classic (its records tombstoned in Kafka's order, ahead of the join's, its
+        offsets kept), B7."""
+        if req.group_id in self.share.groups:  # another kind of group: Kafka's answer
+            return CoordinatorResult(replay=False).respond(token, join_error(INCONSISTENT_GROUP_PROTOCOL, ""))
         group = self.consumer.groups.get(req.group_id) if req.group_id else None
         if group is None:
             return super().join_group(token, req, now)
@@ -209,7 +221,17 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
             if not cfg.session_timeout_min_ms <= req.session_timeout_ms <= cfg.session_timeout_max_ms:
                 return CoordinatorResult(replay=False).respond(token, join_error(INVALID_SESSION_TIMEOUT,
                                                                                   req.member_id))
-            return self.consumer.classic_join(token, req, now, topics)
+            holder_id = group.static_members.get(req.group_instance_id) if req.group_instance_id else None
+            replaces_consumer_member = (not req.member_id and holder_id is not None
+                                        and group.members[holder_id].classic_member_metadata is None)
+            result = self.consumer.classic_join(token, req, now, topics)
+            if replaces_consumer_member:  # it may have been the last consumer-protocol member
+                result.merge(self._maybe_downgrade(req.group_id, now, rebalance=False))
+                classic = self.groups.get(req.group_id)
+                if req.group_id not in self.consumer.groups and classic is not None:
+                    for answer in (body for t, body in result.completions if t == token):
+                        answer["protocol_name"] = classic.protocol_name
+            return result
         tombstones = group.group_tombstones()
         for key, value in tombstones:
             self.consumer.replay(key, value)
@@ -244,13 +266,20 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
 
     # ======================================================================== admin
 
-    def describe_group(self, group_id: str) -> dict[str, Any]:
-        """DescribeGroups entry (§1.10): unknown groups are "Dead"; metadata only when Stable. A
-        consumer group is "Dead" too, without an error below v6 (B8)."""
+    def describe_group(self, group_id: str, api_version: int = 0) -> dict[str, Any]:
+        """DescribeGroups entry (§1.10): metadata only when Stable. A group that is not a classic
+        group (unknown, or a consumer group) is "Dead", from v6 (KIP-1043) with
+        GROUP_ID_NOT_FOUND and a message saying which (B8)."""
         group = self.groups.get(group_id)
-        if group is None or group_id in self.consumer.groups:
-            return {"error_code": NONE, "group_id": group_id, "group_state": S.DEAD.value,
+        other_kind = group_id in self.consumer.groups or group_id in self.share.groups
+        if group is None or group.state is S.DEAD or other_kind:
+            dead = {"error_code": NONE, "group_id": group_id, "group_state": S.DEAD.value,
                     "protocol_type": "", "protocol_data": "", "members": ()}
+            if api_version >= 6:
+                dead.update(error_code=GROUP_ID_NOT_FOUND, error_message=(
+                    f"Group {group_id} is not a classic group." if other_kind
+                    else f"Group {group_id} not found."))
+            return dead
         stable = group.state is S.STABLE
         return {
             "error_code": NONE, "group_id": group_id, "group_state": group.state.value,
@@ -272,6 +301,9 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
         consumer = self.consumer.groups.get(group_id)
         if consumer is not None:
             return consumer.state().value, "consumer", len(consumer.members)
+        share = self.share.groups.get(group_id)
+        if share is not None:
+            return share.state().value, "share", len(share.members)
         group = self.groups.get(group_id)
         return None if group is None else (group.state.value, group.protocol_type or "", len(group.members))
 
@@ -285,14 +317,50 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
         """(group id, state) of every consumer group."""
         return [(g.group_id, g.state().value) for g in self.consumer.groups.values()]
 
+    def list_share_groups(self) -> Iterable[tuple[str, str]]:
+        """(group id, state) of every share group."""
+        return [(g.group_id, g.state().value) for g in self.share.groups.values()]
+
+    def share_group_heartbeat(self, token: Hashable, req: ShareGroupHeartbeatRequest, now: int,
+                              topics: TopicsImage) -> CoordinatorResult:
+        """ShareGroupHeartbeat (share_group_ops.py); a group id a classic or consumer group
+        holds is refused with GROUP_ID_NOT_FOUND (no conversion between the kinds, as in Kafka)."""
+        classic = self.groups.get(req.group_id)
+        if req.group_id in self.consumer.groups or (classic is not None and classic.state is not S.DEAD):
+            return CoordinatorResult(replay=False).respond(token, ShareGroupHeartbeatResponse(
+                error_code=GROUP_ID_NOT_FOUND, error_message=f"Group {req.group_id} is not a share group."))
+        return self.share.share_group_heartbeat(token, req, now, topics)
+
+    def change_share_group_offsets(self, token: Hashable, group_id: str,
+                                   altered: dict[uuid.UUID, TopicPartitionsInfo], deleted: frozenset[uuid.UUID],
+                                   create: bool) -> CoordinatorResult:
+        """Alter/DeleteShareGroupOffsets' group side (share_group_ops.py); a group id a classic or
+        consumer group holds answers GROUP_ID_NOT_FOUND."""
+        classic = self.groups.get(group_id)
+        if group_id in self.consumer.groups or (classic is not None and classic.state is not S.DEAD):
+            return CoordinatorResult(replay=False).respond(token, (GROUP_ID_NOT_FOUND, 0))
+        return self.share.change_offsets(token, group_id, altered, deleted, create)
+
+    def describe_share_group(self, group_id: str, topic_name: Callable[[uuid.UUID], str]) -> dict[str, Any]:
+        """ShareGroupDescribe entry: GROUP_ID_NOT_FOUND for a missing group or one of another kind."""
+        described = self.share.describe(group_id, topic_name)
+        if described is not None:
+            return described
+        other = group_id in self.consumer.groups or (group_id in self.groups
+                                                     and self.groups[group_id].state is not S.DEAD)
+        return {"error_code": GROUP_ID_NOT_FOUND, "group_id": group_id, "group_state": "", "group_epoch": 0,
+                "error_message": f"Group {group_id} is not a share group." if other else f"Group {group_id} not found.",
+                "assignment_epoch": 0, "assignor_name": "", "members": ()}
+
     def describe_consumer_group(self, group_id: str, topic_name: Callable[[uuid.UUID], str]) -> dict[str, Any]:
         """ConsumerGroupDescribe entry (B8): 69 for a missing or classic group; else epochs, the
         assignor, and each member's subscription, assignment and target (`topic_name` names the
         topic ids the group's metadata does not know)."""
         group = self.consumer.groups.get(group_id)
         if group is None:
-            message = f"Group {group_id} is not a consumer group." if group_id in self.groups and \
-                self.groups[group_id].state is not S.DEAD else f"Group {group_id} not found."
+            other_kind = group_id in self.share.groups or (group_id in self.groups
+                                                           and self.groups[group_id].state is not S.DEAD)
+            message = f"Group {group_id} is not a consumer group." if other_kind else f"Group {group_id} not found."
             return {"error_code": GROUP_ID_NOT_FOUND, "error_message": message, "group_id": group_id,
                     "group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "", "members": ()}
         known = {tm.topic_id: tm.topic_name for tm in group.subscription_metadata.values()}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import select
 import signal
 import subprocess
@@ -62,8 +63,10 @@ class BrokerProcess:
     log_level = "INFO"  # --log-level of the started broker
 
     def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, *, config: Path | None = None,
-                 start_new_session: bool = False) -> None:
+                 start_new_session: bool = False, open_file_limit: int | None = None) -> None:
         self.data_dir = data_dir
+        # RLIMIT_NOFILE (soft and hard) of the child, to try the broker at a small `ulimit -n`
+        self.open_file_limit = open_file_limit
         self.overrides = dict(overrides or {})
         self.config = config
         # a new session keeps a terminal's Ctrl-C away from the broker (the dev cluster stops it itself)
@@ -103,8 +106,11 @@ class BrokerProcess:
         for key, value in settings.items():
             cmd += ["--override", f"{key}={value}"]
         self._log = open(self.log_path, "a")
+        limit = self.open_file_limit
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, bufsize=0,
-                                     start_new_session=self.start_new_session)
+                                     start_new_session=self.start_new_session,
+                                     preexec_fn=None if limit is None else
+                                     lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
         assert self.proc.stdout is not None
         self._stdout = LineReader(self.proc.stdout)
         return self

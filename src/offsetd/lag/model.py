@@ -34,7 +34,7 @@ class GroupLag:
 
     group: str
     state: str                         # Kafka's GroupState names: Stable, Empty, PreparingRebalance, ...
-    protocol_type: str                 # "consumer" for consumer groups, "" for offsets-only groups
+    protocol_type: str                 # "consumer" / "share" for KIP-848 / KIP-932 groups, "" for offsets-only
     members: int
     partitions: list[PartitionLag] = field(default_factory=list)  # by topic, partition
     earliest_expiry_ms: int | None = None  # min(expires_at_ms) (None: nothing will expire)

@@ -60,12 +60,16 @@ class SharedLook:
 
 
 class BrokerLagSource:
-    """LagSource over this broker's coordinator shards (the groups it coordinates) and LogEnds."""
+    """LagSource over this broker's coordinator shards (the groups it coordinates) and LogEnds;
+    share groups' partitions from `share_states` (group id -> {(group, topic id, partition): the
+    share coordinator's state}, server/share_state.ShareStatePersister.states_of)."""
 
-    def __init__(self, runtimes: Sequence[Any], logs: Any, clock: Callable[[], int]) -> None:
+    def __init__(self, runtimes: Sequence[Any], logs: Any, clock: Callable[[], int],
+                 share_states: Callable[[str], dict[Any, Any]] | None = None) -> None:
         self.runtimes = runtimes  # server.coordinator_runtime.ShardRuntime, one per offsets partition
         self.logs = logs
         self.clock = clock
+        self.share_states = share_states
         self._keys: dict[bytes, tuple[str, int]] = {}   # offset key bytes -> (topic, partition)
         self._values: dict[bytes, Any] = {}             # offset value bytes -> OffsetCommitValue
         self.snapshot = SharedLook(self._take)  # a fresh look (one in progress when asked is shared)
@@ -89,6 +93,9 @@ class BrokerLagSource:
                     snapshot.groups.append(group)
                 if slicer.due():
                     await asyncio.sleep(0)
+            if self.share_states is not None:
+                for share in runtime.shard.share.groups.values():
+                    snapshot.groups.append(look.share_group(share, self.share_states(share.group_id)))
         self._keys, self._values = look.keys, look.values  # what is no longer stored is dropped
         await look.time_lags(snapshot.taken_at_ms, slicer)
         snapshot.groups.sort(key=lambda g: g.group)
@@ -142,6 +149,34 @@ class _Look:
             row.partitions.sort(key=lambda p: (p.topic, p.partition))
             row.earliest_expiry_ms = min((p.expires_at_ms for p in row.partitions if p.expires_at_ms is not None),
                                          default=None)
+        return row
+
+    def share_group(self, group: Any, states: dict[Any, Any]) -> GroupLag:
+        """A KIP-932 share group: per share-partition its start offset (SPSO) as the committed
+        offset, the lag Kafka's DescribeShareGroupOffsets gives (log end - SPSO - records done
+        past it: what no member has acknowledged yet), and the age of the record at SPSO."""
+        topics = self.logs.topics
+        members = [GroupMember(m.member_id, None, m.client_id, m.client_host,
+                               sorted((t.name, p) for tid, ps in m.assigned_partitions.items()
+                                      if (t := topics.by_id(tid)) is not None for p in ps))
+                   for m in group.members.values()]
+        row = GroupLag(group.group_id, group.state().value, "share", len(members), member_list=members)
+        for (_, topic_id, index), state in sorted(states.items(), key=lambda kv: (str(kv[0][1]), kv[0][2])):
+            topic = topics.by_id(topic_id)
+            if topic is None:
+                continue
+            p = PartitionLag(topic.name, index, state.start_offset, None, None, None, None)
+            bounds = self.logs.bounds(topic.name, index)
+            if bounds is not None:
+                p.log_start, p.log_end = bounds.start, bounds.end
+                done = max(state.delivery_complete_count, 0)
+                p.lag = max(bounds.end - max(state.start_offset, bounds.start) - done, 0)
+                if p.lag == 0:
+                    p.time_lag_ms = 0
+                else:
+                    needed = first_unconsumed(state.start_offset, bounds)
+                    self.pending.append((p, needed, self.logs.cached_timestamp(topic.name, index, needed)))
+            row.partitions.append(p)
         return row
 
     def partition(self, key: bytes, raw: bytes, owners: dict[tuple[str, int], Any], expires: Any) -> PartitionLag:

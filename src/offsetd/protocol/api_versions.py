@@ -33,6 +33,7 @@ class ApiKey(IntEnum):
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
@@ -55,6 +56,13 @@ class ApiKey(IntEnum):
     LIST_TRANSACTIONS = 66
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
 
 
 # Highest versions we implement the semantics of. Produce v13 / Fetch v17+ / Metadata v13 change
@@ -69,6 +77,7 @@ SERVED_MAX: dict[ApiKey, int] = {
     ApiKey.FETCH: 16,
     ApiKey.LIST_OFFSETS: 8,
     ApiKey.METADATA: 12,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: 4,  # KIP-320; v0-1 from legacy_schemas
     ApiKey.API_VERSIONS: 4,
     ApiKey.CREATE_TOPICS: 7,
     ApiKey.DELETE_TOPICS: 6,
@@ -82,7 +91,7 @@ SERVED_MAX: dict[ApiKey, int] = {
     ApiKey.HEARTBEAT: 4,
     ApiKey.LEAVE_GROUP: 5,
     ApiKey.SYNC_GROUP: 5,
-    ApiKey.DESCRIBE_GROUPS: 5,
+    ApiKey.DESCRIBE_GROUPS: 6,  # v6: KIP-1043's GROUP_ID_NOT_FOUND for a group not classic
     ApiKey.LIST_GROUPS: 5,
     ApiKey.DELETE_GROUPS: 2,
     ApiKey.OFFSET_DELETE: 0,
@@ -113,6 +122,16 @@ SERVED_MAX: dict[ApiKey, int] = {
     # group.coordinator.rebalance.protocols leaves consumer out (then answered 35), as Kafka does.
     ApiKey.CONSUMER_GROUP_HEARTBEAT: 1,
     ApiKey.CONSUMER_GROUP_DESCRIBE: 1,
+    # KIP-932 share groups (share-groups.md §0): v1 only (v0 was 4.0's early access); listed even
+    # when group.share.enable is off (then answered 35), as Kafka does. librdkafka asks for v1;
+    # ShareFetch/ShareAcknowledge v2 (acquire modes, renew requests) is not served yet.
+    ApiKey.SHARE_GROUP_HEARTBEAT: 1,
+    ApiKey.SHARE_GROUP_DESCRIBE: 1,
+    ApiKey.SHARE_FETCH: 1,
+    ApiKey.SHARE_ACKNOWLEDGE: 1,
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: 1,
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: 0,
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: 0,
 }
 
 

@@ -165,6 +165,22 @@ LEGACY: dict[tuple[int, int, str], Struct] = {
     (20, 0, "response"): ("DeleteTopicsResponse", [
         ("responses", ("DeletableTopicResult", [("name", "string"), ("error_code", "error_code")])),
     ]),
+    # OffsetForLeaderEpoch v0-1: no current leader epoch (v2), no replica id (v3), no throttle time
+    # (v2); the response's leader epoch arrives in v1.
+    **{(23, v, "request"): ("OffsetForLeaderEpochRequest", [
+        ("topics", ("OffsetForLeaderTopic", [
+            ("topic", "string"),
+            ("partitions", ("OffsetForLeaderPartition", [("partition", "int32"), ("leader_epoch", "int32")])),
+        ])),
+    ]) for v in range(2)},
+    **{(23, v, "response"): _at(("OffsetForLeaderEpochResponse", [
+        ("topics", ("OffsetForLeaderTopicResult", [
+            ("topic", "string"),
+            ("partitions", ("EpochEndOffset", [
+                ("error_code", "error_code"), ("partition", "int32"), ("leader_epoch", "int32", 1),
+                ("end_offset", "int64")])),
+        ])),
+    ]), v) for v in range(2)},
     # DescribeConfigs v0: no include_synonyms; configs carry is_default instead of a source and synonyms.
     (32, 0, "request"): ("DescribeConfigsRequest", [
         ("resources", ("DescribeConfigsResource", [

@@ -28,6 +28,7 @@ from .coordinator_serde import (
     INT64,
     NO_TAGGED_FIELDS,
     RecordDecodeError,
+    StructReader,
     write_compact_bytes,
     write_compact_string,
     write_string,
@@ -369,89 +370,6 @@ def encode_value(value: ConsumerGroupValue) -> bytes:
 # ------------------------------------------------------------------------------- decoding
 
 
-class _Reader:
-    """Cursor over a flexible struct; every read raises RecordDecodeError when out of bytes."""
-
-    __slots__ = ("d", "p")
-
-    def __init__(self, d: bytes, p: int = 0) -> None:
-        self.d = d
-        self.p = p
-
-    def _take(self, n: int) -> bytes:
-        """The next n bytes."""
-        e = self.p + n
-        if n < 0 or e > len(self.d):
-            raise RecordDecodeError(f"field of {n} bytes overruns the buffer at byte {self.p}")
-        out = self.d[self.p:e]
-        self.p = e
-        return out
-
-    def fixed(self, s: struct.Struct) -> int:
-        """A big-endian fixed-size integer."""
-        return s.unpack(self._take(s.size))[0]
-
-    def uvarint(self) -> int:
-        """An unsigned varint of at most 5 bytes."""
-        result = 0
-        for shift in range(0, 35, 7):
-            b = self._take(1)[0]
-            result |= (b & 0x7F) << shift
-            if b < 0x80:
-                return result
-        raise RecordDecodeError("varint longer than 5 bytes")
-
-    def cstr(self) -> str | None:
-        """A compact nullable string."""
-        n = self.uvarint() - 1
-        if n < 0:
-            return None
-        try:
-            return self._take(n).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise RecordDecodeError(f"invalid UTF-8: {exc}") from exc
-
-    def cstr_nn(self, name: str) -> str:
-        """A compact string that must not be null."""
-        s = self.cstr()
-        if s is None:
-            raise RecordDecodeError(f"non-nullable field {name} was serialized as null")
-        return s
-
-    def cbytes_nn(self, name: str) -> bytes:
-        """Compact bytes that must not be null."""
-        n = self.uvarint() - 1
-        if n < 0:
-            raise RecordDecodeError(f"non-nullable field {name} was serialized as null")
-        return self._take(n)
-
-    def count(self, name: str) -> int:
-        """A compact array's element count (null is an error)."""
-        n = self.uvarint() - 1
-        if n < 0:
-            raise RecordDecodeError(f"non-nullable array {name} was serialized as null")
-        if n > len(self.d) - self.p:  # every element takes at least one byte
-            raise RecordDecodeError(f"array {name} of {n} elements overruns the buffer")
-        return n
-
-    def uuid(self) -> uuid.UUID:
-        """A 16-byte uuid."""
-        return uuid.UUID(bytes=self._take(16))
-
-    def tags(self) -> dict[int, bytes]:
-        """A tagged-field section as {tag: raw bytes}; callers pick the tags they know."""
-        out = {}
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            out[tag] = self._take(self.uvarint())
-        return out
-
-    def end(self, what: str) -> None:
-        """Raise unless every byte was read."""
-        if self.p != len(self.d):
-            raise RecordDecodeError(f"{what}: {len(self.d) - self.p} trailing bytes")
-
-
 def decode_key(data: bytes | bytearray | memoryview) -> ConsumerGroupKey | None:
     """The key of a consumer-group record, or None when its type is not one of 3-8, 16."""
     d = bytes(data)
@@ -480,7 +398,7 @@ def decode_key(data: bytes | bytearray | memoryview) -> ConsumerGroupKey | None:
     return cls(*values)
 
 
-def _read_topic_partitions(r: _Reader, name: str) -> tuple[TopicPartitions, ...]:
+def _read_topic_partitions(r: StructReader, name: str) -> tuple[TopicPartitions, ...]:
     """[]TopicPartitions; element tags (e.g. KIP-1251 AssignmentEpochs) are skipped."""
     out = []
     for _ in range(r.count(name)):
@@ -493,7 +411,7 @@ def _read_topic_partitions(r: _Reader, name: str) -> tuple[TopicPartitions, ...]
 
 def _read_classic_member_metadata(raw: bytes) -> ClassicMemberMetadata:
     """Record 5's tag 0 from its raw bytes."""
-    r = _Reader(raw)
+    r = StructReader(raw)
     session_timeout = r.fixed(INT32)
     protocols = []
     for _ in range(r.count("SupportedProtocols")):
@@ -506,7 +424,7 @@ def _read_classic_member_metadata(raw: bytes) -> ClassicMemberMetadata:
     return ClassicMemberMetadata(session_timeout, tuple(protocols))
 
 
-def _read_member_metadata(r: _Reader) -> ConsumerGroupMemberMetadataValue:
+def _read_member_metadata(r: StructReader) -> ConsumerGroupMemberMetadataValue:
     """Record 5's body."""
     instance_id = r.cstr()
     rack_id = r.cstr()
@@ -524,7 +442,7 @@ def _read_member_metadata(r: _Reader) -> ConsumerGroupMemberMetadataValue:
                                             rebalance_timeout, server_assignor, classic)
 
 
-def _read_partition_metadata(r: _Reader) -> ConsumerGroupPartitionMetadataValue:
+def _read_partition_metadata(r: StructReader) -> ConsumerGroupPartitionMetadataValue:
     """Record 4's body."""
     topics = []
     for _ in range(r.count("Topics")):
@@ -543,7 +461,7 @@ def _read_partition_metadata(r: _Reader) -> ConsumerGroupPartitionMetadataValue:
     return ConsumerGroupPartitionMetadataValue(tuple(topics))
 
 
-def _read_value(key: ConsumerGroupKey, r: _Reader) -> ConsumerGroupValue:
+def _read_value(key: ConsumerGroupKey, r: StructReader) -> ConsumerGroupValue:
     """The body of the value that goes with `key`."""
     t = type(key)
     if t is ConsumerGroupMetadataKey:
@@ -581,7 +499,7 @@ def decode_value(key: ConsumerGroupKey, data: bytes | bytearray | memoryview | N
     """The value that goes with an already-decoded key; None for a tombstone."""
     if data is None:
         return None
-    r = _Reader(bytes(data))
+    r = StructReader(bytes(data))
     version = r.fixed(INT16)
     if version != _VALUE_VERSION:
         raise RecordDecodeError(f"{type(key).__name__}: unknown value version {version}")

@@ -12,6 +12,7 @@ size, size bytes) per field. All integers are big-endian.
 from __future__ import annotations
 
 import struct
+import uuid
 
 from offsetd.records.varint import encode_uvarint
 
@@ -34,6 +35,7 @@ __all__ = [
     "skip_tagged_fields",
     "as_bytes",
     "check_end",
+    "StructReader",
 ]
 
 # The fixed-width integers of the schemas; INT16 is also every key's and value's version.
@@ -172,3 +174,86 @@ def check_end(d: bytes, p: int, what: str) -> None:
     """Raise if bytes remain after a fully decoded struct."""
     if p != len(d):
         raise RecordDecodeError(f"{what}: {len(d) - p} trailing bytes")
+
+
+class StructReader:
+    """Cursor over a flexible coordinator struct; every read raises RecordDecodeError when out of bytes."""
+
+    __slots__ = ("d", "p")
+
+    def __init__(self, d: bytes, p: int = 0) -> None:
+        self.d = d
+        self.p = p
+
+    def _take(self, n: int) -> bytes:
+        """The next n bytes."""
+        e = self.p + n
+        if n < 0 or e > len(self.d):
+            raise RecordDecodeError(f"field of {n} bytes overruns the buffer at byte {self.p}")
+        out = self.d[self.p:e]
+        self.p = e
+        return out
+
+    def fixed(self, s: struct.Struct) -> int:
+        """A big-endian fixed-size integer."""
+        return s.unpack(self._take(s.size))[0]
+
+    def uvarint(self) -> int:
+        """An unsigned varint of at most 5 bytes."""
+        result = 0
+        for shift in range(0, 35, 7):
+            b = self._take(1)[0]
+            result |= (b & 0x7F) << shift
+            if b < 0x80:
+                return result
+        raise RecordDecodeError("varint longer than 5 bytes")
+
+    def cstr(self) -> str | None:
+        """A compact nullable string."""
+        n = self.uvarint() - 1
+        if n < 0:
+            return None
+        try:
+            return self._take(n).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise RecordDecodeError(f"invalid UTF-8: {exc}") from exc
+
+    def cstr_nn(self, name: str) -> str:
+        """A compact string that must not be null."""
+        s = self.cstr()
+        if s is None:
+            raise RecordDecodeError(f"non-nullable field {name} was serialized as null")
+        return s
+
+    def cbytes_nn(self, name: str) -> bytes:
+        """Compact bytes that must not be null."""
+        n = self.uvarint() - 1
+        if n < 0:
+            raise RecordDecodeError(f"non-nullable field {name} was serialized as null")
+        return self._take(n)
+
+    def count(self, name: str) -> int:
+        """A compact array's element count (null is an error)."""
+        n = self.uvarint() - 1
+        if n < 0:
+            raise RecordDecodeError(f"non-nullable array {name} was serialized as null")
+        if n > len(self.d) - self.p:  # every element takes at least one byte
+            raise RecordDecodeError(f"array {name} of {n} elements overruns the buffer")
+        return n
+
+    def uuid(self) -> uuid.UUID:
+        """A 16-byte uuid."""
+        return uuid.UUID(bytes=self._take(16))
+
+    def tags(self) -> dict[int, bytes]:
+        """A tagged-field section as {tag: raw bytes}; callers pick the tags they know."""
+        out = {}
+        for _ in range(self.uvarint()):
+            tag = self.uvarint()
+            out[tag] = self._take(self.uvarint())
+        return out
+
+    def end(self, what: str) -> None:
+        """Raise unless every byte was read."""
+        if self.p != len(self.d):
+            raise RecordDecodeError(f"{what}: {len(self.d) - self.p} trailing bytes")

@@ -8,8 +8,9 @@ the record type:
 
     key v0, v1  OffsetCommit   group string, topic string, partition int32  (offset_commit_value.py)
     key v2      GroupMetadata  group string                                 (group_metadata_value.py)
-    3-8, 16     KIP-848 consumer groups (consumer_group_records.py); decode_key here returns
-                UnknownRecordKey for them and for the other types (share groups, future)
+    3-8, 16     KIP-848 consumer groups (consumer_group_records.py)
+    10-15       KIP-932 share groups (share_group_records.py); decode_key here returns
+                UnknownRecordKey for these two families and for future types
 
 The broker's start-up replay does not decode values at all (records/scan.py `scan_key_values`
 feeds key and value bytes to the coordinator); these decoders serve reads, tools and tests.
@@ -31,7 +32,7 @@ from offsetd.records.coordinator_serde import (
     read_required_string,
     write_string,
 )
-from offsetd.records import consumer_group_records
+from offsetd.records import consumer_group_records, share_group_records
 from offsetd.records.group_metadata_value import (
     GroupMetadataValue,
     decode_group_metadata_value,
@@ -137,14 +138,16 @@ def _offset_commit_key_bytes(key: OffsetCommitKey) -> bytes:
     return b"".join((b"\x00\x01", write_string(key.group), write_string(key.topic), INT32.pack(key.partition)))
 
 
-def encode_key(key: RecordKey | consumer_group_records.ConsumerGroupKey) -> bytes:
-    """OffsetCommitKey -> key version 1; GroupMetadataKey -> key version 2; a consumer-group key
-    -> its record type (consumer_group_records.py)."""
+def encode_key(key: RecordKey | consumer_group_records.ConsumerGroupKey | share_group_records.ShareGroupKey) -> bytes:
+    """OffsetCommitKey -> key version 1; GroupMetadataKey -> key version 2; a consumer- or
+    share-group key -> its record type (consumer_group_records.py, share_group_records.py)."""
     if type(key) is OffsetCommitKey:
         return _offset_commit_key_bytes(key)
     if type(key) is GroupMetadataKey:
         # int16 version 2 | string group
         return b"\x00\x02" + write_string(key.group)
+    if type(key) in share_group_records.SHARE_GROUP_KEY_CLASSES:
+        return share_group_records.encode_key(key)  # type: ignore[arg-type]
     return consumer_group_records.encode_key(key)  # type: ignore[arg-type]
 
 
@@ -183,9 +186,10 @@ def decode_key(
 RecordValue = Union[OffsetCommitValue, GroupMetadataValue]
 
 
-def encode_value(value: RecordValue | consumer_group_records.ConsumerGroupValue, version: int | None = None) -> bytes:
+def encode_value(value: RecordValue | consumer_group_records.ConsumerGroupValue | share_group_records.ShareGroupValue,
+                 version: int | None = None) -> bytes:
     """Serialize a value: OffsetCommit -> v3 (v1 if expire_timestamp != -1); GroupMetadata -> v3;
-    a consumer-group value -> its v0 (consumer_group_records.py).
+    a consumer- or share-group value -> its v0 (consumer_group_records.py, share_group_records.py).
 
     `version` forces another schema version of the first two (0..4; for tests and compatibility
     tools); fields that version lacks are dropped.
@@ -194,6 +198,8 @@ def encode_value(value: RecordValue | consumer_group_records.ConsumerGroupValue,
         return encode_offset_commit_value(value, version)
     if type(value) is GroupMetadataValue:
         return encode_group_metadata_value(value, version)
+    if type(value) in share_group_records.SHARE_GROUP_VALUE_CLASSES:
+        return share_group_records.encode_value(value)  # type: ignore[arg-type]
     return consumer_group_records.encode_value(value)  # type: ignore[arg-type]
 
 

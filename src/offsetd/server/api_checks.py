@@ -55,6 +55,9 @@ API_CHECKS: dict[int, tuple[Check, ...]] = {
         _c(Res.TOPIC, Op.WRITE, _TOPIC_DENIED, Where.PARTITION, "before unknown-topic")),
     ApiKey.FETCH: (_c(Res.TOPIC, Op.READ, _TOPIC_DENIED, Where.PARTITION, "consumers (replica_id < 0)"),),
     ApiKey.LIST_OFFSETS: (_c(Res.TOPIC, Op.DESCRIBE, _TOPIC_DENIED, Where.PARTITION),),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (
+        _c(Res.CLUSTER, Op.CLUSTER_ACTION, _TOPIC_DENIED, Where.PARTITION, "allows every topic (brokers)"),
+        _c(Res.TOPIC, Op.DESCRIBE, _TOPIC_DENIED, Where.PARTITION, "else per topic (consumers, KIP-320)")),
     ApiKey.METADATA: (
         _c(Res.TOPIC, Op.DESCRIBE, _TOPIC_DENIED, Where.RESOURCE, "all-topics requests: omitted silently"),
         _c(Res.CLUSTER, Op.CREATE, _TOPIC_DENIED, Where.RESOURCE, "auto-create; else CREATE on the topic")),
@@ -103,6 +106,23 @@ API_CHECKS: dict[int, tuple[Check, ...]] = {
         _c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.TOP),
         _c(Res.TOPIC, Op.DESCRIBE, _TOPIC_DENIED, Where.TOP, "every subscribed topic name")),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (_c(Res.GROUP, Op.DESCRIBE, _GROUP_DENIED, Where.RESOURCE),),
+    ApiKey.SHARE_GROUP_HEARTBEAT: (
+        _c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.TOP),
+        _c(Res.TOPIC, Op.DESCRIBE, _TOPIC_DENIED, Where.TOP, "every subscribed topic name, after the member id")),
+    ApiKey.SHARE_GROUP_DESCRIBE: (_c(Res.GROUP, Op.DESCRIBE, _GROUP_DENIED, Where.RESOURCE),),
+    ApiKey.SHARE_FETCH: (
+        _c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.TOP),
+        _c(Res.TOPIC, Op.READ, _TOPIC_DENIED, Where.PARTITION)),
+    ApiKey.SHARE_ACKNOWLEDGE: (
+        _c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.TOP),
+        _c(Res.TOPIC, Op.READ, _TOPIC_DENIED, Where.PARTITION)),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (_c(Res.GROUP, Op.DESCRIBE, _GROUP_DENIED, Where.GROUP),),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: (
+        _c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.TOP),
+        _c(Res.TOPIC, Op.READ, _TOPIC_DENIED, Where.PARTITION)),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: (
+        _c(Res.GROUP, Op.DELETE, _GROUP_DENIED, Where.TOP),
+        _c(Res.TOPIC, Op.READ, _TOPIC_DENIED, Where.RESOURCE)),
     ApiKey.TXN_OFFSET_COMMIT: (
         _c(Res.TRANSACTIONAL_ID, Op.WRITE, _TXN_DENIED, Where.ALL_PARTITIONS),
         _c(Res.GROUP, Op.READ, _GROUP_DENIED, Where.ALL_PARTITIONS),

@@ -4,9 +4,11 @@ fetch_polls.py's, the log cleaner's loop cleaner_loop.py's)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import re
 import time
+from dataclasses import fields
 from typing import Any, Callable
 
 from ..broker.admin import (
@@ -25,15 +27,16 @@ from ..broker.fetch_sessions import FetchSessionCache
 from ..broker.list_offsets import handle_list_offsets
 from ..broker.log_ends import LogEnds
 from ..broker.metadata import handle_metadata
+from ..broker.offset_for_leader_epoch import handle_offset_for_leader_epoch
 from ..broker.produce import handle_produce
 from ..config import BrokerConfig
 from ..protocol.api_versions import ApiKey, api_keys_body, is_supported
-from ..protocol.codec import decode_body, request_class
+from ..protocol.codec import decode_body, request_class, response_class
 from ..protocol.encoder import encode_response
 from ..protocol.primitives import DecodeError
 from ..protocol.errors import Error
 from ..protocol.header import parse_header, peek_ids
-from ..coordinator.config import ConsumerGroupConfig, GroupCoordinatorConfig
+from .coordinator_settings import coordinator_config, share_group_config
 from ..coordinator.shard import GroupCoordinatorShard
 from ..metrics.history import BrokerHistory
 from ..metrics.http import MetricsHttpServer
@@ -52,8 +55,10 @@ from .cluster_runtime import (
 from .cleaner_loop import CleanerLoop
 from .coordinator_runtime import ShardRuntime, ShardState
 from .fetch_polls import FetchPolls
+from .open_files import size_open_files
 from .futures import then
 from .consumer_group_api import ConsumerGroupApi
+from .share_group_api import ShareGroupApi
 from .group_api import GroupApi, RequestContext
 from .group_commit import GroupCommit
 from .listeners import ListenerRuntime, bind, listener_runtimes, peer_listener, peer_security
@@ -61,6 +66,10 @@ from .tls import keystore_reloaders
 from . import sasl_wire
 from .sasl_wire import SASL_VERSIONS, SaslSession
 from .peer_client import PeerClient
+from .share_fetch_api import ShareFetchApi
+from .share_group_offsets import ShareGroupOffsetsApi
+from .share_handlers import SHARE_GROUP_HANDLERS, SHARE_HANDLERS, SHARE_OFFSETS_HANDLERS
+from .share_state import ShareStatePersister
 from .transaction_api import TRANSACTION_STATE_TOPIC, TransactionApi, state_topic_configs
 from .transaction_markers import MarkerWriter
 from . import security_api
@@ -78,6 +87,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.PRODUCE: handle_produce,
     ApiKey.LIST_OFFSETS: handle_list_offsets,
     ApiKey.METADATA: handle_metadata,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
     ApiKey.CREATE_TOPICS: handle_create_topics,
     ApiKey.DELETE_TOPICS: handle_delete_topics,
     ApiKey.CREATE_PARTITIONS: handle_create_partitions,
@@ -131,26 +141,6 @@ TXN_HANDLERS: dict[int, Callable[[TransactionApi, RequestContext, Any], Any]] = 
 _SOFTWARE_ID = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?")
 
 
-def coordinator_config(config: BrokerConfig) -> GroupCoordinatorConfig:
-    """The coordinator's settings from the broker's Kafka keys."""
-    return GroupCoordinatorConfig(
-        num_partitions=config.get("offsets.topic.num.partitions"),
-        session_timeout_min_ms=config.get("group.min.session.timeout.ms"),
-        session_timeout_max_ms=config.get("group.max.session.timeout.ms"),
-        initial_rebalance_delay_ms=config.get("group.initial.rebalance.delay.ms"),
-        group_max_size=config.get("group.max.size"),
-        metadata_max_bytes=config.get("offset.metadata.max.bytes"),
-        retention_ms=config.get("offsets.retention.minutes") * 60 * 1000,
-        retention_check_interval_ms=config.get("offsets.retention.check.interval.ms"),
-        consumer=ConsumerGroupConfig(
-            session_timeout_ms=config.get("group.consumer.session.timeout.ms"),
-            heartbeat_interval_ms=config.get("group.consumer.heartbeat.interval.ms"),
-            max_size=config.get("group.consumer.max.size"),
-            assignors=config.get("group.consumer.assignors"),
-            migration_policy=config.get("group.consumer.migration.policy")),
-    )
-
-
 class ClusterJoinError(Exception):
     """Cluster mode could not start: PostgreSQL unreachable, refused, or the database missing."""
 
@@ -165,6 +155,23 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _failure_body(api_key: int, version: int, exc: Exception) -> dict[str, Any] | None:
+    """The answer to a handler that failed with an OSError (a file the OS would not open or write),
+    as Kafka answers an unexpected error: UNKNOWN_SERVER_ERROR in the response's top-level error
+    code, with the reason where the response has a message. None (the connection is closed) for
+    other exceptions, and for responses without a top-level error code (their handlers answer
+    storage failures per partition themselves)."""
+    if not isinstance(exc, OSError):
+        return None
+    names = {f.name for f in fields(response_class(api_key, version))}
+    if "error_code" not in names:
+        return None
+    body: dict[str, Any] = {"error_code": Error.UNKNOWN_SERVER_ERROR}
+    if "error_message" in names:
+        body["error_message"] = f"{exc.strerror or exc}"
+    return body
+
+
 class KafkaServer:
     """Owns the listening socket, the connections and the broker; all on one event loop."""
 
@@ -176,6 +183,7 @@ class KafkaServer:
         self.max_request_bytes: int = config.get("socket.request.max.bytes")
         self.runtimes: list[ShardRuntime] = []
         self.cluster: ClusterMember | None = None
+        size_open_files(config)  # before any log is opened
         # The coordinators' fsyncs, off the event loop (cluster mode: PostgreSQL makes writes durable).
         self.group_commit = (GroupCommit() if config.get("storage.engine") == "local"
                              and config.get("offsets.topic.fsync.enable") else None)
@@ -193,20 +201,30 @@ class KafkaServer:
                                  group_configs=self._group_configs)
         sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"))
         self.fetches = FetchPolls(self.broker, sessions, clock)  # Fetch and its long polls
-        self.broker.on_append = self.fetches.wake
+        self.broker.on_append = self._appended
         self.cleaner = CleanerLoop(self.broker, self.runtimes, config, clock)
         self.security = security_api.install(self)  # ACLs (broker.authorizer) and SCRAM credentials
         self.group_api = GroupApi(self.broker, self.runtimes)
         self.consumer_group_api = ConsumerGroupApi(
             self.group_api, "consumer" in config.get("group.coordinator.rebalance.protocols"))
         self.group_api.topics_image = self.consumer_group_api.topics_image
+        self.share_group_api = ShareGroupApi(self.consumer_group_api, config.get("group.share.enable"))
         self.txn_api = TransactionApi(self.broker, config, self.group_api, clock,
                                       MarkerWriter(self.broker, self.runtimes, clock),
                                       local=config.get("storage.engine") == "local", group_commit=self.group_commit)
         self.broker.txn_verifier = self.txn_api.verify
         self.group_api.txn_verifier = self.txn_api.verify_offsets
+        # KIP-932 share groups, the leaders' side and the share coordinator (single node for now)
+        self.share_state = ShareStatePersister(
+            self.broker, config, clock, num_partitions=config.get("share.coordinator.state.topic.num.partitions"),
+            snapshot_update_records=config.get("share.coordinator.snapshot.update.records.per.snapshot"))
+        self.share_api = ShareFetchApi(self.broker, self.share_state, clock, share_group_config(config),
+                                       local=self.txn_api.local)
+        self.share_offsets_api = ShareGroupOffsetsApi(self.broker, self.share_state, self.group_api, self.share_api)
+        self.group_api.on_groups_deleted = self.share_offsets_api.groups_deleted  # their share state goes too
         if self.txn_api.local:
             self.txn_api.open_existing()
+            self.share_state.open_existing()
         self.broker.on_topic_deleted = self._offsets_of_deleted_topic
         self.broker.on_group_config_changed = self._apply_group_config
         self._apply_group_configs()
@@ -214,7 +232,7 @@ class KafkaServer:
         # cluster mode PostgreSQL for the partitions other brokers lead; never another broker.
         self.log_ends = LogEnds(self.broker.topics, store=None if config.get("storage.engine") == "local"
                                 else self._store)
-        self.lag_source = BrokerLagSource(self.runtimes, self.log_ends, clock)
+        self.lag_source = BrokerLagSource(self.runtimes, self.log_ends, clock, self.share_state.states_of)
         self.lag_alerts = LagAlerts.from_config(config, self.lag_source, clock)  # None: no lag.alert rules
         self.connections: set[Connection] = set()
         self.guard = ConnectionGuard(config, self.connections)
@@ -241,6 +259,15 @@ class KafkaServer:
             ShardRuntime(GroupCoordinatorShard(p, group_config), plog, fsync=self.config.get("offsets.topic.fsync.enable"),
                          clock=self.clock, owned=owned, group_commit=self.group_commit)
             for p, plog in enumerate(offsets_topic.partitions))
+
+    def _appended(self, topic: str, partition: int) -> None:
+        """Records were appended: Fetch and ShareFetch long polls on the partition look again."""
+        self.fetches.wake(topic, partition)
+        self.share_api.appended(topic, partition)
+
+    def connection_closed(self, conn: Connection) -> None:
+        """A client connection is gone: the share sessions opened on it close."""
+        self.share_api.connection_closed(conn)
 
     def _apply_group_configs(self) -> None:
         if self.runtimes:  # cluster mode: not before __consumer_offsets is known
@@ -336,6 +363,9 @@ class KafkaServer:
                  records / seconds if seconds > 0 else 0.0,
                  f"; FAILED partitions: {failed}" if failed else "")
         await self.txn_api.load_all()
+        # What the load built lives as long as the broker: out of the collector's sight, a full
+        # collection no longer walks it (~1 s per million groups, the event loop stopped meanwhile).
+        gc.freeze()
 
     # ------------------------------------------------------------------------- lifecycle
 
@@ -399,6 +429,7 @@ class KafkaServer:
         for runtime in self.runtimes:
             runtime.stop()
         self.txn_api.stop()
+        self.share_api.stop()
         for conn in list(self.connections):
             conn.close("broker shutting down")
         self.cleaner.stop()
@@ -480,11 +511,19 @@ class KafkaServer:
                 body = txn_handler(self.txn_api, ctx, request)
             elif api_key in CONSUMER_GROUP_HANDLERS:
                 body = CONSUMER_GROUP_HANDLERS[api_key](self.consumer_group_api, ctx, request)
+            elif api_key in SHARE_HANDLERS:
+                body = SHARE_HANDLERS[api_key](self.share_api, ctx, conn, request)
+            elif api_key in SHARE_GROUP_HANDLERS:
+                body = SHARE_GROUP_HANDLERS[api_key](self.share_group_api, ctx, request)
+            elif api_key in SHARE_OFFSETS_HANDLERS:
+                body = SHARE_OFFSETS_HANDLERS[api_key](self.share_offsets_api, ctx, request)
             else:
                 body = HANDLERS[api_key](self.broker, request, version, self.clock())
-        except Exception:
+        except Exception as exc:
             log.exception("%s v%d handler failed for %s", ApiKey(api_key).name, version, conn.peer)
-            raise CloseConnection("internal error") from None
+            body = _failure_body(api_key, version, exc)
+            if body is None:
+                raise CloseConnection("internal error") from None
         if body is None:
             return None
         if isinstance(body, dict):
@@ -494,7 +533,14 @@ class KafkaServer:
         return self._encode_later(api_key, version, correlation_id, body)
 
     async def _encode_later(self, api_key: int, version: int, correlation_id: int, pending: Any) -> bytes:
-        return encode_response(api_key, version, correlation_id, await pending)
+        try:
+            body = await pending
+        except OSError as exc:
+            log.exception("%s v%d failed", ApiKey(api_key).name, version)
+            body = _failure_body(api_key, version, exc)
+            if body is None:
+                raise
+        return encode_response(api_key, version, correlation_id, body)
 
     def _api_versions(self, view: memoryview, version: int, correlation_id: int) -> bytes:
         """ApiVersions; an unsupported version is answered in v0 layout with UNSUPPORTED_VERSION

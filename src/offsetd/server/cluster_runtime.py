@@ -39,6 +39,8 @@ class ClusterTopicRegistry(TopicRegistry):
     for it), and every broker follows it (`sync`, on NOTIFY). Partition logs are
     PostgresPartitionLogs over a local copy in `log.dirs`."""
 
+    marks_clean_shutdown = False  # the local copies are loaded by sync(), never as a clean shutdown
+
     def __init__(self, config: BrokerConfig, store: PostgresStore, serving: Callable[[], bool]) -> None:
         self.store = store
         self.serving = serving
@@ -52,7 +54,7 @@ class ClusterTopicRegistry(TopicRegistry):
         return ""
 
     def _open(self, topic: Topic, index: int, now_ms: int) -> PostgresPartitionLog:
-        plog = PostgresPartitionLog(super()._open(topic, index, now_ms), self.store, topic.topic_id, self.node_id,
+        plog = PostgresPartitionLog(self._open_log(topic, index, now_ms), self.store, topic.topic_id, self.node_id,
                                     self.serving)
         plog.on_fenced = lambda p: self.on_fenced(p)
         return plog

@@ -68,6 +68,9 @@ class ConnectionServer(Protocol):
     def sasl_session(self, conn: "Connection", listener: "ListenerRuntime") -> "SaslSession":
         """The SASL state of a new connection on a SASL listener."""
 
+    def connection_closed(self, conn: "Connection") -> None:
+        """The connection is gone (its share sessions close with it)."""
+
 
 class Connection(asyncio.Protocol):
     """asyncio protocol for one Kafka client socket."""
@@ -140,6 +143,7 @@ class Connection(asyncio.Protocol):
         self._queue.clear()
         self._inflight.clear()
         self.server.connections.discard(self)
+        self.server.connection_closed(self)
         if self.host is not None:
             self.server.guard.release(self.host)
             self.host = None

@@ -95,13 +95,13 @@ class ConsumerGroupApi:
             if error:
                 groups.append(_describe_failure(group_id, error))
                 continue
-            described = runtime.shard.describe_consumer_group(group_id, self._topic_name)
+            described = runtime.shard.describe_consumer_group(group_id, self.topic_name)
             if acc is not None and req.include_authorized_operations:
                 described["authorized_operations"] = acc.operations(Res.GROUP, group_id)
             groups.append(described)
         return {"throttle_time": 0, "groups": groups}
 
-    def _topic_name(self, topic_id: uuid.UUID) -> str:
+    def topic_name(self, topic_id: uuid.UUID) -> str:
         """A topic's name by id ("" once deleted)."""
         topic = self.broker.topics.by_id(topic_id)
         return topic.name if topic is not None else ""

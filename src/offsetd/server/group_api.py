@@ -31,6 +31,7 @@ TxnVerifier = Callable[[str, int, int, str, int], "int | Awaitable[int]"]
 # Consumer-visible names of the ListGroups filters (case-insensitive, §1.10, reference B8).
 GROUP_TYPE_CLASSIC = "classic"
 GROUP_TYPE_CONSUMER = "consumer"
+GROUP_TYPE_SHARE = "share"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,9 @@ class GroupApi:
         # the broker's topics as the consumer groups see them (a classic member of a consumer
         # group subscribes with JoinGroup); set by the server to ConsumerGroupApi.topics_image
         self.topics_image: Callable[[], TopicsImage] = TopicsImage
+        # DeleteGroups removed these groups: the share state they had goes too (set by the
+        # server to ShareGroupOffsetsApi.groups_deleted); None: nothing else to delete
+        self.on_groups_deleted: Callable[[list[str]], Awaitable[None]] | None = None
 
     def runtime_for(self, group_id: str) -> ShardRuntime:
         return self.runtimes[partition_for(group_id, len(self.runtimes))]
@@ -389,12 +393,13 @@ class GroupApi:
     # ------------------------------------------------------------------------ admin
 
     def describe_groups(self, ctx: RequestContext, req: Any) -> Reply:
+        """DescribeGroups (§1.10; v6, KIP-1043: a group that is not a classic one answers 69)."""
         acc = access(self.broker, ctx)
         if acc is not None:
-            return self._describe_authorized(acc, req)
-        return {"groups": self._describe(req.groups)}
+            return self._describe_authorized(acc, req, ctx.version)
+        return {"groups": self._describe(req.groups, ctx.version)}
 
-    def _describe(self, group_ids: list[str]) -> list[Body]:
+    def _describe(self, group_ids: list[str], api_version: int) -> list[Body]:
         groups = []
         for group_id in group_ids:
             runtime = self.runtime_for(group_id)
@@ -403,16 +408,16 @@ class GroupApi:
                 groups.append({"error_code": error, "group_id": group_id, "group_state": "",
                                "protocol_type": "", "protocol_data": "", "members": ()})
             else:
-                groups.append(runtime.shard.describe_group(group_id))
+                groups.append(runtime.shard.describe_group(group_id, api_version))
         return groups
 
-    def _describe_authorized(self, acc: Access, req: Any) -> Reply:
+    def _describe_authorized(self, acc: Access, req: Any, api_version: int) -> Reply:
         """DescribeGroups under authorization (§4): a group without DESCRIBE answers 30, these
         entries first; v3+ asked for it: each described group's authorized_operations."""
         refused = [{"error_code": Error.GROUP_AUTHORIZATION_FAILED, "group_id": g, "group_state": "",
                     "protocol_type": "", "protocol_data": "", "members": ()}
                    for g in req.groups if not acc.allows(Op.DESCRIBE, Res.GROUP, g)]
-        described = self._describe([g for g in req.groups if acc.allows(Op.DESCRIBE, Res.GROUP, g)])
+        described = self._describe([g for g in req.groups if acc.allows(Op.DESCRIBE, Res.GROUP, g)], api_version)
         if getattr(req, "include_authorized_operations", False):
             described = [{**group, "authorized_operations": acc.operations(Res.GROUP, group["group_id"])}
                          for group in described]
@@ -446,6 +451,14 @@ class GroupApi:
                     if (not states or state.lower() in states) and (visible is None or visible(group_id)):
                         groups.append({"group_id": group_id, "protocol_type": "consumer",
                                        "group_state": state, "group_type": GROUP_TYPE_CONSUMER})
+        if not types or GROUP_TYPE_SHARE in types:
+            for runtime in self.runtimes:
+                if runtime.state is not ShardState.ACTIVE:
+                    continue
+                for group_id, state in runtime.shard.list_share_groups():
+                    if (not states or state.lower() in states) and (visible is None or visible(group_id)):
+                        groups.append({"group_id": group_id, "protocol_type": "share",
+                                       "group_state": state, "group_type": GROUP_TYPE_SHARE})
         return {"error_code": Error.NONE, "groups": groups}
 
     def delete_groups(self, ctx: RequestContext, req: Any) -> Reply:
@@ -477,6 +490,8 @@ class GroupApi:
                     errors.update(await token)
                 except CoordinatorWriteError as exc:  # that shard's tombstones were not written
                     errors.update(dict.fromkeys(group_ids, exc.error_code))
+            if self.on_groups_deleted is not None:
+                await self.on_groups_deleted([g for g in wanted if errors[g] == Error.NONE])
             return {"results": [{"group_id": g, "error_code": errors[g]} for g in wanted]}
 
         return wait()

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
 
+from ..storage.deferred_append import PendingAppend
 from ..storage.log_append import AppendResult
-from ..storage.partition_log import PartitionLog, PendingAppend
+from ..storage.partition_log import PartitionLog
 from .aio_fsync import AioFsync
 
 __all__ = ["GroupCommit"]
@@ -65,10 +67,12 @@ class GroupCommit:
         return plog.finish_append(pending)
 
     async def _sync(self, pending: PendingAppend) -> None:
-        """fdatasync the pending batch's segment: native AIO, or a thread when AIO refuses it."""
+        """fdatasync the pending batch's segment: native AIO, or a thread when AIO refuses it. The
+        segment's descriptor is the file pool's, which the loop may close at any later pool call."""
+        fd = pending.segment.file.fileno()
         if self._aio is not None:
             try:
-                completed = self._aio.fdatasync(pending.segment.fd)
+                completed = self._aio.fdatasync(fd)  # once submitted, the kernel holds its own reference
             except OSError as exc:  # EAGAIN (the context is full), or a file AIO cannot sync
                 log.debug("fsync on a thread: %s", exc)
             else:
@@ -76,7 +80,13 @@ class GroupCommit:
                 return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix="fsync")
-        await asyncio.get_running_loop().run_in_executor(self._pool, pending.sync)
+        dup = os.dup(fd)  # the thread's own: the loop may close the pooled one meanwhile (an eviction)
+        try:
+            synced = asyncio.get_running_loop().run_in_executor(self._pool, _sync_and_close, dup)
+        except BaseException:
+            os.close(dup)
+            raise
+        await synced
 
     def stop(self) -> None:
         """Let the fsyncs in flight finish (shutdown; their appends are not taken in afterwards)."""
@@ -84,3 +94,11 @@ class GroupCommit:
             self._aio.close()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+
+
+def _sync_and_close(fd: int) -> None:
+    """fdatasync `fd` and close it (on a thread: a duplicate of the pooled descriptor of its own)."""
+    try:
+        getattr(os, "fdatasync", os.fsync)(fd)
+    finally:
+        os.close(fd)

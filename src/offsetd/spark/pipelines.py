@@ -15,6 +15,7 @@ from pyspark.sql import Column, DataFrame, DataFrameWriter, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
+from .consumer_groups import consumer_group_states, consumer_rosters, group_type_so_far
 from .schemas import GROUP_METADATA, OFFSET_COMMIT, OFFSETS_LOG_FIELDS
 
 DEFAULT_RETENTION_MS = 10080 * 60 * 1000  # offsets.retention.minutes, Kafka's default (7 days)
@@ -158,8 +159,8 @@ def current_offsets(log: DataFrame) -> DataFrame:
 
 def expiry_forecast(log: DataFrame, retention_ms: int = DEFAULT_RETENTION_MS,
                     group_retention_ms: Mapping[str, int] | None = None, now_ms: int | None = None) -> DataFrame:
-    """When each committed offset expires if nothing changes (KIP-211 / KIP-496, reference §2;
-    the same rules as the broker's coordinator `expiry_times`):
+    """When each committed offset expires if nothing changes (KIP-211 / KIP-496, reference §2
+    and B7; the same rules as the broker's coordinator `expiry_times`):
 
     * a group is subscribed to a topic per its members' subscriptions (consumer protocol;
       unknown subscriptions count as subscribed): those offsets never expire while so;
@@ -168,40 +169,46 @@ def expiry_forecast(log: DataFrame, retention_ms: int = DEFAULT_RETENTION_MS,
     * Empty group: the time it became Empty (state timestamp; commit time when unknown) + retention;
     * consumer-protocol Stable group with known subscriptions: commit time + retention for
       topics it no longer subscribes to;
+    * a KIP-848 consumer group (group_type "consumer", consumer_groups.py): each offset its own
+      commit time + retention (rule "empty" without members, "unsubscribed" with them), except
+      the topics its members subscribe to, by name or regular expression, while it has members;
     * anything else, or retention -1: never (expires_at_ms null).
     `group_retention_ms` holds per-group overrides (offsets.retention.minutes as a group config).
     With `now_ms`, `expired` tells which offsets a sweep at that time would remove.
     """
     offsets = current_offsets(log)
     states = group_states(log)
-    joined = (offsets.join(states, "group", "left")
+    joined = (offsets.join(states, "group", "left").join(consumer_group_states(log), "group", "left")
               .where(F.col("deleted_at").isNull() | (F.struct(*LOG_ORDER) > F.col("deleted_at"))))
+    consumer = F.col("consumer_state").isNotNull()
     # simple (standalone) group: no protocol type, or no live GroupMetadata record at all (never
     # joined, or deleted and re-created by commits alone)
-    simple = F.col("protocol_type").isNull() | (F.col("state").isNull())
+    simple = ~consumer & (F.col("protocol_type").isNull() | F.col("state").isNull())
     retention = F.lit(retention_ms).cast("long")
     for group, ms in (group_retention_ms or {}).items():
         retention = F.when(F.col("group") == group, F.lit(ms).cast("long")).otherwise(retention)
-    subscribed = (~simple & F.when(F.col("subscribed_topics").isNotNull(),
-                                   F.array_contains("subscribed_topics", F.col("topic")))
-                  .otherwise(F.col("protocol_type") == "consumer"))
-    rule = (F.when(simple, "standalone")
+    subscribed = (F.when(consumer, F.array_contains("consumer_subscribed_topics", F.col("topic")))
+                  .otherwise(~simple & F.when(F.col("subscribed_topics").isNotNull(),
+                                              F.array_contains("subscribed_topics", F.col("topic")))
+                             .otherwise(F.col("protocol_type") == "consumer")))
+    rule = (F.when(consumer, F.when(F.col("consumer_members") == 0, "empty").otherwise("unsubscribed"))
+            .when(simple, "standalone")
             .when(F.col("state") == "Empty", "empty")
             .when((F.col("protocol_type") == "consumer") & (F.col("state") == "Stable")
                   & F.col("subscribed_topics").isNotNull(), "unsubscribed")
             .otherwise("active"))
-    base = (F.when(rule == "standalone", F.col("commit_timestamp"))
+    base = (F.when(consumer | (rule == "standalone") | (rule == "unsubscribed"), F.col("commit_timestamp"))
             .when(rule == "empty", F.when(F.col("state_timestamp") != -1, F.col("state_timestamp"))
-                  .otherwise(F.col("commit_timestamp")))
-            .when(rule == "unsubscribed", F.col("commit_timestamp")))
+                  .otherwise(F.col("commit_timestamp"))))
     expires = (F.when(base.isNull() | subscribed, F.lit(None))
                .when(F.col("expire_timestamp") != -1, F.col("expire_timestamp"))
                .when(retention < 0, F.lit(None))
                .otherwise(base + retention))
     out = joined.select(
         *TP, "offset", "commit_timestamp", "expire_timestamp",
-        F.when(simple, "Empty").otherwise(F.col("state")).alias("group_state"),
-        F.when(simple, F.lit("")).otherwise(F.col("protocol_type")).alias("protocol_type"),
+        F.when(consumer, F.col("consumer_state")).when(simple, "Empty").otherwise(F.col("state")).alias("group_state"),
+        F.when(consumer, "consumer").when(simple, F.lit("")).otherwise(F.col("protocol_type")).alias("protocol_type"),
+        F.when(consumer, "consumer").otherwise("classic").alias("group_type"),
         F.when(subscribed, "subscribed").otherwise(rule).alias("rule"), retention.alias("retention_ms"),
         expires.cast("long").alias("expires_at_ms"))
     out = out.withColumn("expires_at", _ms_to_ts(F.col("expires_at_ms")))
@@ -216,18 +223,26 @@ def reset_audit(log: DataFrame, jump_threshold: int = DEFAULT_JUMP) -> DataFrame
     """Commits that moved a partition backwards (`rewind`) or forwards by more than
     `jump_threshold` offsets (`jump`), with when and by whom.
 
-    By whom: the group's membership at the commit, from the last GroupMetadata record before
-    it in log order - `member` when the group had members (a consumer of the group committed),
-    `admin` when it had none (kafka-consumer-groups --reset-offsets, which needs an inactive
-    group, or a standalone consumer such as a Spark job's commitToGroup). `members` lists the
-    client ids of the members at the time.
+    By whom: the group's membership at the commit, in log order - for a classic group the last
+    GroupMetadata record before it, for a KIP-848 consumer group its live members (records 5,
+    consumer_groups.consumer_rosters; a group moving between the kinds has members in one of the
+    two only). `member` when the group had members (a consumer of the group committed; a
+    consumer group accepts no other commit then), `admin` when it had none
+    (kafka-consumer-groups --reset-offsets, which needs an inactive group, or a standalone
+    consumer such as a Spark job's commitToGroup). `members` lists the client ids of the members
+    at the time, `group_type` whether the group was a classic or a consumer group.
     """
     ordered = Window.partitionBy("group").orderBy(*LOG_ORDER)
     state_so_far = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    strings = F.array().cast("array<string>")
     members = F.when(F.col("record_type") == GROUP_METADATA,
-                     F.coalesce(F.transform("members", lambda m: m["client_id"]), F.array().cast("array<string>")))
-    with_members = (log.select("*", members.alias("group_members"))
-                    .withColumn("group_members", F.last("group_members", ignorenulls=True).over(state_so_far)))
+                     F.coalesce(F.transform("members", lambda m: m["client_id"]), strings))
+    rosters = consumer_rosters(log)
+    with_members = (log.join(rosters, ["group", *LOG_ORDER], "left")
+                    .select("*", members.alias("group_members"))
+                    .withColumn("group_members", F.last("group_members", ignorenulls=True).over(state_so_far))
+                    .withColumn("consumer_roster", F.last("consumer_roster", ignorenulls=True).over(state_so_far))
+                    .withColumn("group_type", group_type_so_far()))
     commits = with_members.where((F.col("record_type") == OFFSET_COMMIT) & ~F.col("tombstone"))
     per_tp = Window.partitionBy(*TP).orderBy(*LOG_ORDER)
     moves = (commits.withColumn("from_offset", F.lag("offset").over(per_tp))
@@ -235,13 +250,13 @@ def reset_audit(log: DataFrame, jump_threshold: int = DEFAULT_JUMP) -> DataFrame
              .where(F.col("from_offset").isNotNull()))
     kind = (F.when(F.col("offset") < F.col("from_offset"), "rewind")
             .when(F.col("offset") - F.col("from_offset") > jump_threshold, "jump"))
-    who = F.coalesce(F.col("group_members"), F.array().cast("array<string>"))
+    who = F.concat(F.coalesce(F.col("group_members"), strings), F.coalesce(F.col("consumer_roster"), strings))
     return (moves.select(*TP, "from_offset", F.col("offset").alias("to_offset"),
                          (F.col("offset") - F.col("from_offset")).alias("delta"), kind.alias("kind"),
                          "commit_timestamp", _ms_to_ts(F.col("commit_timestamp")).alias("commit_time"),
                          "from_commit_timestamp",
                          F.when(F.size(who) > 0, "member").otherwise("admin").alias("committer"),
-                         who.alias("members"), *LOG_ORDER)
+                         who.alias("members"), "group_type", *LOG_ORDER)
             .where(F.col("kind").isNotNull()))
 
 

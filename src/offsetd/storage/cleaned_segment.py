@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from offsetd.storage.cleaning_job import CleanerStats, SourceSegment
+from offsetd.storage.file_pool import FilePool
 from offsetd.storage.index import OffsetIndex, TimeIndex
 from offsetd.storage.log_config import LogConfig
 from offsetd.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_file_name
@@ -42,8 +43,10 @@ class CleanedSegment:
         self.base = base
         self.log_path = pdir / _cleaned_name(base, LOG_SUFFIX)
         self.fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        self.offset_index = OffsetIndex(pdir / _cleaned_name(base, INDEX_SUFFIX), base)
-        self.time_index = TimeIndex(pdir / _cleaned_name(base, TIMEINDEX_SUFFIX), base)
+        # The cleaner's thread must not share the owner thread's file pool: a pool of its own.
+        files = FilePool(2)
+        self.offset_index = OffsetIndex(pdir / _cleaned_name(base, INDEX_SUFFIX), base, files)
+        self.time_index = TimeIndex(pdir / _cleaned_name(base, TIMEINDEX_SUFFIX), base, files)
         self.interval = config.index_interval_bytes
         self.size = 0
         self.parts: list[bytes | memoryview] = []

@@ -188,7 +188,7 @@ class LogCleaner:
                 segs[i + 1].base_offset,
                 seg.size,
                 str(seg.log_path),
-                os.fstat(seg.fd).st_mtime_ns,
+                os.stat(seg.log_path).st_mtime_ns,
                 seg.largest_timestamp,
             )
             for i, seg in enumerate(segs[:count])

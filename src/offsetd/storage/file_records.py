@@ -2,10 +2,12 @@
 
 A Fetch of v4+ lays these out in its response by length only (protocol.encoder) and the connection
 sends them with sendfile(2) straight from the page cache (server/connection.py), so record bytes
-never pass through Python buffers. Each range holds a descriptor of its own (os.dup of the
-segment's), so a segment that retention deletes, the cleaner replaces or a truncation unlinks
-while the response waits in line or is being sent still reads as it did when the fetch read it:
-the inode lives until the last descriptor is closed.
+never pass through Python buffers. Each range holds a descriptor of its own (an os.dup of the
+segment's, taken from the file pool right when the range is read, storage/file_pool.py), so a
+pool that closes the segment's descriptor to make room never breaks a send, and a segment that
+retention deletes, the cleaner replaces or a truncation unlinks while the response waits in line
+or is being sent still reads as it did when the fetch read it: the inode lives until the last
+descriptor is closed.
 
 The descriptors held at once are capped at a quarter of RLIMIT_NOFILE (`FileRecords.hold` says
 None beyond it, and the caller reads bytes instead), so responses waiting on slow consumers can
@@ -15,15 +17,22 @@ never take the descriptors a segment roll, an index or a new connection needs.
 from __future__ import annotations
 
 import os
-import resource
+from typing import Protocol
+
+from offsetd.storage.file_pool import open_file_limit
 
 __all__ = ["FileRecords"]
 
 
-def _descriptor_budget() -> int:
-    """A quarter of the soft RLIMIT_NOFILE (at least 16)."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return 1 << 16 if soft == resource.RLIM_INFINITY else max(16, soft // 4)
+class _FileLike(Protocol):
+    """Anything that gives a descriptor valid until the next call elsewhere (a PooledFile)."""
+
+    def fileno(self) -> int: ...
+
+
+def descriptor_budget(limit: int) -> int:
+    """A quarter of a process limit of `limit` descriptors (at least 16)."""
+    return max(16, limit // 4)
 
 
 class FileRecords:
@@ -36,7 +45,7 @@ class FileRecords:
     __slots__ = ("ranges", "size")
 
     held = 0  # descriptors held by all FileRecords not yet closed
-    budget = _descriptor_budget()
+    budget = descriptor_budget(open_file_limit())  # server start-up sets it again after raising the limit
 
     def __init__(self, ranges: list[tuple[int, int, int]]) -> None:
         """Take ownership of `ranges`' descriptors (see `hold` for dup'ing a file's own)."""
@@ -45,15 +54,16 @@ class FileRecords:
         FileRecords.held += len(ranges)
 
     @classmethod
-    def hold(cls, ranges: list[tuple[int, int, int]]) -> "FileRecords | None":
-        """FileRecords over (fd, position, length) ranges of descriptors owned elsewhere (a
-        segment's), each dup'd; None when that would pass the budget or dup fails (EMFILE)."""
+    def hold(cls, ranges: "list[tuple[_FileLike, int, int]]") -> "FileRecords | None":
+        """FileRecords over (file, position, length) ranges of files owned elsewhere (a
+        segment's), each file's descriptor dup'd as soon as it is asked for (the next file's may
+        close it); None when that would pass the budget or dup fails (EMFILE)."""
         if cls.held + len(ranges) > cls.budget:
             return None
         own: list[tuple[int, int, int]] = []
         try:
-            for fd, pos, length in ranges:
-                own.append((os.dup(fd), pos, length))
+            for file, pos, length in ranges:
+                own.append((os.dup(file.fileno()), pos, length))
         except OSError:
             for fd, _, _ in own:
                 os.close(fd)

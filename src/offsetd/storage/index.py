@@ -25,6 +25,8 @@ from array import array
 from bisect import bisect_right
 from pathlib import Path
 
+from offsetd.storage.file_pool import FilePool, PooledFile
+
 __all__ = ["OffsetIndex", "TimeIndex"]
 
 _BIG_ENDIAN_HOST = sys.byteorder == "big"
@@ -44,38 +46,40 @@ def _non_decreasing(a: array) -> bool:
 
 
 class _IndexFile:
-    """Shared file handling: lazily opened append fd, full rewrite, fsync, delete."""
+    """Shared file handling: an append descriptor from the file pool, full rewrite, fsync, delete."""
 
     ENTRY_SIZE = 0
 
-    def __init__(self, path: Path, base_offset: int) -> None:
+    def __init__(self, path: Path, base_offset: int, pool: FilePool | None = None) -> None:
         self.path = path
         self.base_offset = base_offset
-        self._fd: int | None = None
-        self.dirty = False
+        # Opened on the first write (created then); reopened on demand after the pool closed it.
+        self.file = PooledFile(path, os.O_RDWR | os.O_APPEND, pool)
 
-    def _writer(self) -> int:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        return self._fd
+    @property
+    def dirty(self) -> bool:
+        """True when the file has writes not yet fsynced."""
+        return self.file.dirty
 
     def _write(self, data: bytes) -> None:
-        fd = self._writer()
+        if not data:
+            return
+        f = self.file
         view = memoryview(data)
         while view:
-            n = os.write(fd, view)
+            n = os.write(f.fileno(), view)
             view = view[n:]
-        self.dirty = True
+        f.dirty = True
 
     def _entries_bytes(self) -> bytes:
         raise NotImplementedError
 
     def rewrite(self, *, fsync: bool) -> None:
         """Replace the file content with the in-memory entries."""
-        fd = self._writer()
-        os.ftruncate(fd, 0)
+        os.ftruncate(self.file.fileno(), 0)
         self._write(self._entries_bytes())
         if fsync:
+            self.file.dirty = True  # the new length is made durable too
             self.flush()
 
     def _drop_from(self, count: int) -> None:
@@ -86,33 +90,26 @@ class _IndexFile:
         append). Memory first: if the file cannot be cut, the index is still a valid prefix in
         memory, and a file of the wrong length is rebuilt when the segment is next opened."""
         self._drop_from(count)
-        if self._fd is not None:
-            os.ftruncate(self._fd, count * self.ENTRY_SIZE)
-            self.dirty = True
+        if self.file.created:  # written by us, so it may hold the entries dropped
+            os.ftruncate(self.file.fileno(), count * self.ENTRY_SIZE)
+            self.file.dirty = True
 
     @property
     def has_fd(self) -> bool:
         """True while the file is open for appends."""
-        return self._fd is not None
+        return self.file.is_open
 
     def flush(self) -> None:
         """fsync the index file if it has unflushed writes."""
-        if self._fd is not None and self.dirty:
-            os.fsync(self._fd)
-        self.dirty = False
+        self.file.sync()
 
     def close(self) -> None:
-        """Flush and close the file descriptor (entries stay in memory)."""
-        if self._fd is not None:
-            self.flush()
-            os.close(self._fd)
-            self._fd = None
+        """Flush and close the file descriptor (entries stay in memory; a later write reopens)."""
+        self.file.release()
 
     def delete_file(self) -> None:
         """Close and unlink the file."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self.file.close()
         try:
             os.unlink(self.path)
         except FileNotFoundError:
@@ -142,8 +139,8 @@ class OffsetIndex(_IndexFile):
 
     ENTRY_SIZE = 8
 
-    def __init__(self, path: Path, base_offset: int) -> None:
-        super().__init__(path, base_offset)
+    def __init__(self, path: Path, base_offset: int, pool: FilePool | None = None) -> None:
+        super().__init__(path, base_offset, pool)
         self._rel = array("i")  # relative offsets (last offset of the indexed batch)
         self._pos = array("i")  # byte positions in the .log
 
@@ -231,8 +228,8 @@ class TimeIndex(_IndexFile):
 
     ENTRY_SIZE = 12
 
-    def __init__(self, path: Path, base_offset: int) -> None:
-        super().__init__(path, base_offset)
+    def __init__(self, path: Path, base_offset: int, pool: FilePool | None = None) -> None:
+        super().__init__(path, base_offset, pool)
         self._ts = array("q")  # timestamps, strictly increasing
         self._rel = array("i")  # relative offsets, non-decreasing
 

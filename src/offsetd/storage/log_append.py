@@ -45,6 +45,7 @@ class PreparedAppend:
     messages: int
     pending: object
     replica: bool = False  # copied with its own offsets (may start past the log end: a compacted gap)
+    leader_epoch: int = -1  # the partition leader epoch its batches carry (-1: none)
 
     def data(self) -> bytes:
         """The bytes as they will be stored (base offsets and leader epoch patched)."""
@@ -110,7 +111,8 @@ def prepare_append(
         messages += h.records_count
     if pos != len(mv):
         raise ValueError(f"validated headers cover {pos} bytes but the blob has {len(mv)}")
-    return PreparedAppend(first, offset, pos, parts, batches, messages, pending, replica)
+    epoch = validated[0].partition_leader_epoch if leader_epoch is None or replica else leader_epoch
+    return PreparedAppend(first, offset, pos, parts, batches, messages, pending, replica, epoch)
 
 
 def should_roll(seg: Segment, config: LogConfig, size: int, last_offset: int, now_ms: int) -> bool:

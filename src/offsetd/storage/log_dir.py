@@ -4,6 +4,8 @@ A failed append or flush has already been undone by the partition log (nothing o
 memory or, as far as the OS lets us, on disk). What is left to decide is whether the directory
 can still be trusted:
 
+* EMFILE / ENFILE (out of file descriptors): yes, and the request is answered KAFKA_STORAGE_ERROR;
+  a file could not be opened, nothing was written.
 * ENOSPC / EDQUOT (a full disk or quota): yes. The write was cut back to the last good end, so
   the log is exactly what was acknowledged; writes are refused with KAFKA_STORAGE_ERROR until
   space is freed, then succeed again without a restart.
@@ -27,6 +29,8 @@ log = logging.getLogger("offsetd.storage")
 KAFKA_STORAGE_ERROR = 56
 # Errors that say "no room", not "the device lies": the directory stays online.
 _OUT_OF_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+# Out of file descriptors: an open failed, nothing was written or lost; never takes a directory offline.
+_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
 
 
 class StorageError(Exception):
@@ -71,6 +75,11 @@ class LogDirectory:
         False when cutting the log back failed too: then even a full disk takes it offline."""
         self.failed_writes += 1
         self._failing += 1
+        if exc.errno in _OUT_OF_DESCRIPTORS:
+            if self._failing == 1:
+                log.error("log directory %s: %s failed: %s; raise `ulimit -n` or lower log.max.open.files",
+                          self.path, what, exc)
+            return StorageError(f"{what} failed: {exc.strerror or exc}")
         if exc.errno in _OUT_OF_SPACE and undone:
             if self._failing == 1:
                 log.error("log directory %s: %s failed: %s; refusing writes until space is freed", self.path,

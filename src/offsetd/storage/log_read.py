@@ -55,7 +55,7 @@ def ranges_data(ranges: list[tuple[Segment, int, int]], min_file_bytes: int) -> 
     """The ranges as FileRecords, or bytes below `min_file_bytes` or when no descriptor is left."""
     if not ranges or sum(r[2] for r in ranges) < min_file_bytes:
         return pread_all(ranges)
-    held = FileRecords.hold([(seg.fd, pos, length) for seg, pos, length in ranges])
+    held = FileRecords.hold([(seg.file, pos, length) for seg, pos, length in ranges])
     return pread_all(ranges) if held is None else held
 
 

@@ -4,7 +4,8 @@ segments named by base offset exactly as Kafka writes them) and the state that m
 PartitionLog owns the segment list (the last one active), the log start and end offsets, producer
 state and transactions (storage/transactions.py), and is the one place that changes them: appends
 (decided by storage/log_append.py), rolls and flushes, retention (storage/log_retention.py),
-truncation and the cleaner's swap (storage/segment_swap.py). Opening is storage/log_loader.py's
+truncation and the cleaner's swap (storage/segment_swap.py), and the leader-epoch history
+(storage/leader_epoch_cache.py, kept in `leader-epoch-checkpoint`). Opening is storage/log_loader.py's
 recovery; reads go through storage/log_read.py and storage/time_lookup.py. The log start offset is
 not stored: it is the first segment's base offset. Rolling does not fsync on the produce path: the
 rolled segment is fsynced by the next flush() or, at the latest, by the next roll.
@@ -15,18 +16,25 @@ Pure synchronous file I/O; no asyncio, no clock reads (time is always passed in)
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 from pathlib import Path
 from typing import NoReturn
 
 from offsetd.records.batch import BatchHeader
+from offsetd.storage.deferred_append import DeferredAppends, PendingAppend
 from offsetd.storage.durable_file import fsync_dir as _fsync_dir
 from offsetd.storage.file_records import FileRecords
 from offsetd.storage.log_append import AppendResult, PreparedAppend, prepare_append, should_roll
 from offsetd.storage.log_config import LogConfig
 from offsetd.storage.log_dir import LogDirectory
-from offsetd.storage.log_loader import load_log, write_producer_snapshot, write_recovery_point
+from offsetd.storage.leader_epoch_cache import LeaderEpochCache
+from offsetd.storage.log_loader import (
+    load_log,
+    read_epoch_checkpoint,
+    write_epoch_checkpoint,
+    write_producer_snapshot,
+    write_recovery_point,
+)
 from offsetd.storage.log_read import pread_all, ranges_data, ranges_end_offset, read_ranges
 from offsetd.storage.log_retention import retention_deletions
 from offsetd.storage.producer_state import ProducerStateManager
@@ -35,31 +43,15 @@ from offsetd.storage.segment_swap import CLEANED_SUFFIX, check_replacement, comm
 from offsetd.storage.time_lookup import max_timestamp, offset_for_timestamp
 from offsetd.storage.transactions import PartitionTransactions, remove_txn_snapshot, write_txn_snapshot
 
-__all__ = ["PartitionLog", "PendingAppend"]
+__all__ = ["PartitionLog"]
 
 log = logging.getLogger("offsetd.storage")
 
-class PendingAppend:
-    """An append written to its segment but not yet in the log (PartitionLog.begin_append)."""
-
-    __slots__ = ("prepared", "segment", "now_ms")
-
-    def __init__(self, prepared: PreparedAppend, segment: Segment, now_ms: int) -> None:
-        self.prepared = prepared
-        self.segment = segment
-        self.now_ms = now_ms
-
-    def sync(self) -> None:
-        """fdatasync its segment: blocking, and safe on any thread (no state changes)."""
-        self.segment.datasync()
-
-
-class PartitionLog:
+class PartitionLog(DeferredAppends):
     """Append-only, segmented log of one partition (single broker: LEO is the high watermark)."""
 
     # The embedded engine's one broker leads every partition; cluster mode's log says otherwise.
     leader = True
-    leader_epoch = -1
 
     def __init__(
         self,
@@ -89,16 +81,26 @@ class PartitionLog:
         self._unsynced_sealed: list[Segment] = [s for s in segments[:-1] if s.needs_flush]
         self._recovery_point: int | None = None
         self._pending: PendingAppend | None = None  # begin_append's batch, awaiting its fsync
+        # A new partition's directory entries (its first segment's files) are fsynced by its first
+        # flush, close or roll, not at creation: a crash before then loses an empty log, which the
+        # next open makes again. Creating 100,000 partitions saves as many fsyncs.
+        self._dir_unsynced = False
         # Bumped whenever segments are removed or replaced (not by rolls): a cleaning prepared
         # against an older layout is discarded instead of committed.
         self._layout_version = 0
+        # The epoch this broker leads at (-1: none; lead_next_epoch) and the history of epochs,
+        # saved to leader-epoch-checkpoint before the first append of a new epoch.
+        self.leader_epoch = -1
+        self.epochs = LeaderEpochCache()
+        self._epochs_unsaved = False
+        self._newest_saved_epoch = -1  # an epoch once saved may have written batches a crash took
 
     # ----------------------------------------------------------------- open / close
 
     @classmethod
     def open(
         cls, directory: Path, topic: str, partition: int, config: LogConfig, now_ms: int,
-        log_dir: LogDirectory | None = None,
+        log_dir: LogDirectory | None = None, *, clean: bool = False, sync_parent: bool = True,
     ) -> "PartitionLog":
         """Open (or create) `<directory>/<topic>-<partition>/` and recover it.
 
@@ -106,13 +108,19 @@ class PartitionLog:
         from the recovery point on (the active one, plus one rolled but not yet fsynced) are
         verified; torn or CRC-corrupt tails are truncated and logged on "offsetd.storage";
         missing/corrupt indexes of older segments are rebuilt. `now_ms` seeds segment ages.
+        `clean`: the broker shut down cleanly, nothing is verified (storage/log_loader.py).
+        `sync_parent` False: the caller fsyncs `directory` itself before appending (a new topic's
+        partitions share one fsync).
         """
         pdir = Path(directory) / f"{topic}-{partition}"
-        loaded = load_log(pdir, config, now_ms)
+        loaded = load_log(pdir, config, now_ms, clean, sync_parent)
         segments, producers = loaded.segments, loaded.producers
         plog = cls(pdir, topic, partition, config, segments, producers, log_dir, loaded.transactions)
         plog._recovery_point = loaded.recovery_point
+        plog._dir_unsynced = loaded.fresh
         plog._advance_recovery_point()
+        plog.epochs, plog._newest_saved_epoch = read_epoch_checkpoint(pdir, plog.log_start_offset,
+                                                                      plog.log_end_offset)
         log.debug(
             "opened %s: %d segment(s), offsets [%d, %d), %d producer(s)",
             pdir,
@@ -123,10 +131,35 @@ class PartitionLog:
         )
         return plog
 
+    # ----------------------------------------------------------------- leader epochs
+
+    def lead_next_epoch(self) -> int:
+        """The embedded engine's leadership at open: the epoch after the newest one that wrote to
+        this log (even if a crash took what it wrote, so a consumer that read it sees the
+        divergence), starting at the log end. Nothing is written until an append happens in it, so
+        a start without appends leads at the same epoch next time (the log is the same)."""
+        self.leader_epoch = max(self.epochs.latest_epoch, self._newest_saved_epoch) + 1
+        self._epochs_unsaved |= self.epochs.assign(self.leader_epoch, self.log_end_offset)
+        return self.leader_epoch
+
+    def set_epoch_history(self, entries: list[tuple[int, int]], leader_epoch: int) -> None:
+        """Cluster mode: the history as the log of record holds it, this broker leading at
+        `leader_epoch` from the log end if the history lacks it (saved here with the next append)."""
+        self.epochs = LeaderEpochCache(entries)
+        self.epochs.truncate_from_start(self.log_start_offset)
+        self.epochs.assign(leader_epoch, self.log_end_offset)
+        self.leader_epoch = leader_epoch
+        self._epochs_unsaved = True
+
+    def _save_epochs(self) -> None:
+        self._epochs_unsaved = not write_epoch_checkpoint(self.dir, self.epochs)
+
     def _advance_recovery_point(self) -> None:
-        """Persist the recovery point (oldest unsynced sealed segment, else the active one)."""
+        """Persist the recovery point (oldest unsynced sealed segment, else the active one). No
+        file means "the active segment" to the loader, so a log without one (a new log) writes
+        none until its recovery point falls behind its active segment."""
         rp = self._unsynced_sealed[0].base_offset if self._unsynced_sealed else self._segments[-1].base_offset
-        if rp == self._recovery_point:
+        if rp == self._recovery_point or (self._recovery_point is None and rp == self._segments[-1].base_offset):
             return
         if write_recovery_point(self.dir, rp):
             self._recovery_point = rp
@@ -137,6 +170,7 @@ class PartitionLog:
             return
         for seg in self._segments:
             seg.close()
+        self._sync_dir()
         self._unsynced_sealed.clear()
         self._advance_recovery_point()
         write_producer_snapshot(self.dir, self.log_end_offset, self._producers)
@@ -146,11 +180,7 @@ class PartitionLog:
         """Close and remove the partition directory (DeleteTopics)."""
         if not self._closed:
             for seg in self._segments:
-                if seg.fd >= 0:
-                    os.close(seg.fd)
-                    seg.fd = -1
-                seg.offset_index.delete_file()
-                seg.time_index.delete_file()
+                seg.forget_files()
             self._closed = True
         shutil.rmtree(self.dir, ignore_errors=True)
         _fsync_dir(self.dir.parent)
@@ -238,16 +268,19 @@ class PartitionLog:
 
         Validates with storage/transactions.validate_log_batches (validate_batches, markers
         allowed) unless `validated` (the result of one of them for this blob) is given.
-        Base offsets (and partitionLeaderEpoch when `leader_epoch` is not None) are patched in
-        the written bytes, not in `records`. Applies idempotent-producer rules (a retried batch
-        returns the original offsets with duplicate=True; errors raise ProduceError), rolls the
-        segment first when needed, writes with one writev and fsyncs when `sync` is set or
-        flush_interval_messages is reached. Raises InvalidBatch for bad input.
+        Base offsets and partitionLeaderEpoch (`leader_epoch`, else the epoch this log leads at,
+        when it leads at one) are patched in the written bytes, not in `records`. Applies
+        idempotent-producer rules (a retried batch returns the original offsets with
+        duplicate=True; errors raise ProduceError), rolls the segment first when needed, writes
+        with one writev and fsyncs when `sync` is set or flush_interval_messages is reached.
+        Raises InvalidBatch for bad input.
 
         Atomic: batch, indexes, log end offset and producer state advance together or not at
         all. A failed write or fsync is undone back to the previous log end and raised as
         StorageError (storage/log_dir.py decides whether the directory stays online).
         """
+        if leader_epoch is None and self.leader_epoch >= 0:
+            leader_epoch = self.leader_epoch
         prepared = self.prepare_append(records, validated, leader_epoch=leader_epoch)
         if isinstance(prepared, AppendResult):
             return prepared
@@ -286,52 +319,6 @@ class PartitionLog:
             self._undo(segment, mark, exc)
         return self._advance(prepared, now_ms)
 
-    def begin_append(self, records: bytes | bytearray | memoryview, now_ms: int) -> "PendingAppend | AppendResult":
-        """append(sync=True) up to its fsync, which the caller runs (`PendingAppend.sync`, on any
-        thread) and then hands to finish_append. Until then the batch is in the file but not in
-        the log: reads, the log end and the indexes do not see it, and no other append or roll
-        may run. A duplicate (idempotent retry) gives its AppendResult at once."""
-        prepared = self.prepare_append(records)
-        if isinstance(prepared, AppendResult):
-            return prepared
-        segment = self._segment_for(prepared, now_ms)
-        try:
-            self._flush_sealed()
-            segment.write_ahead(prepared.parts, prepared.size)
-            segment.preallocate(segment.size + prepared.size)  # zeros ahead, made durable by the same fsync
-        except OSError as exc:
-            self._undo(segment, segment.mark(), exc)
-        self._pending = PendingAppend(prepared, segment, now_ms)
-        return self._pending
-
-    def finish_append(self, pending: "PendingAppend", error: OSError | None = None) -> AppendResult:
-        """The rest of begin_append once `pending.sync()` returned, or raised `error`: the batch
-        joins the log and the log end moves, or it is cut off and StorageError raised (as append)."""
-        if pending is not self._pending:
-            raise ValueError(f"{self.dir}: finishing an append that is not the one awaiting its fsync")
-        self._pending = None
-        self._check_open()  # closed meanwhile: close() cut the batch off with the preallocated zeros
-        segment, prepared = pending.segment, pending.prepared
-        mark = segment.mark()
-        try:
-            if error is not None:
-                raise error
-            segment.add_written(prepared.size, prepared.batches, pending.now_ms)
-        except OSError as exc:
-            self._undo(segment, mark, exc)
-        segment.dirty = False  # the fsync began after every write to the file
-        self._unflushed_messages = 0
-        return self._advance(prepared, pending.now_ms)
-
-    def abandon_append(self, pending: "PendingAppend") -> None:
-        """Drop begin_append's batch whose fsync will not be waited for (shutdown): cut it off."""
-        if pending is self._pending:
-            self._pending = None
-            try:
-                pending.segment.discard_ahead()
-            except OSError as exc:  # beyond the segment's size: the next append overwrites it
-                log.warning("%s: cutting off an abandoned append: %s", self.dir, exc)
-
     def _segment_for(self, prepared: PreparedAppend, now_ms: int) -> Segment:
         """The segment a prepared append goes to (the active one, after a roll if one is due)."""
         if prepared.first != self.log_end_offset and not (prepared.replica and prepared.first > self.log_end_offset):
@@ -345,6 +332,10 @@ class PartitionLog:
                 self.roll(now_ms)
         except OSError as exc:  # roll() leaves the old active segment in place when it fails
             raise self.log_dir.failed(exc, self._append_what) from exc
+        # A new epoch's first batch: its start is on disk before the batch is (a crash between the
+        # two leaves an epoch whose start is the log end, which the next open cuts).
+        if self.epochs.assign(prepared.leader_epoch, prepared.batches[0][2]) or self._epochs_unsaved:
+            self._save_epochs()
         return self._segments[-1]
 
     def _undo(self, segment: Segment, mark: SegmentMark, exc: OSError) -> NoReturn:
@@ -402,6 +393,7 @@ class PartitionLog:
         self._segments.append(new)
         self._bases.append(new.base_offset)
         _fsync_dir(self.dir)
+        self._dir_unsynced = False
         self._advance_recovery_point()
         try:
             write_txn_snapshot(self.dir, self.log_end_offset, self._producers)
@@ -421,12 +413,21 @@ class PartitionLog:
         self._unflushed_messages = 0
 
     def _flush_sealed(self) -> None:
-        """fsync the rolled segments not yet fsynced (log and indexes); the recovery point advances."""
+        """fsync a new log's directory and the rolled segments not yet fsynced (log and indexes);
+        the recovery point advances."""
+        if self._dir_unsynced:
+            self._sync_dir()
         if self._unsynced_sealed:
             for seg in self._unsynced_sealed:
                 seg.flush()
             self._unsynced_sealed.clear()
             self._advance_recovery_point()
+
+    def _sync_dir(self) -> None:
+        """fsync the partition directory of a new log once (its segment files' entries)."""
+        if self._dir_unsynced:
+            _fsync_dir(self.dir)
+            self._dir_unsynced = False
 
     # ----------------------------------------------------------------- reads
 
@@ -517,6 +518,8 @@ class PartitionLog:
         self._txns.drop(seg.base_offset)
         self._layout_version += 1
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        if self.epochs.truncate_from_start(self.log_start_offset):
+            self._save_epochs()
         _fsync_dir(self.dir)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -535,6 +538,10 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._unsynced_sealed = []
         self._layout_version += 1
+        had_epochs = bool(self.epochs.entries)
+        self.epochs.clear()
+        if self.epochs.assign(self.leader_epoch, offset) or had_epochs:
+            self._save_epochs()
         _fsync_dir(self.dir)
         self._advance_recovery_point()
 
@@ -561,11 +568,7 @@ class PartitionLog:
         new_entries = self._txns.replace(old_bases, list(new_bases), CLEANED_SUFFIX)
         commit_swap(self.dir, old_bases, list(new_bases))
         for seg in old:  # their files are gone (a new segment may reuse a name): close only
-            if seg.fd >= 0:
-                os.close(seg.fd)
-                seg.fd = -1
-            seg.offset_index.close()
-            seg.time_index.close()
+            seg.forget_files()
         nexts = list(new_bases[1:]) + [next_base]
         new = [Segment.open_sealed(self.dir, b, self.config, nb) for b, nb in zip(new_bases, nexts)]
         self._segments[i : i + n] = new

@@ -11,7 +11,9 @@ compaction (the leader's cleaner rewrites a range of its copy, and then the same
 Only the partition's owner appends or reads; other brokers answer NOT_LEADER_OR_FOLLOWER (its
 `leader` is False). When a broker claims a partition it brings its copy up to PostgreSQL's end
 (`take_leadership`): a copy whose last append does not match PostgreSQL's (the topic was
-re-created, or a cleaner rewrote it) is emptied and read again from the log start.
+re-created, or a cleaner rewrote it) is emptied and read again from the log start. Then the copy
+takes PostgreSQL's leader-epoch history (the claim wrote its own epoch into it), which
+OffsetForLeaderEpoch and Fetch's epoch checks read.
 
 Transactions: markers and transactional batches are appends like any other, so the copy's
 producer state (open transactions, LSO, `.txnindex`) follows every append, including those
@@ -114,6 +116,8 @@ class PostgresPartitionLog:
         if cache.log_end_offset != claim.next_offset:
             raise StorageError(f"{cache.topic}-{cache.partition}: caught up to {cache.log_end_offset}, PostgreSQL "
                                f"ends at {claim.next_offset}")
+        history = await self.store.leader_epochs(self.topic_id, cache.partition, claim.epoch)
+        cache.set_epoch_history(history, claim.epoch)
         self._stored_start = claim.start_offset
         self.epoch = claim.epoch
 

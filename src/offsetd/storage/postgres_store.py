@@ -12,6 +12,10 @@ not race on CREATE):
 * `offsetd_group_config(group_id, configs)`: per-group configs (offsets.retention.minutes).
 * `offsetd_partition(topic_id, partition, owner, epoch, next_offset, start_offset)`: ownership.
   `epoch` is bumped by every claim and is the leader epoch clients see.
+* `offsetd_leader_epoch(topic_id, partition, epoch, start_offset)`: the leader-epoch history
+  (Kafka's `leader-epoch-checkpoint`, KIP-320), one row per claim, written by the claim itself:
+  the epoch leads from the log end it found. Every broker that claims the partition next reads
+  the same history, so OffsetForLeaderEpoch answers the same after a failover.
 * `offsetd_batch(topic_id, partition, base_offset, last_offset, epoch, bytes)`: one row per
   append: the magic-v2 batches exactly as the log holds them (base offsets and leader epoch
   patched), opaque, so `__consumer_offsets` stays byte-exact. `bytes` is STORAGE EXTERNAL: batches
@@ -60,6 +64,10 @@ ALTER TABLE offsetd_batch ALTER COLUMN bytes SET STORAGE EXTERNAL;
 CREATE TABLE IF NOT EXISTS offsetd_group_config (group_id text PRIMARY KEY, configs jsonb NOT NULL);
 CREATE SEQUENCE IF NOT EXISTS offsetd_producer_id INCREMENT BY 1000 MINVALUE 0 START 0;
 ALTER TABLE offsetd_broker ADD COLUMN IF NOT EXISTS endpoints jsonb NOT NULL DEFAULT '{}'::jsonb;
+CREATE TABLE IF NOT EXISTS offsetd_leader_epoch (
+    topic_id uuid NOT NULL, partition int NOT NULL, epoch int NOT NULL, start_offset bigint NOT NULL,
+    PRIMARY KEY (topic_id, partition, epoch),
+    FOREIGN KEY (topic_id, partition) REFERENCES offsetd_partition (topic_id, partition) ON DELETE CASCADE);
 """
 
 _REGISTER = """
@@ -82,15 +90,25 @@ _PARTITIONS = "SELECT topic_id, partition, owner, epoch FROM offsetd_partition"
 _TOPICS = "SELECT name, topic_id, partitions, configs, internal FROM offsetd_topic"
 
 # A claim succeeds for a partition without a live owner (or held by an earlier incarnation of this
-# node), and only while the claimer's own lease is valid.
+# node), and only while the claimer's own lease is valid; its new epoch enters the leader-epoch
+# history in the same statement, starting at the log end.
 _CLAIM = """
-UPDATE offsetd_partition p SET owner = $3, epoch = p.epoch + 1
-WHERE p.topic_id = $1 AND p.partition = $2
-  AND (p.owner IS NULL OR p.owner = $3 OR NOT EXISTS (
-        SELECT 1 FROM offsetd_broker b WHERE b.node_id = p.owner AND b.expires_at > now()))
-  AND EXISTS (SELECT 1 FROM offsetd_broker b
-              WHERE b.node_id = $3 AND b.incarnation = $4 AND b.expires_at > now())
-RETURNING epoch, next_offset, start_offset"""
+WITH c AS (
+    UPDATE offsetd_partition p SET owner = $3, epoch = p.epoch + 1
+    WHERE p.topic_id = $1 AND p.partition = $2
+      AND (p.owner IS NULL OR p.owner = $3 OR NOT EXISTS (
+            SELECT 1 FROM offsetd_broker b WHERE b.node_id = p.owner AND b.expires_at > now()))
+      AND EXISTS (SELECT 1 FROM offsetd_broker b
+                  WHERE b.node_id = $3 AND b.incarnation = $4 AND b.expires_at > now())
+    RETURNING p.topic_id, p.partition, p.epoch, p.next_offset, p.start_offset),
+h AS (
+    INSERT INTO offsetd_leader_epoch (topic_id, partition, epoch, start_offset)
+    SELECT topic_id, partition, epoch, next_offset FROM c ON CONFLICT DO NOTHING)
+SELECT epoch, next_offset, start_offset FROM c"""
+
+_LEADER_EPOCHS = """
+SELECT epoch, start_offset FROM offsetd_leader_epoch WHERE topic_id = $1 AND partition = $2 AND epoch <= $3
+ORDER BY epoch"""
 
 # A release tells the peers at once (the next owner claims without waiting for its heartbeat).
 _RELEASE = f"""
@@ -131,12 +149,18 @@ ORDER BY base_offset"""
 _AT_LAST_OFFSET = """
 SELECT base_offset, bytes FROM offsetd_batch WHERE topic_id = $1 AND partition = $2 AND last_offset = $3"""
 
-# Retention: the owner moves the log start and drops whole appends below it, fenced like appends.
+# Retention: the owner moves the log start and drops whole appends below it, fenced like appends,
+# and the leader epochs that ended at or before it (a newer one starts there or earlier).
 _ADVANCE_START = """
 WITH p AS (
     UPDATE offsetd_partition SET start_offset = $5
     WHERE topic_id = $1 AND partition = $2 AND owner = $3 AND epoch = $4 AND start_offset < $5
-    RETURNING 1)
+    RETURNING 1),
+h AS (
+    DELETE FROM offsetd_leader_epoch h USING p
+    WHERE h.topic_id = $1 AND h.partition = $2 AND EXISTS (
+        SELECT 1 FROM offsetd_leader_epoch n
+        WHERE n.topic_id = $1 AND n.partition = $2 AND n.epoch > h.epoch AND n.start_offset <= $5))
 DELETE FROM offsetd_batch b USING p
 WHERE b.topic_id = $1 AND b.partition = $2 AND b.last_offset < $5"""
 
@@ -285,6 +309,11 @@ class PostgresStore:
     async def claim(self, topic_id: uuid.UUID, partition: int, node_id: int, incarnation: uuid.UUID) -> Claim | None:
         row = await self.pool.fetchrow(_CLAIM, topic_id, partition, node_id, incarnation)
         return None if row is None else Claim(row[0], row[1], row[2])
+
+    @_unavailable_on_failure
+    async def leader_epochs(self, topic_id: uuid.UUID, partition: int, epoch: int) -> list[tuple[int, int]]:
+        """The partition's leader-epoch history up to `epoch`: (epoch, start offset), oldest first."""
+        return [(r[0], r[1]) for r in await self.pool.fetch(_LEADER_EPOCHS, topic_id, partition, epoch)]
 
     @_unavailable_on_failure
     async def release(self, topic_id: uuid.UUID, partition: int, node_id: int, epoch: int) -> bool:

@@ -1,21 +1,22 @@
 """One log segment: `<base>.log` plus its `.index` and `.timeindex`, in Kafka's on-disk format.
 
 The .log file is a plain concatenation of magic-v2 batches whose baseOffset fields hold the
-assigned offsets. It is opened once, written with os.pwritev at the segment's size and read with
-os.pread, so no file position is shared and records are never decoded. The segment tracks its
-size, next offset and largest timestamp in memory; the indexes are updated per batch following
-Kafka's rule (an entry when more than `index_interval_bytes` were appended since the previous
-entry).
+assigned offsets. Its descriptor comes from the process's file pool (storage/file_pool.py), opened
+on demand and possibly closed between calls; it is written with os.pwritev at the segment's size
+and read with os.pread, so no file position is shared and records are never decoded. The segment
+tracks its size, next offset and largest timestamp in memory; the indexes are updated per batch
+following Kafka's rule (an entry when more than `index_interval_bytes` were appended since the
+previous entry).
 
 Durability: `seal` (on roll) does not fsync; the owning PartitionLog fsyncs sealed segments
 later and keeps a recovery point, so after a crash only segments from the recovery point on
-(at most the active one and the one sealed before it) need `recover`.
+(at most the active one and the one sealed before it) need recovery (storage/segment_recovery.py).
 
 Preallocation (`preallocate`): the active segment keeps zero-filled bytes written ahead of its
 end. Appends then overwrite blocks the file already has, and the fdatasync that makes them
 durable need not also persist a new file size: on this project's test machines its p99 drops
 from ~3-4 ms to ~0.4 ms. The zeros are cut off when the segment is sealed or closed; after a
-crash `recover` trims an all-zero tail quietly (it is not damage).
+crash recovery trims an all-zero tail quietly (it is not damage).
 """
 
 from __future__ import annotations
@@ -24,18 +25,16 @@ import logging
 import os
 import struct
 from pathlib import Path
-from typing import Callable, Iterator, NamedTuple, Sequence
-
-from crc32c import crc32c
+from typing import Iterator, NamedTuple, Sequence
 
 from offsetd.records.batch import (
     BATCH_HEADER_SIZE,
-    CRC_START,
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
     BatchHeader,
     parse_header,
 )
+from offsetd.storage.file_pool import PooledFile
 from offsetd.storage.index import OffsetIndex, TimeIndex
 from offsetd.storage.log_config import LogConfig
 
@@ -70,11 +69,6 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
 
 
-def _fdatasync(fd: int) -> None:
-    """fdatasync where available (enough for appended data and file size), else fsync."""
-    getattr(os, "fdatasync", os.fsync)(fd)
-
-
 class SegmentMark(NamedTuple):
     """What `Segment.rollback` restores: the in-memory summary and the index lengths."""
 
@@ -98,7 +92,7 @@ class Segment:
         self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
         self.offset_index = OffsetIndex(directory / segment_file_name(base_offset, INDEX_SUFFIX), base_offset)
         self.time_index = TimeIndex(directory / segment_file_name(base_offset, TIMEINDEX_SUFFIX), base_offset)
-        self.fd: int = -1
+        self.file = PooledFile(self.log_path, os.O_RDWR)
         self.size = 0  # bytes of valid batches in the .log
         self.allocated = 0  # bytes in the file: size plus preallocated zeros
         self.next_offset = base_offset  # offset after the last batch (base_offset when empty)
@@ -106,22 +100,26 @@ class Segment:
         self.offset_of_max_timestamp = -1  # last offset of the batch that first reached it
         self.rolling_base_ms: int | None = None  # when the first batch arrived (for segment_ms)
         self.bytes_since_index = 0
-        self.dirty = False  # log bytes written but not fsynced
         self.sealed = False
-        self.truncated_bytes = 0  # bytes cut off by recover()
+        self.truncated_bytes = 0  # bytes cut off by recovery (storage/segment_recovery.py)
+
+    @property
+    def dirty(self) -> bool:
+        """True when the .log has bytes (or a length) not yet fsynced."""
+        return self.file.dirty
+
+    @dirty.setter
+    def dirty(self, value: bool) -> None:
+        self.file.dirty = value
 
     # ----------------------------------------------------------------- construction
-
-    def _open_fd(self) -> None:
-        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
 
     @classmethod
     def create(cls, directory: Path, base_offset: int, config: LogConfig) -> "Segment":
         """Create a new empty active segment (any stale files of that name are emptied)."""
         seg = cls(directory, base_offset, config)
         try:
-            seg._open_fd()
-            os.ftruncate(seg.fd, 0)
+            os.ftruncate(seg.file.fileno(), 0)
             seg.offset_index.rewrite(fsync=False)
             seg.time_index.rewrite(fsync=False)
         except OSError:
@@ -138,8 +136,8 @@ class Segment:
         `next_base` is the following segment's base offset, used to bound index entries.
         """
         seg = cls(directory, base_offset, config)
-        seg._open_fd()
-        seg.size = seg.allocated = os.fstat(seg.fd).st_size
+        seg.file.created = True  # it exists: a stat is enough, the pool opens it when read
+        seg.size = seg.allocated = os.stat(seg.log_path).st_size
         seg.sealed = True
         max_rel = None if next_base is None else next_base - base_offset - 1
         oidx, problem = OffsetIndex.load(seg.offset_index.path, base_offset)
@@ -196,128 +194,6 @@ class Segment:
         self.offset_index.close()
         self.time_index.close()
 
-    @classmethod
-    def recover(
-        cls,
-        directory: Path,
-        base_offset: int,
-        config: LogConfig,
-        now_ms: int,
-        on_batch: Callable[[BatchHeader], None] | None = None,
-    ) -> "Segment":
-        """Open a segment that may hold unsynced data (the active one, or one rolled but not yet
-        fsynced): verify every batch (header + CRC), truncate at the first bad one, rebuild both
-        indexes, and call on_batch(header) for each valid batch in order. The data is marked
-        dirty since it may exist only in the page cache."""
-        seg = cls(directory, base_offset, config)
-        seg._open_fd()
-        file_size = os.fstat(seg.fd).st_size
-        fd = seg.fd
-        buf = b""
-        buf_start = 0
-        pos = 0
-        expected_next = base_offset
-        reason = None
-        first = True
-        mv = memoryview(buf)
-        while pos < file_size:
-            if file_size - pos < BATCH_HEADER_SIZE:
-                reason = "torn batch header"
-                break
-            if pos + BATCH_HEADER_SIZE > buf_start + len(buf):
-                buf = os.pread(fd, max(_SCAN_CHUNK, BATCH_HEADER_SIZE), pos)
-                buf_start = pos
-                mv = memoryview(buf)
-            h = BatchHeader(*_HEADER_UNPACK_FROM(buf, pos - buf_start))
-            size = h.batch_length + LOG_OVERHEAD
-            if h.batch_length < MIN_BATCH_LENGTH:
-                reason = f"invalid batch length {h.batch_length}"
-                break
-            if pos + size > file_size:
-                reason = "torn batch (file ends inside it)"
-                break
-            if h.magic != 2:
-                reason = f"invalid magic {h.magic}"
-                break
-            if h.last_offset_delta < 0 or h.base_offset < expected_next:
-                reason = f"batch offsets {h.base_offset}..{h.last_offset} out of order"
-                break
-            if h.last_offset - base_offset > 2**31 - 1:
-                reason = "batch offset beyond the segment's relative range"
-                break
-            if pos + size > buf_start + len(buf):
-                buf = os.pread(fd, max(_SCAN_CHUNK, size), pos)
-                buf_start = pos
-                mv = memoryview(buf)
-            rel = pos - buf_start
-            if crc32c(mv[rel + CRC_START : rel + size]) != h.crc:
-                reason = "CRC-32C mismatch"
-                break
-            if first:
-                seg.rolling_base_ms = h.max_timestamp if h.max_timestamp >= 0 else now_ms
-                first = False
-            seg._track(pos, h, h.base_offset, write_index=False)
-            if on_batch is not None:
-                on_batch(h)
-            expected_next = h.next_offset
-            pos += size
-        mv.release()
-        seg.size = seg.allocated = pos
-        seg.dirty = pos > 0
-        if reason is not None and seg._zero_from(pos, file_size):
-            log.info("recovery of %s: trimming %d preallocated bytes after byte %d", seg.log_path,
-                     file_size - pos, pos)
-            os.ftruncate(fd, pos)
-            os.fsync(fd)
-        elif reason is not None:
-            dropped = seg.truncated_bytes = file_size - pos
-            batches = seg._count_batches(pos, file_size)
-            # A torn or corrupt tail is what a crash leaves; offsets out of order never are (appends
-            # are atomic, a failed one is cut back): that is a bug, said at ERROR level.
-            out_of_order = reason.endswith("out of order")
-            log.log(
-                logging.ERROR if out_of_order else logging.WARNING,
-                "recovery of %s: %s at byte %d; truncating %d bytes (%d batch%s) to keep %d bytes%s",
-                seg.log_path,
-                reason,
-                pos,
-                dropped,
-                batches,
-                "" if batches == 1 else "es",
-                pos,
-                " (offsets out of order are a bug: please report it)" if out_of_order else "",
-            )
-            os.ftruncate(fd, pos)
-            os.fsync(fd)
-        seg.offset_index.rewrite(fsync=False)
-        seg.time_index.rewrite(fsync=False)
-        return seg
-
-    def _zero_from(self, start: int, end: int) -> bool:
-        """True when the file holds only zero bytes in [start, end): preallocated, never written."""
-        pos = start
-        while pos < end:
-            chunk = os.pread(self.fd, min(len(_ZEROS), end - pos), pos)
-            if not chunk or chunk != _ZEROS[: len(chunk)]:
-                return False
-            pos += len(chunk)
-        return True
-
-    def _count_batches(self, start: int, end: int) -> int:
-        """Best-effort count of (possibly partial) batches in [start, end) by their length fields."""
-        count = 0
-        pos = start
-        while pos < end:
-            count += 1
-            head = os.pread(self.fd, LOG_OVERHEAD, pos)
-            if len(head) < LOG_OVERHEAD:
-                break
-            length = _LENGTH_UNPACK_FROM(head, 8)[0]
-            if length < MIN_BATCH_LENGTH:
-                break
-            pos += LOG_OVERHEAD + length
-        return count
-
     # ----------------------------------------------------------------- appends
 
     def _track(self, pos: int, h: BatchHeader, base: int, *, write_index: bool = True) -> None:
@@ -362,8 +238,8 @@ class Segment:
 
     def discard_ahead(self) -> None:
         """Cut the .log back to its valid size (dropping anything written or preallocated beyond)."""
-        if self.fd >= 0:
-            os.ftruncate(self.fd, self.size)
+        if not self.file.closed:
+            os.ftruncate(self.file.fileno(), self.size)
         self.allocated = self.size
 
     def append(
@@ -386,18 +262,20 @@ class Segment:
         """Write `parts` (total bytes) after the valid end, with no change readers see (size,
         indexes) until `add_written`; `discard_ahead` cuts them off instead (also after a raise)."""
         start = self.size
+        fd = self.file.fileno()
         if len(parts) <= _IOV_MAX:
-            written = os.pwritev(self.fd, parts, start)
+            written = os.pwritev(fd, parts, start)
         else:
             written = 0
         if written < total:
             # Short write (or too many iovecs): write the rest the slow way.
             rest = memoryview(b"".join(parts))[written:]
             while rest:
-                n = os.pwrite(self.fd, rest, start + written)
+                n = os.pwrite(fd, rest, start + written)
                 written += n
                 rest = rest[n:]
         self.allocated = max(self.allocated, start + total)
+        self.file.dirty = True  # an eviction fsyncs it (and keeps a failure for the owner's sync)
 
     def add_written(self, total: int, batches: Sequence[tuple[int, BatchHeader, int]], now_ms: int) -> None:
         """Take in the `total` bytes `write_ahead` wrote: the size moves past them, their batches
@@ -406,7 +284,7 @@ class Segment:
         if start == 0:
             self.rolling_base_ms = now_ms
         self.size = start + total
-        self.dirty = True
+        self.file.dirty = True
         track = self._track
         for rel_pos, h, base in batches:
             track(start + rel_pos, h, base)
@@ -428,8 +306,8 @@ class Segment:
     def _trim(self) -> None:
         """Cut preallocated zeros off the end of the file; the next flush makes that durable (a
         sealed segment's file size is what a restart reads)."""
-        if self.allocated > self.size and self.fd >= 0:
-            os.ftruncate(self.fd, self.size)
+        if self.allocated > self.size and not self.file.closed:
+            os.ftruncate(self.file.fileno(), self.size)
             self.allocated = self.size
             self.dirty = True
 
@@ -443,7 +321,7 @@ class Segment:
         pos = self.allocated
         try:
             while pos < target:
-                pos += os.pwrite(self.fd, _ZEROS[: min(len(_ZEROS), target - pos)], pos)
+                pos += os.pwrite(self.file.fileno(), _ZEROS[: min(len(_ZEROS), target - pos)], pos)
         except OSError as exc:
             # Only an optimisation: on a full disk appends extend the file as they go (and the
             # fdatasync persists the size too), rather than failing a commit that fits.
@@ -459,10 +337,6 @@ class Segment:
             self.offset_index.dirty or self.time_index.dirty or self.offset_index.has_fd or self.time_index.has_fd
         )
 
-    def datasync(self) -> None:
-        """fdatasync the .log and nothing else: no state changes, so it may run on another thread."""
-        _fdatasync(self.fd)
-
     def flush(self, *, indexes: bool = False, extend: bool = True) -> None:
         """fsync the log; for sealed segments (or when asked) also fsync the index files.
 
@@ -470,11 +344,11 @@ class Segment:
         An active preallocating segment first zero-fills ahead if needed (unless `extend` is
         False), so one fdatasync covers both.
         """
-        if self.dirty and self.fd >= 0:
-            if extend:
+        file = self.file
+        if (file.dirty or file.error is not None) and not file.closed:
+            if extend and file.error is None:
                 self.preallocate(self.size)
-            _fdatasync(self.fd)
-            self.dirty = False
+            file.sync()
         if self.sealed:
             self.offset_index.close()
             self.time_index.close()
@@ -483,8 +357,8 @@ class Segment:
             self.time_index.flush()
 
     def close(self) -> None:
-        """Final time-index entry, flush everything and close the file descriptors."""
-        if self.fd < 0:
+        """Final time-index entry, flush everything and close the files for good."""
+        if self.file.closed:
             return
         if not self.sealed:
             self._final_time_entry()
@@ -492,14 +366,18 @@ class Segment:
         self.flush(indexes=True, extend=False)
         self.offset_index.close()
         self.time_index.close()
-        os.close(self.fd)
-        self.fd = -1
+        self.file.close()
+
+    def forget_files(self) -> None:
+        """Close the three files for good without syncing them (they were swapped away or are
+        about to be removed with their directory)."""
+        self.file.close()
+        self.offset_index.file.close()
+        self.time_index.file.close()
 
     def delete(self) -> None:
         """Close and unlink the segment's three files."""
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self.file.close()
         self.offset_index.delete_file()
         self.time_index.delete_file()
         try:
@@ -511,7 +389,7 @@ class Segment:
 
     def last_modified_ms(self) -> int:
         """The .log file's mtime in ms (retention fallback when batches carry no timestamps)."""
-        return os.fstat(self.fd).st_mtime_ns // 1_000_000
+        return os.stat(self.log_path).st_mtime_ns // 1_000_000
 
     @property
     def largest_timestamp(self) -> int:
@@ -523,15 +401,15 @@ class Segment:
         n = min(n, self.size - pos)
         if n <= 0:
             return b""
-        return os.pread(self.fd, n, pos)
+        return os.pread(self.file.fileno(), n, pos)
 
     def iter_headers(self, start: int = 0, chunk: int = _SCAN_CHUNK) -> Iterator[tuple[int, BatchHeader]]:
         """Yield (position, header) of each batch from `start` using `chunk`-sized preads; no CRC check."""
         pos = start
         end = self.size
-        fd = self.fd
+        file = self.file  # asked for its descriptor per read: the caller may use the pool between yields
         while end - pos >= BATCH_HEADER_SIZE:
-            buf = os.pread(fd, min(chunk, end - pos), pos)
+            buf = os.pread(file.fileno(), min(chunk, end - pos), pos)
             p = 0
             n = len(buf)
             if n < BATCH_HEADER_SIZE:
@@ -551,7 +429,7 @@ class Segment:
         """
         pos = self.offset_index.lookup(offset) if start is None else start
         end = self.size
-        fd = self.fd
+        fd = self.file.fileno()  # no other pool call before this returns
         hop = _HOP_UNPACK_FROM
         while end - pos >= _HOP_SIZE:
             buf = os.pread(fd, min(_HOP_CHUNK, end - pos), pos)
@@ -571,7 +449,7 @@ class Segment:
 
     def header_at(self, pos: int) -> BatchHeader:
         """Parse the batch header stored at `pos`."""
-        return parse_header(os.pread(self.fd, BATCH_HEADER_SIZE, pos))
+        return parse_header(os.pread(self.file.fileno(), BATCH_HEADER_SIZE, pos))
 
     def last_boundary(self, start: int, limit: int) -> int:
         """Largest batch boundary b with start <= b <= limit (`start` must be a boundary).
@@ -581,7 +459,7 @@ class Segment:
         """
         limit = min(limit, self.size)
         pos = max(start, self.offset_index.floor_position(limit))
-        fd = self.fd
+        fd = self.file.fileno()  # no other pool call before this returns
         lengths = _LENGTH_UNPACK_FROM
         while limit - pos >= LOG_OVERHEAD:
             buf = os.pread(fd, min(_HOP_CHUNK, limit - pos), pos)

@@ -73,7 +73,7 @@ def validate_log_batches(mv: memoryview, max_batch_bytes: int) -> list[BatchHead
 
 class MarkerReader:
     """Reads the marker of each control batch while a segment is scanned in order from byte 0
-    (Segment.recover's on_batch callback passes headers only)."""
+    (recover_segment's on_batch callback passes headers only)."""
 
     def __init__(self) -> None:
         self._path: Path | None = None
@@ -311,7 +311,7 @@ class ProducerRecovery:
             scan_segment(seg, lambda h, m: state.update(h, h.base_offset, self.now, m), self.txn_start)
 
     def begin(self, log_path: Path, base: int) -> None:
-        """The next segment to be verified (Segment.recover calls on_batch for its batches)."""
+        """The next segment to be verified (recover_segment calls on_batch for its batches)."""
         self.reader.reset(log_path)
         self.current = base
         self.verified.append(base)

@@ -105,8 +105,9 @@ def party(role: str, bootstrap: str, topic: str, group: str, barrier: Barrier, t
             with total.get_lock():
                 total.value += count - before
     finally:
-        if role == "share":  # implicit mode accepts a batch on the next poll or a commit: librdkafka
-            consumer.commit_sync(scfg.setup_timeout_s)  # 2.16's close() alone gives the last one back
+        if role == "share":  # implicit mode accepts a batch on the next poll or a commit; librdkafka
+            # 2.16's close() sends ShareAcknowledge(-1) without acknowledgements: the last batch goes back
+            consumer.commit_sync(scfg.setup_timeout_s)
         consumer.close()
     return {"count": count, "first": first, "last": last, "latencies": latencies, "seen": seen}
 

@@ -143,6 +143,7 @@ def _fresh(bootstrap: str, partitions: int, scfg: ShareConfig, prefix: str) -> t
 
 
 def _prefill(bootstrap: str, topic: str, records: int, partitions: int, scfg: ShareConfig) -> None:
+    """Write ``records`` values round robin over the partitions, in log batches of ``producer_batch``."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": scfg.producer_batch})
     value = b"x" * scfg.value_size
     for i in range(records):

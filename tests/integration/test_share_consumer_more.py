@@ -158,12 +158,14 @@ class History:
         self.deliveries: collections.Counter[tuple[int, int]] = collections.Counter()
 
     def delivered(self, msg) -> None:
+        """A delivery to the application: never of a record whose ACCEPT was confirmed."""
         key = (msg.partition(), msg.offset())
         assert key not in self.accepted, f"{key} ({msg.value()!r}) delivered again after its ACCEPT was confirmed"
         self.deliveries[key] += 1
 
     def commit(self, consumer: ShareConsumer, acked: list) -> None:
-        """commit_sync the acknowledgements of `acked` messages; the confirmed partitions' count."""
+        """commit_sync the acknowledgements of `acked` messages; those of partitions answered without
+        an error are confirmed accepted."""
         try:
             results = consumer.commit_sync(15)
         except Exception:  # noqa: BLE001 - a broker going away: nothing confirmed

@@ -12,6 +12,7 @@ best of N per broker and the ratio offsetd/Tansu; every raw run is written as JS
     .venv/bin/python bench/run.py --workloads abuse     # issue 16's reliability figures
     .venv/bin/python bench/run.py --workloads security  # issue 14: TLS, SASL, ACL costs
     .venv/bin/python bench/run.py --only offsetd --workloads kip848  # issue 22: KIP-848 vs classic
+    .venv/bin/python bench/run.py --only offsetd --workloads share   # issue 23: share groups
     .venv/bin/python bench/run.py --list-workloads
 
 ``--workloads`` selects workloads by name (the ones they require are added); a workload that
@@ -63,6 +64,7 @@ from bench.abuse import GROUP, abuse_workloads  # noqa: E402
 from bench.eos import eos_workloads  # noqa: E402
 from bench import security  # noqa: E402
 from bench import consumer_protocol  # noqa: E402
+from bench import share_groups  # noqa: E402
 
 #: Table columns; the ratio is the first over the second.
 BROKERS = ["offsetd", "tansu"]
@@ -194,15 +196,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def default_workloads(cfg: BenchConfig) -> list[Workload]:
     """The suite, in run order: bench/workloads.py's, then each workload module's."""
     return [*core_workloads(cfg), *abuse_workloads(cfg), *eos_workloads(cfg), *security.security_workloads(cfg),
-            *consumer_protocol.kip848_workloads(cfg)]
+            *consumer_protocol.kip848_workloads(cfg), *share_groups.share_workloads(cfg)]
 
 
 def workload_groups(cfg: BenchConfig) -> dict[str, list[str]]:
     """Names ``--workloads`` expands to several workloads (``abuse``: bench/abuse.py's,
-    ``security``: bench/security.py's, ``kip848``: bench/consumer_protocol.py's)."""
+    ``security``: bench/security.py's, ``kip848``: bench/consumer_protocol.py's, ``share``:
+    bench/share_groups.py's)."""
     return {GROUP: [w.name for w in abuse_workloads(cfg)],
             security.GROUP: [w.name for w in security.security_workloads(cfg)],
-            consumer_protocol.GROUP: [w.name for w in consumer_protocol.kip848_workloads(cfg)]}
+            consumer_protocol.GROUP: [w.name for w in consumer_protocol.kip848_workloads(cfg)],
+            share_groups.GROUP: [w.name for w in share_groups.share_workloads(cfg)]}
 
 
 def select_workloads(workloads: list[Workload], names: list[str] | None) -> list[Workload]:

@@ -15,45 +15,7 @@ from confluent_kafka.admin import (
 from clients import create_topic
 from group_helpers import unique
 from integration.acl_helpers import GROUP, TOPIC, binding, conf, grant, secured_overrides
-
-# Short locks so a test sees one run out: the broker's lower bound is the minimum it allows.
-BROKER = {"group.share.min.record.lock.duration.ms": "1000", "group.share.record.lock.duration.ms": "1000",
-          "group.share.heartbeat.interval.ms": "5000", "group.share.min.heartbeat.interval.ms": "1000"}
-
-
-def group_configs(bootstrap: str, group: str, **configs: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
-    admin.incremental_alter_configs([resource])[resource].result(15)
-
-
-def produce(bootstrap: str, topic: str, values: list[bytes], partitions: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for i, value in enumerate(values):
-        producer.produce(topic, value, partition=i % partitions)
-    assert producer.flush(15) == 0
-
-
-def share_consumer(bootstrap: str, group: str, topic: str, **conf: str) -> ShareConsumer:
-    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, **conf})
-    consumer.subscribe([topic])
-    return consumer
-
-
-def poll_until(consumers: list[ShareConsumer], condition, timeout: float = 45.0, on_message=None) -> list:
-    """Poll every consumer (0.2 s each) until `condition(messages so far)`; the messages."""
-    seen: list = []
-    deadline = time.monotonic() + timeout
-    while not condition(seen):
-        assert time.monotonic() < deadline, f"timed out; {len(seen)} messages read"
-        for consumer in consumers:
-            for msg in consumer.poll(0.2):
-                assert msg.error() is None, msg.error()
-                seen.append((consumer, msg))
-                if on_message is not None:
-                    on_message(consumer, msg)
-    return seen
+from share_helpers import BROKER, group_configs, poll_until, produce, share_consumer
 
 
 def test_two_share_consumers_read_every_record_once(broker_factory) -> None:

@@ -32,7 +32,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 # imports no other workload module and no runner (the runners put the suite together).
 BENCH_SHARED = ("bench.workload", "bench.workload_steps", "bench.brokers", "bench.procs", "bench.clients", "bench.raw_client",
                 "bench.offsets_log", "bench.report")
-BENCH_WORKLOADS = ("bench.workloads", "bench.abuse", "bench.eos", "bench.security", "bench.consumer_protocol")
+BENCH_WORKLOADS = ("bench.workloads", "bench.abuse", "bench.eos", "bench.security", "bench.consumer_protocol",
+                   "bench.share_groups")
 BENCH_RUNNERS = ("bench.run", "bench.cluster", "bench.profile_workload")
 BENCH_FORBIDDEN: dict[str, tuple[str, ...]] = {
     **{m: BENCH_WORKLOADS + BENCH_RUNNERS for m in BENCH_SHARED},

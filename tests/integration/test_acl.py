@@ -76,16 +76,18 @@ def admin_commit(bootstrap: str, group: str, offsets: list[TopicPartition]) -> N
 
 @pytest.fixture
 def kp_admin():
-    """`kp_admin(bootstrap, user)`: a kafka-python admin client as `user`, closed after the test
-    (an unclosed one keeps reconnecting to the stopped broker through later tests)."""
-    opened: list[KafkaAdminClient] = []
+    """`kp_admin(bootstrap, user)`: a kafka-python admin client as `user` (one per user and broker
+    for the test: each new one is a bootstrap), closed after the test (an unclosed one keeps
+    reconnecting to the stopped broker through later tests)."""
+    opened: dict[tuple[str, str], KafkaAdminClient] = {}
 
     def make(bootstrap: str, user: str) -> KafkaAdminClient:
-        opened.append(KafkaAdminClient(**kafka_python_conf(bootstrap, user), request_timeout_ms=10000))
-        return opened[-1]
+        if (bootstrap, user) not in opened:
+            opened[bootstrap, user] = KafkaAdminClient(**kafka_python_conf(bootstrap, user), request_timeout_ms=10000)
+        return opened[bootstrap, user]
 
     yield make
-    for admin in opened:
+    for admin in opened.values():
         admin.close()
 
 

@@ -127,11 +127,20 @@ def broker_topic(broker, tid: uuid.UUID) -> str:
 
 
 def test_a_waiting_share_fetch_is_answered_by_a_produce(setup) -> None:
+    """A long poll (10 s) on the session's partition returns as soon as a record lands there."""
+    import concurrent.futures
+    import time
+
     broker, group, tid = setup
+    topic = broker_topic(broker, tid)
     with RawClient(broker.bootstrap, timeout=20) as client:
         assert acquired(share_fetch(client, group, "m1", 0, {(tid, 0): []})) == [(0, 9, 1)]
-        produce(broker.bootstrap, broker_topic(broker, tid), 1)  # before the poll: answered at once
-        assert acquired(share_fetch(client, group, "m1", 1, {}, max_wait_ms=10_000)) == [(10, 10, 1)]
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            started = time.monotonic()
+            waiting = pool.submit(share_fetch, client, group, "m1", 1, {}, max_wait_ms=10_000)
+            produce(broker.bootstrap, topic, 1)
+            assert acquired(waiting.result(15)) == [(10, 10, 1)]
+            assert time.monotonic() - started < 5  # woken by the append, not the 10 s timeout
 
 
 def test_session_errors_and_bad_acknowledgements(setup) -> None:

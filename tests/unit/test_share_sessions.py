@@ -69,3 +69,14 @@ def test_the_epoch_wraps_to_one_after_the_largest_int32() -> None:
     session = cache.fetch("g", "m", 0, "c1", [], [], has_acks=False).session
     session.epoch = MAX_EPOCH
     assert cache.acknowledge("g", "m", MAX_EPOCH).session.epoch == 1
+
+
+def test_a_closed_or_reopened_session_leaves_no_trace_for_its_old_connection() -> None:
+    cache = ShareSessionCache()
+    cache.fetch("g", "m1", 0, "c1", [], [], has_acks=False)
+    cache.fetch("g", "m1", 0, "c2", [], [], has_acks=False)  # reopened on another connection
+    cache.fetch("g", "m2", 0, "c1", [], [], has_acks=False)
+    cache.acknowledge("g", "m2", -1)
+    assert cache.connection_closed("c1") == []
+    assert [s.member_id for s in cache.connection_closed("c2")] == ["m1"]
+    assert cache.sessions == {} and cache._by_connection == {}

@@ -62,6 +62,8 @@ class ShareSessionCache:
     def __init__(self, max_sessions: int = 2000) -> None:
         self.max_sessions = max_sessions
         self.sessions: dict[SessionKey, ShareSession] = {}
+        # connection -> the sessions opened on it: a connection's close touches only its own
+        self._by_connection: dict[Hashable, set[SessionKey]] = {}
 
     def fetch(self, group_id: str, member_id: str, epoch: int, connection: Hashable,
               added: Iterable[TopicIdPartition], forgotten: Iterable[TopicIdPartition], has_acks: bool) -> SessionAnswer:
@@ -70,16 +72,17 @@ class ShareSessionCache:
         if epoch == INITIAL_EPOCH:
             if has_acks:
                 return SessionAnswer(INVALID_REQUEST)
-            self.sessions.pop(key, None)
+            self._drop(key)
             if len(self.sessions) >= self.max_sessions:
                 return SessionAnswer(SHARE_SESSION_LIMIT_REACHED)
             session = self.sessions[key] = ShareSession(group_id, member_id, connection, set(added))
+            self._by_connection.setdefault(connection, set()).add(key)
             return SessionAnswer(NONE, session)
         session = self.sessions.get(key)
         if session is None:
             return SessionAnswer(SHARE_SESSION_NOT_FOUND)
         if epoch == FINAL_EPOCH:
-            del self.sessions[key]
+            self._drop(key)
             return SessionAnswer(NONE, session, closed=True)
         if epoch != session.epoch:
             return SessionAnswer(INVALID_SHARE_SESSION_EPOCH)
@@ -97,7 +100,7 @@ class ShareSessionCache:
         if session is None:
             return SessionAnswer(SHARE_SESSION_NOT_FOUND)
         if epoch == FINAL_EPOCH:
-            del self.sessions[key]
+            self._drop(key)
             return SessionAnswer(NONE, session, closed=True)
         if epoch != session.epoch:
             return SessionAnswer(INVALID_SHARE_SESSION_EPOCH)
@@ -106,7 +109,14 @@ class ShareSessionCache:
 
     def connection_closed(self, connection: Hashable) -> list[ShareSession]:
         """The sessions opened on a dropped connection, now closed (release their records)."""
-        closed = [s for s in self.sessions.values() if s.connection == connection]
-        for session in closed:
-            del self.sessions[(session.group_id, session.member_id)]
-        return closed
+        return [self.sessions.pop(key) for key in self._by_connection.pop(connection, ())]
+
+    def _drop(self, key: SessionKey) -> None:
+        """Forget a session and its place in the connection index."""
+        session = self.sessions.pop(key, None)
+        if session is not None:
+            keys = self._by_connection.get(session.connection)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_connection[session.connection]

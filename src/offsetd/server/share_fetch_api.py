@@ -60,7 +60,8 @@ class ShareFetchApi:
         self._leader_epochs: dict[SharePartitionKey, int] = {}  # the epoch each window was read at
         self._state_epochs: dict[SharePartitionKey, int] = {}  # the state epoch each window was read at
         self._opening: dict[SharePartitionKey, asyncio.Future[SharePartition]] = {}
-        self._waiters: set[asyncio.Future[None]] = set()
+        # long polls -> the partitions of their session: an append or a release wakes only those
+        self._waiters: dict[asyncio.Future[None], set[TopicIdPartition]] = {}
         self._sweeper: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------------ requests
@@ -109,7 +110,7 @@ class ShareFetchApi:
             remaining = deadline - loop.time()
             if got or remaining <= 0:
                 break
-            await self._wait(remaining)
+            await self._wait(session.partitions, remaining)
         return self._fetch_body(group, entries)
 
     async def _share_acknowledge(self, ctx: Any, req: Any) -> Body:
@@ -306,7 +307,7 @@ class ShareFetchApi:
             return NONE
         if self.partitions.get(sp_key) is not sp:
             return Error.NOT_LEADER_OR_FOLLOWER
-        self._wake()
+        self._wake((sp_key[1], sp_key[2]))
         try:
             error = await self.persister.write(sp_key, self._state_epochs.get(sp_key, 0),
                                                self._leader_epochs.get(sp_key, 0), sp.start_offset,
@@ -348,23 +349,27 @@ class ShareFetchApi:
 
     # ------------------------------------------------------------------------ waiting and locks
 
-    async def _wait(self, timeout_s: float) -> None:
+    async def _wait(self, partitions: set[TopicIdPartition], timeout_s: float) -> None:
+        """Until something happens on one of `partitions` (the session's, as it is then), or the timeout."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.add(waiter)
+        self._waiters[waiter] = partitions
         try:
             await asyncio.wait([waiter], timeout=timeout_s)
         finally:
-            self._waiters.discard(waiter)
+            self._waiters.pop(waiter, None)
 
-    def _wake(self) -> None:
-        for waiter in list(self._waiters):
-            if not waiter.done():
+    def _wake(self, key: TopicIdPartition) -> None:
+        """Records were appended to, or released in, `key`: the long polls on it look again."""
+        for waiter, partitions in list(self._waiters.items()):
+            if key in partitions and not waiter.done():
                 waiter.set_result(None)
 
     def appended(self, topic: str, partition: int) -> None:
-        """Records were appended somewhere: waiting share fetches look again."""
+        """Records were appended: waiting share fetches on that partition look again."""
         if self._waiters:
-            self._wake()
+            found = self.broker.topics.get(topic)
+            if found is not None:
+                self._wake((found.topic_id, partition))
 
     def _start_sweeper(self) -> None:
         if self._sweeper is None or self._sweeper.done():

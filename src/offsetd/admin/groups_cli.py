@@ -15,6 +15,7 @@ from .cluster import Cluster
 from .delete import run_delete_groups, run_delete_offsets
 from .describe import DescribeOptions, run_describe
 from .errors import ToolError, ToolParser, UsageError
+from .group_tool_args import ACTIONS, add_shared_options
 from .listing import ListOptions, parse_state_filter, parse_type_filter, run_list
 from .output import Output
 from .reset import ResetOptions, run_reset
@@ -22,7 +23,6 @@ from .reset_plan import SCENARIOS, ResetSpec, parse_csv
 from .time_args import parse_iso_duration, parse_kafka_datetime
 from .topic_args import TopicArg, parse_topic_arg
 
-ACTIONS = ("list", "describe", "delete", "reset-offsets", "delete-offsets")
 DESCRIBE_VIEWS = ("members", "offsets", "state", "health")
 RESET_MODES = ("dry-run", "execute", "export", "all-topics", "undo-file")
 
@@ -36,24 +36,14 @@ def build_parser() -> argparse.ArgumentParser:
     """Kafka's kafka-consumer-groups options, plus --health, --undo-file and --output."""
     p = ToolParser(prog="offsetd groups", description="List, describe, delete consumer groups and reset or delete "
                 "their offsets (kafka-consumer-groups compatible; works against any Kafka cluster).")
-    p.add_argument("--bootstrap-server", metavar="HOST:PORT", help="REQUIRED: the server(s) to connect to")
-    p.add_argument("--command-config", metavar="FILE", help="properties file with client configs (security etc.)")
-    p.add_argument("--timeout", type=int, default=5000, metavar="MS", help="timeout of each request (default 5000)")
-    for action, text in (("list", "list all consumer groups"),
-                         ("describe", "describe groups and their offset lag"),
-                         ("delete", "delete groups (only inactive ones)"),
-                         ("reset-offsets", "reset offsets of inactive groups (dry run unless --execute)"),
-                         ("delete-offsets", "delete offsets of one group for the given --topic(s)")):
-        p.add_argument(f"--{action}", action="store_true", help=text)
-    p.add_argument("--group", action="append", default=[], help="group to act on (repeatable)")
-    p.add_argument("--all-groups", action="store_true", help="apply to all consumer groups")
-    p.add_argument("--topic", action="append", default=[], metavar="TOPIC[:P,P]",
-                   help="topic, or topic:0,1 for some partitions (reset-offsets, delete-offsets; repeatable)")
-    p.add_argument("--all-topics", action="store_true", help="reset every partition the group has an offset for")
-    p.add_argument("--offsets", action="store_true", help="describe: offsets and lag (the default view)")
-    p.add_argument("--members", action="store_true", help="describe: members")
-    p.add_argument("--state", nargs="?", const="", default=None, metavar="STATES",
-                   help="describe: group state; list: show states, optionally filtered (e.g. stable,empty)")
+    add_shared_options(p, group="group", all_groups="consumer groups", actions={
+        "list": "list all consumer groups",
+        "describe": "describe groups and their offset lag",
+        "delete": "delete groups (only inactive ones)",
+        "reset-offsets": "reset offsets of inactive groups (dry run unless --execute)",
+        "delete-offsets": "delete offsets of one group for the given --topic(s)"},
+        all_topics="reset every partition the group has an offset for",
+        offsets="describe: offsets and lag (the default view)")
     p.add_argument("--type", nargs="?", const="", default=None, metavar="TYPES",
                    help="list: show types, optionally filtered (classic,consumer)")
     p.add_argument("--health", action="store_true", help="describe: Burrow-style health of each partition")

@@ -12,6 +12,7 @@ import sys
 from .client_config import build_client_config
 from .cluster import Cluster
 from .errors import ToolError, ToolParser, UsageError
+from .group_tool_args import ACTIONS, add_shared_options
 from .output import Output
 from .share_groups_actions import (
     ResetRequest, parse_share_states, run_delete, run_delete_offsets, run_describe, run_list, run_reset,
@@ -20,7 +21,6 @@ from .share_groups_client import ShareGroupsClient
 from .time_args import parse_kafka_datetime
 from .topic_args import TopicArg, parse_topic_arg
 
-ACTIONS = ("list", "describe", "delete", "reset-offsets", "delete-offsets")
 SCENARIOS = ("to-earliest", "to-latest", "to-datetime")
 
 
@@ -28,24 +28,14 @@ def build_parser() -> argparse.ArgumentParser:
     """kafka-share-groups' options, plus --output."""
     p = ToolParser(prog="offsetd share-groups", description="List, describe and delete share groups and reset "
                    "or delete their offsets (kafka-share-groups compatible; works against any Kafka 4.2 cluster).")
-    p.add_argument("--bootstrap-server", metavar="HOST:PORT", help="REQUIRED: the server(s) to connect to")
-    p.add_argument("--command-config", metavar="FILE", help="properties file with client configs (security etc.)")
-    p.add_argument("--timeout", type=int, default=5000, metavar="MS", help="timeout of each request (default 5000)")
-    for action, text in (("list", "list all share groups"),
-                         ("describe", "describe share groups: offsets (default), members or state"),
-                         ("delete", "delete share groups (only empty ones)"),
-                         ("reset-offsets", "reset the start offsets of an empty share group"),
-                         ("delete-offsets", "delete a share group's offsets of the given --topic(s)")):
-        p.add_argument(f"--{action}", action="store_true", help=text)
-    p.add_argument("--group", action="append", default=[], help="share group to act on (repeatable)")
-    p.add_argument("--all-groups", action="store_true", help="apply to all share groups")
-    p.add_argument("--topic", action="append", default=[], metavar="TOPIC[:P,P]",
-                   help="topic, or topic:0,1 for some partitions (reset-offsets, delete-offsets; repeatable)")
-    p.add_argument("--all-topics", action="store_true", help="reset every partition the group has a start offset for")
-    p.add_argument("--offsets", action="store_true", help="describe: start offsets and lag (the default view)")
-    p.add_argument("--members", action="store_true", help="describe: members")
-    p.add_argument("--state", nargs="?", const="", default=None, metavar="STATES",
-                   help="describe: group state; list: show states, optionally filtered (e.g. stable,empty)")
+    add_shared_options(p, group="share group", all_groups="share groups", actions={
+        "list": "list all share groups",
+        "describe": "describe share groups: offsets (default), members or state",
+        "delete": "delete share groups (only empty ones)",
+        "reset-offsets": "reset the start offsets of an empty share group",
+        "delete-offsets": "delete a share group's offsets of the given --topic(s)"},
+        all_topics="reset every partition the group has a start offset for",
+        offsets="describe: start offsets and lag (the default view)")
     p.add_argument("--verbose", action="store_true", help="describe: extra columns (LEADER-EPOCH, epochs)")
     p.add_argument("--dry-run", action="store_true", help="reset-offsets: only show the new offsets")
     p.add_argument("--execute", action="store_true", help="reset-offsets: apply them")

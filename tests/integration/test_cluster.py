@@ -238,7 +238,10 @@ def test_a_broker_that_does_not_lead_names_the_leader(pg_dsn, cluster_factory) -
                       mod.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20),)),),
                   forgotten_topics_data=())
     with RawClient(cluster.broker(other).bootstrap) as client:
-        response = client.call(FETCH, 16, request)
+        # the other broker learns of the claim at its next look at ownership (a NOTIFY or a
+        # heartbeat): until then it knows no leader (-1)
+        response = wait_for(lambda: (r := client.call(FETCH, 16, request)).responses[0].partitions[0]
+                            .current_leader.leader_id != -1 and r, timeout=10, message="the leader known")
     answer = response.responses[0].partitions[0]
     assert int(answer.error_code.value) == 6  # NOT_LEADER_OR_FOLLOWER
     assert (answer.current_leader.leader_id, answer.current_leader.leader_epoch) == (leader, epoch)

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 CONFIG ?= config/server.properties
 
-.PHONY: run secure cluster test test-quick bench bench-cluster chaos failover fuzz tools postgresql clean
+.PHONY: run secure cluster test test-quick bench bench-cluster chaos soak failover fuzz tools postgresql clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -82,6 +82,13 @@ bench-cluster: $(VENV)/.test-deps postgresql
 # every client operation logged, a history checker after each round.
 chaos: $(VENV)/.test-deps
 	$(PY) -m tests.chaos.run $(CHAOS_ARGS)
+
+# The soak at full length (make test runs 45 s of each mode): 1,000 connections, 200 groups joining
+# and leaving, produce and consume against one broker, then three on PostgreSQL, SOAK_MINUTES each;
+# samples, plots and the verdict in test-artifacts/soak/.
+SOAK_MINUTES ?= 30
+soak: $(VENV)/.test-deps postgresql
+	$(PY) -m tests.soak.run --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
 
 # Cluster failover at the issue's length (make test runs two seeds): kill -9 of a coordinator during
 # commits, the history checked after each of twenty seeds.

@@ -84,6 +84,7 @@ def shared_broker(tmp_path_factory):
 _SLOW_FIRST = (
     "spark/test_offsets_log_source.py",     # 133
     "spark/test_offsets_log_stream.py",     # 112
+    "soak/test_soak.py",                    # 102
     "spark/test_topic_source.py",           # 93
     "spark/test_pipelines.py",              # 89
     "integration/test_expiration.py",       # 80: offsets.retention.minutes=1 has to pass
@@ -91,7 +92,7 @@ _SLOW_FIRST = (
     "chaos/test_chaos.py",                  # 69
     "integration/test_transactions_eos.py", # 63
 )
-_DIRECTORY_ORDER = ("spark", "chaos", "integration", "admin", "fuzz", "unit")
+_DIRECTORY_ORDER = ("spark", "chaos", "soak", "integration", "admin", "fuzz", "unit")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

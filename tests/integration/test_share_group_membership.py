@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import datetime
 import socket
+import time
 import uuid
 
 from confluent_kafka import ShareConsumer
@@ -220,3 +221,48 @@ def test_acls_group_read_then_member_id_then_topic_describe(broker_factory):
         joined = heartbeat(raw, "queue", member_id(), 0, ("orders",))
         assert (int(joined.error_code.value), joined.member_epoch, partitions(joined)) == (NONE, 1, {0, 1})
     assert int(describe(plain, "queue").error_code.value) == NONE
+
+
+def test_a_groups_own_share_session_timeout_and_heartbeat_interval(broker_factory):
+    """The GROUP configs share.session.timeout.ms and share.heartbeat.interval.ms (share-groups.md
+    §1), set with confluent-kafka's AdminClient: out of the broker's bounds or a session timeout not
+    above the heartbeat interval is refused naming the key; accepted, DescribeConfigs shows them, the
+    group's members are told its interval and expire after its timeout; other groups keep the broker's."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    broker = broker_factory(BROKER)
+    topic, group, other = unique("sg-t"), unique("sg-own"), unique("sg-other")
+    create_topic(broker.bootstrap, topic, 1)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def alter(**configs: str) -> None:
+        resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+            ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
+        admin.incremental_alter_configs([resource])[resource].result(15)
+
+    for bad, says in (({"share_session_timeout_ms": "2999"}, "share.session.timeout.ms"),
+                      ({"share_heartbeat_interval_ms": "299"}, "share.heartbeat.interval.ms"),
+                      ({"share_session_timeout_ms": "3000", "share_heartbeat_interval_ms": "3000"},
+                       "share.session.timeout.ms must be greater than share.heartbeat.interval.ms")):
+        try:
+            alter(**bad)
+            raise AssertionError(f"{bad} accepted")
+        except KafkaException as e:
+            assert e.args[0].name() == "INVALID_CONFIG" and says in e.args[0].str(), e
+    alter(share_session_timeout_ms="3000", share_heartbeat_interval_ms="1000")
+    resource = ConfigResource(ResourceType.GROUP, group)
+    described = admin.describe_configs([resource])[resource].result(15)
+    assert (described["share.session.timeout.ms"].value, described["share.heartbeat.interval.ms"].value) == ("3000", "1000")
+    assert described["share.session.timeout.ms"].source == 8  # DYNAMIC_GROUP_CONFIG
+    mine, theirs = member_id(), member_id()
+    with RawClient(broker.bootstrap) as client:
+        joined = heartbeat(client, group, mine, 0, (topic,))
+        assert (int(joined.error_code.value), joined.heartbeat_interval.total_seconds()) == (NONE, 1.0)
+        elsewhere = heartbeat(client, other, theirs, 0, (topic,))
+        assert elsewhere.heartbeat_interval.total_seconds() == 0.3
+        # No more heartbeats from `mine`: gone after its group's 3 s, while `theirs` (6 s) stays.
+        silent = time.monotonic()
+        wait_for(lambda: not describe(broker.bootstrap, group).members, timeout=10, message="member expired")
+        assert time.monotonic() - silent < 5.0
+        assert [m.member_id for m in describe(broker.bootstrap, other).members] == [theirs]

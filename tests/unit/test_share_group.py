@@ -273,3 +273,22 @@ def test_offsets_admin_creates_an_empty_group_and_refuses_a_group_with_members()
     h.join()
     assert _change(h, "g") == (68, 0)
     assert _change(h, "g", create=False) == (68, 0)
+
+
+def test_a_groups_own_session_timeout_and_heartbeat_interval() -> None:
+    """share.session.timeout.ms / share.heartbeat.interval.ms set on one group (the shell fills
+    `group_configs`): its members get its interval and expire after its timeout; other groups keep
+    the broker's (45 s / 5 s)."""
+    h = Harness()
+    h.ops.group_configs["fast"] = (20000, 2000)
+    fast, r = h.join(group="fast")
+    slow, s = h.join(group="g")
+    assert (r.heartbeat_interval_ms, s.heartbeat_interval_ms) == (2000, 5000)
+    h.advance(20001)
+    assert fast not in h.ops.groups["fast"].members and slow in h.ops.groups["g"].members
+    h.ops.group_configs["g"] = (None, 3000)  # only the interval: the broker's session timeout stays
+    assert h.hb(slow, 1, group="g").heartbeat_interval_ms == 3000
+    h.advance(44999)
+    assert slow in h.ops.groups["g"].members
+    h.advance(2)
+    assert slow not in h.ops.groups["g"].members

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from offsetd.broker.group_configs import group_config_problem, share_reset_duration_ms
+from offsetd.broker.group_configs import group_config_problem, session_heartbeat_problem, share_reset_duration_ms
 
 BROKER = {"group.share.min.record.lock.duration.ms": 15000, "group.share.max.record.lock.duration.ms": 60000}
 
@@ -33,3 +33,35 @@ def test_share_group_configs_are_checked_and_refusals_name_the_key(key: str, val
     assert (problem is not None) == refused
     if refused:
         assert key in problem
+
+
+SESSION_BOUNDS = {"group.share.min.session.timeout.ms": 45000, "group.share.max.session.timeout.ms": 60000,
+                  "group.share.min.heartbeat.interval.ms": 5000, "group.share.max.heartbeat.interval.ms": 15000,
+                  "group.share.session.timeout.ms": 45000, "group.share.heartbeat.interval.ms": 5000,
+                  "group.consumer.session.timeout.ms": 45000, "group.consumer.heartbeat.interval.ms": 5000}
+
+
+@pytest.mark.parametrize(("key", "value", "refused"), [
+    ("share.session.timeout.ms", "45000", False), ("share.session.timeout.ms", "60000", False),
+    ("share.session.timeout.ms", "44999", True), ("share.session.timeout.ms", "60001", True),
+    ("share.heartbeat.interval.ms", "5000", False), ("share.heartbeat.interval.ms", "15000", False),
+    ("share.heartbeat.interval.ms", "4999", True), ("share.heartbeat.interval.ms", "15001", True),
+])
+def test_share_session_and_heartbeat_bounds(key: str, value: str, refused: bool) -> None:
+    problem = group_config_problem(key, value, SESSION_BOUNDS.__getitem__)
+    assert (problem is not None) == refused
+    if refused:
+        assert key in problem and "between" in problem
+
+
+@pytest.mark.parametrize(("configs", "problem"), [
+    ({}, None),
+    ({"share.session.timeout.ms": "50000", "share.heartbeat.interval.ms": "15000"}, None),
+    ({"share.heartbeat.interval.ms": "15000"}, None),  # below the broker's 45 s session timeout
+    ({"share.session.timeout.ms": "5000"}, "share.session.timeout.ms must be greater than share.heartbeat.interval.ms"),
+    ({"consumer.session.timeout.ms": "6000", "consumer.heartbeat.interval.ms": "6000"},
+     "consumer.session.timeout.ms must be greater than consumer.heartbeat.interval.ms"),
+])
+def test_session_timeout_must_exceed_heartbeat_interval(configs: dict[str, str], problem: str | None) -> None:
+    """Kafka's cross-field check: the group's value of each, else the broker's."""
+    assert session_heartbeat_problem(configs, SESSION_BOUNDS.__getitem__) == problem

@@ -8,7 +8,7 @@ from typing import Any, Awaitable, Callable
 from ..protocol.errors import Error
 from ..security.authorization import Access, Op, Res, access
 from .broker import Broker
-from .group_configs import BROKER_KEYS, GROUP_KEYS, SHARE_KEYS, group_config_problem
+from .group_configs import BROKER_KEYS, GROUP_KEYS, SHARE_KEYS, group_config_problem, session_heartbeat_problem
 from .request_context import current_context
 from .topic_config import (
     DEFAULT_CONFIG,
@@ -280,6 +280,10 @@ def handle_incremental_alter_configs(broker: Broker, req: Any, version: int, now
                 changes[c.name] = None
             else:
                 problem = (Error.INVALID_REQUEST, f"Operation {c.config_operation} is not valid for {c.name}")
+        if not problem and changes:
+            after = {**broker.group_configs.get(res.resource_name), **changes}
+            message = session_heartbeat_problem({k: v for k, v in after.items() if v is not None}, broker.config.get)
+            problem = (Error.INVALID_CONFIG, message) if message else None
         if problem:
             response.update(error_code=problem[0], error_message=problem[1])
         elif not req.validate_only:

@@ -5,7 +5,9 @@ default, or forever (-1); users have asked for this since KAFKA-4682), and a con
 `consumer.session.timeout.ms` and `consumer.heartbeat.interval.ms` (reference B1), within the
 broker's `group.consumer.min/max.*` bounds; a share group's `share.auto.offset.reset` and
 `share.isolation.level` (KIP-932, share-groups.md §1), whose defaults are Kafka's, not a broker key,
-and its `share.record.lock.duration.ms` within the broker's `group.share.min/max.*` bounds.
+and its `share.record.lock.duration.ms`, `share.session.timeout.ms` and `share.heartbeat.interval.ms`
+within the broker's `group.share.min/max.*` bounds. A group's session timeout must stay above its
+heartbeat interval, either taken from the broker when the group does not set it.
 """
 
 from __future__ import annotations
@@ -25,11 +27,19 @@ SHARE_ISOLATION_LEVEL_KEY = "share.isolation.level"
 SHARE_KEYS = {SHARE_AUTO_OFFSET_RESET_KEY: "latest", SHARE_ISOLATION_LEVEL_KEY: "read_uncommitted"}
 """The share group configs and their defaults (string values, no broker-wide key in Kafka 4.2)."""
 SHARE_LOCK_DURATION_KEY = "share.record.lock.duration.ms"
-GROUP_KEYS = (RETENTION_KEY, SESSION_TIMEOUT_KEY, HEARTBEAT_INTERVAL_KEY, *SHARE_KEYS, SHARE_LOCK_DURATION_KEY)
+SHARE_SESSION_TIMEOUT_KEY = "share.session.timeout.ms"
+SHARE_HEARTBEAT_INTERVAL_KEY = "share.heartbeat.interval.ms"
+GROUP_KEYS = (RETENTION_KEY, SESSION_TIMEOUT_KEY, HEARTBEAT_INTERVAL_KEY, *SHARE_KEYS, SHARE_LOCK_DURATION_KEY,
+              SHARE_SESSION_TIMEOUT_KEY, SHARE_HEARTBEAT_INTERVAL_KEY)
 BROKER_KEYS = {RETENTION_KEY: RETENTION_KEY, SESSION_TIMEOUT_KEY: "group.consumer.session.timeout.ms",
                HEARTBEAT_INTERVAL_KEY: "group.consumer.heartbeat.interval.ms",
-               SHARE_LOCK_DURATION_KEY: "group.share.record.lock.duration.ms"}
+               SHARE_LOCK_DURATION_KEY: "group.share.record.lock.duration.ms",
+               SHARE_SESSION_TIMEOUT_KEY: "group.share.session.timeout.ms",
+               SHARE_HEARTBEAT_INTERVAL_KEY: "group.share.heartbeat.interval.ms"}
 """Each integer group config's broker-wide default."""
+SESSION_HEARTBEAT_PAIRS = ((SESSION_TIMEOUT_KEY, HEARTBEAT_INTERVAL_KEY),
+                           (SHARE_SESSION_TIMEOUT_KEY, SHARE_HEARTBEAT_INTERVAL_KEY))
+"""(session timeout, heartbeat interval) keys whose values are checked together."""
 
 # share.auto.offset.reset's by_duration:<ISO-8601 duration> (Java's Duration.parse: days, hours,
 # minutes, seconds with a fraction; never negative here).
@@ -81,6 +91,19 @@ def group_config_problem(key: str, value: str | None, broker_config: Callable[[s
     return None
 
 
+def session_heartbeat_problem(configs: dict[str, str], broker_config: Callable[[str], Any]) -> str | None:
+    """Why a group's configs after a change cannot stand (INVALID_CONFIG): a session timeout not
+    above its heartbeat interval, the one the group does not set being the broker's; or None."""
+    for session_key, heartbeat_key in SESSION_HEARTBEAT_PAIRS:
+        if session_key not in configs and heartbeat_key not in configs:
+            continue
+        session = int(configs.get(session_key) or broker_config(BROKER_KEYS[session_key]))
+        heartbeat = int(configs.get(heartbeat_key) or broker_config(BROKER_KEYS[heartbeat_key]))
+        if session <= heartbeat:
+            return f"{session_key} must be greater than {heartbeat_key}"
+    return None
+
+
 class GroupConfigs:
     """Group id -> {key: value}; every change is written through atomically."""
 
@@ -124,6 +147,12 @@ class GroupConfigs:
 def consumer_overrides(configs: dict[str, str]) -> tuple[int | None, int | None]:
     """The group's own (session timeout, heartbeat interval) in ms; None where it uses the broker's."""
     session, interval = configs.get(SESSION_TIMEOUT_KEY), configs.get(HEARTBEAT_INTERVAL_KEY)
+    return (None if session is None else int(session)), (None if interval is None else int(interval))
+
+
+def share_overrides(configs: dict[str, str]) -> tuple[int | None, int | None]:
+    """The share group's own (session timeout, heartbeat interval) in ms; None where it uses the broker's."""
+    session, interval = configs.get(SHARE_SESSION_TIMEOUT_KEY), configs.get(SHARE_HEARTBEAT_INTERVAL_KEY)
     return (None if session is None else int(session)), (None if interval is None else int(interval))
 
 

@@ -57,6 +57,8 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
         self.group_retention_ms: dict[str, int] = {}
         # consumer.session.timeout.ms / consumer.heartbeat.interval.ms set on single consumer groups
         self.consumer_group_configs: dict[str, tuple[int | None, int | None]] = {}
+        # share.session.timeout.ms / share.heartbeat.interval.ms set on single share groups
+        self.share_group_configs: dict[str, tuple[int | None, int | None]] = {}
         self.reset()
 
     def reset(self) -> None:
@@ -77,7 +79,7 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
         self.timers = Timers()
         self._expiry_warned: set[str] = set()
         self.consumer = ClassicMemberOperations(self.config.consumer, self.consumer_group_configs)
-        self.share = ShareGroupOperations(self.config.share)
+        self.share = ShareGroupOperations(self.config.share, self.share_group_configs)
 
     # ============================================================================ replay
 

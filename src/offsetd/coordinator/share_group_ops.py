@@ -126,10 +126,19 @@ def metadata_hash(topics: dict[str, tuple[uuid.UUID, int]]) -> int:
 class ShareGroupOperations:
     """The share groups of one `__consumer_offsets` partition and the heartbeat that drives them."""
 
-    def __init__(self, config: ShareGroupConfig | None = None) -> None:
+    def __init__(self, config: ShareGroupConfig | None = None,
+                 group_configs: dict[str, tuple[int | None, int | None]] | None = None) -> None:
         self.config = config or ShareGroupConfig()
+        # share.session.timeout.ms / share.heartbeat.interval.ms set on single groups (the shell's)
+        self.group_configs = {} if group_configs is None else group_configs
         self.groups: dict[str, ShareGroup] = {}
         self.timers = Timers()
+
+    def _session_timeout_ms(self, group_id: str) -> int:
+        return self.group_configs.get(group_id, (None, None))[0] or self.config.session_timeout_ms
+
+    def _heartbeat_interval_ms(self, group_id: str) -> int:
+        return self.group_configs.get(group_id, (None, None))[1] or self.config.heartbeat_interval_ms
 
     # ========================================================================== replay
 
@@ -160,7 +169,7 @@ class ShareGroupOperations:
         """After loading: every member gets a fresh session timer (timers are not in the log)."""
         for group in self.groups.values():
             for member_id in group.members:
-                self.timers.schedule((group.group_id, member_id), now + self.config.session_timeout_ms)
+                self.timers.schedule((group.group_id, member_id), now + self._session_timeout_ms(group.group_id))
 
     def _write(self, records: list[ShareGroupRecord]) -> CoordinatorResult:
         """Replay the records at once and package them."""
@@ -205,7 +214,7 @@ class ShareGroupOperations:
         if req.member_epoch == LEAVE_GROUP_MEMBER_EPOCH:
             self.timers.cancel(key)
         else:
-            self.timers.schedule(key, now + self.config.session_timeout_ms)
+            self.timers.schedule(key, now + self._session_timeout_ms(req.group_id))
         return result
 
     def _leave(self, req: ShareGroupHeartbeatRequest) -> tuple[list[ShareGroupRecord], ShareGroupHeartbeatResponse]:
@@ -283,7 +292,7 @@ class ShareGroupOperations:
                            or reconciled.assigned_partitions != member.assigned_partitions)
         response = ShareGroupHeartbeatResponse(
             member_id=req.member_id, member_epoch=reconciled.member_epoch,
-            heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+            heartbeat_interval_ms=self._heartbeat_interval_ms(group.group_id),
             assignment=topic_partitions_of(reconciled.assigned_partitions) if send_assignment else None)
         return records, response
 

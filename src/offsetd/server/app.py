@@ -21,7 +21,7 @@ from ..broker.admin import (
 from ..broker.broker import Broker
 from ..broker.topics import TopicError
 from ..cluster.member import ClusterMember
-from ..broker.group_configs import consumer_overrides, retention_ms as group_retention_ms
+from ..broker.group_configs import consumer_overrides, retention_ms as group_retention_ms, share_overrides
 from ..broker.fetch_down_convert import fetch_old_version
 from ..broker.fetch_sessions import FetchSessionCache
 from ..broker.list_offsets import handle_list_offsets
@@ -563,7 +563,7 @@ class KafkaServer:
         return encode_response(ApiKey.API_VERSIONS, version, correlation_id, body)
 
     def _apply_group_config(self, group_id: str) -> None:
-        """Give the group's shard its own retention and consumer-group timeouts (or the broker defaults again)."""
+        """Give the group's shard its own retention and consumer- and share-group timeouts (or the broker defaults again)."""
         shard = self.group_api.runtime_for(group_id).shard
         configs = self.broker.group_configs.get(group_id)
         retention = group_retention_ms(configs)
@@ -571,11 +571,12 @@ class KafkaServer:
             shard.group_retention_ms.pop(group_id, None)
         else:
             shard.group_retention_ms[group_id] = retention
-        consumer = consumer_overrides(configs)
-        if consumer == (None, None):
-            shard.consumer_group_configs.pop(group_id, None)
-        else:
-            shard.consumer_group_configs[group_id] = consumer
+        for overrides, table in ((consumer_overrides(configs), shard.consumer_group_configs),
+                                 (share_overrides(configs), shard.share_group_configs)):
+            if overrides == (None, None):
+                table.pop(group_id, None)
+            else:
+                table[group_id] = overrides
 
     def _offsets_of_deleted_topic(self, topic: str, partitions: int) -> None:
         """Deleting a topic removes every group's offsets for it at once (tombstones, §2)."""

@@ -137,6 +137,10 @@ API_CHECKS: dict[int, tuple[Check, ...]] = {
     ApiKey.END_TXN: (_c(Res.TRANSACTIONAL_ID, Op.WRITE, _TXN_DENIED, Where.TOP),),
     ApiKey.WRITE_TXN_MARKERS: (_c(Res.CLUSTER, Op.CLUSTER_ACTION, _CLUSTER_DENIED, Where.ALL_PARTITIONS,
                                   "cluster mode: the peers' principal needs it (or is a super user)"),),
+    **{api: (_c(Res.CLUSTER, Op.CLUSTER_ACTION, _CLUSTER_DENIED, Where.PARTITION,
+                "the share coordinator's state APIs: brokers only"),)
+       for api in (ApiKey.INITIALIZE_SHARE_GROUP_STATE, ApiKey.READ_SHARE_GROUP_STATE, ApiKey.WRITE_SHARE_GROUP_STATE,
+                   ApiKey.DELETE_SHARE_GROUP_STATE, ApiKey.READ_SHARE_GROUP_STATE_SUMMARY)},
     ApiKey.DESCRIBE_TRANSACTIONS: (_c(Res.TRANSACTIONAL_ID, Op.DESCRIBE, _TXN_DENIED, Where.RESOURCE),),
     ApiKey.LIST_TRANSACTIONS: (_c(Res.TRANSACTIONAL_ID, Op.DESCRIBE, Error.NONE, Where.FILTERED),),
     ApiKey.DESCRIBE_PRODUCERS: (_c(Res.TOPIC, Op.READ, _TOPIC_DENIED, Where.PARTITION),),

@@ -36,7 +36,7 @@ from ..protocol.encoder import encode_response
 from ..protocol.primitives import DecodeError
 from ..protocol.errors import Error
 from ..protocol.header import parse_header, peek_ids
-from .coordinator_settings import coordinator_config, share_group_config
+from .coordinator_settings import coordinator_config
 from ..coordinator.shard import GroupCoordinatorShard
 from ..metrics.history import BrokerHistory
 from ..metrics.http import MetricsHttpServer
@@ -58,7 +58,6 @@ from .fetch_polls import FetchPolls
 from .open_files import size_open_files
 from .futures import then
 from .consumer_group_api import ConsumerGroupApi
-from .share_group_api import ShareGroupApi
 from .group_api import GroupApi, RequestContext
 from .group_commit import GroupCommit
 from .listeners import ListenerRuntime, bind, listener_runtimes, peer_listener, peer_security
@@ -66,10 +65,7 @@ from .tls import keystore_reloaders
 from . import sasl_wire
 from .sasl_wire import SASL_VERSIONS, SaslSession
 from .peer_client import PeerClient
-from .share_fetch_api import ShareFetchApi
-from .share_group_offsets import ShareGroupOffsetsApi
-from .share_handlers import SHARE_GROUP_HANDLERS, SHARE_HANDLERS, SHARE_OFFSETS_HANDLERS
-from .share_state import ShareStatePersister
+from .share_server import ShareServer
 from .transaction_api import TRANSACTION_STATE_TOPIC, TransactionApi, state_topic_configs
 from .transaction_markers import MarkerWriter
 from . import security_api
@@ -208,23 +204,16 @@ class KafkaServer:
         self.consumer_group_api = ConsumerGroupApi(
             self.group_api, "consumer" in config.get("group.coordinator.rebalance.protocols"))
         self.group_api.topics_image = self.consumer_group_api.topics_image
-        self.share_group_api = ShareGroupApi(self.consumer_group_api, config.get("group.share.enable"))
         self.txn_api = TransactionApi(self.broker, config, self.group_api, clock,
                                       MarkerWriter(self.broker, self.runtimes, clock),
                                       local=config.get("storage.engine") == "local", group_commit=self.group_commit)
         self.broker.txn_verifier = self.txn_api.verify
         self.group_api.txn_verifier = self.txn_api.verify_offsets
-        # KIP-932 share groups, the leaders' side and the share coordinator (single node for now)
-        self.share_state = ShareStatePersister(
-            self.broker, config, clock, num_partitions=config.get("share.coordinator.state.topic.num.partitions"),
-            snapshot_update_records=config.get("share.coordinator.snapshot.update.records.per.snapshot"))
-        self.share_api = ShareFetchApi(self.broker, self.share_state, clock, share_group_config(config),
-                                       local=self.txn_api.local)
-        self.share_offsets_api = ShareGroupOffsetsApi(self.broker, self.share_state, self.group_api, self.share_api)
-        self.group_api.on_groups_deleted = self.share_offsets_api.groups_deleted  # their share state goes too
+        # KIP-932 share groups: membership, the leaders' side and the share coordinator
+        self.shares = ShareServer(self.broker, config, clock, self.group_api, self.consumer_group_api,
+                                  local=self.txn_api.local)
         if self.txn_api.local:
             self.txn_api.open_existing()
-            self.share_state.open_existing()
         self.broker.on_topic_deleted = self._offsets_of_deleted_topic
         self.broker.on_group_config_changed = self._apply_group_config
         self._apply_group_configs()
@@ -232,7 +221,7 @@ class KafkaServer:
         # cluster mode PostgreSQL for the partitions other brokers lead; never another broker.
         self.log_ends = LogEnds(self.broker.topics, store=None if config.get("storage.engine") == "local"
                                 else self._store)
-        self.lag_source = BrokerLagSource(self.runtimes, self.log_ends, clock, self.share_state.states_of)
+        self.lag_source = BrokerLagSource(self.runtimes, self.log_ends, clock, self.shares.persister.states_of)
         self.lag_alerts = LagAlerts.from_config(config, self.lag_source, clock)  # None: no lag.alert rules
         self.connections: set[Connection] = set()
         self.guard = ConnectionGuard(config, self.connections)
@@ -249,7 +238,7 @@ class KafkaServer:
         self.port = 0
         self.trace = log.isEnabledFor(logging.DEBUG)  # per-request log lines (--log-level DEBUG)
         self.metrics_server: MetricsHttpServer | None = None
-        self._creating_state_topic: asyncio.Future[None] | None = None
+        self._creating_topics: dict[str, asyncio.Future[None]] = {}
 
     def _add_runtimes(self, offsets_topic: Any, *, owned: bool) -> None:
         """One coordinator shard runtime per `__consumer_offsets` partition (in place: the group
@@ -263,11 +252,11 @@ class KafkaServer:
     def _appended(self, topic: str, partition: int) -> None:
         """Records were appended: Fetch and ShareFetch long polls on the partition look again."""
         self.fetches.wake(topic, partition)
-        self.share_api.appended(topic, partition)
+        self.shares.appended(topic, partition)
 
     def connection_closed(self, conn: Connection) -> None:
         """A client connection is gone: the share sessions opened on it close."""
-        self.share_api.connection_closed(conn)
+        self.shares.connection_closed(conn)
 
     def _apply_group_configs(self) -> None:
         if self.runtimes:  # cluster mode: not before __consumer_offsets is known
@@ -308,11 +297,18 @@ class KafkaServer:
         advertised = self.config.advertised_listener
         runtime = ClusterRuntime(self._topics, self._group_configs, self.runtimes, self.clock, self._offsets_known,
                                  self._apply_group_config, self.txn_api.runtimes,
-                                 lambda topic: self.txn_api.add_runtimes(topic, owned=False))
-        self.txn_api.create_state_topic = self._create_state_topic_in_cluster
+                                 lambda topic: self.txn_api.add_runtimes(topic, owned=False),
+                                 self.shares.coordinator.runtimes, self.shares.state_topic_known,
+                                 self.shares.data_partition_lost)
+        self.txn_api.create_state_topic = lambda: self._create_internal_topic(
+            TRANSACTION_STATE_TOPIC, self.txn_api.txn_config.transaction_state_log_num_partitions,
+            state_topic_configs(self.config))
         peers = peer_listener(self.config)  # brokers reach each other on this listener
-        self.txn_api.markers.remote = PeerClient(lambda node: self.broker.cluster.endpoint(node, peers),
-                                                 peer_security(self.config, peers))
+
+        def peer_client() -> PeerClient:
+            return PeerClient(lambda node: self.broker.cluster.endpoint(node, peers), peer_security(self.config, peers))
+        self.txn_api.markers.remote = peer_client()
+        self.shares.join_cluster(peer_client(), self._create_internal_topic)
         self._topics.on_deleted = lambda topic: self._offsets_of_deleted_topic(topic.name, len(topic.partitions))
         self.cluster = ClusterMember(self._store, self.config.get("node.id"), advertised.host, advertised.port,
                                      ttl_ms=self.config.get("broker.session.timeout.ms"),
@@ -332,24 +328,24 @@ class KafkaServer:
             self.cluster.refresh_topics()
             await self.cluster.tick()
 
-    def _create_state_topic_in_cluster(self) -> None:
-        """`__transaction_state` in the shared catalogue, once (the first FindCoordinator for a
-        transaction asks for it; COORDINATOR_NOT_AVAILABLE until its partitions are claimed)."""
-        if self._creating_state_topic is not None and not self._creating_state_topic.done():
+    def _create_internal_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
+        """`__transaction_state` or `__share_group_state` in the shared catalogue, once (the first
+        FindCoordinator for one asks for it; COORDINATOR_NOT_AVAILABLE until its partitions are claimed)."""
+        creating = self._creating_topics.get(name)
+        if creating is not None and not creating.done():
             return
 
         async def create() -> None:
             try:
-                await self._topics.create(TRANSACTION_STATE_TOPIC, self.txn_api.txn_config.transaction_state_log_num_partitions,
-                                          state_topic_configs(self.config), self.clock(), internal=True)
+                await self._topics.create(name, partitions, configs, self.clock(), internal=True)
             except TopicError:
                 pass  # another broker created it first
             except Exception as exc:
-                log.warning("cannot create %s: %s", TRANSACTION_STATE_TOPIC, exc)
+                log.warning("cannot create %s: %s", name, exc)
                 return
             self.cluster.refresh_topics()  # type: ignore[union-attr]
             await self.cluster.tick()  # type: ignore[union-attr]
-        self._creating_state_topic = asyncio.ensure_future(create())
+        self._creating_topics[name] = asyncio.ensure_future(create())
 
     async def _load_coordinator(self) -> None:
         """Replay every offsets partition; groups of a partition are served once it is loaded."""
@@ -429,7 +425,7 @@ class KafkaServer:
         for runtime in self.runtimes:
             runtime.stop()
         self.txn_api.stop()
-        self.share_api.stop()
+        self.shares.stop()
         for conn in list(self.connections):
             conn.close("broker shutting down")
         self.cleaner.stop()
@@ -511,12 +507,8 @@ class KafkaServer:
                 body = txn_handler(self.txn_api, ctx, request)
             elif api_key in CONSUMER_GROUP_HANDLERS:
                 body = CONSUMER_GROUP_HANDLERS[api_key](self.consumer_group_api, ctx, request)
-            elif api_key in SHARE_HANDLERS:
-                body = SHARE_HANDLERS[api_key](self.share_api, ctx, conn, request)
-            elif api_key in SHARE_GROUP_HANDLERS:
-                body = SHARE_GROUP_HANDLERS[api_key](self.share_group_api, ctx, request)
-            elif api_key in SHARE_OFFSETS_HANDLERS:
-                body = SHARE_OFFSETS_HANDLERS[api_key](self.share_offsets_api, ctx, request)
+            elif api_key in self.shares.handlers:
+                body = self.shares.handlers[api_key](ctx, conn, request)
             else:
                 body = HANDLERS[api_key](self.broker, request, version, self.clock())
         except Exception as exc:

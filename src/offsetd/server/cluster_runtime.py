@@ -3,11 +3,13 @@ and what the server does when this broker gains or loses a partition.
 
 The membership loop (cluster/member.py) decides ownership; this module carries it out:
 * gained: bring the partition's local copy up to PostgreSQL's end, lead it at the claim's epoch,
-  and for a `__consumer_offsets` partition load its coordinator shard (COORDINATOR_LOAD_IN_PROGRESS
-  meanwhile; member session timers restart at load, as Kafka's do);
+  and for a `__consumer_offsets`, `__transaction_state` or `__share_group_state` partition load its
+  coordinator shard (COORDINATOR_LOAD_IN_PROGRESS meanwhile; member session timers restart at
+  load, as Kafka's do);
 * releasing / lost: stop leading at once (requests get NOT_LEADER_OR_FOLLOWER / NOT_COORDINATOR),
-  unload the shard (queued work fails with NOT_COORDINATOR), and for a release wait for the append
-  in flight so the next owner's load sees it.
+  unload the shard (queued work fails with NOT_COORDINATOR), for a data partition tell the share
+  groups' leader side (its windows are read again by the next leader), and for a release wait for
+  the append in flight so the next owner's load sees it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ..records.offsets import OFFSETS_TOPIC
 from ..storage.postgres_log import PostgresPartitionLog
 from ..storage.postgres_store import Claim, PostgresStore, TopicRow
 from .coordinator_runtime import ShardRuntime, ShardState
+from .share_state import SHARE_STATE_TOPIC, ShareStateRuntime
 from .transaction_api import TRANSACTION_STATE_TOPIC
 from .transaction_runtime import TxnShardRuntime
 
@@ -230,7 +233,9 @@ class ClusterRuntime:
     def __init__(self, topics: ClusterTopicRegistry, group_configs: ClusterGroupConfigs, runtimes: list[ShardRuntime],
                  clock: Callable[[], int], on_offsets_topic: Callable[[Topic], None],
                  on_group_config: Callable[[str], None], txn_runtimes: list[TxnShardRuntime],
-                 on_txn_topic: Callable[[Topic], None]) -> None:
+                 on_txn_topic: Callable[[Topic], None], share_runtimes: list[ShareStateRuntime] | None = None,
+                 on_share_topic: Callable[[Topic], None] = lambda topic: None,
+                 on_data_lost: Callable[[Key], None] = lambda key: None) -> None:
         self.topics = topics
         self.group_configs = group_configs
         self.runtimes = runtimes
@@ -239,13 +244,18 @@ class ClusterRuntime:
         self.on_group_config = on_group_config
         self.txn_runtimes = txn_runtimes
         self.on_txn_topic = on_txn_topic
+        self.share_runtimes: list[ShareStateRuntime] = [] if share_runtimes is None else share_runtimes
+        self.on_share_topic = on_share_topic
+        self.on_data_lost = on_data_lost  # a data partition led elsewhere now (share groups' windows)
 
-    def _runtime(self, key: Key) -> ShardRuntime | TxnShardRuntime | None:
-        """The coordinator shard runtime of a `__consumer_offsets` or `__transaction_state` partition."""
+    def _runtime(self, key: Key) -> ShardRuntime | TxnShardRuntime | ShareStateRuntime | None:
+        """The coordinator shard runtime of a `__consumer_offsets`, `__transaction_state` or
+        `__share_group_state` partition."""
         topic = self.topics.by_id(key[0])
         if topic is None:
             return None
-        runtimes = {OFFSETS_TOPIC: self.runtimes, TRANSACTION_STATE_TOPIC: self.txn_runtimes}.get(topic.name)
+        runtimes = {OFFSETS_TOPIC: self.runtimes, TRANSACTION_STATE_TOPIC: self.txn_runtimes,
+                    SHARE_STATE_TOPIC: self.share_runtimes}.get(topic.name)
         if runtimes is None or key[1] >= len(runtimes):
             return None
         return runtimes[key[1]]
@@ -253,7 +263,8 @@ class ClusterRuntime:
     def topics_changed(self, topics: list[TopicRow]) -> None:
         self.topics.sync(topics, self.clock())
         for name, runtimes, created in ((OFFSETS_TOPIC, self.runtimes, self.on_offsets_topic),
-                                        (TRANSACTION_STATE_TOPIC, self.txn_runtimes, self.on_txn_topic)):
+                                        (TRANSACTION_STATE_TOPIC, self.txn_runtimes, self.on_txn_topic),
+                                        (SHARE_STATE_TOPIC, self.share_runtimes, self.on_share_topic)):
             topic = self.topics.get(name)
             if topic is not None and not runtimes:
                 created(topic)
@@ -264,7 +275,7 @@ class ClusterRuntime:
                         self._load(runtime)
 
     @staticmethod
-    def _load(runtime: ShardRuntime | TxnShardRuntime) -> None:
+    def _load(runtime: ShardRuntime | TxnShardRuntime | ShareStateRuntime) -> None:
         runtime.state = ShardState.LOADING  # COORDINATOR_LOAD_IN_PROGRESS from now until loaded
         asyncio.ensure_future(runtime.load())
 
@@ -292,7 +303,7 @@ class ClusterRuntime:
             await plog.drain()  # the append in flight is stored (or fenced) before we let go
 
     def urgent(self, key: Key) -> bool:
-        """`__consumer_offsets` and `__transaction_state` partitions are claimed before data partitions."""
+        """The coordinators' partitions are claimed before data partitions."""
         return self._runtime(key) is not None
 
     def lost(self, key: Key) -> None:
@@ -302,3 +313,5 @@ class ClusterRuntime:
         runtime = self._runtime(key)
         if runtime is not None:
             runtime.unload()
+        elif plog is not None:
+            self.on_data_lost(key)

@@ -78,9 +78,11 @@ class GroupApi:
         # the broker's topics as the consumer groups see them (a classic member of a consumer
         # group subscribes with JoinGroup); set by the server to ConsumerGroupApi.topics_image
         self.topics_image: Callable[[], TopicsImage] = TopicsImage
-        # DeleteGroups removed these groups: the share state they had goes too (set by the
-        # server to ShareGroupOffsetsApi.groups_deleted); None: nothing else to delete
-        self.on_groups_deleted: Callable[[list[str]], Awaitable[None]] | None = None
+        # DeleteGroups is deleting these groups: given their ids before, it answers what to run
+        # with the ids deleted after (their share state goes too: ShareGroupOffsetsApi.groups_deleting)
+        self.on_groups_deleted: Callable[[list[str]], Callable[[list[str]], Awaitable[None]]] | None = None
+        # FindCoordinator key type 2 (share): the share coordinator's entry for a key (server/share_server.py)
+        self.find_share_coordinator: Callable[[str], Body] | None = None
 
     def runtime_for(self, group_id: str) -> ShardRuntime:
         return self.runtimes[partition_for(group_id, len(self.runtimes))]
@@ -106,7 +108,9 @@ class GroupApi:
         offsets_topic = self.broker.topics.get(OFFSETS_TOPIC)
 
         def entry(key: str) -> Body:
-            if key_type not in (0,):  # transactions and share groups are not coordinated here
+            if key_type == 2 and self.find_share_coordinator is not None:
+                return self.find_share_coordinator(key)
+            if key_type not in (0,):  # transactions are not coordinated here
                 return {"key": key, "error_code": Error.INVALID_REQUEST, "node_id": -1, "host": "", "port": -1,
                         "error_message": f"Unsupported coordinator key type {key_type}"}
             node, _ = view.leader(offsets_topic, partition_for(key, len(self.runtimes))) if self.runtimes \
@@ -477,6 +481,7 @@ class GroupApi:
                 errors[group_id] = error
             else:
                 by_runtime.setdefault(runtime.shard.partition, []).append(group_id)
+        deleted = self.on_groups_deleted(wanted) if self.on_groups_deleted is not None else None
         tokens = []
         for partition, group_ids in by_runtime.items():
             runtime = self.runtimes[partition]
@@ -490,8 +495,8 @@ class GroupApi:
                     errors.update(await token)
                 except CoordinatorWriteError as exc:  # that shard's tombstones were not written
                     errors.update(dict.fromkeys(group_ids, exc.error_code))
-            if self.on_groups_deleted is not None:
-                await self.on_groups_deleted([g for g in wanted if errors[g] == Error.NONE])
+            if deleted is not None:
+                await deleted([g for g in wanted if errors[g] == Error.NONE])
             return {"results": [{"group_id": g, "error_code": errors[g]} for g in wanted]}
 
         return wait()

@@ -1,11 +1,17 @@
-"""ShareFetch (78) and ShareAcknowledge (79) on one node (KIP-932; reference share-groups.md §3-§4):
-the partition leader's side of share groups. Each share-partition's window is a sans-IO
+"""ShareFetch (78) and ShareAcknowledge (79) (KIP-932; reference share-groups.md §3-§4): the
+partition leader's side of share groups. Each share-partition's window is a sans-IO
 broker/share_partition.SharePartition, its state read from and written to the share coordinator
-(server/share_state.py) before an acknowledgement is answered; sessions are
-broker/share_sessions.ShareSessionCache's. Records are acquired whole batches at a time from the
-log, long polls wake on appends and on released records, and a sweep runs out the locks.
+(server/share_persister.py: this broker's, or in cluster mode the owner's) before an
+acknowledgement is answered; sessions are broker/share_sessions.ShareSessionCache's. Records are
+acquired whole batches at a time from the log, long polls wake on appends and on released
+records, and a sweep runs out the locks.
 
-Not yet: ShareFetch/ShareAcknowledge v2 (acquire modes, renew requests), cluster mode.
+Cluster mode: a partition another broker leads answers NOT_LEADER_OR_FOLLOWER with its leader
+(KIP-951), and a window is read again from the share coordinator whenever this broker leads the
+partition at a new epoch (it lost and regained it meanwhile), so acquisitions made under an older
+leadership come back AVAILABLE with their persisted delivery counts, as after Kafka's leader change.
+
+Not yet: ShareFetch/ShareAcknowledge v2 (acquire modes, renew requests).
 """
 
 from __future__ import annotations
@@ -20,15 +26,16 @@ from ..broker.group_configs import (
     SHARE_AUTO_OFFSET_RESET_KEY, SHARE_ISOLATION_LEVEL_KEY, SHARE_KEYS, SHARE_LOCK_DURATION_KEY,
     share_reset_duration_ms,
 )
+from ..broker.cluster_view import leader_hint, node_endpoints
 from ..broker.share_partition import NONE, AckBatch, SharePartition, validate_ack_batches
 from ..broker.share_sessions import ShareSession, ShareSessionCache
 from ..coordinator.config import ShareGroupConfig
 from ..protocol.errors import Error
 from ..records.batch import BatchHeader, iter_batches
 from ..security.authorization import Op, Res, access
-from ..share.shard import FENCED_LEADER_EPOCH, FENCED_STATE_EPOCH, SharePartitionKey
+from ..share.shard import FENCED_LEADER_EPOCH, FENCED_STATE_EPOCH, INVALID_REQUEST, SharePartitionKey
 from ..storage.log_read import OffsetOutOfRange
-from .share_state import ShareStatePersister
+from .share_persister import RETRIABLE, SharePersister
 
 log = logging.getLogger("offsetd.share")
 
@@ -45,14 +52,12 @@ _NO_LEADER: Body = {"leader_id": -1, "leader_epoch": -1}
 class ShareFetchApi:
     """The share-partitions this broker leads, their sessions, long polls and lock sweep."""
 
-    def __init__(self, broker: Broker, persister: ShareStatePersister, clock: Callable[[], int],
-                 settings: ShareGroupConfig | None = None, *, local: bool = True) -> None:
+    def __init__(self, broker: Broker, persister: SharePersister, clock: Callable[[], int],
+                 settings: ShareGroupConfig | None = None) -> None:
         self.broker = broker
         self.settings = settings or ShareGroupConfig()
-        # group.share.enable off, or cluster mode (not served there yet): UNSUPPORTED_VERSION
-        self.refusal = (None if self.settings.enabled and local else
-                        "Share groups are not enabled (group.share.enable)." if local else
-                        "Share groups are not served in cluster mode yet.")
+        # group.share.enable off: UNSUPPORTED_VERSION
+        self.refusal = None if self.settings.enabled else "Share groups are not enabled (group.share.enable)."
         self.persister = persister
         self.clock = clock
         self.sessions = ShareSessionCache(self.settings.max_share_sessions)
@@ -128,16 +133,18 @@ class ShareFetchApi:
             for p in topic.partitions:
                 batches = [AckBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types))
                            for b in p.acknowledgement_batches]
-                code = await self._acknowledge(ctx, req.group_id, req.member_id, (topic.topic_id, p.partition_index),
-                                               batches, getattr(req, "is_renew_ack", False))
+                key = (topic.topic_id, p.partition_index)
+                code = await self._acknowledge(ctx, req.group_id, req.member_id, key, batches,
+                                               getattr(req, "is_renew_ack", False))
                 by_topic.setdefault(topic.topic_id, []).append(
                     {"partition_index": p.partition_index, "error_code": code, "error_message": None,
-                     "current_leader": _NO_LEADER})
+                     "current_leader": self._leader(key) if code == Error.NOT_LEADER_OR_FOLLOWER else _NO_LEADER})
         if answer.closed and answer.session is not None:
             await self._release(answer.session)
         return {"throttle_time": 0, "error_code": 0, "error_message": None,
                 "acquisition_lock_timeout": self._lock_duration(req.group_id),
-                "responses": [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()], "node_endpoints": ()}
+                "responses": [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()],
+                "node_endpoints": self._endpoints(p for ps in by_topic.values() for p in ps)}
 
     def _refused(self, ctx: Any, group_id: str | None, member_id: str | None) -> tuple[int, str | None] | None:
         """The request-level checks, in Kafka's order: READ on the group, then a member id the
@@ -152,7 +159,7 @@ class ShareFetchApi:
     # ------------------------------------------------------------------------ partitions
 
     def _partition_log(self, ctx: Any, key: TopicIdPartition) -> tuple[int, Any]:
-        """(error, partition log): the topic by id, READ on it, the partition."""
+        """(error, partition log): the topic by id, READ on it, the partition, led here."""
         topic = self.broker.topics.by_id(key[0])
         if topic is None:
             return UNKNOWN_TOPIC_ID, None
@@ -161,24 +168,41 @@ class ShareFetchApi:
             return Error.TOPIC_AUTHORIZATION_FAILED, None
         if not 0 <= key[1] < len(topic.partitions):
             return Error.UNKNOWN_TOPIC_OR_PARTITION, None
-        return NONE, topic.partitions[key[1]]
+        plog = topic.partitions[key[1]]
+        if not plog.leader:  # cluster mode: another broker leads it (or nobody, for a moment)
+            return Error.NOT_LEADER_OR_FOLLOWER, None
+        return NONE, plog
+
+    def _leader(self, key: TopicIdPartition) -> Body:
+        """KIP-951's current_leader of a partition this broker does not lead."""
+        return leader_hint(self.broker.cluster, self.broker.topics.by_id(key[0]), key[1])
+
+    def _endpoints(self, entries: Any) -> list[Body]:
+        """node_endpoints: where the leaders named in the entries' current_leader listen."""
+        nodes = {e["current_leader"]["leader_id"] for e in entries}
+        return node_endpoints(self.broker.cluster, nodes) if any(n >= 0 for n in nodes) else []
 
     async def _share_partition(self, group: str, key: TopicIdPartition, plog: Any) -> SharePartition:
-        """The share-partition's window, read from the share coordinator on first use (and
-        initialized there by share.auto.offset.reset when the group never read it)."""
+        """The share-partition's window, read from the share coordinator on first use and at each
+        new leadership of the partition (and initialized there by share.auto.offset.reset when
+        the group never read it)."""
         sp_key = (group, key[0], key[1])
         sp = self.partitions.get(sp_key)
-        if sp is not None:
+        if sp is not None and self._leader_epochs.get(sp_key) == max(plog.leader_epoch, 0):
             return sp
+        if sp is not None:  # led at another epoch since it was read: what it holds may be stale
+            self._drop(sp_key)
         opening = self._opening.get(sp_key)
         if opening is not None:
             return await asyncio.shield(opening)
         opening = self._opening[sp_key] = asyncio.get_running_loop().create_future()
         try:
-            if self.persister.stored(sp_key) is None:
-                await self.persister.initialize(sp_key, 0, self._reset_offset(group, plog))
             leader_epoch = max(plog.leader_epoch, 0)
             error, state = await self.persister.read(sp_key, leader_epoch)
+            if error == INVALID_REQUEST:  # never initialized: the group's first read of it
+                error = await self.persister.initialize(sp_key, 0, self._reset_offset(group, plog))
+                if not error:
+                    error, state = await self.persister.read(sp_key, leader_epoch)
             if error or state is None:
                 raise RuntimeError(f"share state of {sp_key} could not be read (error {error})")
             s = self.settings
@@ -239,6 +263,8 @@ class ShareFetchApi:
             entry = entries.setdefault(key, _entry(key[1]))
             if error:
                 entry["error_code"] = error
+                if error == Error.NOT_LEADER_OR_FOLLOWER:
+                    entry["current_leader"] = self._leader(key)
                 continue
             if left <= 0:
                 continue
@@ -318,7 +344,7 @@ class ShareFetchApi:
         if error:
             self._drop(sp_key)
             return Error.NOT_LEADER_OR_FOLLOWER if error in (FENCED_LEADER_EPOCH, FENCED_STATE_EPOCH) \
-                else Error.UNKNOWN_SERVER_ERROR
+                else Error.COORDINATOR_NOT_AVAILABLE if error in RETRIABLE else Error.UNKNOWN_SERVER_ERROR
         return NONE
 
     def _drop(self, sp_key: SharePartitionKey) -> None:
@@ -326,6 +352,12 @@ class ShareFetchApi:
         self.partitions.pop(sp_key, None)
         self._leader_epochs.pop(sp_key, None)
         self._state_epochs.pop(sp_key, None)
+
+    def leadership_lost(self, topic_id: uuid.UUID, partition: int) -> None:
+        """Cluster mode: another broker leads the partition now; its windows are forgotten (their
+        late writes are fenced by the new leader's epoch at the share coordinator anyway)."""
+        for sp_key in [k for k in self.partitions if k[1] == topic_id and k[2] == partition]:
+            self._drop(sp_key)
 
     def forget_group(self, group_id: str) -> None:
         """Drop every window of a group whose state an admin changed (AlterShareGroupOffsets
@@ -397,7 +429,8 @@ class ShareFetchApi:
             by_topic.setdefault(tid, []).append(entry)
         return {"throttle_time": 0, "error_code": 0, "error_message": None,
                 "acquisition_lock_timeout": self._lock_duration(group),
-                "responses": [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()], "node_endpoints": ()}
+                "responses": [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()],
+                "node_endpoints": self._endpoints(entries.values())}
 
 
 def aborted_batches(headers: list[BatchHeader], aborted: list[tuple[int, int]]) -> set[tuple[int, int]]:

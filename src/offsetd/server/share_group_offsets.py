@@ -5,22 +5,30 @@ while unknown); AlterShareGroupOffsets (91) v0, new start offsets initialized th
 coordinator; DeleteShareGroupOffsets (92) v0, the share-partitions' state deleted. Alter and
 delete ask the group's shard first (only an empty group; alter creates a missing one) and then
 make the leaders' side (server/share_fetch_api.py) forget the group's windows, so the next
-fetch reads the new state."""
+fetch reads the new state. The group's share-partitions are those its shard lists as initialized
+(record 15) and those this broker's share coordinator holds; their state comes from the share
+coordinator owning each (server/share_persister.py: in cluster mode, often another broker).
+
+In cluster mode these requests reach the group coordinator; the partitions' leaders on other
+brokers forget their windows when they next read the state epoch the alter or delete bumped
+(a write at an older state epoch is fenced there)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from typing import Any
+from typing import Any, Awaitable, Callable, Iterable
 
 from ..broker.broker import Broker
 from ..coordinator.write_errors import CoordinatorWriteError
 from ..protocol.errors import Error
 from ..records.share_group_records import TopicPartitionsInfo
 from ..security.authorization import Op, Res, access
+from ..share.shard import SharePartitionKey, SharePartitionState
 from .coordinator_runtime import new_token
 from .group_api import GroupApi
 from .share_fetch_api import ShareFetchApi
-from .share_state import ShareStatePersister
+from .share_persister import SharePersister
 
 Body = dict[str, Any]
 
@@ -29,14 +37,14 @@ class ShareGroupOffsetsApi:
     """DescribeShareGroupOffsets, AlterShareGroupOffsets and DeleteShareGroupOffsets, and the
     share state DeleteGroups leaves behind."""
 
-    def __init__(self, broker: Broker, persister: ShareStatePersister, groups: GroupApi,
+    def __init__(self, broker: Broker, persister: SharePersister, groups: GroupApi,
                  share_api: ShareFetchApi) -> None:
         self.broker = broker
         self.persister = persister
         self.groups = groups
         self.share_api = share_api
 
-    def describe(self, ctx: Any, req: Any) -> Body:
+    async def describe(self, ctx: Any, req: Any) -> Body:
         """Per group: DESCRIBE on it or GROUP_AUTHORIZATION_FAILED; `topics` null means every
         topic the group has state for; a partition without state answers start offset -1."""
         if self.share_api.refusal:
@@ -50,12 +58,34 @@ class ShareGroupOffsetsApi:
                 groups.append({"group_id": group.group_id, "topics": (), "error_code": Error.GROUP_AUTHORIZATION_FAILED,
                                "error_message": None})
                 continue
-            groups.append({"group_id": group.group_id, "topics": self._described(group), "error_code": 0,
+            groups.append({"group_id": group.group_id, "topics": await self._described(group), "error_code": 0,
                            "error_message": None})
         return {"throttle_time": 0, "groups": groups}
 
-    def _described(self, group: Any) -> list[Body]:
-        states = self.persister.states_of(group.group_id)
+    def _share_partitions(self, group_id: str) -> set[SharePartitionKey]:
+        """The group's share-partitions: record 15's initialized topics (when this broker
+        coordinates the group) and what the local share coordinator holds for it."""
+        keys = set(self.persister.states_of(group_id))
+        runtime = self.groups.runtime_for(group_id)
+        group = None if self.groups.state_error(runtime) else runtime.shard.share.groups.get(group_id)
+        if group is not None:
+            keys |= {(group_id, t.topic_id, p) for t in group.state_metadata.initialized_topics for p in t.partitions}
+        return keys
+
+    async def _states(self, keys: Iterable[SharePartitionKey]) -> dict[SharePartitionKey, SharePartitionState]:
+        """The state of each share-partition with one, from the share coordinator owning it."""
+        wanted = sorted(keys, key=lambda k: (str(k[1]), k[2]))
+        answers = await asyncio.gather(*(self.persister.summary(key) for key in wanted))
+        return {key: state for key, (_, state) in zip(wanted, answers) if state is not None}
+
+    async def _described(self, group: Any) -> list[Body]:
+        keys = self._share_partitions(group.group_id)
+        if group.topics is not None:
+            for t in group.topics:
+                topic = self.broker.topics.get(t.topic_name)
+                if topic is not None:
+                    keys |= {(group.group_id, topic.topic_id, p) for p in t.partitions}
+        states = await self._states(keys)
         if group.topics is None:
             wanted: dict[str, list[int]] = {}
             for _, topic_id, partition in sorted(states, key=lambda k: (str(k[1]), k[2])):
@@ -119,7 +149,7 @@ class ShareGroupOffsetsApi:
         failed: dict[tuple[uuid.UUID, int], int] = {}
         for topic_id, index, start in offsets:
             sp_key = (req.group_id, topic_id, index)
-            stored = self.persister.stored(sp_key)
+            _, stored = await self.persister.summary(sp_key)
             state_epoch = epoch if stored is None else max(epoch, stored.state_epoch + 1)
             code = await self.persister.initialize(sp_key, state_epoch, start)
             if code:
@@ -140,7 +170,7 @@ class ShareGroupOffsetsApi:
         if refused is not None:
             return {"throttle_time": 0, "error_code": refused[0], "error_message": refused[1], "responses": ()}
         acc = access(self.broker, ctx)
-        states = self.persister.states_of(req.group_id)
+        states = await self._states(self._share_partitions(req.group_id))
         responses: list[Body] = []
         deleted: set[uuid.UUID] = set()
         for t in req.topics:
@@ -164,13 +194,18 @@ class ShareGroupOffsetsApi:
         self.share_api.forget_group(req.group_id)
         return {"throttle_time": 0, "error_code": 0, "error_message": None, "responses": responses}
 
-    async def groups_deleted(self, group_ids: list[str]) -> None:
-        """DeleteGroups removed these groups: their share state goes too (a share group's id only
-        has any), and the leaders forget their windows."""
-        for group_id in group_ids:
-            for sp_key in self.persister.states_of(group_id):
-                await self.persister.delete(sp_key)
-            self.share_api.forget_group(group_id)
+    def groups_deleting(self, group_ids: list[str]) -> Callable[[list[str]], Awaitable[None]]:
+        """DeleteGroups is deleting these groups: their share-partitions, taken now (the group's
+        records go with it), and what deletes the state of those deleted (a share group's id only
+        has any) and makes the leaders forget their windows."""
+        keys = {group_id: self._share_partitions(group_id) for group_id in group_ids}
+
+        async def deleted(done: list[str]) -> None:
+            for group_id in done:
+                for sp_key in keys.get(group_id, ()):
+                    await self.persister.delete(sp_key)
+                self.share_api.forget_group(group_id)
+        return deleted
 
     def _refused(self, ctx: Any, op: Any, group_id: str | None) -> tuple[int, str | None] | None:
         """The request-level answers: share groups off, the group's ACL, an empty id."""

@@ -1,5 +1,5 @@
-"""Which object answers each KIP-932 share-group API (reference share-groups.md): the server's
-dispatch tables for share groups, kept beside it (server/app.py) so the server stays wiring."""
+"""Which object answers each KIP-932 share-group API (reference share-groups.md): the dispatch
+tables of server/share_server.py, which the server asks for every share API."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from .group_api import RequestContext
 from .share_fetch_api import ShareFetchApi
 from .share_group_api import ShareGroupApi
 from .share_group_offsets import ShareGroupOffsetsApi
+from .share_state_api import ShareStateApi
 
 # Membership: ShareGroupApi methods, answering later like GroupApi's.
 SHARE_GROUP_HANDLERS: dict[int, Callable[[ShareGroupApi, RequestContext, Any], Any]] = {
@@ -31,3 +32,11 @@ SHARE_OFFSETS_HANDLERS: dict[int, Callable[[ShareGroupOffsetsApi, RequestContext
     ApiKey.DELETE_SHARE_GROUP_OFFSETS: ShareGroupOffsetsApi.delete,
 }
 
+# The share coordinator's internal state APIs (other brokers ask them): ShareStateApi methods.
+SHARE_STATE_HANDLERS: dict[int, Callable[[ShareStateApi, RequestContext, Any], Any]] = {
+    ApiKey.INITIALIZE_SHARE_GROUP_STATE: ShareStateApi.initialize,
+    ApiKey.READ_SHARE_GROUP_STATE: ShareStateApi.read,
+    ApiKey.WRITE_SHARE_GROUP_STATE: ShareStateApi.write,
+    ApiKey.DELETE_SHARE_GROUP_STATE: ShareStateApi.delete,
+    ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: ShareStateApi.read_summary,
+}

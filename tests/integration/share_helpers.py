@@ -1,12 +1,14 @@
 """Helpers for the share-group tests driven by confluent-kafka's ShareConsumer
 (test_share_consumer*.py): group configs through AdminClient on a GROUP resource, producing,
-subscribing, and polling several consumers against a deadline."""
+subscribing, polling several consumers against a deadline, and the history of deliveries and
+confirmed acknowledgements that a restart or failover is checked against."""
 
 from __future__ import annotations
 
+import collections
 import time
 
-from confluent_kafka import Producer, ShareConsumer
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 # Short locks so a test sees one run out: the broker's lower bound is the minimum it allows.
@@ -55,3 +57,43 @@ def poll_until(consumers: list[ShareConsumer], condition, timeout: float = 45.0,
                 if on_message is not None:
                     on_message(consumer, msg)
     return seen
+
+
+class History:
+    """Every delivery per (partition, offset), and the acknowledgements the broker confirmed
+    (commit_sync answered no error for the partition): a record accepted must never be
+    delivered again; a record not confirmed may be."""
+
+    def __init__(self) -> None:
+        self.accepted: set[tuple[int, int]] = set()
+        self.deliveries: collections.Counter[tuple[int, int]] = collections.Counter()
+
+    def delivered(self, msg) -> None:
+        """A delivery to the application: never of a record whose ACCEPT was confirmed."""
+        key = (msg.partition(), msg.offset())
+        assert key not in self.accepted, f"{key} ({msg.value()!r}) delivered again after its ACCEPT was confirmed"
+        self.deliveries[key] += 1
+
+    def commit(self, consumer: ShareConsumer, acked: list) -> None:
+        """commit_sync the acknowledgements of `acked` messages; those of partitions answered without
+        an error are confirmed accepted."""
+        try:
+            results = consumer.commit_sync(15)
+        except Exception:  # noqa: BLE001 - a broker going away: nothing confirmed
+            return
+        failed = {tp.partition for tp, error in results.items() if error is not None}
+        self.accepted |= {(m.partition(), m.offset()) for m in acked if m.partition() not in failed}
+
+
+def read_accepting(history: History, consumer: ShareConsumer, done, timeout: float = 60.0) -> None:
+    """Poll, ACCEPT and commit every batch until `done()`."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"timed out; {len(history.accepted)} accepted"
+        batch = list(consumer.poll(0.3))
+        for msg in batch:
+            assert msg.error() is None, msg.error()
+            history.delivered(msg)
+            consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
+        if batch:
+            history.commit(consumer, batch)

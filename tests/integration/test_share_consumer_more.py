@@ -13,7 +13,7 @@ from confluent_kafka import AcknowledgeType, ShareConsumer
 
 from clients import create_topic
 from group_helpers import unique
-from share_helpers import group_configs, poll_until, produce, share_consumer
+from share_helpers import History, group_configs, poll_until, produce, read_accepting, share_consumer
 
 # The broker's default 30 s locks (nothing runs out while a test polls its consumers in turn),
 # heartbeats as the other share tests have them.
@@ -146,46 +146,6 @@ def test_by_duration_reset_starts_at_the_first_record_of_the_last_hour(broker_fa
         assert [m.value() for _, m in seen] == recent  # the old ones (lower offsets) never came
     finally:
         consumer.close()
-
-
-class History:
-    """Every delivery per (partition, offset), and the acknowledgements the broker confirmed
-    (commit_sync answered no error for the partition): a record accepted must never be
-    delivered again; a record not confirmed may be."""
-
-    def __init__(self) -> None:
-        self.accepted: set[tuple[int, int]] = set()
-        self.deliveries: collections.Counter[tuple[int, int]] = collections.Counter()
-
-    def delivered(self, msg) -> None:
-        """A delivery to the application: never of a record whose ACCEPT was confirmed."""
-        key = (msg.partition(), msg.offset())
-        assert key not in self.accepted, f"{key} ({msg.value()!r}) delivered again after its ACCEPT was confirmed"
-        self.deliveries[key] += 1
-
-    def commit(self, consumer: ShareConsumer, acked: list) -> None:
-        """commit_sync the acknowledgements of `acked` messages; those of partitions answered without
-        an error are confirmed accepted."""
-        try:
-            results = consumer.commit_sync(15)
-        except Exception:  # noqa: BLE001 - a broker going away: nothing confirmed
-            return
-        failed = {tp.partition for tp, error in results.items() if error is not None}
-        self.accepted |= {(m.partition(), m.offset()) for m in acked if m.partition() not in failed}
-
-
-def read_accepting(history: History, consumer: ShareConsumer, done, timeout: float = 60.0) -> None:
-    """Poll, ACCEPT and commit every batch until `done()`."""
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert time.monotonic() < deadline, f"timed out; {len(history.accepted)} accepted"
-        batch = list(consumer.poll(0.3))
-        for msg in batch:
-            assert msg.error() is None, msg.error()
-            history.delivered(msg)
-            consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
-        if batch:
-            history.commit(consumer, batch)
 
 
 def test_accepted_records_stay_accepted_across_restarts_and_the_rest_come_back(broker_factory) -> None:

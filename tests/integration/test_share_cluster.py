@@ -12,10 +12,10 @@ import time
 import uuid
 
 from broker_process import wait_for
-from confluent_kafka import AcknowledgeType
+from confluent_kafka import AcknowledgeType, Producer
 from integration.clients import create_topic
 from integration.cluster_helpers import FAST, coordinator_of, leader_of, wait_settled
-from integration.share_helpers import History, produce, share_consumer
+from integration.share_helpers import History, share_consumer
 from kio.index import load_request_schema
 from raw_client import RawClient, build
 
@@ -27,7 +27,9 @@ NOT_COORDINATOR, INVALID_REQUEST, FENCED_LEADER_EPOCH = 16, 42, 74
 COORDINATOR_MOVING = {14, 15, 16}
 SHARE = {**FAST, "share.coordinator.state.topic.num.partitions": "6",
          "group.share.min.record.lock.duration.ms": "1000", "group.share.record.lock.duration.ms": "3000",
-         "group.share.heartbeat.interval.ms": "1000", "group.share.min.heartbeat.interval.ms": "1000"}
+         "group.share.heartbeat.interval.ms": "1000", "group.share.min.heartbeat.interval.ms": "1000",
+         # a member whose leave went to a killed coordinator keeps its partitions this long
+         "group.share.session.timeout.ms": "6000", "group.share.min.session.timeout.ms": "6000"}
 PARTITIONS, PER_PARTITION = 6, 60
 EXPLICIT = {"share.acknowledgement.mode": "explicit"}
 
@@ -105,10 +107,21 @@ def _lags(cluster, group: str, topic: str) -> dict[int, tuple[int, int]]:
     return {p.partition_index: (p.start_offset, p.lag) for t in answer.groups[0].topics for p in t.partitions}
 
 
-def _read(history: History, consumers: list, errors: list, seconds: float) -> None:
-    """Poll, ACCEPT and commit with every consumer for about `seconds`."""
+def _produce_spread(bootstrap: str, topic: str, total: int) -> None:
+    """`total` records, one per partition per log batch (a fetch acquires whole batches: a few
+    records at a time, so every member keeps some to read)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for i in range(total):
+        producer.produce(topic, f"r{i}".encode(), partition=i % PARTITIONS)
+        if i % PARTITIONS == PARTITIONS - 1:
+            assert producer.flush(15) == 0
+    assert producer.flush(15) == 0
+
+
+def _read(history: History, consumers: list, errors: list, seconds: float, until=lambda: False) -> None:
+    """Poll, ACCEPT and commit with every consumer for about `seconds`, or until `until()`."""
     end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    while time.monotonic() < end and not until():
         for consumer in consumers:
             batch = []
             for msg in consumer.poll(0.2):
@@ -137,7 +150,7 @@ def test_a_share_group_across_brokers_survives_a_kill9_of_a_partition_leader(pg_
         {"topic_name": topic, "partitions": [{"partition_index": p, "start_offset": 0} for p in range(PARTITIONS)]}]})
     assert altered.error_code == 0 and all(p.error_code == 0 for t in altered.responses for p in t.partitions)
     total = PARTITIONS * PER_PARTITION
-    produce(cluster.bootstrap, topic, [f"r{i}".encode() for i in range(total)], PARTITIONS)
+    _produce_spread(cluster.bootstrap, topic, total)
 
     history, errors = History(), []
     holder = share_consumer(cluster.bootstrap, group, topic, **{**EXPLICIT, "max.poll.records": "20",
@@ -148,7 +161,7 @@ def test_a_share_group_across_brokers_survives_a_kill9_of_a_partition_leader(pg_
         deadline = time.monotonic() + 40
         while len(history.accepted) < total // 3:
             assert time.monotonic() < deadline, f"{len(history.accepted)} accepted before the kill"
-            _read(history, [holder, reader], errors, 0.5)
+            _read(history, [holder, reader], errors, 0.5, until=lambda: len(history.accepted) >= total // 3)
         held: list = []  # acquired by the holder, never acknowledged: they must come back
         while not held:
             assert time.monotonic() < deadline, "nothing left for the holder to acquire"
@@ -158,6 +171,11 @@ def test_a_share_group_across_brokers_survives_a_kill9_of_a_partition_leader(pg_
         victim = leaders[held[0].partition()]
         cluster.kill9(victim)
         killed_at = time.monotonic()
+        # The holder leaves (it would otherwise keep its partitions and prefetch from them unread):
+        # what it holds on live leaders is released, what it holds on the dead one comes back
+        # when the new leader reads the state again.
+        holder.close()
+        holder = None
         late = share_consumer(cluster.bootstrap, group, topic, **{**EXPLICIT, "max.poll.records": "20"})
 
         def finished() -> bool:

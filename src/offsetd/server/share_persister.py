@@ -26,7 +26,7 @@ log = logging.getLogger("offsetd.share")
 INITIALIZE, READ, WRITE, DELETE, READ_SUMMARY = 83, 84, 85, 86, 87
 VERSIONS = {INITIALIZE: 0, READ: 0, WRITE: 1, DELETE: 0, READ_SUMMARY: 1}
 RETRIABLE = frozenset({Error.NOT_COORDINATOR, Error.COORDINATOR_LOAD_IN_PROGRESS, Error.COORDINATOR_NOT_AVAILABLE})
-RETRY_DEADLINE_S = 15.0  # beyond the cluster's lease (broker.session.timeout.ms): a dead owner is replaced
+RETRY_DEADLINE_S = 15.0  # at least; twice broker.session.timeout.ms when longer (a dead owner is replaced)
 RETRY_BACKOFF_S = 0.1
 
 T = TypeVar("T")

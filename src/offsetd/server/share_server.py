@@ -26,7 +26,7 @@ from .share_fetch_api import ShareFetchApi
 from .share_group_api import ShareGroupApi
 from .share_group_offsets import ShareGroupOffsetsApi
 from .share_handlers import SHARE_GROUP_HANDLERS, SHARE_HANDLERS, SHARE_OFFSETS_HANDLERS, SHARE_STATE_HANDLERS
-from .share_persister import SharePersister
+from .share_persister import RETRY_DEADLINE_S, SharePersister
 from .share_state import SHARE_STATE_TOPIC, SHARE_STATE_TOPIC_CONFIGS, ShareStatePersister
 from .share_state_api import ShareStateApi
 
@@ -43,7 +43,9 @@ class ShareServer:
         self.coordinator = ShareStatePersister(
             broker, config, clock, num_partitions=config.get("share.coordinator.state.topic.num.partitions"),
             snapshot_update_records=config.get("share.coordinator.snapshot.update.records.per.snapshot"), local=local)
-        self.persister = SharePersister(broker, self.coordinator, config.get("node.id"))
+        # a dead owner's partitions are claimed after its lease: callers retry at least twice that long
+        self.persister = SharePersister(broker, self.coordinator, config.get("node.id"), deadline_s=max(
+            RETRY_DEADLINE_S, 2 * config.get("broker.session.timeout.ms") / 1000))
         self.group_api = ShareGroupApi(consumer_group_api, config.get("group.share.enable"))
         self.fetch_api = ShareFetchApi(broker, self.persister, clock, share_group_config(config))
         self.offsets_api = ShareGroupOffsetsApi(broker, self.persister, group_api, self.fetch_api)

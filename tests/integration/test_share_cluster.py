@@ -69,7 +69,8 @@ def test_the_share_state_apis_answer_not_coordinator_off_their_partition(pg_dsn,
     # the first lookup creates __share_group_state; its partitions are claimed soon after
     owner = wait_for(lambda: _share_coordinator(cluster.broker(1).bootstrap, key), timeout=30,
                      message="a share coordinator for the key")
-    assert _share_coordinator(cluster.broker(2).bootstrap, key) == owner  # both brokers agree
+    wait_for(lambda: _share_coordinator(cluster.broker(2).bootstrap, key) == owner, timeout=20,
+             message="the other broker naming the same share coordinator")  # once its view caught up
     other = next(n for n in cluster.node_ids if n != owner)
     at_owner, elsewhere = cluster.broker(owner).bootstrap, cluster.broker(other).bootstrap
 
@@ -151,6 +152,9 @@ def test_a_share_group_across_brokers_survives_a_kill9_of_a_partition_leader(pg_
     assert altered.error_code == 0 and all(p.error_code == 0 for t in altered.responses for p in t.partitions)
     total = PARTITIONS * PER_PARTITION
     _produce_spread(cluster.bootstrap, topic, total)
+    tid = _topic_id(cluster.broker(1).bootstrap, topic)
+    state_owners = {p: wait_for(lambda p=p: _share_coordinator(cluster.broker(1).bootstrap, share_state_key(
+        (group, tid, p))), timeout=20, message="the share coordinators") for p in range(PARTITIONS)}
 
     history, errors = History(), []
     holder = share_consumer(cluster.bootstrap, group, topic, **{**EXPLICIT, "max.poll.records": "20",
@@ -196,6 +200,8 @@ def test_a_share_group_across_brokers_survives_a_kill9_of_a_partition_leader(pg_
                 consumer.close()
     assert set(history.deliveries) == {(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}
     assert all(history.deliveries[(m.partition(), m.offset())] >= 2 for m in held)
-    print(f"failover: every record delivered {failover_s:.1f} s after the kill -9 of broker {victim}; "
+    print(f"failover: every record delivered {failover_s:.1f} s after the kill -9 of broker {victim} (leader of "
+          f"{sorted(p for p, n in leaders.items() if n == victim)}, share coordinator of "
+          f"{sorted(p for p, n in state_owners.items() if n == victim)}); "
           f"{sum(history.deliveries.values()) - total} redeliveries, {len(errors)} errors surfaced, "
           f"{time.monotonic() - started:.1f} s in all")

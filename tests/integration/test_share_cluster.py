@@ -14,11 +14,13 @@ import uuid
 from broker_process import wait_for
 from confluent_kafka import AcknowledgeType, Producer
 from integration.clients import create_topic
-from integration.cluster_helpers import FAST, coordinator_of, leader_of, wait_settled
+from integration.cluster_helpers import FAST, coordinator_of, leader_of, pg_rows, wait_settled
 from integration.share_helpers import History, share_consumer
 from kio.index import load_request_schema
 from raw_client import RawClient, build
 
+from offsetd.cluster.ownership import rendezvous_owner
+from offsetd.records.offsets import partition_for
 from offsetd.server.share_state import share_state_key
 
 FIND_COORDINATOR, METADATA, DESCRIBE_OFFSETS, ALTER_OFFSETS = 10, 3, 90, 91
@@ -66,11 +68,14 @@ def test_the_share_state_apis_answer_not_coordinator_off_their_partition(pg_dsn,
     create_topic(cluster.bootstrap, "states", 1)
     group, tid = "state-api", _topic_id(cluster.broker(1).bootstrap, "states")
     key = share_state_key((group, tid, 0))
-    # the first lookup creates __share_group_state; its partitions are claimed soon after
-    owner = wait_for(lambda: _share_coordinator(cluster.broker(1).bootstrap, key), timeout=30,
-                     message="a share coordinator for the key")
-    wait_for(lambda: _share_coordinator(cluster.broker(2).bootstrap, key) == owner, timeout=20,
-             message="the other broker naming the same share coordinator")  # once its view caught up
+    # the first lookup creates __share_group_state; its partitions are claimed soon after, maybe
+    # first by a broker that then hands one over to its preferred owner: both brokers must name that one
+    wait_for(lambda: _share_coordinator(cluster.broker(1).bootstrap, key), timeout=30,
+             message="a share coordinator for the key")
+    state_topic = pg_rows(cluster.dsn, "SELECT topic_id FROM offsetd_topic WHERE name = '__share_group_state'")[0][0]
+    owner = rendezvous_owner((state_topic, partition_for(key, 6)), [1, 2])
+    wait_for(lambda: all(_share_coordinator(cluster.broker(n).bootstrap, key) == owner for n in (1, 2)), timeout=20,
+             message=f"both brokers naming broker {owner}, the preferred owner")
     other = next(n for n in cluster.node_ids if n != owner)
     at_owner, elsewhere = cluster.broker(owner).bootstrap, cluster.broker(other).bootstrap
 
@@ -172,6 +177,7 @@ def test_a_share_group_across_brokers_survives_a_kill9_of_a_partition_leader(pg_
             held = [m for m in holder.poll(0.3) if m.error() is None]
         for msg in held:
             history.delivered(msg)
+        leaders = {p: leader_of(cluster.bootstrap, topic, p) for p in range(PARTITIONS)}  # as they are now
         victim = leaders[held[0].partition()]
         cluster.kill9(victim)
         killed_at = time.monotonic()

@@ -17,6 +17,10 @@ the new ones are
   the time from the signal to the acknowledgement of the first commit sent after it, max and
   median over ``--failover-runs`` / ``--handoff-runs`` runs (the broker is restarted in between).
   Every run also checks that the last acknowledged commit is what the group reads back.
+* ``share-vs-classic`` (offsetd, offsetd-cluster): bench/share_groups.py's, eight partitions read
+  by eight ShareConsumers, then by a classic group of eight, 2 ms of work per record (issue 23):
+  in the cluster the leaders are spread over the brokers and each acknowledgement's state goes
+  to the share coordinator owning it, often another broker.
 * ``shard-load`` (offsetd, offsetd-cluster): one ``__consumer_offsets`` partition filled with
   ``shard_groups x shard_topic_partitions x shard_rounds`` commit records through the Kafka API,
   then loaded: single-node, by restarting the broker on its segments; cluster, by stopping every
@@ -55,7 +59,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
-from bench import cluster_clients  # noqa: E402
+from bench import cluster_clients, share_groups  # noqa: E402
 from bench.brokers import DEFAULT_OFFSETD_CONFIG, BrokerStartError, free_port, make_launcher  # noqa: E402
 from bench.cluster_launcher import OFFSETS_TOPIC, ClusterLauncher  # noqa: E402
 from bench.procs import ChildError, run_in_child, run_in_children, start_barrier  # noqa: E402
@@ -372,6 +376,8 @@ def suite(cfg: BenchConfig, ccfg: ClusterConfig, launcher: Any, names: list[str]
                  brokers=(CLUSTER,)),
         Workload("shard-load", partial(shard_load, cfg, ccfg), brokers=("offsetd", CLUSTER),
                  not_applicable="offsetd only (its __consumer_offsets segments or PostgreSQL)"),
+        Workload("share-vs-classic", partial(share_groups.classic_workload, share_groups.ShareConfig()),
+                 brokers=("offsetd", CLUSTER), not_applicable=share_groups.NOT_APPLICABLE),
     ]
     if names:
         wanted = set(names)

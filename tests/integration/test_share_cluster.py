@@ -4,7 +4,8 @@ coordinators owning `__share_group_state`'s partitions (often other brokers than
 a kill -9 of a partition's leader mid-consumption, checked against the history of deliveries and
 confirmed acknowledgements: no accepted record is delivered again, none is lost, and records held
 unacknowledged when their leader died come back. And the internal state APIs (83-87) answering
-NOT_COORDINATOR on a broker that does not own the state's partition."""
+NOT_COORDINATOR on a broker that does not own the state's partition, and the admins' share-group
+offsets reaching the state's owner through a group coordinator on the other broker."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from offsetd.cluster.ownership import rendezvous_owner
 from offsetd.records.offsets import partition_for
 from offsetd.server.share_state import share_state_key
 
-FIND_COORDINATOR, METADATA, DESCRIBE_OFFSETS, ALTER_OFFSETS = 10, 3, 90, 91
+FIND_COORDINATOR, METADATA, DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS = 10, 3, 90, 91, 92
 INITIALIZE, READ, WRITE = 83, 84, 85
 NOT_COORDINATOR, INVALID_REQUEST, FENCED_LEADER_EPOCH = 16, 42, 74
 COORDINATOR_MOVING = {14, 15, 16}
@@ -94,6 +95,28 @@ def test_the_share_state_apis_answer_not_coordinator_off_their_partition(pg_dsn,
     assert _state_call(at_owner, WRITE, 1, group, tid, {**write, "leader_epoch": 2}).error_code == FENCED_LEADER_EPOCH
     assert _state_call(at_owner, WRITE, 1, group, tid, {**write, "leader_epoch": 3}).error_code == 0
     assert _state_call(at_owner, READ, 0, group, tid, read).start_offset == 9
+
+    # The admins' offsets at a group coordinator that is not the state's owner: Alter initializes,
+    # Describe summarizes and Delete tombstones the state over the peer connection.
+    offsets_topic = pg_rows(cluster.dsn, "SELECT topic_id FROM offsetd_topic WHERE name = '__consumer_offsets'")[0][0]
+    admin_group = next(g for g in (f"admin-{i}" for i in range(100))
+                       if rendezvous_owner((offsets_topic, partition_for(g, 12)), [1, 2])
+                       != rendezvous_owner((state_topic, partition_for(share_state_key((g, tid, 0)), 6)), [1, 2]))
+    altered = _admin_call(cluster, admin_group, ALTER_OFFSETS, 0, {"group_id": admin_group, "topics": [
+        {"topic_name": "states", "partitions": [{"partition_index": 0, "start_offset": 4}]}]})
+    assert altered.error_code == 0 and altered.responses[0].partitions[0].error_code == 0
+    assert _starts(cluster, admin_group) == {0: 4}
+    deleted = _admin_call(cluster, admin_group, DELETE_OFFSETS, 0, {"group_id": admin_group,
+                                                                    "topics": [{"topic_name": "states"}]})
+    assert deleted.error_code == 0 and deleted.responses[0].error_code == 0
+    assert _starts(cluster, admin_group) == {0: -1}
+
+
+def _starts(cluster, group: str) -> dict[int, int]:
+    """DescribeShareGroupOffsets v1 of topic `states` at the group coordinator: partition -> start offset."""
+    answer = _admin_call(cluster, group, DESCRIBE_OFFSETS, 1, {"groups": [{"group_id": group, "topics": [
+        {"topic_name": "states", "partitions": [0]}]}]})
+    return {p.partition_index: p.start_offset for t in answer.groups[0].topics for p in t.partitions}
 
 
 def _admin_call(cluster, group: str, api_key: int, version: int, body: dict) -> object:
@@ -179,6 +202,7 @@ def test_a_share_group_across_brokers_survives_a_kill9_of_a_partition_leader(pg_
             history.delivered(msg)
         leaders = {p: leader_of(cluster.bootstrap, topic, p) for p in range(PARTITIONS)}  # as they are now
         victim = leaders[held[0].partition()]
+        group_coordinator = coordinator_of(cluster.bootstrap, group)
         cluster.kill9(victim)
         killed_at = time.monotonic()
         # The holder leaves (it would otherwise keep its partitions and prefetch from them unread):
@@ -208,6 +232,7 @@ def test_a_share_group_across_brokers_survives_a_kill9_of_a_partition_leader(pg_
     assert all(history.deliveries[(m.partition(), m.offset())] >= 2 for m in held)
     print(f"failover: every record delivered {failover_s:.1f} s after the kill -9 of broker {victim} (leader of "
           f"{sorted(p for p, n in leaders.items() if n == victim)}, share coordinator of "
-          f"{sorted(p for p, n in state_owners.items() if n == victim)}); "
+          f"{sorted(p for p, n in state_owners.items() if n == victim)}"
+          f"{', the group coordinator' if victim == group_coordinator else ''}); "
           f"{sum(history.deliveries.values()) - total} redeliveries, {len(errors)} errors surfaced, "
           f"{time.monotonic() - started:.1f} s in all")

@@ -204,7 +204,8 @@ class ShareFetchApi:
                 if not error:
                     error, state = await self.persister.read(sp_key, leader_epoch)
             if error or state is None:
-                raise RuntimeError(f"share state of {sp_key} could not be read (error {error})")
+                raise ShareStateUnreadable(persister_error(error or Error.UNKNOWN_SERVER_ERROR),
+                                           f"share state of {sp_key} could not be read (error {error})")
             s = self.settings
             sp = SharePartition(state.start_offset, delivery_count_limit=s.delivery_count_limit,
                                 max_in_flight=s.partition_max_record_locks, lock_duration_ms=s.record_lock_duration_ms,
@@ -272,7 +273,7 @@ class ShareFetchApi:
                 sp = await self._share_partition(session.group_id, key, plog)
             except Exception as exc:  # the share coordinator could not read or write its state
                 log.warning("share-partition %s/%s/%d not opened: %s", session.group_id, key[0], key[1], exc)
-                entry["error_code"] = Error.UNKNOWN_SERVER_ERROR
+                entry["error_code"] = getattr(exc, "error_code", Error.UNKNOWN_SERVER_ERROR)
                 continue
             sp.lock_duration_ms = self._lock_duration(session.group_id)  # read at use, as Kafka does
             offset = sp.next_fetch_offset()
@@ -317,7 +318,7 @@ class ShareFetchApi:
             sp = await self._share_partition(group, key, plog)
         except Exception as exc:  # the share coordinator could not read or write its state
             log.warning("share-partition %s/%s/%d not opened: %s", group, key[0], key[1], exc)
-            return Error.UNKNOWN_SERVER_ERROR
+            return getattr(exc, "error_code", Error.UNKNOWN_SERVER_ERROR)
         error, changed = sp.acknowledge(member, batches, self.clock())
         if error:
             return error
@@ -326,8 +327,7 @@ class ShareFetchApi:
     async def _persist(self, sp_key: SharePartitionKey, sp: SharePartition, changed: list[Any]) -> int:
         """Write what changed. On a failure the window is dropped, to be read again from what the
         coordinator holds (acquisitions come back AVAILABLE, as after a leader change), and the
-        error is Kafka's mapping of persister errors: fenced -> NOT_LEADER_OR_FOLLOWER, anything
-        else -> UNKNOWN_SERVER_ERROR. A window dropped while this was under way (an admin changed
+        error is persister_error's. A window dropped while this was under way (an admin changed
         the group's state) writes nothing and is answered as fenced."""
         if not changed:
             return NONE
@@ -343,8 +343,7 @@ class ShareFetchApi:
             error = Error.UNKNOWN_SERVER_ERROR
         if error:
             self._drop(sp_key)
-            return Error.NOT_LEADER_OR_FOLLOWER if error in (FENCED_LEADER_EPOCH, FENCED_STATE_EPOCH) \
-                else Error.COORDINATOR_NOT_AVAILABLE if error in RETRIABLE else Error.UNKNOWN_SERVER_ERROR
+            return persister_error(error)
         return NONE
 
     def _drop(self, sp_key: SharePartitionKey) -> None:
@@ -431,6 +430,24 @@ class ShareFetchApi:
                 "acquisition_lock_timeout": self._lock_duration(group),
                 "responses": [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()],
                 "node_endpoints": self._endpoints(entries.values())}
+
+
+class ShareStateUnreadable(Exception):
+    """A share-partition's window could not be read from the share coordinator; `error_code` is
+    what its fetches and acknowledgements answer."""
+
+    def __init__(self, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
+def persister_error(error: int) -> int:
+    """Kafka's mapping of a share coordinator's error to the partition's: fenced ->
+    NOT_LEADER_OR_FOLLOWER, the coordinator moving or away -> COORDINATOR_NOT_AVAILABLE (both
+    retriable), anything else -> UNKNOWN_SERVER_ERROR."""
+    if error in (FENCED_LEADER_EPOCH, FENCED_STATE_EPOCH):
+        return Error.NOT_LEADER_OR_FOLLOWER
+    return Error.COORDINATOR_NOT_AVAILABLE if error in RETRIABLE else Error.UNKNOWN_SERVER_ERROR
 
 
 def aborted_batches(headers: list[BatchHeader], aborted: list[tuple[int, int]]) -> set[tuple[int, int]]:

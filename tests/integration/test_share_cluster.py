@@ -24,7 +24,7 @@ from offsetd.cluster.ownership import rendezvous_owner
 from offsetd.records.offsets import partition_for
 from offsetd.server.share_state import share_state_key
 
-FIND_COORDINATOR, METADATA, DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS = 10, 3, 90, 91, 92
+FIND_COORDINATOR, METADATA, DELETE_GROUPS, DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS = 10, 3, 42, 90, 91, 92
 INITIALIZE, READ, WRITE = 83, 84, 85
 NOT_COORDINATOR, INVALID_REQUEST, FENCED_LEADER_EPOCH = 16, 42, 74
 COORDINATOR_MOVING = {14, 15, 16}
@@ -112,6 +112,13 @@ def test_the_share_state_apis_answer_not_coordinator_off_their_partition(pg_dsn,
                                                                     "topics": [{"topic_name": "states"}]})
     assert deleted.error_code == 0 and deleted.responses[0].error_code == 0
     assert _starts(cluster, admin_group) == {0: -1}
+    # DeleteGroups deletes a share group's state with it, on the state's owner
+    _admin_call(cluster, admin_group, ALTER_OFFSETS, 0, {"group_id": admin_group, "topics": [
+        {"topic_name": "states", "partitions": [{"partition_index": 0, "start_offset": 6}]}]})
+    assert _starts(cluster, admin_group) == {0: 6}
+    gone = _admin_call(cluster, admin_group, DELETE_GROUPS, 2, {"groups_names": [admin_group]})
+    assert gone.results[0].error_code == 0
+    assert _starts(cluster, admin_group) == {0: -1}
 
 
 def _starts(cluster, group: str) -> dict[int, int]:
@@ -126,7 +133,8 @@ def _admin_call(cluster, group: str, api_key: int, version: int, body: dict) -> 
     def ask() -> object | None:
         with RawClient(cluster.broker(coordinator_of(cluster.bootstrap, group)).bootstrap) as client:
             answer = client.call(api_key, version, build(load_request_schema(api_key, version), body))
-        codes = {getattr(answer, "error_code", 0)} | {g.error_code for g in getattr(answer, "groups", ())}
+        codes = ({getattr(answer, "error_code", 0)} | {g.error_code for g in getattr(answer, "groups", ())}
+                 | {r.error_code for r in getattr(answer, "results", ())})
         return None if codes & COORDINATOR_MOVING else answer
     return wait_for(ask, timeout=30, message=f"api {api_key} answered by the group coordinator")
 

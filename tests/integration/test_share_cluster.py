@@ -9,7 +9,10 @@ offsets reaching the state's owner through a group coordinator on the other brok
 
 from __future__ import annotations
 
+import json
+import re
 import time
+import urllib.request
 import uuid
 
 from broker_process import wait_for
@@ -28,6 +31,7 @@ FIND_COORDINATOR, METADATA, DELETE_GROUPS, DESCRIBE_OFFSETS, ALTER_OFFSETS, DELE
 INITIALIZE, READ, WRITE = 83, 84, 85
 NOT_COORDINATOR, INVALID_REQUEST, FENCED_LEADER_EPOCH = 16, 42, 74
 COORDINATOR_MOVING = {14, 15, 16}
+_METRICS = re.compile(r"metrics listening on (http://127\.0\.0\.1:\d+)")
 SHARE = {**FAST, "share.coordinator.state.topic.num.partitions": "6",
          "group.share.min.record.lock.duration.ms": "1000", "group.share.record.lock.duration.ms": "3000",
          "group.share.heartbeat.interval.ms": "1000", "group.share.min.heartbeat.interval.ms": "1000",
@@ -66,9 +70,13 @@ def _state_call(bootstrap: str, api_key: int, version: int, group: str, tid: uui
 
 def test_the_share_state_apis_answer_not_coordinator_off_their_partition(pg_dsn, cluster_factory) -> None:
     """Two brokers: 83-85 at the state's owner and at the other broker; then the admins' APIs."""
-    cluster = cluster_factory(pg_dsn, size=2, overrides=SHARE)
+    cluster = cluster_factory(pg_dsn, size=2, overrides={**SHARE, "metrics.listener": "http://127.0.0.1:0"})
     wait_settled(cluster, 2)
     create_topic(cluster.bootstrap, "states", 1)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(10):
+        producer.produce("states", b"x", partition=0)
+    assert producer.flush(15) == 0
     group, tid = "state-api", _topic_id(cluster.broker(1).bootstrap, "states")
     key = share_state_key((group, tid, 0))
     # the first lookup creates __share_group_state; its partitions are claimed soon after, maybe
@@ -108,6 +116,11 @@ def test_the_share_state_apis_answer_not_coordinator_off_their_partition(pg_dsn,
         {"topic_name": "states", "partitions": [{"partition_index": 0, "start_offset": 4}]}]})
     assert altered.error_code == 0 and altered.responses[0].partitions[0].error_code == 0
     assert _starts(cluster, admin_group) == {0: 4}
+    # the coordinator's lag view shows the share-partition whose state the other broker holds
+    coordinator = coordinator_of(cluster.bootstrap, admin_group)
+    url = _METRICS.search(cluster.broker(coordinator).log()).group(1)  # type: ignore[union-attr]
+    looked = wait_for(lambda: _share_lag(url, admin_group), timeout=15, message="the coordinator's look")
+    assert looked == {("states", 0): (4, 10, 6)}
     deleted = _admin_call(cluster, admin_group, DELETE_OFFSETS, 0, {"group_id": admin_group,
                                                                     "topics": [{"topic_name": "states"}]})
     assert deleted.error_code == 0 and deleted.responses[0].error_code == 0
@@ -119,6 +132,14 @@ def test_the_share_state_apis_answer_not_coordinator_off_their_partition(pg_dsn,
     gone = _admin_call(cluster, admin_group, DELETE_GROUPS, 2, {"groups_names": [admin_group]})
     assert gone.results[0].error_code == 0
     assert _starts(cluster, admin_group) == {0: -1}
+
+
+def _share_lag(url: str, group: str) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """The broker's /v1/lag of a share group: (topic, partition) -> (start offset, log end, lag)."""
+    with urllib.request.urlopen(f"{url}/v1/lag?group={group}", timeout=15) as response:
+        groups = json.loads(response.read())["groups"]
+    return {(p["topic"], p["partition"]): (p["committed"], p["log_end"], p["lag"])
+            for g in groups for p in g["partitions"]}
 
 
 def _starts(cluster, group: str) -> dict[int, int]:

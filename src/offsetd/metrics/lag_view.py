@@ -62,10 +62,11 @@ class SharedLook:
 class BrokerLagSource:
     """LagSource over this broker's coordinator shards (the groups it coordinates) and LogEnds;
     share groups' partitions from `share_states` (group id -> {(group, topic id, partition): the
-    share coordinator's state}, server/share_state.ShareStatePersister.states_of)."""
+    share coordinator's state}, awaited: server/share_group_offsets.ShareGroupOffsetsApi.share_states,
+    which in cluster mode asks the share coordinators on other brokers)."""
 
     def __init__(self, runtimes: Sequence[Any], logs: Any, clock: Callable[[], int],
-                 share_states: Callable[[str], dict[Any, Any]] | None = None) -> None:
+                 share_states: Callable[[str], Awaitable[dict[Any, Any]]] | None = None) -> None:
         self.runtimes = runtimes  # server.coordinator_runtime.ShardRuntime, one per offsets partition
         self.logs = logs
         self.clock = clock
@@ -94,8 +95,8 @@ class BrokerLagSource:
                 if slicer.due():
                     await asyncio.sleep(0)
             if self.share_states is not None:
-                for share in runtime.shard.share.groups.values():
-                    snapshot.groups.append(look.share_group(share, self.share_states(share.group_id)))
+                for share in list(runtime.shard.share.groups.values()):
+                    snapshot.groups.append(look.share_group(share, await self.share_states(share.group_id)))
         self._keys, self._values = look.keys, look.values  # what is no longer stored is dropped
         await look.time_lags(snapshot.taken_at_ms, slicer)
         snapshot.groups.sort(key=lambda g: g.group)

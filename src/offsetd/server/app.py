@@ -221,7 +221,7 @@ class KafkaServer:
         # cluster mode PostgreSQL for the partitions other brokers lead; never another broker.
         self.log_ends = LogEnds(self.broker.topics, store=None if config.get("storage.engine") == "local"
                                 else self._store)
-        self.lag_source = BrokerLagSource(self.runtimes, self.log_ends, clock, self.shares.persister.states_of)
+        self.lag_source = BrokerLagSource(self.runtimes, self.log_ends, clock, self.shares.offsets_api.share_states)
         self.lag_alerts = LagAlerts.from_config(config, self.lag_source, clock)  # None: no lag.alert rules
         self.connections: set[Connection] = set()
         self.guard = ConnectionGuard(config, self.connections)

@@ -31,6 +31,7 @@ from .share_fetch_api import ShareFetchApi
 from .share_persister import SharePersister
 
 Body = dict[str, Any]
+LAG_DEADLINE_S = 1.0
 
 
 class ShareGroupOffsetsApi:
@@ -72,11 +73,18 @@ class ShareGroupOffsetsApi:
             keys |= {(group_id, t.topic_id, p) for t in group.state_metadata.initialized_topics for p in t.partitions}
         return keys
 
-    async def _states(self, keys: Iterable[SharePartitionKey]) -> dict[SharePartitionKey, SharePartitionState]:
-        """The state of each share-partition with one, from the share coordinator owning it."""
+    async def _states(self, keys: Iterable[SharePartitionKey], deadline_s: float | None = None
+                      ) -> dict[SharePartitionKey, SharePartitionState]:
+        """The state of each share-partition with one, from the share coordinator owning it
+        (`deadline_s`: how long to retry one whose coordinator is moving)."""
         wanted = sorted(keys, key=lambda k: (str(k[1]), k[2]))
-        answers = await asyncio.gather(*(self.persister.summary(key) for key in wanted))
+        answers = await asyncio.gather(*(self.persister.summary(key, deadline_s) for key in wanted))
         return {key: state for key, (_, state) in zip(wanted, answers) if state is not None}
+
+    async def share_states(self, group_id: str) -> dict[SharePartitionKey, SharePartitionState]:
+        """The group's share-partitions as the lag view shows them: those whose share coordinator
+        answers within LAG_DEADLINE_S (a scrape does not wait out a failover)."""
+        return await self._states(self._share_partitions(group_id), LAG_DEADLINE_S)
 
     async def _described(self, group: Any) -> list[Body]:
         keys = self._share_partitions(group.group_id)

@@ -54,11 +54,11 @@ class SharePersister:
 
     async def _call(self, sp: SharePartitionKey, local: Callable[[], Awaitable[T]], api_key: int,
                     body: Callable[[], dict[str, Any]], answer: Callable[[Any], T], failed: Callable[[int], T],
-                    code: Callable[[T], int]) -> T:
+                    code: Callable[[T], int], deadline_s: float | None = None) -> T:
         """Ask the owner of the moment (this broker or a peer) until an answer that is not a
-        coordinator error, or the deadline."""
+        coordinator error, or the deadline (`deadline_s`, else the persister's)."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.deadline_s
+        deadline = loop.time() + (self.deadline_s if deadline_s is None else deadline_s)
         while True:
             node = None if self.remote is None else self._owner(sp)
             if self.remote is None or node == self.node_id:
@@ -87,10 +87,10 @@ class SharePersister:
         return await self._call(sp, lambda: self.coordinator.read(sp, leader_epoch), READ,
                                 lambda: {"leader_epoch": leader_epoch}, _read_state, _no_state, _first)
 
-    async def summary(self, sp: SharePartitionKey) -> Answer:
+    async def summary(self, sp: SharePartitionKey, deadline_s: float | None = None) -> Answer:
         """The state as held, nothing written (None: never initialized)."""
         return await self._call(sp, lambda: self.coordinator.summary(sp), READ_SUMMARY,
-                                lambda: {"leader_epoch": -1}, _summary_state, _no_state, _first)
+                                lambda: {"leader_epoch": -1}, _summary_state, _no_state, _first, deadline_s)
 
     async def write(self, sp: SharePartitionKey, state_epoch: int, leader_epoch: int, start_offset: int,
                     batches: list[StateBatch], delivery_complete_count: int = -1) -> int:

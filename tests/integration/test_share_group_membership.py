@@ -15,8 +15,9 @@ import time
 import uuid
 
 from confluent_kafka import ShareConsumer
-from confluent_kafka.admin import AclOperation, AdminClient, NewTopic
+from confluent_kafka.admin import AclOperation, AdminClient, NewTopic, ResourceType
 from kio.index import load_request_schema
+from kio.static.primitive import i8
 
 from broker_process import wait_for
 from clients import create_topic
@@ -25,7 +26,7 @@ from integration.acl_helpers import GROUP, TOPIC, binding, conf, grant, secured_
 from raw_client import RawClient
 
 API_VERSIONS, LIST_GROUPS, DESCRIBE_GROUPS, CONSUMER_GROUP_HEARTBEAT = 18, 16, 15, 68
-SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH = 76, 77, 78
+SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, FIND_COORDINATOR = 76, 77, 78, 10
 NONE, UNKNOWN_MEMBER_ID, UNSUPPORTED_VERSION, INVALID_REQUEST, GROUP_ID_NOT_FOUND = 0, 25, 35, 42, 69
 
 # Short heartbeats so assignments move within a second (Kafka's bounds, lowered for tests).
@@ -266,3 +267,26 @@ def test_a_groups_own_share_session_timeout_and_heartbeat_interval(broker_factor
         wait_for(lambda: not describe(broker.bootstrap, group).members, timeout=10, message="member expired")
         assert time.monotonic() - silent < 5.0
         assert [m.member_id for m in describe(broker.bootstrap, other).members] == [theirs]
+
+
+def test_find_coordinator_share_keys_are_for_brokers(broker_factory):
+    """FindCoordinator key type 2 (a share-partition's state, "group:topicId:partition") as Kafka
+    answers it: INVALID_REQUEST before v6, CLUSTER_AUTHORIZATION_FAILED for every key without
+    CLUSTER_ACTION; with it, this broker (it owns every `__share_group_state` partition)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = broker_factory(secured_overrides(**{**BROKER, "listeners": f"SASL_PLAINTEXT://127.0.0.1:0,"
+                                                                      f"PLAINTEXT://127.0.0.1:{port}"}))
+    key = f"queue:{uuid.uuid4()}:0"
+
+    def find(version: int) -> list[tuple[int, int]]:
+        with RawClient(f"127.0.0.1:{port}") as raw:
+            cls = load_request_schema(FIND_COORDINATOR, version)
+            found = raw.call(FIND_COORDINATOR, version, cls(key_type=i8(2), coordinator_keys=(key, key)))
+            return [(int(c.error_code.value), c.node_id) for c in found.coordinators]
+
+    assert find(5) == [(INVALID_REQUEST, -1)] * 2
+    assert find(6) == [(31, -1)] * 2
+    grant(proc.bootstrap, binding("User:ANONYMOUS", ResourceType.BROKER, "kafka-cluster", AclOperation.CLUSTER_ACTION))
+    assert find(6) == [(NONE, 1)] * 2

@@ -40,7 +40,7 @@ TRANSACTION_STATE_TOPIC = "__transaction_state"
 # again, before the answer goes out: clients would otherwise sit out a retry back-off (librdkafka:
 # 100 ms) after every transaction that begins right after the last one ended.
 CONCURRENT_WAIT_S = 1.0
-KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
+KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE = 0, 1, 2
 
 # A coordinator that cannot answer a verification right now: the append is retried by the
 # producer (Kafka's leaders answer NOT_ENOUGH_REPLICAS then).
@@ -152,8 +152,15 @@ class TransactionApi:
 
     def find_coordinator(self, ctx: RequestContext, req: Any) -> Reply:
         """Key type TRANSACTION: the leader of the id's `__transaction_state` partition (A8); the
-        other key types go to the group coordinator's lookup."""
+        other key types go to the group coordinator's lookup. Key type SHARE is for brokers: only
+        from v6, and with CLUSTER_ACTION (else every key is refused, as Kafka's request fails)."""
         acc = access(self.broker, ctx)
+        if getattr(req, "key_type", KEY_TYPE_GROUP) == KEY_TYPE_SHARE:
+            if ctx.version < 6:
+                return self._refuse_all(ctx, req, Error.INVALID_REQUEST, "Share coordinator keys need FindCoordinator v6")
+            if acc is not None and not acc.cluster(Op.CLUSTER_ACTION):
+                return self._refuse_all(ctx, req, Error.CLUSTER_AUTHORIZATION_FAILED, None)
+            return self._find(ctx, req)
         if acc is not None:
             return self._find_authorized(acc, ctx, req)
         return self._find(ctx, req)
@@ -178,6 +185,16 @@ class TransactionApi:
         allowed = [k for k in req.coordinator_keys if k not in denied]
         found = {e["key"]: e for e in self._find(ctx, _Keys(key_type, allowed))["coordinators"]} if allowed else {}  # type: ignore[index]
         return {"coordinators": [found[k] if k in found else refused(k) for k in req.coordinator_keys]}
+
+    @staticmethod
+    def _refuse_all(ctx: RequestContext, req: Any, error: int, message: str | None) -> Reply:
+        """Every key of the request answered `error`."""
+        def refused(key: str) -> Body:
+            return {"key": key, "error_code": error, "node_id": -1, "host": "", "port": -1, "error_message": message}
+
+        if ctx.version < 4:
+            return refused(req.key)
+        return {"coordinators": [refused(k) for k in req.coordinator_keys]}
 
     def _find(self, ctx: RequestContext, req: Any) -> Reply:
         if getattr(req, "key_type", KEY_TYPE_GROUP) != KEY_TYPE_TRANSACTION:

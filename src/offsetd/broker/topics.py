@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 import uuid
@@ -111,7 +112,7 @@ class TopicRegistry:
                         known = None
                     cfg = log_config(topic.configs, self.config)
                     topic.partitions = [self._unopened(topic, p, cfg, now_ms, self._clean, known[p] if known else
-                                                       next_epoch_on_disk(self.root / f"{topic.name}-{p}"))
+                                                       next_epoch_on_disk(f"{self.root}/{topic.name}-{p}"))
                                         for p in range(count)]
                 self._add(topic)
         log.info("%s: %d partition(s) known, opened on first use%s", self.root,
@@ -212,7 +213,10 @@ class TopicRegistry:
                 if topic.internal:
                     topic.partitions.append(self._open(topic, p, now_ms))
                 else:  # a directory now; its first segment's files when it is first used
-                    (self.root / f"{topic.name}-{p}").mkdir(exist_ok=True)
+                    try:
+                        os.mkdir(f"{self.root}/{topic.name}-{p}")
+                    except FileExistsError:  # a directory left behind; its files are found at first use
+                        pass
                     topic.partitions.append(self._unopened(topic, p, cfg, now_ms, True, 0))
             fsync_dir(self.root)  # every new partition directory, durable before its first append
         except OSError as exc:

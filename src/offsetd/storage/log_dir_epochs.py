@@ -53,17 +53,21 @@ def remove_next_epochs(log_dir: Path) -> None:
         pass
 
 
-def next_epoch_on_disk(partition_dir: Path) -> int:
+def next_epoch_on_disk(partition_dir: str) -> int:
     """The epoch a partition leads at next judged from its `leader-epoch-checkpoint` alone: one
     more than the newest epoch it names, 0 without one (an unreadable file: 0, as its opening
-    would ignore it too)."""
+    would ignore it too). Plain os calls on a str path: a start after a crash asks this of every
+    partition."""
     try:
-        text = (partition_dir / CHECKPOINT_FILE).read_text(encoding="ascii")
-    except FileNotFoundError:
-        return 0
-    except (OSError, UnicodeDecodeError):
+        fd = os.open(f"{partition_dir}/{CHECKPOINT_FILE}", os.O_RDONLY)
+    except OSError:
         return 0
     try:
-        return LeaderEpochCache.from_checkpoint(text).latest_epoch + 1
-    except ValueError:
+        raw = b""
+        while chunk := os.read(fd, 65536):
+            raw += chunk
+        return LeaderEpochCache.from_checkpoint(raw.decode("ascii")).latest_epoch + 1
+    except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
         return 0
+    finally:
+        os.close(fd)

@@ -27,7 +27,7 @@ from offsetd.storage.segment import LOG_SUFFIX
 __all__ = ["UnopenedLog"]
 
 # What exists on an UnopenedLog before it opens; anything else read opens it.
-_OWN = ("dir", "topic", "partition", "config", "log_dir", "leader_epoch", "_closed", "_root", "_now_ms",
+_OWN = ("topic", "partition", "config", "log_dir", "leader_epoch", "_closed", "_root", "_now_ms",
         "_clean", "checked_empty")
 
 
@@ -42,8 +42,7 @@ class UnopenedLog(PartitionLog):
         shutdown (or a creation) left them, so opening verifies nothing; `leader_epoch`: what
         Metadata announces, and the least the opened log leads at."""
         # PartitionLog.__init__ is not called: it wants the segments this object has not read.
-        self._root = Path(directory)
-        self.dir = self._root / f"{topic}-{partition}"
+        self._root = directory
         self.topic = topic
         self.partition = partition
         self.config = config
@@ -53,6 +52,11 @@ class UnopenedLog(PartitionLog):
         self._now_ms = now_ms
         self._clean = clean
         self.checked_empty = False  # preload found no segment: nothing to recover, nothing to retain
+
+    @property  # type: ignore[override]
+    def dir(self) -> Path:
+        """The partition directory (a Path made when asked: 100,000 of them cost a second)."""
+        return self._root / f"{self.topic}-{self.partition}"
 
     def __getattr__(self, name: str) -> Any:
         """Called only for what this object lacks: the log's state, read now."""
@@ -88,7 +92,7 @@ class UnopenedLog(PartitionLog):
         """The background opener's step: open the log if its directory holds segments (their
         retention and recovery are due); an empty one stays unopened until it is used."""
         try:
-            names = os.listdir(self.dir)
+            names = os.listdir(f"{self._root}/{self.topic}-{self.partition}")
         except FileNotFoundError:
             names = []
         if any(n.endswith(LOG_SUFFIX) for n in names):

@@ -92,6 +92,9 @@ def test_a_new_partition_holds_no_file_until_it_is_used(tmp_path: Path, clock: F
     topic = topics.create("t", 3, {}, clock.now)
     assert [os.listdir(tmp_path / f"t-{p}") for p in range(3)] == [[], [], []]
     assert [p.leader_epoch for p in topic.partitions] == [0, 0, 0]
+    # the lag views ask every partition's offsets: an empty one answers without its files
+    assert [(p.log_start_offset, p.last_stable_offset, p.log_end_offset) for p in topic.partitions] == [(0, 0, 0)] * 3
+    assert not any(p.opened for p in topic.partitions)
     topic.partitions[2].preload()  # the background opener leaves an empty directory alone
     assert not topic.partitions[2].opened and topic.partitions[2].checked_empty
     assert topic.partitions[1].append(batch(2), clock.now).base_offset == 0

@@ -124,9 +124,11 @@ class TopicRegistry:
         return self._load_meta()
 
     def _unopened(self, topic: Topic, index: int, cfg: LogConfig, now_ms: int, clean: bool,
-                  epoch: int) -> UnopenedLog:
-        """Partition `index` of `topic`, opened when first used, leading at `epoch` (or later)."""
-        return UnopenedLog(self.root, topic.name, index, cfg, now_ms, self.log_dir, clean=clean, leader_epoch=epoch)
+                  epoch: int, empty: bool = False) -> UnopenedLog:
+        """Partition `index` of `topic`, opened when first used, leading at `epoch` (or later);
+        `empty`: its directory was just made."""
+        return UnopenedLog(self.root, topic.name, index, cfg, now_ms, self.log_dir, clean=clean, leader_epoch=epoch,
+                           empty=empty)
 
     def unopened_logs(self) -> list[UnopenedLog]:
         """The partitions not opened yet (the background opener's work list)."""
@@ -217,7 +219,7 @@ class TopicRegistry:
                         os.mkdir(f"{self.root}/{topic.name}-{p}")
                     except FileExistsError:  # a directory left behind; its files are found at first use
                         pass
-                    topic.partitions.append(self._unopened(topic, p, cfg, now_ms, True, 0))
+                    topic.partitions.append(self._unopened(topic, p, cfg, now_ms, True, 0, empty=True))
             fsync_dir(self.root)  # every new partition directory, durable before its first append
         except OSError as exc:
             self._drop_partitions(topic, start, failed=len(topic.partitions))

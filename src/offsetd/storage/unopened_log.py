@@ -2,8 +2,8 @@
 serves as soon as it has read its catalogue, not after reading every partition's directory.
 
 An UnopenedLog carries what Metadata and the request checks ask before touching data (topic,
-partition, directory, config, log directory, the leader epoch it will lead at); the first access
-to anything else opens the log from disk (PartitionLog.open, recovering it when the broker did
+partition, directory, config, log directory, the leader epoch it will lead at, and the offsets
+of a log known to hold no segment, all 0); the first access to anything else opens the log from disk (PartitionLog.open, recovering it when the broker did
 not shut down cleanly) and the object becomes that PartitionLog, in place, so every holder of it
 sees the opened log. Until then closing, flushing and retention have nothing to do: the files are
 as the last run left them. `preload` is the background opener's step (server/log_opening.py).
@@ -37,10 +37,11 @@ class UnopenedLog(PartitionLog):
     opened = False
 
     def __init__(self, directory: Path, topic: str, partition: int, config: LogConfig, now_ms: int,
-                 log_dir: LogDirectory, *, clean: bool, leader_epoch: int) -> None:
+                 log_dir: LogDirectory, *, clean: bool, leader_epoch: int, empty: bool = False) -> None:
         """`directory` is the log directory (`log.dirs`); `clean`: the files are as a clean
         shutdown (or a creation) left them, so opening verifies nothing; `leader_epoch`: what
-        Metadata announces, and the least the opened log leads at."""
+        Metadata announces, and the least the opened log leads at; `empty`: the directory was
+        just made (CreateTopics)."""
         # PartitionLog.__init__ is not called: it wants the segments this object has not read.
         self._root = directory
         self.topic = topic
@@ -51,7 +52,7 @@ class UnopenedLog(PartitionLog):
         self._closed = False
         self._now_ms = now_ms
         self._clean = clean
-        self.checked_empty = False  # preload found no segment: nothing to recover, nothing to retain
+        self.checked_empty = empty  # no segment (preload looked): nothing to recover or retain, offsets 0
 
     @property  # type: ignore[override]
     def dir(self) -> Path:
@@ -64,6 +65,27 @@ class UnopenedLog(PartitionLog):
             raise AttributeError(name)
         self.open_now()
         return getattr(self, name)
+
+    def _empty_or_opened(self, name: str) -> int:
+        """0 for a log known to hold no segment (its offsets, as opening it would make them: the
+        lag views ask every partition, and must not make 100,000 empty logs' files), else the
+        opened log's `name`."""
+        if self.checked_empty:
+            return 0
+        self.open_now()
+        return int(getattr(self, name))
+
+    @property  # type: ignore[override]
+    def log_start_offset(self) -> int:
+        return self._empty_or_opened("log_start_offset")
+
+    @property  # type: ignore[override]
+    def log_end_offset(self) -> int:
+        return self._empty_or_opened("log_end_offset")
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self._empty_or_opened("last_stable_offset")
 
     @property
     def needs_recovery(self) -> bool:

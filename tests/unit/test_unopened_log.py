@@ -5,6 +5,7 @@ only the segments from the recovery point on, and a new partition holds no file 
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -138,3 +139,31 @@ def test_a_start_reads_no_partition_directory_and_announces_the_epoch_the_log_op
     for plog in (p for t in crashed for p in t.partitions):
         if plog.opened and not plog.closed:
             crash(plog)
+
+
+def test_a_partition_that_cannot_be_opened_answers_kafka_storage_error(tmp_path: Path, clock: FakeClock,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from offsetd.broker.broker import Broker
+    from offsetd.broker.produce import handle_produce
+    from offsetd.protocol.errors import Error
+
+    config = BrokerConfig({"log.dirs": str(tmp_path)})
+    broker = Broker(config, clock.now)
+    broker.topics.create("t", 2, {}, clock.now)
+
+    def out_of_descriptors(*args: object, **kwargs: object) -> PartitionLog:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(PartitionLog, "open", out_of_descriptors)
+    assert broker.serving_partition("t", 0)[1] == Error.KAFKA_STORAGE_ERROR
+    request = SimpleNamespace(acks=1, transactional_id=None, topic_data=[SimpleNamespace(
+        name="t", partition_data=[SimpleNamespace(index=1, records=batch(2))])])
+    entry = handle_produce(broker, request, 9, clock.now)["responses"][0]["partition_responses"][0]
+    assert entry["error_code"] == Error.KAFKA_STORAGE_ERROR and entry["base_offset"] == -1
+    assert not broker.topics.partition("t", 1).opened and not broker.topics.log_dir.offline
+    monkeypatch.undo()  # descriptors again: the same partition opens at its next use
+    entry = handle_produce(broker, request, 9, clock.now)["responses"][0]["partition_responses"][0]
+    assert entry["error_code"] == Error.NONE and entry["base_offset"] == 0
+    broker.close()

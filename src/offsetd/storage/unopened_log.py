@@ -3,9 +3,9 @@ serves as soon as it has read its catalogue, not after reading every partition's
 
 An UnopenedLog carries what Metadata and the request checks ask before touching data (topic,
 partition, directory, config, log directory, the leader epoch it will lead at, and the offsets
-of a log known to hold no segment, all 0); the first access to anything else opens the log from disk (PartitionLog.open, recovering it when the broker did
-not shut down cleanly) and the object becomes that PartitionLog, in place, so every holder of it
-sees the opened log. Until then closing, flushing and retention have nothing to do: the files are
+of a log known to hold no segment, all 0); the first access to anything else opens the log from
+disk (PartitionLog.open, recovering it when the broker did not shut down cleanly) and the object
+becomes that PartitionLog, in place, so every holder of it sees the opened log. Until then closing, flushing and retention have nothing to do: the files are
 as the last run left them. `preload` is the background opener's step (server/log_opening.py).
 
 Pure synchronous file I/O; no asyncio, no clock reads (the time of the start is passed in).
@@ -77,14 +77,17 @@ class UnopenedLog(PartitionLog):
 
     @property  # type: ignore[override]
     def log_start_offset(self) -> int:
+        """0 when known empty, else the opened log's."""
         return self._empty_or_opened("log_start_offset")
 
     @property  # type: ignore[override]
     def log_end_offset(self) -> int:
+        """0 when known empty, else the opened log's."""
         return self._empty_or_opened("log_end_offset")
 
     @property
     def last_stable_offset(self) -> int:
+        """0 when known empty, else the opened log's."""
         return self._empty_or_opened("last_stable_offset")
 
     @property

@@ -111,7 +111,9 @@ def main() -> None:
                            open_file_limit=args.nofile)
     broker.log_level = "WARNING"
     broker.start(timeout=120)
-    results: dict[str, Any] = {"partitions": args.partitions, "nofile": args.nofile}
+    # The box may be shared: the load average says how busy it was around the figures.
+    results: dict[str, Any] = {"partitions": args.partitions, "nofile": args.nofile,
+                               "load_average_at_start": [round(x, 1) for x in os.getloadavg()]}
     try:
         results["create_s"] = round(_create(broker.bootstrap, args.partitions, args.per_topic, args.per_request), 1)
         results["metadata_ms"] = round(1000 * min(_metadata_s(broker.bootstrap, args.partitions) for _ in range(3)))
@@ -124,6 +126,7 @@ def main() -> None:
         results["clean_restart_to_metadata_s"] = round(_restart_to_metadata(broker, args.partitions, False), 1)
         results["kill9_restart_to_metadata_s"] = round(_restart_to_metadata(broker, args.partitions, True), 1)
         results["rss_mb_after_restart"] = round(_rss_mb(broker.pid))
+        results["load_average_at_end"] = [round(x, 1) for x in os.getloadavg()]
     finally:
         if broker.alive():
             broker.stop(timeout=600)

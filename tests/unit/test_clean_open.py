@@ -86,8 +86,8 @@ def test_the_catalogue_marks_a_clean_shutdown_and_consumes_the_mark(tmp_path: Pa
     with monkeypatch.context() as patch:
         _no_recovery(patch)
         topics = TopicRegistry(config, clock.now)
+        assert topics.partition("t", 1).log_end_offset == 2  # opened at this first use, not verified
     assert not marker.exists()  # consumed before anything is appended
-    assert topics.partition("t", 1).log_end_offset == 2
     topics.partition("t", 1).append(batch(2), clock.now)
     crashed = topics  # no close(): a crash leaves no marker, and the next start verifies
     recovered: list[int] = []

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from ..config import BrokerConfig
 from ..protocol.errors import Error
+from ..storage.log_dir import StorageError
 from .cluster_view import ClusterView, LocalView
 from .group_configs import GroupConfigs
 from .producer_ids import ProducerIdManager
@@ -64,7 +65,7 @@ class Broker:
         plog = self.topics.partition(topic, index)
         if plog is None:
             return None, UNKNOWN_TOPIC_OR_PARTITION
-        if plog.log_dir.offline:
+        if plog.log_dir.offline or self.open_log(plog) != NONE:
             return plog, KAFKA_STORAGE_ERROR
         if not plog.leader:
             return plog, NOT_LEADER_OR_FOLLOWER
@@ -75,6 +76,18 @@ class Broker:
             if current_leader_epoch > epoch:
                 return plog, UNKNOWN_LEADER_EPOCH
         return plog, NONE
+
+    @staticmethod
+    def open_log(plog: Any) -> int:
+        """NONE once the partition's log is open (a partition opens at its first use:
+        storage/unopened_log.py), KAFKA_STORAGE_ERROR when its directory could not be read."""
+        if plog.opened:
+            return NONE
+        try:
+            plog.open_now()
+        except StorageError:
+            return KAFKA_STORAGE_ERROR
+        return NONE
 
     def apply_retention(self, now_ms: int) -> int:
         """Delete expired segments of every delete-policy topic; returns segments removed."""

@@ -7,10 +7,11 @@ from inspect import isawaitable
 from typing import Any
 
 from ..protocol.errors import Error
+from ..protocol.metadata_partitions import led_partitions
 from ..security.acl import CLUSTER_NAME
 from ..security.authorization import Access, Op, Res, access
 from .broker import Broker
-from .cluster_view import ClusterView
+from .cluster_view import ClusterView, LocalView
 from .topics import Topic, TopicError
 from .request_context import current_context
 
@@ -25,13 +26,17 @@ def _partition_body(view: ClusterView, topic: Topic, index: int) -> dict[str, An
             "replica_nodes": replicas, "isr_nodes": replicas}
 
 
-def _topic_body(topic: Topic, view: ClusterView) -> dict[str, Any]:
+def _topic_body(topic: Topic, view: ClusterView, version: int) -> dict[str, Any]:
+    if type(view) is LocalView:  # one broker leads every partition: written straight to wire form
+        partitions: Any = led_partitions(version, view.controller_id, [p.leader_epoch for p in topic.partitions])
+    else:
+        partitions = [_partition_body(view, topic, index) for index in range(len(topic.partitions))]
     return {
         "error_code": Error.NONE,
         "name": topic.name,
         "topic_id": topic.topic_id,
         "is_internal": topic.internal,
-        "partitions": [_partition_body(view, topic, index) for index in range(len(topic.partitions))],
+        "partitions": partitions,
     }
 
 
@@ -44,7 +49,7 @@ def handle_metadata(broker: Broker, req: Any, version: int, now_ms: int) -> Any:
     acc = access(broker, current_context())
     if wanted is None or (version == 0 and not wanted):
         # all topics: those the principal may not DESCRIBE are left out silently (§4)
-        topics = [_topic_body(t, view) for t in broker.topics
+        topics = [_topic_body(t, view, version) for t in broker.topics
                   if acc is None or acc.allows(Op.DESCRIBE, Res.TOPIC, t.name)]
     else:
         auto_create = broker.config.get("auto.create.topics.enable") and getattr(
@@ -71,7 +76,7 @@ def handle_metadata(broker: Broker, req: Any, version: int, now_ms: int) -> Any:
                     topics.append({"error_code": exc.error_code, "name": name, "partitions": ()})
                     continue
                 if isawaitable(created):
-                    topics.append(_created_later(created, name, view))
+                    topics.append(_created_later(created, name, view, version))
                     continue
                 topic = created
             if topic is None:
@@ -79,7 +84,7 @@ def handle_metadata(broker: Broker, req: Any, version: int, now_ms: int) -> Any:
                 topics.append({"error_code": error, "name": name,
                                "topic_id": getattr(item, "topic_id", None), "partitions": ()})
             else:
-                topics.append(_topic_body(topic, view))
+                topics.append(_topic_body(topic, view, version))
     if acc is not None:
         _authorized_operations(acc, req, version, topics)
     body = {
@@ -105,12 +110,12 @@ def _authorized_operations(acc: Access, req: Any, version: int, topics: list[Any
             topic["topic_authorized_operations"] = acc.operations(Res.TOPIC, topic["name"])
 
 
-async def _created_later(created: Any, name: str, view: ClusterView) -> dict[str, Any]:
+async def _created_later(created: Any, name: str, view: ClusterView, version: int) -> dict[str, Any]:
     try:
         topic = await created
     except TopicError as exc:
         return {"error_code": exc.error_code, "name": name, "partitions": ()}
-    return _topic_body(topic, view)
+    return _topic_body(topic, view, version)
 
 
 async def _finish(body: dict[str, Any]) -> dict[str, Any]:

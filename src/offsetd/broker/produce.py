@@ -53,6 +53,9 @@ class _Appends:
             entry.update(error_code=Error.INVALID_TOPIC_EXCEPTION,
                          error_message=f"Cannot append to internal topic {topic}")
             return entry
+        if broker.open_log(partition_log) != Error.NONE:  # its first use, and its directory unreadable
+            entry["error_code"] = Error.KAFKA_STORAGE_ERROR
+            return entry
         try:
             if not records:
                 raise InvalidBatch(Error.CORRUPT_MESSAGE, "Produce request carried no record batch")

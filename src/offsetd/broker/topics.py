@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 import uuid
@@ -18,8 +19,11 @@ from typing import Any, Iterator
 from ..config import BrokerConfig
 from ..storage.clean_shutdown import clear_clean_shutdown, mark_clean_shutdown, was_clean_shutdown
 from ..storage.durable_file import fsync_dir, write_durably
+from ..storage.log_config import LogConfig
 from ..storage.log_dir import KAFKA_STORAGE_ERROR, LogDirectory
+from ..storage.log_dir_epochs import next_epoch_on_disk, read_next_epochs, remove_next_epochs, write_next_epochs
 from ..storage.partition_log import PartitionLog
+from ..storage.unopened_log import UnopenedLog
 from .topic_config import log_config
 
 log = logging.getLogger("offsetd.broker")
@@ -65,7 +69,10 @@ class Topic:
 
 
 class TopicRegistry:
-    """All topics of this broker, opened from `log.dirs` at start-up."""
+    """All topics of this broker, known from `log.dirs` at start-up. Internal topics' logs are
+    opened then (their coordinators load them at once); every other partition is an UnopenedLog
+    (storage/unopened_log.py), opened on first use or by the background opener, so the broker
+    answers before it has read 100,000 partition directories."""
 
     marks_clean_shutdown = True
     """Whether close() leaves Kafka's clean-shutdown marker (the local catalogue's logs only)."""
@@ -86,21 +93,46 @@ class TopicRegistry:
         self.cluster_id = self._load(now_ms)
 
     def _load(self, now_ms: int) -> str:
-        """Open the topics of `topics.json`; the cluster id (meta.properties)."""
+        """The topics of `topics.json` (internal ones opened, the rest UnopenedLogs at the epochs
+        the clean shutdown recorded, else each partition's checkpoint says); the cluster id
+        (meta.properties)."""
         catalogue = self.root / CATALOGUE
         self._clean = was_clean_shutdown(self.root)
+        epochs = read_next_epochs(self.root) if self._clean else {}
         if catalogue.exists():
             for entry in json.loads(catalogue.read_text(encoding="utf-8")):
                 topic = Topic(entry["name"], uuid.UUID(entry["id"]), dict(entry["configs"]),
                               internal=entry.get("internal", False))
-                topic.partitions = [self._open(topic, p, now_ms) for p in range(entry["partitions"])]
+                count = entry["partitions"]
+                if topic.internal:
+                    topic.partitions = [self._open(topic, p, now_ms) for p in range(count)]
+                else:
+                    known = epochs.get(topic.name)
+                    if known is not None and len(known) != count:
+                        known = None
+                    cfg = log_config(topic.configs, self.config)
+                    topic.partitions = [self._unopened(topic, p, cfg, now_ms, self._clean, known[p] if known else
+                                                       next_epoch_on_disk(f"{self.root}/{topic.name}-{p}"))
+                                        for p in range(count)]
                 self._add(topic)
-        if self._clean:
-            log.info("%s was shut down cleanly: %d partition(s) opened without recovery", self.root,
-                     sum(len(t.partitions) for t in self._by_name.values()))
+        log.info("%s: %d partition(s) known, opened on first use%s", self.root,
+                 sum(len(t.partitions) for t in self._by_name.values()),
+                 " (shut down cleanly: none needs recovery)" if self._clean else "")
         self._clean = False
+        remove_next_epochs(self.root)
         clear_clean_shutdown(self.root)
         return self._load_meta()
+
+    def _unopened(self, topic: Topic, index: int, cfg: LogConfig, now_ms: int, clean: bool,
+                  epoch: int, empty: bool = False) -> UnopenedLog:
+        """Partition `index` of `topic`, opened when first used, leading at `epoch` (or later);
+        `empty`: its directory was just made."""
+        return UnopenedLog(self.root, topic.name, index, cfg, now_ms, self.log_dir, clean=clean, leader_epoch=epoch,
+                           empty=empty)
+
+    def unopened_logs(self) -> list[UnopenedLog]:
+        """The partitions not opened yet (the background opener's work list)."""
+        return [p for t in self._by_name.values() for p in t.partitions if not p.opened]
 
     def _open(self, topic: Topic, index: int, now_ms: int) -> Any:
         """The log of one partition of `topic`, led by this broker at its next leader epoch
@@ -177,9 +209,17 @@ class TopicRegistry:
         ...) remove every one of them again, directories included, and raise TopicError
         KAFKA_STORAGE_ERROR: a topic is created (or grown) whole or not at all."""
         self._sync_parent = False
+        cfg = log_config(topic.configs, self.config)
         try:
             for p in range(start, end):
-                topic.partitions.append(self._open(topic, p, now_ms))
+                if topic.internal:
+                    topic.partitions.append(self._open(topic, p, now_ms))
+                else:  # a directory now; its first segment's files when it is first used
+                    try:
+                        os.mkdir(f"{self.root}/{topic.name}-{p}")
+                    except FileExistsError:  # a directory left behind; its files are found at first use
+                        pass
+                    topic.partitions.append(self._unopened(topic, p, cfg, now_ms, True, 0, empty=True))
             fsync_dir(self.root)  # every new partition directory, durable before its first append
         except OSError as exc:
             self._drop_partitions(topic, start, failed=len(topic.partitions))
@@ -265,10 +305,20 @@ class TopicRegistry:
 
     def close(self) -> None:
         """Flush and close every partition log (clean shutdown), then say so on disk when every
-        one closed and the log directory is online (storage/clean_shutdown.py)."""
+        one closed, the log directory is online and no log of a crashed run is still unverified
+        (storage/clean_shutdown.py), with the epoch each partition leads at next."""
+        unverified = 0
         for topic in self._by_name.values():
             for partition in topic.partitions:
+                unverified += partition.needs_recovery
                 partition.close()
-        if self.marks_clean_shutdown and not self.log_dir.offline:
-            mark_clean_shutdown(self.root)
+        if not self.marks_clean_shutdown or self.log_dir.offline:
+            return
+        if unverified:
+            log.warning("%d partition(s) of the crashed run were never opened: the next start verifies "
+                        "them (no clean-shutdown marker)", unverified)
+            return
+        write_next_epochs(self.root, {t.name: [p.next_leader_epoch for p in t.partitions]
+                                      for t in self._by_name.values() if not t.internal})
+        mark_clean_shutdown(self.root)
 

@@ -27,7 +27,7 @@ from kio.serial._introspect import (
 from .codec import response_class
 from .primitives import EPOCH, FLOAT64, INT8, INT16, INT32, INT64, UINT16, UINT32, ZERO_UUID, write_uvarint
 
-__all__ = ["Writer", "SplitFrame", "entity_writer", "encode_response"]
+__all__ = ["Writer", "EncodedArray", "SplitFrame", "entity_writer", "encode_response"]
 
 Writer = Callable[[bytearray, Any], None]
 
@@ -86,6 +86,11 @@ def _bytes_writer(flexible: bool, nullable: bool, is_string: bool) -> Writer:
         buf += data
 
     return write
+
+
+class EncodedArray(bytes):
+    """An array of entities already in wire form, count prefix included, written as it is in
+    place of a list of dicts (protocol/metadata_partitions.py)."""
 
 
 class _FrameBuffer(bytearray):
@@ -199,7 +204,7 @@ def entity_writer(cls: type) -> Writer:
     OffsetCommit, Fetch and Produce go through here)."""
     flexible: bool = cls.__flexible__
     env: dict[str, Any] = {"_to_int": _to_int, "write_uvarint": write_uvarint, "INT32": INT32,
-                           "bytearray": bytearray}
+                           "bytearray": bytearray, "EncodedArray": EncodedArray}
     lines = ["def write(buf, value):", "    get = value.get"]
     tagged: list[tuple[int, str, Writer]] = []
     for i, f in enumerate(dataclasses.fields(cls)):
@@ -220,7 +225,8 @@ def entity_writer(cls: type) -> Writer:
             env[f"w{i}"] = entity_writer(cls_info.type_)
             null = "buf.append(0)" if flexible else "buf += INT32.pack(-1)"
             size = "write_uvarint(buf, len(x) + 1)" if flexible else "buf += INT32.pack(len(x))"
-            lines += ["    if x is None:", f"        {null}", "    else:",
+            lines += ["    if x is None:", f"        {null}", "    elif x.__class__ is EncodedArray:",
+                      "        buf += x", "    else:",
                       f"        {size}", "        for item in x:", f"            w{i}(buf, item)"]
         else:  # strings, bytes, records, uuids, primitive arrays, nullable structs: a helper call
             env[f"f{i}"] = _field_writer(f, flexible, tagged=False)

@@ -56,6 +56,7 @@ from .cleaner_loop import CleanerLoop
 from .coordinator_runtime import ShardRuntime, ShardState
 from .fetch_polls import FetchPolls
 from .open_files import size_open_files
+from .log_opening import open_in_background
 from .futures import then
 from .consumer_group_api import ConsumerGroupApi
 from .group_api import GroupApi, RequestContext
@@ -392,6 +393,7 @@ class KafkaServer:
                                        f"{type(exc).__name__}: {exc}") from exc
         else:
             self._tasks.append(asyncio.create_task(self._load_coordinator()))
+            self._tasks.append(asyncio.create_task(open_in_background(self.broker.topics)))
         self._tasks.append(asyncio.create_task(self._every(
             self.config.get("log.retention.check.interval.ms"), self._retention)))
         if self.config.get("log.cleaner.enable"):

@@ -39,7 +39,7 @@ class CleanerLoop:
             topics = sorted(self.broker.topics, key=lambda t: t.name != OFFSETS_TOPIC)
             for topic in topics:
                 for index, plog in enumerate(list(topic.partitions)):
-                    if not plog.config.compacts or plog.closed or not plog.leader:
+                    if not plog.config.compacts or plog.closed or not plog.opened or not plog.leader:
                         continue  # cluster mode: only the leader cleans (and PostgreSQL follows it)
                     owner = self.runtimes[index] if topic.name == OFFSETS_TOPIC else None
                     try:

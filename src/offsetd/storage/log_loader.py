@@ -121,9 +121,10 @@ def load_log(pdir: Path, config: LogConfig, now_ms: int, clean: bool = False,
     if opened is not None:
         segments, producers = opened
     elif not bases:
+        # A directory without segments (new, or created by CreateTopics and first used now): its
+        # first segment's entries are fsynced by the log's first flush; until then it holds nothing.
         segments.append(Segment.create(pdir, 0, config))
-        if not fresh:  # a new directory is fsynced by the log's first flush: until then it holds nothing
-            _fsync_dir(pdir)
+        fresh = True
         producers = ProducerStateManager()
     else:
         last = len(bases) - 1

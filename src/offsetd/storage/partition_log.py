@@ -52,6 +52,9 @@ class PartitionLog(DeferredAppends):
 
     # The embedded engine's one broker leads every partition; cluster mode's log says otherwise.
     leader = True
+    # Its directory has been read (storage/unopened_log.py's UnopenedLog says False until then).
+    opened = True
+    needs_recovery = False  # an opened log was verified as it opened
 
     def __init__(
         self,
@@ -133,12 +136,13 @@ class PartitionLog(DeferredAppends):
 
     # ----------------------------------------------------------------- leader epochs
 
-    def lead_next_epoch(self) -> int:
+    def lead_next_epoch(self, at_least: int = 0) -> int:
         """The embedded engine's leadership at open: the epoch after the newest one that wrote to
         this log (even if a crash took what it wrote, so a consumer that read it sees the
-        divergence), starting at the log end. Nothing is written until an append happens in it, so
-        a start without appends leads at the same epoch next time (the log is the same)."""
-        self.leader_epoch = max(self.epochs.latest_epoch, self._newest_saved_epoch) + 1
+        divergence), starting at the log end, and never below `at_least` (the epoch Metadata
+        already announced for a log opened on first use). Nothing is written until an append
+        happens in it, so a start without appends leads at the same epoch next time."""
+        self.leader_epoch = max(self.epochs.latest_epoch + 1, self._newest_saved_epoch + 1, at_least)
         self._epochs_unsaved |= self.epochs.assign(self.leader_epoch, self.log_end_offset)
         return self.leader_epoch
 
@@ -151,8 +155,17 @@ class PartitionLog(DeferredAppends):
         self.leader_epoch = leader_epoch
         self._epochs_unsaved = True
 
+    @property
+    def next_leader_epoch(self) -> int:
+        """The epoch the next start leads this log at (lead_next_epoch): the one after the newest
+        saved, or the current one when nothing was appended in it (the clean shutdown's record,
+        storage/log_dir_epochs.py)."""
+        return max(self._newest_saved_epoch + 1, self.leader_epoch)
+
     def _save_epochs(self) -> None:
         self._epochs_unsaved = not write_epoch_checkpoint(self.dir, self.epochs)
+        if not self._epochs_unsaved:
+            self._newest_saved_epoch = max(self._newest_saved_epoch, self.epochs.latest_epoch)
 
     def _advance_recovery_point(self) -> None:
         """Persist the recovery point (oldest unsynced sealed segment, else the active one). No

@@ -51,10 +51,10 @@ def _topic_id(bootstrap: str, topic: str) -> uuid.UUID:
 
 
 def _share_coordinator(bootstrap: str, key: str) -> int | None:
-    """FindCoordinator v4 key type 2 (share): the owner of the key's `__share_group_state`
+    """FindCoordinator v6 key type 2 (share): the owner of the key's `__share_group_state`
     partition, None while the topic or its owner is not there yet."""
     with RawClient(bootstrap) as client:
-        answer = client.call(FIND_COORDINATOR, 4, build(load_request_schema(FIND_COORDINATOR, 4),
+        answer = client.call(FIND_COORDINATOR, 6, build(load_request_schema(FIND_COORDINATOR, 6),
                                                          {"key_type": 2, "coordinator_keys": [key]}))
     entry = answer.coordinators[0]
     return entry.node_id if entry.error_code == 0 else None

@@ -212,7 +212,7 @@ class KafkaServer:
         self.group_api.txn_verifier = self.txn_api.verify_offsets
         # KIP-932 share groups: membership, the leaders' side and the share coordinator
         self.shares = ShareServer(self.broker, config, clock, self.group_api, self.consumer_group_api,
-                                  local=self.txn_api.local)
+                                  local=self.txn_api.local, group_commit=self.group_commit)
         if self.txn_api.local:
             self.txn_api.open_existing()
         self.broker.on_topic_deleted = self._offsets_of_deleted_topic

@@ -21,6 +21,7 @@ from ..records.offsets import partition_for
 from .consumer_group_api import ConsumerGroupApi
 from .coordinator_settings import share_group_config
 from .group_api import GroupApi
+from .group_commit import GroupCommit
 from .peer_client import PeerClient
 from .share_fetch_api import ShareFetchApi
 from .share_group_api import ShareGroupApi
@@ -38,11 +39,12 @@ class ShareServer:
     """The share-group APIs of this broker and what they share."""
 
     def __init__(self, broker: Broker, config: BrokerConfig, clock: Callable[[], int], group_api: GroupApi,
-                 consumer_group_api: ConsumerGroupApi, *, local: bool) -> None:
+                 consumer_group_api: ConsumerGroupApi, *, local: bool, group_commit: GroupCommit | None = None) -> None:
         self.broker = broker
         self.coordinator = ShareStatePersister(
             broker, config, clock, num_partitions=config.get("share.coordinator.state.topic.num.partitions"),
-            snapshot_update_records=config.get("share.coordinator.snapshot.update.records.per.snapshot"), local=local)
+            snapshot_update_records=config.get("share.coordinator.snapshot.update.records.per.snapshot"), local=local,
+            group_commit=group_commit)
         # a dead owner's partitions are claimed after its lease: callers retry at least twice that long
         self.persister = SharePersister(broker, self.coordinator, config.get("node.id"), deadline_s=max(
             RETRY_DEADLINE_S, 2 * config.get("broker.session.timeout.ms") / 1000))

@@ -22,7 +22,8 @@ from ..records.batch import build_batch, decode_records, iter_batches
 from ..records.offsets import partition_for
 from ..records.share_state_records import StateBatch
 from ..share.shard import Record, ShareCoordinatorShard, SharePartitionKey, SharePartitionState
-from .coordinator_runtime import ShardState
+from .coordinator_runtime import ShardState, durable_append
+from .group_commit import GroupCommit
 
 log = logging.getLogger("offsetd.share")
 
@@ -52,10 +53,11 @@ class ShareStateRuntime:
     unload is not replayed (the next owner loads it from the log)."""
 
     def __init__(self, shard: ShareCoordinatorShard, plog: Any, fsync: bool, clock: Callable[[], int],
-                 owned: bool = True) -> None:
+                 owned: bool = True, group_commit: GroupCommit | None = None) -> None:
         self.shard = shard
         self.plog = plog
         self.fsync = fsync
+        self.group_commit = group_commit  # the fsyncs off the loop, with the other coordinators
         self.clock = clock
         self.state = ShardState.ACTIVE if owned else ShardState.UNLOADED
         self.generation = 0
@@ -140,7 +142,8 @@ class ShareStateRuntime:
             generation = self.generation
             now = self.clock()
             try:
-                appended = self.plog.append(build_batch([(k, v, now, []) for k, v in records]), now, sync=self.fsync)
+                appended = durable_append(self.plog, build_batch([(k, v, now, []) for k, v in records]), now,
+                                          self.fsync, self.group_commit)
                 if isawaitable(appended):
                     await appended
             except Exception as exc:
@@ -161,8 +164,10 @@ class ShareStatePersister:
     runtimes arrive with the topic (add_runtimes) and serve once loaded."""
 
     def __init__(self, broker: Broker, config: BrokerConfig, clock: Callable[[], int], *,
-                 num_partitions: int = 50, snapshot_update_records: int = 500, local: bool = True) -> None:
+                 num_partitions: int = 50, snapshot_update_records: int = 500, local: bool = True,
+                 group_commit: GroupCommit | None = None) -> None:
         self.broker = broker
+        self.group_commit = group_commit
         self.clock = clock
         self.fsync = config.get("offsets.topic.fsync.enable")
         self.num_partitions = num_partitions
@@ -184,7 +189,7 @@ class ShareStatePersister:
         """One runtime per partition of `topic` (cluster mode: unowned until claimed)."""
         for index, plog in enumerate(topic.partitions):
             shard = ShareCoordinatorShard(index, self.snapshot_update_records)
-            self.runtimes.append(ShareStateRuntime(shard, plog, self.fsync, self.clock, owned))
+            self.runtimes.append(ShareStateRuntime(shard, plog, self.fsync, self.clock, owned, self.group_commit))
 
     def ready(self) -> bool:
         """Whether `__share_group_state` exists: on one node it is created now; in cluster mode

@@ -317,6 +317,38 @@ def test_three_brokers_with_sasl_listeners(pg_dsn, cluster_factory) -> None:
     # a transaction over partitions led by every broker: its coordinator reaches the other leaders
     # (WriteTxnMarkers) with SASL PLAIN as the JAAS username, as Kafka brokers do
     _transaction_across_brokers(cluster.bootstrap, "sasl-txn", conf)
+    # a share group over the same spread: the leaders read and write share state at its owners
+    # (share state APIs 83-87 between brokers), logged in the same way
+    _share_group_across_brokers(cluster.bootstrap, "sasl-share", conf)
+
+
+def _share_group_across_brokers(bootstrap: str, topic: str, conf: dict) -> None:
+    """A ShareConsumer reads every record of 6 partitions led by several brokers, accepting each."""
+    from confluent_kafka import ShareConsumer
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    create_topic_with(bootstrap, topic, 6, conf)
+    admin = AdminClient({"bootstrap.servers": bootstrap, **conf})
+    resource = ConfigResource(ResourceType.GROUP, f"{topic}-q", incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(15)
+    producer = Producer({"bootstrap.servers": bootstrap, **conf})
+    for i in range(30):
+        producer.produce(topic, f"s{i}".encode(), partition=i % 6)
+    assert producer.flush(15) == 0
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-q", **conf})
+    consumer.subscribe([topic])
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 45
+    try:
+        while len(seen) < 30:
+            assert time.monotonic() < deadline, f"{len(seen)} of 30 records read"
+            for msg in consumer.poll(0.5):
+                assert msg.error() is None, msg.error()
+                seen.append(msg.value())
+    finally:
+        consumer.close()
+    assert sorted(seen) == sorted(f"s{i}".encode() for i in range(30))
 
 
 def _transaction_across_brokers(bootstrap: str, topic: str, conf: dict) -> None:

@@ -398,7 +398,7 @@ def _fields(cls: type, *skip: str) -> tuple[str, attrgetter]:  # type: ignore[ty
 
 
 _PARTITION = _fields(PartitionLag)
-_GROUP = _fields(GroupLag, "partitions", "member_list")
+_GROUP = _fields(GroupLag, "partitions", "member_list", "revision")
 _MEMBER = _fields(GroupMember)
 _ENDS = _fields(TopicPartitionEnds)
 

@@ -87,7 +87,7 @@ class _GroupText:
     newline), the label prefixes of its partitions, and the prefixes of its clock-bound lines."""
 
     revision: int | None
-    chunks: tuple[str, ...]                      # aligned with _STATIC
+    chunks: tuple[bytes, ...]                    # aligned with _STATIC
     labels: dict[_LabelKey, tuple[str, ...]]
     seconds: list[tuple[int, str]]               # (index in partitions, kafka_consumergroup_group_lag_seconds prefix)
     max_seconds: tuple[str, str]                 # the group's two max-lag-seconds line prefixes
@@ -172,7 +172,7 @@ def _group_text(group: GroupLag, cluster: str, previous: _GroupText | None) -> _
             for topic, total in lag_sums.items()],
         "offsetd_consumergroup_state": [f'offsetd_consumergroup_state{{consumergroup="{name}",state="{group.state}"}} 1'],
     }
-    chunks = tuple("\n".join(lines[family]) + "\n" if lines[family] else "" for family in _STATIC)
+    chunks = tuple(("\n".join(lines[family]) + "\n").encode() if lines[family] else b"" for family in _STATIC)
     return _GroupText(group.revision, chunks, labels, seconds,
                       (f'kafka_consumergroup_group_max_lag_seconds{{{by_cluster},is_simple_consumer="{simple}"}} ',
                        f'offsetd_consumergroup_max_lag_seconds{{consumergroup="{name}"}} '),
@@ -190,7 +190,7 @@ def render_lag(snapshot: LagSnapshot, out: list[bytes], slicer: Slicer | None = 
     previous = _texts if _texts_cluster == cluster else {}
     texts: dict[str, _GroupText] = {}
     now = snapshot.taken_at_ms
-    chunks: list[list[str]] = [[] for _ in _STATIC]
+    order: list[_GroupText] = []
     expire: list[str] = []
     max_seconds: list[str] = []
     max_seconds_offsetd: list[str] = []
@@ -201,8 +201,7 @@ def render_lag(snapshot: LagSnapshot, out: list[bytes], slicer: Slicer | None = 
         if text is None or group.revision is None or text.revision != group.revision:
             text = _group_text(group, cluster, text)
         texts[group.group] = text
-        for kept, chunk in zip(chunks, text.chunks):
-            kept.append(chunk)
+        order.append(text)
         if group.earliest_expiry_ms is not None:
             expire.append(f"{text.expire}{max(0, group.earliest_expiry_ms - now) / 1000}")
         max_ms = -1
@@ -246,15 +245,15 @@ def render_lag(snapshot: LagSnapshot, out: list[bytes], slicer: Slicer | None = 
         add("kafka_partition_earliest_offset", long, tp.log_start)
     for topic, count in partitions.items():
         add("kafka_topic_partitions", f'topic="{topic}"', count)
-    static = dict(zip(_STATIC, chunks))
+    static = dict(zip(_STATIC, zip(*(text.chunks for text in order)))) if order else {}
     for name, help_text in FAMILIES.items():
         head = f"# HELP {name} {help_text}\n# TYPE {name} gauge\n"
-        if name in static:
-            text = head + "".join(static[name])
+        if name in _STATIC:  # the groups' kept lines as they are: the page is joined once, by the caller
+            out.append(head.encode())
+            out.extend(static.get(name, ()))
         else:
             samples = lines[name]
             samples.append("")  # the family's last line ends with a newline too
-            text = head + "\n".join(samples)
-        out.append(text.encode())
+            out.append((head + "\n".join(samples)).encode())
         if slicer.due():
             yield

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+import re
 import uuid
 from types import SimpleNamespace
 from typing import Any
@@ -21,7 +22,7 @@ from offsetd.lag.compute import LogBounds
 from offsetd.lag.model import LagSnapshot
 from offsetd.metrics import lag_exporter
 from offsetd.metrics.lag_view import BrokerLagSource
-from offsetd.metrics.snapshot import run
+from offsetd.metrics.snapshot import EARLIEST_EXPIRY, Snapshot, run, take_snapshot
 from offsetd.records.consumer_protocol import encode_consumer_assignment
 from offsetd.records.offset_commit_value import OffsetCommitValue
 from offsetd.records.offsets import encode_key, encode_value
@@ -222,3 +223,22 @@ def test_an_unchanged_group_keeps_its_row_and_revision():
     third = look(scenario.kept)
     changed = [g.group for g in third.groups if g.revision != {x.group: x for x in second.groups}[g.group].revision]
     assert changed == ["g0"]
+
+
+def test_the_group_filter_keeps_a_look_and_the_expiry_series_to_the_groups_it_matches():
+    """metrics.group.filter: the look holds the matching groups only (share groups too), and the
+    coordinator's per-group expiry series is read for those only; the group counts stay whole."""
+    scenario = Scenario(2)
+    source = scenario.fresh()
+    source.group_filter = re.compile("g[0-3]|sg")
+    assert [g.group for g in look(source).groups] == ["g0", "g1", "g2", "g3", "sg"]
+    runtimes = [SimpleNamespace(shard=scenario.h.shard, state=SimpleNamespace(value="active"), load_time_ms=0,
+                                records_loaded=0, plog=SimpleNamespace(log_dir=SimpleNamespace(
+                                    path="/data", offline=False, failed_writes=0)))]
+    everything, filtered = Snapshot(), Snapshot()
+    run(take_snapshot(runtimes, everything))
+    run(take_snapshot(runtimes, filtered, wanted=re.compile("g[0-3]").fullmatch))
+    assert everything.num_groups() == filtered.num_groups()
+    assert {r[0] for r in filtered.groups() if r[EARLIEST_EXPIRY] is not None} == {
+        r[0] for r in everything.groups() if r[EARLIEST_EXPIRY] is not None and r[0] in ("g0", "g1", "g2", "g3")}
+    assert {r[0] for r in everything.groups() if r[EARLIEST_EXPIRY] is not None} - {"g0", "g1", "g2", "g3"}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -71,15 +72,17 @@ class BrokerLagSource:
     """LagSource over this broker's coordinator shards (the groups it coordinates) and LogEnds;
     share groups' partitions from `share_states` (group id -> {(group, topic id, partition): the
     share coordinator's state}, server/share_state.ShareStatePersister.states_of).
-    `group_filter` (a compiled regular expression, Kafka exporters' group filter) keeps a look to
-    the groups whose id it matches in full; None: every group."""
+    `group_filter` (`metrics.group.filter`) keeps a look to the groups whose whole id it matches;
+    None: every group."""
 
     def __init__(self, runtimes: Sequence[Any], logs: Any, clock: Callable[[], int],
-                 share_states: Callable[[str], dict[Any, Any]] | None = None) -> None:
+                 share_states: Callable[[str], dict[Any, Any]] | None = None,
+                 group_filter: re.Pattern[str] | None = None) -> None:
         self.runtimes = runtimes  # server.coordinator_runtime.ShardRuntime, one per offsets partition
         self.logs = logs
         self.clock = clock
         self.share_states = share_states
+        self.group_filter = group_filter
         self._kept: dict[str, _Kept] = {}  # group id -> its row as the last look left it
         self._bounds: dict[tuple[str, int], LogBounds | None] = {}  # what the last look read
         self.snapshot = SharedLook(self._take)  # a fresh look (one in progress when asked is shared)
@@ -94,20 +97,23 @@ class BrokerLagSource:
         snapshot = LagSnapshot(taken_at_ms=self.clock(), cluster=getattr(self.logs.topics, "cluster_id", "") or "")
         slicer = Slicer()
         look = _Look(self.logs, self._kept, self._bounds, snapshot.taken_at_ms)
+        wanted = self.group_filter.fullmatch if self.group_filter is not None else None
         for runtime in self.runtimes:
             if runtime.state.value != "active":
                 continue  # loading: a partial replay; failed or not owned here: not ours to show
             shard = runtime.shard
             look.in_flight(shard)
             for group_id in shard.group_ids():
-                group = look.group(shard, group_id)
-                if group is not None:
-                    snapshot.groups.append(group)
+                if wanted is None or wanted(group_id):
+                    group = look.group(shard, group_id)
+                    if group is not None:
+                        snapshot.groups.append(group)
                 if slicer.due():
                     await asyncio.sleep(0)
             if self.share_states is not None:
                 for share in shard.share.groups.values():
-                    snapshot.groups.append(look.share_group(share, self.share_states(share.group_id)))
+                    if wanted is None or wanted(share.group_id):
+                        snapshot.groups.append(look.share_group(share, self.share_states(share.group_id)))
         await look.time_lags(slicer)
         self._kept, self._bounds = look.kept, look.bounds  # groups no longer there are dropped
         snapshot.groups.sort(key=_group_id)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Protocol, Sequence
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from ..coordinator.group import GroupState
 from ..coordinator.shard import GroupCoordinatorShard
@@ -118,8 +118,11 @@ def earliest_expiry(shard: GroupCoordinatorShard, group_id: str) -> int | None:
     return min((at for at in shard.expiry_times(group_id).values() if at is not None), default=None)
 
 
-def take_snapshot(runtimes: Sequence[Runtime], out: Snapshot, slicer: Slicer | None = None) -> Iterator[None]:
+def take_snapshot(runtimes: Sequence[Runtime], out: Snapshot, slicer: Slicer | None = None,
+                  wanted: Callable[[str], Any] | None = None) -> Iterator[None]:
     """Cooperative generator filling `out` from the shards; yields when a time slice is used up.
+    With `wanted`, only the groups it accepts get their earliest expiry read (the costly part:
+    every offset decoded), the others are rows without one (`metrics.group.filter`).
 
     Each shard's group ids are copied first, so groups added while the read is paused are left
     for the next read and groups removed meanwhile are skipped."""
@@ -147,7 +150,8 @@ def take_snapshot(runtimes: Sequence[Runtime], out: Snapshot, slicer: Slicer | N
                 continue
             stored = offsets.get(group_id)
             row.groups.append((group_id, *overview, len(stored) if stored else 0,
-                               earliest_expiry(shard, group_id) if stored else None))
+                               earliest_expiry(shard, group_id) if stored and (wanted is None or wanted(group_id))
+                               else None))
             if slicer.due():
                 yield
         row.groups.sort()  # by group id (unique within a shard)

@@ -2,7 +2,7 @@
 (GROUPSxTOPICSxPARTITIONS committed offsets, default 1,000,000 x 1 x 10, built once and cached as
 `bench/run.py --workloads offsets-load` builds it), its metrics listener on and
 `metrics.group.filter` choosing some groups, records produced to the data set's topics so those
-groups lag. It times /metrics scrapes and one ListGroups while a probe sends ApiVersions every
+groups lag. It times /metrics scrapes and one ListGroups while a probe sends FindCoordinator every
 5 ms: the slowest probe answer while a scrape runs is how long the event loop stalled.
 
     .venv/bin/python bench/lag_scale.py [--load-shape 1000000x1x10] [--filter REGEX] [--scrapes 5]
@@ -57,19 +57,20 @@ class ScrapedBroker(OffsetdBroker):
 
 
 class Probe(threading.Thread):
-    """ApiVersions every PROBE_INTERVAL_S on its own connection: (sent at, seconds to the answer)."""
+    """FindCoordinator (v4, a flexible version: what raw_client decodes) every PROBE_INTERVAL_S on
+    its own connection: (sent at, seconds to the answer)."""
 
     def __init__(self, bootstrap: str) -> None:
         super().__init__(daemon=True)
         self.conn = RawConnection(bootstrap, timeout=600)
-        self.body = load_request_schema(18, 0)()
+        self.body = load_request_schema(10, 4)(key_type=0, coordinator_keys=("probe",))
         self.samples: list[tuple[float, float]] = []
         self.stopping = threading.Event()
 
     def run(self) -> None:
         while not self.stopping.is_set():
             sent = time.monotonic()
-            self.conn.call(18, 0, self.body)
+            self.conn.call(10, 4, self.body)
             self.samples.append((sent, time.monotonic() - sent))
             time.sleep(PROBE_INTERVAL_S)
 
@@ -137,7 +138,7 @@ def main() -> int:
         probe.start()
         time.sleep(2)
         idle = probe.worst(0, time.monotonic())
-        print(f"  probe (ApiVersions) idle: max {idle[0]:.1f} ms, p99 {idle[1]:.1f} ms")
+        print(f"  probe (FindCoordinator) idle: max {idle[0]:.1f} ms, p99 {idle[1]:.1f} ms")
         walls = []
         for i in range(args.scrapes):
             start = time.monotonic()

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from coordinator_helpers import Harness, form_group, stabilize
-from offsetd.coordinator.consumer_group_ops import TopicsImage
+from offsetd.coordinator.consumer_group_ops import ConsumerGroupHeartbeatRequest, TopicsImage
 from offsetd.coordinator.share_group_ops import ShareGroupHeartbeatRequest
 from offsetd.lag.compute import LogBounds
 from offsetd.lag.model import LagSnapshot
 from offsetd.metrics import lag_exporter
 from offsetd.metrics.lag_view import BrokerLagSource
-from offsetd.metrics.snapshot import EARLIEST_EXPIRY, Snapshot, run, take_snapshot
+from offsetd.metrics.snapshot import EARLIEST_EXPIRY, Snapshot, run, state_counts, take_snapshot
 from offsetd.records.consumer_protocol import encode_consumer_assignment
 from offsetd.records.offset_commit_value import OffsetCommitValue
 from offsetd.records.offsets import encode_key, encode_value
@@ -242,3 +242,21 @@ def test_the_group_filter_keeps_a_look_and_the_expiry_series_to_the_groups_it_ma
     assert {r[0] for r in filtered.groups() if r[EARLIEST_EXPIRY] is not None} == {
         r[0] for r in everything.groups() if r[EARLIEST_EXPIRY] is not None and r[0] in ("g0", "g1", "g2", "g3")}
     assert {r[0] for r in everything.groups() if r[EARLIEST_EXPIRY] is not None} - {"g0", "g1", "g2", "g3"}
+
+
+def test_state_counts_count_as_the_group_rows_do():
+    """snapshot.state_counts (the filtered /metrics' NumGroups, at C speed) equals counting each
+    group's group_overview, with classic, consumer and share groups on one shard."""
+    scenario = Scenario(3)
+    h = scenario.h
+    h.run(h.shard.consumer_group_heartbeat("t", ConsumerGroupHeartbeatRequest(
+        "kip848", "m1", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("t0",), topic_partitions=()),
+        1, h.now, TopicsImage({"t0": (TOPIC_IDS["t0"], 3)}, 1)))
+    h.commit("kip848", [("t0", 1, 5, -1, "")], member_id="m1", generation=1)
+    h.leave("cg", [(scenario.members[-1], "static-1" if scenario.members[-1].startswith("static") else None)])
+    by_rows: dict[str, int] = {}
+    for group_id in h.shard.group_ids():
+        state = h.shard.group_overview(group_id)[0]
+        by_rows[state] = by_rows.get(state, 0) + 1
+    assert state_counts(h.shard) == by_rows
+    assert set(by_rows) >= {"Empty", "Stable", "PreparingRebalance"}

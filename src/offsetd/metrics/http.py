@@ -385,6 +385,7 @@ class MetricsHttpServer:
         if caller is not None:
             for shard in snapshot.shards:
                 shard.groups = [r for r in shard.groups if self.guard.may_describe_group(caller, r[0])]
+                shard.counts = None  # the caller's counts: of the groups it may describe (and the filter wants)
         await pace(render(snapshot, out))
         if self.lag is not None:
             lag = await self.lag.snapshot()

@@ -103,11 +103,10 @@ class BrokerLagSource:
                 continue  # loading: a partial replay; failed or not owned here: not ours to show
             shard = runtime.shard
             look.in_flight(shard)
-            for group_id in shard.group_ids():
-                if wanted is None or wanted(group_id):
-                    group = look.group(shard, group_id)
-                    if group is not None:
-                        snapshot.groups.append(group)
+            for group_id in shard.group_ids() if wanted is None else filter(wanted, shard.group_ids()):
+                group = look.group(shard, group_id)
+                if group is not None:
+                    snapshot.groups.append(group)
                 if slicer.due():
                     await asyncio.sleep(0)
             if self.share_states is not None:

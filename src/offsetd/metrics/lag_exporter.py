@@ -79,6 +79,7 @@ _STATIC = ("kafka_consumergroup_current_offset", "kafka_consumergroup_current_of
            "kafka_consumergroup_group_lag", "kafka_consumergroup_group_max_lag", "kafka_consumergroup_group_sum_lag",
            "kafka_consumergroup_group_topic_sum_lag", "offsetd_consumergroup_state")
 _LabelKey = tuple[str, int, "str | None", "str | None", "str | None"]  # topic, partition, host, consumer id, client id
+_SECONDS_CHUNK = 5000  # time-lag lines formatted between two looks at the clock
 
 
 @dataclass(slots=True, eq=False)
@@ -219,9 +220,14 @@ def render_lag(snapshot: LagSnapshot, out: list[bytes], slicer: Slicer | None = 
         if slicer.due():
             yield
     _texts, _texts_cluster = texts, cluster
+    seconds: list[str] = []
+    for start in range(0, len(time_rows), _SECONDS_CHUNK):  # float formatting: ~0.3 us a line
+        seconds += map(add_strings, time_rows[start:start + _SECONDS_CHUNK],
+                       map(str, map(truediv, times_ms[start:start + _SECONDS_CHUNK], repeat(1000))))
+        if slicer.due():
+            yield
     lines: dict[str, list[str]] = {
-        "kafka_consumergroup_group_lag_seconds": list(map(add_strings, time_rows,
-                                                          map(str, map(truediv, times_ms, repeat(1000))))),
+        "kafka_consumergroup_group_lag_seconds": seconds,
         "kafka_consumergroup_group_max_lag_seconds": max_seconds,
         "offsetd_consumergroup_max_lag_seconds": max_seconds_offsetd,
         "offsetd_consumergroup_offsets_expire_seconds": expire}
@@ -243,6 +249,8 @@ def render_lag(snapshot: LagSnapshot, out: list[bytes], slicer: Slicer | None = 
         add("kafka_topic_partition_oldest_offset", short, tp.log_start)
         add("kafka_partition_latest_offset", long, tp.log_end)
         add("kafka_partition_earliest_offset", long, tp.log_start)
+        if slicer.due():
+            yield
     for topic, count in partitions.items():
         add("kafka_topic_partitions", f'topic="{topic}"', count)
     static = dict(zip(_STATIC, zip(*(text.chunks for text in order)))) if order else {}

@@ -250,17 +250,13 @@ class _Look:
         return row
 
     def retimed(self, kept: _Kept) -> GroupLag:
-        """A kept row with its time lags as of this look (a new row: rows handed out stay as they were)."""
-        old = kept.row
-        now = self.now
-        partitions = list(old.partitions)
+        """A kept row with its time lags as of this look, updated in place (new rows would be
+        tens of thousands of objects per look for the collector to walk afterwards: a reader
+        keeping a row across looks copies the time lags it needs)."""
+        partitions, now = kept.row.partitions, self.now
         for index, stamp in kept.timed:
-            p = partitions[index]
-            partitions[index] = PartitionLag(p.topic, p.partition, p.committed, p.log_start, p.log_end, p.lag,
-                                             None if stamp < 0 else max(0, now - stamp), p.commit_timestamp_ms,
-                                             p.expires_at_ms, p.consumer_id, p.client_id, p.host)
-        return GroupLag(old.group, old.state, old.protocol_type, old.members, partitions, old.earliest_expiry_ms,
-                        old.retention_ms, old.coordinator, old.member_list, old.revision)
+            partitions[index].time_lag_ms = None if stamp < 0 else max(0, now - stamp)
+        return kept.row
 
     def share_group(self, group: Any, states: dict[Any, Any]) -> GroupLag:
         """A KIP-932 share group: per share-partition its start offset (SPSO) as the committed

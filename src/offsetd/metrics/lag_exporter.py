@@ -78,7 +78,6 @@ _STATIC = ("kafka_consumergroup_current_offset", "kafka_consumergroup_current_of
            "kafka_consumergroup_lag_sum", "kafka_consumergroup_members", "kafka_consumergroup_group_offset",
            "kafka_consumergroup_group_lag", "kafka_consumergroup_group_max_lag", "kafka_consumergroup_group_sum_lag",
            "kafka_consumergroup_group_topic_sum_lag", "offsetd_consumergroup_state")
-_LabelKey = tuple[str, int, "str | None", "str | None", "str | None"]  # topic, partition, host, consumer id, client id
 _SECONDS_CHUNK = 5000  # time-lag lines formatted between two looks at the clock
 
 
@@ -89,8 +88,9 @@ class _GroupText:
 
     revision: int | None
     chunks: tuple[bytes, ...]                    # aligned with _STATIC
-    labels: dict[_LabelKey, tuple[str, ...]]
-    seconds: list[tuple[int, str]]               # (index in partitions, kafka_consumergroup_group_lag_seconds prefix)
+    labels: dict[str, tuple[str, ...]]           # by "topic\0partition\0host\0consumer\0client" (a string: untracked)
+    seconds_at: tuple[int, ...]                  # indexes in partitions of the rows with a commit ...
+    seconds: tuple[str, ...]                     # ... and their kafka_consumergroup_group_lag_seconds prefixes
     max_seconds: tuple[str, str]                 # the group's two max-lag-seconds line prefixes
     expire: str                                  # its offsets_expire_seconds line prefix
 
@@ -124,8 +124,9 @@ def _group_text(group: GroupLag, cluster: str, previous: _GroupText | None) -> _
     name = _escape(group.group)
     simple = "true" if not group.protocol_type else "false"
     old_labels = previous.labels if previous is not None else {}
-    labels: dict[_LabelKey, tuple[str, ...]] = {}
-    seconds: list[tuple[int, str]] = []
+    labels: dict[str, tuple[str, ...]] = {}
+    seconds_at: list[int] = []
+    seconds: list[str] = []
     offsets: list[str] = []
     group_offsets: list[str] = []
     lags: list[str] = []
@@ -136,7 +137,7 @@ def _group_text(group: GroupLag, cluster: str, previous: _GroupText | None) -> _
     for index, p in enumerate(group.partitions):
         if p.committed is None:
             continue
-        key = (p.topic, p.partition, p.host, p.consumer_id, p.client_id)
+        key = f"{p.topic}\0{p.partition}\0{p.host or ''}\0{p.consumer_id or ''}\0{p.client_id or ''}"
         prefixes = old_labels.get(key) or _prefixes(name, _escape(p.topic), p.partition, cluster, p)
         labels[key] = prefixes
         committed = str(p.committed)
@@ -149,7 +150,8 @@ def _group_text(group: GroupLag, cluster: str, previous: _GroupText | None) -> _
             group_lags.append(prefixes[3] + lag)
             lag_sums[p.topic] = lag_sums.get(p.topic, 0) + p.lag
             max_lag = max(max_lag, p.lag)
-        seconds.append((index, prefixes[4]))
+        seconds_at.append(index)
+        seconds.append(prefixes[4])
     by_cluster = f'cluster_name="{cluster}",group="{name}"'
     lines: dict[str, list[str]] = {
         "kafka_consumergroup_current_offset": offsets,
@@ -174,7 +176,7 @@ def _group_text(group: GroupLag, cluster: str, previous: _GroupText | None) -> _
         "offsetd_consumergroup_state": [f'offsetd_consumergroup_state{{consumergroup="{name}",state="{group.state}"}} 1'],
     }
     chunks = tuple(("\n".join(lines[family]) + "\n").encode() if lines[family] else b"" for family in _STATIC)
-    return _GroupText(group.revision, chunks, labels, seconds,
+    return _GroupText(group.revision, chunks, labels, tuple(seconds_at), tuple(seconds),
                       (f'kafka_consumergroup_group_max_lag_seconds{{{by_cluster},is_simple_consumer="{simple}"}} ',
                        f'offsetd_consumergroup_max_lag_seconds{{consumergroup="{name}"}} '),
                       f'offsetd_consumergroup_offsets_expire_seconds{{consumergroup="{name}"}} ')
@@ -207,7 +209,7 @@ def render_lag(snapshot: LagSnapshot, out: list[bytes], slicer: Slicer | None = 
             expire.append(f"{text.expire}{max(0, group.earliest_expiry_ms - now) / 1000}")
         max_ms = -1
         partitions = group.partitions
-        for index, prefix in text.seconds:
+        for index, prefix in zip(text.seconds_at, text.seconds):
             ms = partitions[index].time_lag_ms
             if ms is not None:
                 time_rows.append(prefix)

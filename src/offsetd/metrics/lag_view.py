@@ -132,15 +132,17 @@ class _Kept:
     group the row reads (state, members and assignments, retention, the expiry rule's inputs),
     and the data partitions whose bounds it read. A later look that finds all of these equal
     and none of those bounds changed reuses the row, recomputing only the time lags (`timed`:
-    index in row.partitions and the record timestamp, < 0 for a record without one)."""
+    index in row.partitions, then the record timestamp, < 0 for a record without one, flat).
+    Tuples, not lists, wherever they can be: the collector stops tracking tuples of atoms, and
+    a kept look is tens of thousands of objects."""
 
-    keys: list[bytes]
-    values: list[bytes]
+    keys: tuple[bytes, ...]
+    values: tuple[bytes, ...]
     signature: tuple[Any, ...]
-    decoded: list[tuple[tuple[str, int], OffsetCommitValue]]  # aligned with keys
-    tps: frozenset[tuple[str, int]]
+    tps: tuple[tuple[str, int], ...]           # aligned with keys
+    decoded: tuple[OffsetCommitValue, ...]     # aligned with keys
     row: GroupLag
-    timed: list[tuple[int, int]] = field(default_factory=list)
+    timed: list[int] = field(default_factory=list)
     settled: bool = True  # False: an input not in the above may change (in-flight keys, unread timestamps)
 
 
@@ -196,8 +198,8 @@ class _Look:
                                for m in group.members.values()))
             roster = None
         stored = shard.offsets.get(group_id)
-        keys = list(stored) if stored else []
-        values = list(stored.values()) if stored else []
+        keys = tuple(stored) if stored else ()
+        values = tuple(stored.values()) if stored else ()
         kept = self.previous.get(group_id)
         busy = bool(self.busy) and not self.busy.isdisjoint(keys)
         if (kept is not None and kept.settled and not busy and kept.signature == signature and kept.keys == keys
@@ -212,8 +214,8 @@ class _Look:
         return self.compute(shard, group_id, signature, roster, retention, keys, values, kept, not busy)
 
     def compute(self, shard: Any, group_id: str, signature: tuple[Any, ...], roster: Any, retention: int,
-                keys: list[bytes], values: list[bytes], previous: _Kept | None, settled: bool) -> GroupLag:
-        """A group's row from its stored offsets (decoded values of the last look reused)."""
+                keys: tuple[bytes, ...], values: tuple[bytes, ...], previous: _Kept | None, settled: bool) -> GroupLag:
+        """A group's row from its stored offsets (what the last look decoded reused)."""
         state, protocol_type = signature[1], ("consumer" if signature[0] == "consumer" else signature[2])
         owners: dict[tuple[str, int], Any] = {}
         members = []
@@ -224,22 +226,24 @@ class _Look:
                 owners[tp] = member
         row = GroupLag(group_id, state, protocol_type, len(members), retention_ms=retention, member_list=members,
                        revision=next(_revisions))
-        known: dict[bytes, tuple[bytes, tuple[tuple[str, int], OffsetCommitValue]]] = (
-            {} if previous is None else dict(zip(previous.keys, zip(previous.values, previous.decoded))))
-        decoded = []
+        known = {} if previous is None else {key: i for i, key in enumerate(previous.keys)}
+        tps: list[tuple[str, int]] = []
+        decoded: list[OffsetCommitValue] = []
         for key, raw in zip(keys, values):
-            was = known.get(key)
-            if was is not None and was[0] == raw:
-                decoded.append(was[1])
-            else:
+            i = known.get(key)
+            if i is None:
                 k = decode_key(key)
-                decoded.append(((k.topic, k.partition), decode_offset_commit_value(raw)))  # type: ignore[union-attr]
-        kept = self.kept[group_id] = _Kept(keys, values, signature, decoded, frozenset(tp for tp, _ in decoded), row,
-                                           settled=settled)
+                tps.append((k.topic, k.partition))  # type: ignore[union-attr]
+                decoded.append(decode_offset_commit_value(raw))
+            else:
+                tps.append(previous.tps[i])  # type: ignore[union-attr]
+                decoded.append(previous.decoded[i] if previous.values[i] == raw  # type: ignore[union-attr]
+                               else decode_offset_commit_value(raw))
+        kept = self.kept[group_id] = _Kept(keys, values, signature, tuple(tps), tuple(decoded), row, settled=settled)
         if decoded:
             expires = shard.expiry_rule(group_id)
-            order = sorted(range(len(decoded)), key=lambda i: decoded[i][0])
-            row.partitions = [self.partition(keys[i], *decoded[i], owners, expires) for i in order]
+            row.partitions = [self.partition(keys[i], tps[i], decoded[i], owners, expires)
+                              for _, i in sorted(zip(tps, range(len(tps))))]
             for index, p in enumerate(row.partitions):
                 if p.lag:
                     needed = first_unconsumed(p.committed, self.bounds[(p.topic, p.partition)])  # type: ignore[arg-type]
@@ -253,9 +257,10 @@ class _Look:
         """A kept row with its time lags as of this look, updated in place (new rows would be
         tens of thousands of objects per look for the collector to walk afterwards: a reader
         keeping a row across looks copies the time lags it needs)."""
-        partitions, now = kept.row.partitions, self.now
-        for index, stamp in kept.timed:
-            partitions[index].time_lag_ms = None if stamp < 0 else max(0, now - stamp)
+        partitions, now, timed = kept.row.partitions, self.now, kept.timed
+        for i in range(0, len(timed), 2):
+            stamp = timed[i + 1]
+            partitions[timed[i]].time_lag_ms = None if stamp < 0 else max(0, now - stamp)
         return kept.row
 
     def share_group(self, group: Any, states: dict[Any, Any]) -> GroupLag:
@@ -329,6 +334,6 @@ class _Look:
                 if stamp is None:
                     kept.settled = False
                 else:
-                    kept.timed.append((index, stamp))
+                    kept.timed += (index, stamp)
             # lag.compute.time_lag_ms for a partition with lag: the record's age, never negative
             row.time_lag_ms = None if stamp is None or stamp < 0 else max(0, now - stamp)

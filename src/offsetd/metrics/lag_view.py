@@ -5,14 +5,14 @@ another broker.
 A look runs at every scrape, so it costs what changed since the last one: each group's row is
 kept with what it was computed from (its stored offset keys and values, as the shard keeps them
 in bytes; its state, members and expiry inputs; the bounds of the data partitions it reads), and
-a look that finds all of that unchanged reuses the row, recomputing only the time lags of its
-partitions with lag (the record timestamps are kept too). Only a changed group decodes what
-changed. The work is cooperative
-(pauses between ~5 ms slices) so Kafka clients keep being served; callers arriving while a look
-is being taken share it (Prometheus, the alert rules and the console ask independently), and a
-look never outlives its answer, so a commit acknowledged before a request is in what it gets.
-With `metrics.lag.group.filter` a look covers the groups whose id the expression matches only
-(kafka_exporter's `--group.filter`), which is what keeps it small at a million groups.
+a look that finds all of that unchanged reuses the row, updating only the time lags of its
+partitions with lag (from record timestamps kept too). A changed group decodes what changed.
+The work is cooperative (pauses between ~5 ms slices) so Kafka clients keep being served;
+callers arriving while a look is being taken share it (Prometheus, the alert rules and the
+console ask independently), and a look never outlives its answer, so a commit acknowledged
+before a request is in what it gets. With `metrics.group.filter` a look covers only the groups
+whose id the expression matches (kafka_exporter's `--group.filter`), which is what keeps it
+small at a million groups.
 """
 
 from __future__ import annotations

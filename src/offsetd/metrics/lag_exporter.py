@@ -127,7 +127,7 @@ def _group_text(group: GroupLag, cluster: str, previous: _GroupText | None) -> _
     labels: dict[str, tuple[str, ...]] = {}
     seconds_at: list[int] = []
     seconds: list[str] = []
-    offsets: list[str] = []
+    offsets: list[str] = []                 # "prefix value\n" of the four per-partition families
     group_offsets: list[str] = []
     lags: list[str] = []
     group_lags: list[str] = []
@@ -140,42 +140,35 @@ def _group_text(group: GroupLag, cluster: str, previous: _GroupText | None) -> _
         key = f"{p.topic}\0{p.partition}\0{p.host or ''}\0{p.consumer_id or ''}\0{p.client_id or ''}"
         prefixes = old_labels.get(key) or _prefixes(name, _escape(p.topic), p.partition, cluster, p)
         labels[key] = prefixes
-        committed = str(p.committed)
+        committed = f"{p.committed}\n"
         offsets.append(prefixes[0] + committed)
         group_offsets.append(prefixes[1] + committed)
         offset_sums[p.topic] = offset_sums.get(p.topic, 0) + p.committed
         if p.lag is not None:
-            lag = str(p.lag)
+            lag = f"{p.lag}\n"
             lags.append(prefixes[2] + lag)
             group_lags.append(prefixes[3] + lag)
             lag_sums[p.topic] = lag_sums.get(p.topic, 0) + p.lag
-            max_lag = max(max_lag, p.lag)
+            if p.lag > max_lag:
+                max_lag = p.lag
         seconds_at.append(index)
         seconds.append(prefixes[4])
     by_cluster = f'cluster_name="{cluster}",group="{name}"'
-    lines: dict[str, list[str]] = {
-        "kafka_consumergroup_current_offset": offsets,
-        "kafka_consumergroup_current_offset_sum": [
-            f'kafka_consumergroup_current_offset_sum{{consumergroup="{name}",topic="{_escape(topic)}"}} {total}'
-            for topic, total in offset_sums.items()],
-        "kafka_consumergroup_lag": lags,
-        "kafka_consumergroup_lag_sum": [
-            f'kafka_consumergroup_lag_sum{{consumergroup="{name}",topic="{_escape(topic)}"}} {total}'
-            for topic, total in lag_sums.items()],
-        "kafka_consumergroup_members": [f'kafka_consumergroup_members{{consumergroup="{name}"}} {group.members}'],
-        "kafka_consumergroup_group_offset": group_offsets,
-        "kafka_consumergroup_group_lag": group_lags,
-        "kafka_consumergroup_group_max_lag": [
-            f'kafka_consumergroup_group_max_lag{{{by_cluster},is_simple_consumer="{simple}"}} {max_lag}'] if lag_sums
-        else [],
-        "kafka_consumergroup_group_sum_lag": [
-            f"kafka_consumergroup_group_sum_lag{{{by_cluster}}} {sum(lag_sums.values())}"] if lag_sums else [],
-        "kafka_consumergroup_group_topic_sum_lag": [
-            f'kafka_consumergroup_group_topic_sum_lag{{{by_cluster},topic="{_escape(topic)}"}} {total}'
-            for topic, total in lag_sums.items()],
-        "offsetd_consumergroup_state": [f'offsetd_consumergroup_state{{consumergroup="{name}",state="{group.state}"}} 1'],
-    }
-    chunks = tuple(("\n".join(lines[family]) + "\n").encode() if lines[family] else b"" for family in _STATIC)
+    topic_offsets = "".join(f'kafka_consumergroup_current_offset_sum{{consumergroup="{name}",topic="{_escape(topic)}"}} '
+                            f'{total}\n' for topic, total in offset_sums.items())
+    topic_lags = topic_sums = ""
+    max_line = sum_line = b""
+    if lag_sums:
+        topic_lags = "".join(f'kafka_consumergroup_lag_sum{{consumergroup="{name}",topic="{_escape(topic)}"}} {total}\n'
+                             for topic, total in lag_sums.items())
+        topic_sums = "".join(f'kafka_consumergroup_group_topic_sum_lag{{{by_cluster},topic="{_escape(topic)}"}} '
+                             f'{total}\n' for topic, total in lag_sums.items())
+        max_line = f'kafka_consumergroup_group_max_lag{{{by_cluster},is_simple_consumer="{simple}"}} {max_lag}\n'.encode()
+        sum_line = f"kafka_consumergroup_group_sum_lag{{{by_cluster}}} {sum(lag_sums.values())}\n".encode()
+    chunks = ("".join(offsets).encode(), topic_offsets.encode(), "".join(lags).encode(), topic_lags.encode(),
+              f'kafka_consumergroup_members{{consumergroup="{name}"}} {group.members}\n'.encode(),
+              "".join(group_offsets).encode(), "".join(group_lags).encode(), max_line, sum_line, topic_sums.encode(),
+              f'offsetd_consumergroup_state{{consumergroup="{name}",state="{group.state}"}} 1\n'.encode())
     return _GroupText(group.revision, chunks, labels, tuple(seconds_at), tuple(seconds),
                       (f'kafka_consumergroup_group_max_lag_seconds{{{by_cluster},is_simple_consumer="{simple}"}} ',
                        f'offsetd_consumergroup_max_lag_seconds{{consumergroup="{name}"}} '),

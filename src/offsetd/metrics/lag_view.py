@@ -327,7 +327,9 @@ class _Look:
             if slicer.due():
                 await asyncio.sleep(0)
         now = self.now
-        for row, offset, stamp, kept, index in self.pending:
+        for n, (row, offset, stamp, kept, index) in enumerate(self.pending):
+            if n % 1000 == 999 and slicer.due():
+                await asyncio.sleep(0)
             if stamp is None:
                 stamp = read.get((row.topic, row.partition, offset))
             if kept is not None:

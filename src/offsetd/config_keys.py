@@ -433,6 +433,8 @@ SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
                                                   "transactional batch is appended."),
     "metrics.listener": (_parse_metrics_listener, "",
                          "Prometheus /metrics and read-only /v1/groups JSON, e.g. http://127.0.0.1:9404 (empty: off)."),
+    "metrics.group.filter": (_parse_regex, "", "Only groups whose whole id matches have per-group series and lag "
+                             "(kafka_exporter's --group.filter; empty: all)."),
     # ---- lag alerts (README "Lag: metrics, alerts and the console"); each rule is off at -1
     "lag.alert.lag.threshold": (_parse_off(1), "-1",
                                 "Alert when a group's lag (records, all its partitions) reaches this."),

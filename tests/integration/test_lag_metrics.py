@@ -200,3 +200,34 @@ def test_a_lagging_group_fires_the_webhook_and_resolves_when_it_catches_up(world
     assert resolved[0]["value"] == 0
     assert "lag alert FIRING: lag of group" in broker.log()
     assert not [e for e in hook.received if e["group"] == quiet]
+
+
+def test_the_group_filter_and_a_kept_look_follow_commits_and_appends(tmp_path) -> None:
+    """metrics.group.filter: only matching groups have per-group series, every group is counted;
+    between two scrapes a commit and an append show up (the look keeps unchanged rows only)."""
+    broker = BrokerProcess(tmp_path / "data", {"metrics.listener": "http://127.0.0.1:0",
+                                                "metrics.group.filter": "kept-.*"}).start()
+    try:
+        broker.metrics_url = wait_for(lambda: _LISTENING.search(broker.log()), message="metrics listening").group(1)
+        topic, kept, other = unique("filtered"), unique("kept"), unique("other")
+        create_topic(broker.bootstrap, topic, 2)
+        produce(broker.bootstrap, topic, 30, 2)
+        for group, offset in ((kept, 10), (other, 5)):
+            client = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False,
+                                         api_version=(0, 10, 2))
+            client.commit({kafka.TopicPartition(topic, 0): kafka.OffsetAndMetadata(offset, "", -1)})
+            client.close()
+        got = samples(broker)
+        assert of_group(got["kafka_consumergroup_lag"], "consumergroup", kept) == {(topic, 0): 20}
+        assert not of_group(got["kafka_consumergroup_lag"], "consumergroup", other)
+        assert {dict(k)["group"] for k in got["offsetd_group_earliest_offset_expiry_timestamp_ms"]} == {kept}
+        assert got["offsetd_group_coordinator_num_groups"][(("state", "Empty"),)] == 2
+        produce(broker.bootstrap, topic, 5, 1)  # partition 0's end moves to 35 ...
+        client = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=kept, enable_auto_commit=False,
+                                     api_version=(0, 10, 2))
+        client.commit({kafka.TopicPartition(topic, 1): kafka.OffsetAndMetadata(25, "", -1)})  # ... and a commit
+        client.close()
+        got = samples(broker)
+        assert of_group(got["kafka_consumergroup_lag"], "consumergroup", kept) == {(topic, 0): 25, (topic, 1): 5}
+    finally:
+        broker.stop()

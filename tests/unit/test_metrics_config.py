@@ -33,3 +33,13 @@ def test_invalid_value_names_the_key(value):
     assert "for configuration metrics.listener" in str(info.value)
     assert "http://host:port" in str(info.value) or "out of range" in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_group_filter_is_a_whole_id_expression():
+    """`metrics.group.filter`: empty keeps every group; a bad expression names the key."""
+    assert BrokerConfig().get("metrics.group.filter") is None
+    pattern = BrokerConfig({"metrics.group.filter": "orders-.*"}).get("metrics.group.filter")
+    assert pattern.fullmatch("orders-eu") and not pattern.fullmatch("my-orders-eu")
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig({"metrics.group.filter": "orders-("})
+    assert "metrics.group.filter" in str(info.value)

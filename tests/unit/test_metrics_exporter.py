@@ -319,7 +319,7 @@ def test_a_consumer_protocol_group_is_listed_and_detailed_as_such(h):
     assert (detail["state"], detail["protocol"], detail["generation"], detail["subscribed_topics"]) == (
         "Stable", "uniform", 1, [OTHER_TOPIC])
     assert [(m["member_id"], m["client_id"]) for m in detail["members"]] == [("m1", "cli")]
-    look = _Look(SimpleNamespace(bounds=lambda topic, partition: None), {}, {})  # the lag view's row
+    look = _Look(SimpleNamespace(bounds=lambda topic, partition: None), {}, {}, h.now)  # the lag view's row
     lag = look.group(h.shard, "kip848")
     assert (lag.state, lag.protocol_type, [(m.member_id, m.assignment) for m in lag.member_list]) == (
         "Stable", "consumer", [("m1", [(OTHER_TOPIC, 0), (OTHER_TOPIC, 1)])])

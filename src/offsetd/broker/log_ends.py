@@ -26,15 +26,14 @@ REFRESH_MS = 1000          # PostgreSQL's view of other brokers' partitions is a
 TIMESTAMP_CACHE = 200_000  # (topic, partition, offset) -> timestamp entries kept
 
 
-def record_timestamp(data: bytes | bytearray | memoryview, offset: int) -> int | None:
-    """The timestamp of the record at `offset` in whole batches `data` (None: not there)."""
+def batch_timestamps(data: bytes | bytearray | memoryview, offset: int) -> dict[int, int]:
+    """Offset -> timestamp of every record of the batch holding `offset` in whole batches `data`
+    (empty: no such batch). A batch is decoded once for all the offsets a look wants in it: a
+    producer's batch may hold thousands of records."""
     for pos, header in iter_batches(data):
         if header.base_offset <= offset <= header.last_offset:
-            for rec_offset, ts in batch_record_timestamps(bytes(data[pos:pos + header.size])):
-                if rec_offset == offset:
-                    return ts
-            return None
-    return None
+            return dict(batch_record_timestamps(bytes(data[pos:pos + header.size])))
+    return {}
 
 
 def first_at_or_after(data: bytes | bytearray | memoryview, ts: int, min_offset: int) -> int | None:
@@ -122,13 +121,18 @@ class LogEnds:
         return self._timestamps.get((topic, partition, offset))
 
     async def timestamps(self, topic: str, partition: int, offsets: list[int]) -> list[int | None]:
-        """The record timestamps at `offsets` (None: no such record any more, or unreadable)."""
+        """The record timestamps at `offsets`, ascending (None: no such record any more, or
+        unreadable); offsets in one batch cost one read and one decode."""
         out: list[int | None] = []
+        batch: dict[int, int] = {}  # the last batch read
         for offset in offsets:
             key = (topic, partition, offset)
             ts = self._timestamps.get(key)
             if ts is None:
-                ts = await self._timestamp(topic, partition, offset)
+                ts = batch.get(offset)
+                if ts is None:
+                    batch = await self._batch(topic, partition, offset)
+                    ts = batch.get(offset)
                 if ts is not None:
                     if len(self._timestamps) >= TIMESTAMP_CACHE:
                         self._timestamps.clear()
@@ -136,18 +140,19 @@ class LogEnds:
             out.append(ts)
         return out
 
-    async def _timestamp(self, topic: str, partition: int, offset: int) -> int | None:
+    async def _batch(self, topic: str, partition: int, offset: int) -> dict[int, int]:
+        """batch_timestamps of the batch holding `offset`, read from the log or PostgreSQL."""
         try:
             plog = self._local(topic, partition)
             if plog is not None:
                 if not plog.log_start_offset <= offset < plog.log_end_offset:
-                    return None
-                return record_timestamp(plog.read(offset, 1), offset)
+                    return {}
+                return batch_timestamps(plog.read(offset, 1), offset)
             found = await self._remote_batch(topic, partition, offset)
-            return None if found is None else record_timestamp(found, offset)
+            return {} if found is None else batch_timestamps(found, offset)
         except Exception as exc:  # a corrupt or vanished batch: no time lag, never a failed scrape
             log.debug("timestamp of %s-%d@%d: %s", topic, partition, offset, exc)
-            return None
+            return {}
 
     async def _remote_batch(self, topic: str, partition: int, offset: int) -> bytes | None:
         plog = self.topics.partition(topic, partition)

@@ -41,6 +41,11 @@ class GroupLag:
     retention_ms: int | None = None    # the group's offsets retention (per-group override included)
     coordinator: int | None = None     # broker id of the group's coordinator, when known
     member_list: list["GroupMember"] = field(default_factory=list)  # filled where the console needs it
+    # The same value in two looks of one source when the rows are equal but for time lags (the
+    # broker's look hands out the same row again, its partitions' time lags updated in place, so
+    # a reader keeping a row across looks copies what it needs); None: no such promise.
+    # Renderers may cache by it.
+    revision: int | None = None
 
     @property
     def total_lag(self) -> int | None:

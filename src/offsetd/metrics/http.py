@@ -149,8 +149,10 @@ class MetricsHttpServer:
     """Serves the endpoints above for a list of shard runtimes, on the running event loop."""
 
     def __init__(self, runtimes: Sequence[Runtime], *, lag: LagSource | None = None, guard: Guard | None = None,
-                 collectors: Sequence[Any] = (), history: Any = None) -> None:
+                 collectors: Sequence[Any] = (), history: Any = None, group_filter: re.Pattern[str] | None = None
+                 ) -> None:
         self.runtimes = runtimes
+        self.group_filter = group_filter  # metrics.group.filter: the groups with per-group series (None: all)
         self.history = history  # `async history(group, since_ms, points) -> dict` (metrics/history.py), or None
         self.lag = lag  # the lag families of /metrics (kafka_exporter's names) and the console's numbers
         self.guard: Guard = guard or OpenGuard()  # who asks, and what they may see
@@ -378,10 +380,12 @@ class MetricsHttpServer:
         """The /metrics payload; with a caller (security on), only the groups and topics it may
         describe have series."""
         snapshot, out = Snapshot(), []
-        await pace(take_snapshot(self.runtimes, snapshot))
+        await pace(take_snapshot(self.runtimes, snapshot,
+                                 wanted=self.group_filter.fullmatch if self.group_filter is not None else None))
         if caller is not None:
             for shard in snapshot.shards:
                 shard.groups = [r for r in shard.groups if self.guard.may_describe_group(caller, r[0])]
+                shard.counts = None  # the caller's counts: of the groups it may describe (and the filter wants)
         await pace(render(snapshot, out))
         if self.lag is not None:
             lag = await self.lag.snapshot()
@@ -398,7 +402,7 @@ def _fields(cls: type, *skip: str) -> tuple[str, attrgetter]:  # type: ignore[ty
 
 
 _PARTITION = _fields(PartitionLag)
-_GROUP = _fields(GroupLag, "partitions", "member_list")
+_GROUP = _fields(GroupLag, "partitions", "member_list", "revision")
 _MEMBER = _fields(GroupMember)
 _ENDS = _fields(TopicPartitionEnds)
 

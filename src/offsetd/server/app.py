@@ -222,7 +222,8 @@ class KafkaServer:
         # cluster mode PostgreSQL for the partitions other brokers lead; never another broker.
         self.log_ends = LogEnds(self.broker.topics, store=None if config.get("storage.engine") == "local"
                                 else self._store)
-        self.lag_source = BrokerLagSource(self.runtimes, self.log_ends, clock, self.shares.offsets_api.share_states)
+        self.lag_source = BrokerLagSource(self.runtimes, self.log_ends, clock, self.shares.offsets_api.share_states,
+                                          config.get("metrics.group.filter"))
         self.lag_alerts = LagAlerts.from_config(config, self.lag_source, clock)  # None: no lag.alert rules
         self.connections: set[Connection] = set()
         self.guard = ConnectionGuard(config, self.connections)
@@ -381,7 +382,8 @@ class KafkaServer:
         if metrics_listener is not None:  # Prometheus /metrics and /v1/groups on this loop
             self.metrics_server = MetricsHttpServer(self.runtimes, lag=self.lag_source, guard=http_guard(self),
                                                     collectors=[self.lag_alerts] if self.lag_alerts else [],
-                                                    history=BrokerHistory(self.runtimes, self.log_ends, self.clock))
+                                                    history=BrokerHistory(self.runtimes, self.log_ends, self.clock),
+                                                    group_filter=self.config.get("metrics.group.filter"))
             await self.metrics_server.start(metrics_listener.host, metrics_listener.port)
         if self.cluster is None and self.config.get("storage.engine") != "local":
             try:

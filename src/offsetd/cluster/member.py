@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from ..storage.postgres_store import BrokerRow, Claim, PostgresStore, TopicRow
+from ..storage.postgres_store import BrokerRow, Claim, PostgresStore, StoreUnavailable, TopicRow
 from .ownership import Lease, PartitionRow, plan
 
 log = logging.getLogger("offsetd.cluster")
@@ -132,6 +132,8 @@ class ClusterMember:
             try:
                 await self.renew()
                 await self._keep_listening()
+            except StoreUnavailable:
+                pass  # the store tells the log why, once a second
             except Exception as exc:
                 log.warning("lease renewal failed: %s", exc)
             self._give_up_if_expired()
@@ -163,6 +165,8 @@ class ClusterMember:
             self._wake.clear()
             try:
                 await self.tick()
+            except StoreUnavailable:
+                pass  # the store tells the log why, once a second
             except Exception as exc:
                 log.warning("looking at partition ownership failed: %s", exc)
             self._give_up_if_expired()

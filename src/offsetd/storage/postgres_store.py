@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, TypeVar
 
 from offsetd.storage.log_dir import StorageError
+from offsetd.storage.postgres_connection import OutageLog, check_writable, session_attrs
 
 log = logging.getLogger("offsetd.storage")
 
@@ -182,11 +183,18 @@ def _unavailable_on_failure(method: Callable[..., Awaitable[T]]) -> Callable[...
     @functools.wraps(method)
     async def wrapper(self: "PostgresStore", *args: Any) -> T:
         try:
-            return await method(self, *args)
-        except (Fenced, StoreUnavailable):
+            result = await method(self, *args)
+        except Fenced:
+            self.outage.answered()
+            raise
+        except StoreUnavailable as exc:
+            self.outage.failed(str(exc))
             raise
         except Exception as exc:
+            self.outage.failed(f"{type(exc).__name__}: {exc}")
             raise StoreUnavailable(f"PostgreSQL: {type(exc).__name__}: {exc}") from exc
+        self.outage.answered()
+        return result
     return wrapper
 
 
@@ -239,6 +247,8 @@ class PostgresStore:
         self.pool_size = pool_size
         # Per statement: longer than a lease is pointless (the broker has lost its partitions).
         self.timeout_s = timeout_s
+        self.connect_args = session_attrs(dsn)  # the primary only (storage/postgres_connection.py)
+        self.outage = OutageLog()
         self.pool: Any = None
 
     async def open(self) -> str:
@@ -246,6 +256,7 @@ class PostgresStore:
         import asyncpg  # the engine's driver, loaded only in cluster mode
 
         async def init(conn: Any) -> None:
+            await check_writable(conn)  # never a standby, whatever the URL's target_session_attrs
             # synchronous_commit=on: a COMMIT returns only once the WAL is flushed (an ack is
             # durable); the timeouts are safety nets against anything holding a lock.
             await conn.execute("SET synchronous_commit = on; SET idle_in_transaction_session_timeout = 5000; "
@@ -257,7 +268,8 @@ class PostgresStore:
             connections keep no session state (LISTEN has a connection of its own)."""
 
         self.pool = await asyncpg.create_pool(self.dsn, min_size=2, max_size=self.pool_size, init=init, reset=keep,
-                                              command_timeout=self.timeout_s, timeout=self.timeout_s)
+                                              command_timeout=self.timeout_s, timeout=self.timeout_s,
+                                              **self.connect_args)
         async with self.pool.acquire() as conn:
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", SCHEMA_LOCK)
@@ -456,11 +468,12 @@ class PostgresStore:
 
     # ------------------------------------------------------------------ listening
 
+    @_unavailable_on_failure
     async def listen(self, callback: Any) -> Any:
         """A dedicated connection delivering NOTIFY payloads to callback(payload)."""
         import asyncpg
 
-        conn = await asyncpg.connect(self.dsn, timeout=self.timeout_s)
+        conn = await asyncpg.connect(self.dsn, timeout=self.timeout_s, **self.connect_args)
         await conn.add_listener(NOTIFY_CHANNEL, lambda _c, _pid, _ch, payload: callback(payload))
         return conn
 
@@ -529,6 +542,6 @@ class PostgresSecurityStore:
         """A dedicated connection delivering this channel's payloads to callback(payload)."""
         import asyncpg
 
-        conn = await asyncpg.connect(self.store.dsn, timeout=self.store.timeout_s)
+        conn = await asyncpg.connect(self.store.dsn, timeout=self.store.timeout_s, **self.store.connect_args)
         await conn.add_listener(SECURITY_NOTIFY_CHANNEL, lambda _c, _pid, _ch, payload: callback(payload))
         return conn

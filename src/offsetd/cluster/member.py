@@ -27,6 +27,8 @@ log = logging.getLogger("offsetd.cluster")
 
 Key = tuple[uuid.UUID, int]
 
+RETRY_MS = 100  # the next renewal after one PostgreSQL did not answer
+
 
 class OwnerCallbacks(Protocol):
     """What the server does when ownership changes (server/cluster_runtime.py)."""
@@ -126,12 +128,16 @@ class ClusterMember:
     async def _heartbeats(self) -> None:
         """Renew the lease every heartbeat interval, on its own: claims, loads and drains of the
         ownership loop never delay a renewal (a late renewal would let peers claim from a healthy
-        broker)."""
+        broker). While PostgreSQL does not answer, it tries again every RETRY_MS, so a broker is
+        back at most that long after a primary is (a promoted standby, a restart)."""
+        delay_ms = self.heartbeat_ms
         while not self._stopping:
-            await asyncio.sleep(self.heartbeat_ms / 1000)
+            await asyncio.sleep(delay_ms / 1000)
+            delay_ms = min(self.heartbeat_ms, RETRY_MS)
             try:
                 await self.renew()
                 await self._keep_listening()
+                delay_ms = self.heartbeat_ms
             except StoreUnavailable:
                 pass  # the store tells the log why, once a second
             except Exception as exc:

@@ -16,9 +16,9 @@ from .postgres import SUPERUSER, LocalPostgres, PostgresError
 STANDBY_NAME = "offsetd_standby"  # its application_name, which synchronous_standby_names names
 
 
-def start_standby(primary: LocalPostgres, directory: Path | str, *, synchronous: bool = True,
+def start_standby(primary: LocalPostgres, directory: Path | str | None = None, *, synchronous: bool = True,
                   timeout: float = 60.0) -> LocalPostgres:
-    """A standby of `primary` in `directory` (its data copied by pg_basebackup unless it holds a
+    """A standby of `primary` in `directory` (a new temp dir when None; its data copied by pg_basebackup unless it holds a
     data dir already), started and streaming; with `synchronous`, the primary's commits wait for
     it from now on. The standby has no synchronous_standby_names of its own: once promoted, its
     commits wait for nobody."""

@@ -54,6 +54,19 @@ def _address(conn: Any) -> str:
     return f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
 
 
+class OneLineErrors(logging.Filter):
+    """A log filter that turns a record's traceback into one line: asyncpg's pool tells each
+    failed attempt to restore its connections with a traceback (about once a second at first),
+    which an outage the OutageLog already tells does not need."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            record.msg, record.args = f"{record.getMessage()}: {type(exc).__name__}: {exc}", ()
+            record.exc_info = record.exc_text = None
+        return True
+
+
 class OutageLog:
     """Tells the log that PostgreSQL cannot take statements (why, and how many failed since the
     last line) at most once per `interval_s`, and once that it answers again."""

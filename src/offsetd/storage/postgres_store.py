@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, TypeVar
 
 from offsetd.storage.log_dir import StorageError
-from offsetd.storage.postgres_connection import OutageLog, check_writable, session_attrs
+from offsetd.storage.postgres_connection import OneLineErrors, OutageLog, check_writable, session_attrs
 
 log = logging.getLogger("offsetd.storage")
 
@@ -267,6 +267,9 @@ class PostgresStore:
             UNLISTEN *; RESET ALL` after every pool.execute, a second round trip per append, and these
             connections keep no session state (LISTEN has a connection of its own)."""
 
+        pool_log = logging.getLogger("asyncpg.pool")
+        if not any(isinstance(f, OneLineErrors) for f in pool_log.filters):
+            pool_log.addFilter(OneLineErrors())
         self.pool = await asyncpg.create_pool(self.dsn, min_size=2, max_size=self.pool_size, init=init, reset=keep,
                                               command_timeout=self.timeout_s, timeout=self.timeout_s,
                                               **self.connect_args)

@@ -414,12 +414,15 @@ class KafkaServer:
             self._tasks.append(asyncio.create_task(self._every(sweep_ms, self.guard.sweep)))
 
     async def stop(self) -> None:
-        """Stop accepting, hand partitions over (cluster mode), drop connections, flush and
-        close every log."""
+        """Hand partitions over (cluster mode), stop accepting, drop connections, flush and
+        close every log. Clients may still connect during the handoff: one sent here by a peer
+        whose view is a moment old is answered (NOT_COORDINATOR, then the new owner) instead of
+        refused, which librdkafka would retry only after its reconnect backoff."""
+        if self.cluster is not None:
+            await self.cluster.stop()  # graceful handoff: peers claim at once, no lease wait
         for server in self._servers:
             server.close()
         if self.cluster is not None:
-            await self.cluster.stop()  # graceful handoff: peers claim at once, no lease wait
             await self.security.stop()
             await self._store.close()
         if self.metrics_server is not None:

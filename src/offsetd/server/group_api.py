@@ -11,6 +11,7 @@ from inspect import isawaitable
 from typing import Any, Awaitable, Callable
 
 from ..broker.broker import Broker
+from ..broker.cluster_view import once_led
 from ..coordinator.result import CoordinatorResult
 from ..coordinator.classic_group_ops import JoinRequest
 from ..coordinator.consumer_group_ops import TopicsImage
@@ -85,9 +86,17 @@ class GroupApi:
     def runtime_for(self, group_id: str) -> ShardRuntime:
         return self.runtimes[partition_for(group_id, len(self.runtimes))]
 
+    def _led_nowhere(self, runtime: ShardRuntime) -> bool:
+        """Cluster mode: no broker leads the partition in this view (released, not claimed yet). A
+        client told to retry here (14) learns the new owner a moment later; told 16, it would ask
+        peers whose view may still name this broker (librdkafka then waits 0.3-1 s to ask again).
+        Only while this broker's lease holds: a view it cannot refresh must not keep clients here."""
+        view = self.broker.cluster
+        return getattr(view, "serving", False) and view.leader(self.broker.topics.get(OFFSETS_TOPIC), runtime.shard.partition)[0] == -1
+
     def state_error(self, runtime: ShardRuntime) -> int:
-        """§0.2 steps 4-5: loading -> 14; failed, or owned by another broker -> 16."""
-        if runtime.state is ShardState.LOADING:
+        """§0.2 steps 4-5: loading, or changing hands -> 14; failed, or owned by another broker -> 16."""
+        if runtime.state is ShardState.LOADING or (runtime.state is ShardState.UNLOADED and self._led_nowhere(runtime)):
             return Error.COORDINATOR_LOAD_IN_PROGRESS
         if runtime.state is ShardState.FAILED or runtime.state is ShardState.UNLOADED:
             return Error.NOT_COORDINATOR
@@ -100,7 +109,8 @@ class GroupApi:
     def find_coordinator(self, ctx: RequestContext, req: Any) -> Reply:
         """The leader of the group's `__consumer_offsets` partition (§5.2; this node on a single
         broker); COORDINATOR_NOT_AVAILABLE while it has none (never a broker whose lease
-        expired); v4+ batches keys."""
+        expired), after waiting a moment for a handoff in progress (broker/cluster_view.py
+        `once_led`); v4+ batches keys."""
         key_type = getattr(req, "key_type", 0)
         view = self.broker.cluster
         offsets_topic = self.broker.topics.get(OFFSETS_TOPIC)
@@ -119,8 +129,10 @@ class GroupApi:
                     "host": endpoint[0], "port": endpoint[1], "error_message": None}
 
         if ctx.version >= 4:
-            return {"coordinators": [entry(k) for k in req.coordinator_keys]}
-        return entry(req.key)
+            return once_led(view, lambda: {"coordinators": [entry(k) for k in req.coordinator_keys]},
+                            lambda body: any(e["error_code"] == Error.COORDINATOR_NOT_AVAILABLE
+                                             for e in body["coordinators"]))
+        return once_led(view, lambda: entry(req.key), lambda body: body["error_code"] == Error.COORDINATOR_NOT_AVAILABLE)
 
     # ------------------------------------------------------------------- membership
 

@@ -92,8 +92,10 @@ _TOPICS = "SELECT name, topic_id, partitions, configs, internal FROM offsetd_top
 
 # A claim succeeds for a partition without a live owner (or held by an earlier incarnation of this
 # node), and only while the claimer's own lease is valid; its new epoch enters the leader-epoch
-# history in the same statement, starting at the log end.
-_CLAIM = """
+# history in the same statement, starting at the log end. It tells the peers at once, so their
+# Metadata and FindCoordinator name the new owner while it is still catching up (its coordinator
+# answers COORDINATOR_LOAD_IN_PROGRESS meanwhile, which clients retry within 100 ms).
+_CLAIM = f"""
 WITH c AS (
     UPDATE offsetd_partition p SET owner = $3, epoch = p.epoch + 1
     WHERE p.topic_id = $1 AND p.partition = $2
@@ -105,7 +107,7 @@ WITH c AS (
 h AS (
     INSERT INTO offsetd_leader_epoch (topic_id, partition, epoch, start_offset)
     SELECT topic_id, partition, epoch, next_offset FROM c ON CONFLICT DO NOTHING)
-SELECT epoch, next_offset, start_offset FROM c"""
+SELECT epoch, next_offset, start_offset, pg_notify('{NOTIFY_CHANNEL}', 'ownership') FROM c"""
 
 _LEADER_EPOCHS = """
 SELECT epoch, start_offset FROM offsetd_leader_epoch WHERE topic_id = $1 AND partition = $2 AND epoch <= $3

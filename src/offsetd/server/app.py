@@ -61,7 +61,7 @@ from .consumer_group_api import ConsumerGroupApi
 from .share_group_api import ShareGroupApi
 from .group_api import GroupApi, RequestContext
 from .group_commit import GroupCommit
-from .listeners import ListenerRuntime, bind, listener_runtimes, peer_listener, peer_security
+from .listeners import ListenerRuntime, bind, listener_runtimes, peer_listener, peer_security, start_serving
 from .tls import keystore_reloaders
 from . import sasl_wire
 from .sasl_wire import SASL_VERSIONS, SaslSession
@@ -370,10 +370,15 @@ class KafkaServer:
     # ------------------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
-        """Bind every listener and start the periodic tasks."""
+        """Bind every listener and start the periodic tasks. In cluster mode the listeners accept
+        clients only once the broker has joined: before, its answers (Metadata listing no broker,
+        or itself alone) would make librdkafka forget the live brokers it knew, the controller
+        among them, and wait for it (CreateTopics: "waiting for controller")."""
+        joining = self.cluster is None and self.config.get("storage.engine") != "local"
         try:
             for listener in self.listeners:
-                self._servers.append(await bind(listener, lambda l=listener: Connection(self, l), self.config))
+                self._servers.append(await bind(listener, lambda l=listener: Connection(self, l), self.config,
+                                                serving=not joining))
         except OSError:
             for server in self._servers:
                 server.close()
@@ -386,7 +391,7 @@ class KafkaServer:
                                                     collectors=[self.lag_alerts] if self.lag_alerts else [],
                                                     history=BrokerHistory(self.runtimes, self.log_ends, self.clock))
             await self.metrics_server.start(metrics_listener.host, metrics_listener.port)
-        if self.cluster is None and self.config.get("storage.engine") != "local":
+        if joining:
             try:
                 await self._join_cluster()
             except Exception as exc:
@@ -394,6 +399,8 @@ class KafkaServer:
                     server.close()
                 raise ClusterJoinError(f"cannot join the cluster in {_without_password(self.config.get('storage.engine'))}: "
                                        f"{type(exc).__name__}: {exc}") from exc
+            for server in self._servers:
+                await start_serving(server)
         else:
             self._tasks.append(asyncio.create_task(self._load_coordinator()))
         self._tasks.append(asyncio.create_task(self._every(

@@ -8,7 +8,8 @@ once when a peer NOTIFYs a change, reads the live brokers and every partition's 
 then brings its copy up to date and loads it; claims run concurrently, `__consumer_offsets`
 partitions first), releases (drained first, so nothing is in flight, then given up without waiting
 for a lease to expire), and losses. It also keeps the view Metadata and FindCoordinator answer
-from: who is alive, who leads what, at which epoch.
+from: who is alive, who leads what, at which epoch; FindCoordinator can wait for it to change
+(`view_changed`) while a partition changes hands.
 """
 
 from __future__ import annotations
@@ -105,7 +106,9 @@ class ClusterMember:
     async def stop(self) -> None:
         """Graceful (controlled shutdown): stop serving and drain every partition, leave the live
         brokers (so no peer still prefers this one), then set the partitions free; each release
-        NOTIFYs, and the peers claim at once instead of waiting for the lease to expire."""
+        NOTIFYs, and the peers claim at once instead of waiting for the lease to expire. Then
+        follow the claims until each partition has its new owner (the server still answers
+        meanwhile, naming them), and linger a moment for clients retrying here."""
         self._stopping = True
         for task in self._tasks:
             task.cancel()

@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
 from ..storage.postgres_store import BrokerRow, Claim, PostgresStore, StoreUnavailable, TopicRow
 from .ownership import Lease, PartitionRow, plan
@@ -89,11 +89,14 @@ class ClusterMember:
         self._tasks: list[asyncio.Task[None]] = []
         self._listener: Any = None
         self._stopping = False
+        self._looked: Callable[[], Awaitable[None]] | None = None  # start()'s hook, run at the first look
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self) -> None:
-        """Register (taking this node id over from an earlier process) and make the first look."""
+    async def start(self, looked: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Register (taking this node id over from an earlier process) and make the first look;
+        `looked` runs once the live brokers are known, before the first claims."""
+        self._looked = looked
         sent = self.clock()
         await self.store.register(self.node_id, self.incarnation, self.host, self.port, self.ttl_ms,
                                   self.endpoints)
@@ -245,6 +248,9 @@ class ClusterMember:
             self.callbacks.group_configs_changed(await self.store.group_configs())
         brokers, partitions = await self.store.snapshot()
         self.brokers = brokers
+        if self._looked is not None:
+            looked, self._looked = self._looked, None
+            await looked()
         rows = [PartitionRow((topic_id, index), owner, epoch) for topic_id, index, owner, epoch in partitions]
         self.leaders = {row.key: Leader(row.owner, row.epoch) for row in rows if row.owner is not None}
         self._view_updated()

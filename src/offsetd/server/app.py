@@ -322,7 +322,7 @@ class KafkaServer:
                                                   self.config.advertised_for(l.name).port) for l in self.listeners})
         self._topics.on_fenced = lambda plog: self.cluster.fenced((plog.topic_id, plog.partition))  # type: ignore[union-attr]
         self.broker.cluster = PostgresView(self.cluster)
-        await self.cluster.start()
+        await self.cluster.start(self._accept_clients)
         if self._topics.get(OFFSETS_TOPIC) is None:
             try:
                 await self._topics.create(OFFSETS_TOPIC, self.config.get("offsets.topic.num.partitions"),
@@ -331,6 +331,12 @@ class KafkaServer:
                 pass  # another broker created it first
             self.cluster.refresh_topics()
             await self.cluster.tick()
+
+    async def _accept_clients(self) -> None:
+        """Cluster mode: serve the listeners once the broker knows the live brokers (its first
+        claims still running: peers name it as soon as it claims)."""
+        for server in self._servers:
+            await start_serving(server)
 
     def _create_state_topic_in_cluster(self) -> None:
         """`__transaction_state` in the shared catalogue, once (the first FindCoordinator for a
@@ -371,9 +377,9 @@ class KafkaServer:
 
     async def start(self) -> None:
         """Bind every listener and start the periodic tasks. In cluster mode the listeners accept
-        clients only once the broker has joined: before, its answers (Metadata listing no broker,
-        or itself alone) would make librdkafka forget the live brokers it knew, the controller
-        among them, and wait for it (CreateTopics: "waiting for controller")."""
+        clients only once the broker knows the live brokers: before, its answers (Metadata listing
+        none, or itself alone) make librdkafka forget the brokers it knew, the controller among
+        them, and wait for it (CreateTopics: "waiting for controller")."""
         joining = self.cluster is None and self.config.get("storage.engine") != "local"
         try:
             for listener in self.listeners:
@@ -399,8 +405,6 @@ class KafkaServer:
                     server.close()
                 raise ClusterJoinError(f"cannot join the cluster in {_without_password(self.config.get('storage.engine'))}: "
                                        f"{type(exc).__name__}: {exc}") from exc
-            for server in self._servers:
-                await start_serving(server)
         else:
             self._tasks.append(asyncio.create_task(self._load_coordinator()))
         self._tasks.append(asyncio.create_task(self._every(
@@ -421,10 +425,8 @@ class KafkaServer:
             self._tasks.append(asyncio.create_task(self._every(sweep_ms, self.guard.sweep)))
 
     async def stop(self) -> None:
-        """Hand partitions over (cluster mode), stop accepting, drop connections, flush and
-        close every log. Clients may still connect during the handoff: one sent here by a peer
-        whose view is a moment old is answered (NOT_COORDINATOR, then the new owner) instead of
-        refused, which librdkafka would retry only after its reconnect backoff."""
+        """Hand partitions over (cluster mode; clients sent here by a peer's older view are still
+        answered, not refused), stop accepting, drop connections, flush and close every log."""
         if self.cluster is not None:
             await self.cluster.stop()  # graceful handoff: peers claim at once, no lease wait
         for server in self._servers:

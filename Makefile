@@ -33,7 +33,8 @@ secure: $(VENV)/.run-deps
 	$(VENV)/bin/offsetd serve config/secure.properties
 
 # Cluster mode on one machine: a PostgreSQL in a temporary directory and three brokers on
-# 127.0.0.1:9092-9094 (CLUSTER_ARGS: --brokers N, --dir DIR, --base-port P, --override k=v).
+# 127.0.0.1:9092-9094 (CLUSTER_ARGS: --brokers N, --dir DIR, --base-port P, --override k=v;
+# --standby: a primary and a synchronous standby, the brokers on both, to try a failover).
 cluster: $(VENV)/.run-deps postgresql
 	$(PY) -m offsetd.dev.cluster --config $(CONFIG) $(CLUSTER_ARGS)
 

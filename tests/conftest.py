@@ -13,9 +13,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from broker_process import BrokerProcess  # noqa: E402
 from small_disk import SmallDisk  # noqa: E402
-# PostgreSQL and cluster fixtures (postgres_server, pg_dsn, private_postgres, cluster_factory,
+# PostgreSQL and cluster fixtures (postgres_server, pg_dsn, private_postgres, primary_and_standby, cluster_factory,
 # pg_proxy): defined beside their helpers, registered by being imported here.
-from postgres_server import pg_dsn, postgres_server, private_postgres  # noqa: E402,F401
+from postgres_server import pg_dsn, postgres_server, primary_and_standby, private_postgres  # noqa: E402,F401
 from cluster_process import cluster_factory  # noqa: E402,F401
 from pg_proxy import pg_proxy  # noqa: E402,F401
 

@@ -1,6 +1,7 @@
 """PostgreSQL for tests (offsetd.dev.postgres.LocalPostgres): one server for the whole session,
 started only when a test first asks for it, a fresh database per test (`pg_dsn`), and private
-servers for tests that crash theirs (`private_postgres`). Fixtures registered in conftest.py."""
+servers for tests that crash theirs (`private_postgres`), and a primary with a synchronous standby
+(`primary_and_standby`) for failover tests. Fixtures registered in conftest.py."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from offsetd.dev.postgres import LocalPostgres
+from offsetd.dev.postgres_standby import start_standby
 
 _numbers = itertools.count(1)
 # database name -> what to run before it is dropped (brokers using it), newest first
@@ -93,3 +95,22 @@ def private_postgres() -> Iterator[Callable[..., LocalPostgres]]:
     finally:
         for server in servers:
             server.close()
+
+
+@pytest.fixture
+def primary_and_standby() -> Iterator[tuple[LocalPostgres, LocalPostgres]]:
+    """A private primary (with database `offsetd`) and its synchronous streaming standby
+    (dev/postgres_standby.py), both removed after the test, once the test's brokers have stopped."""
+    servers: list[LocalPostgres] = []
+    try:
+        primary = LocalPostgres()
+        servers.append(primary.start())
+        primary.create_database("offsetd")
+        servers.append(start_standby(primary))
+        yield servers[0], servers[1]
+    finally:
+        try:
+            run_before_drop()
+        finally:
+            for server in reversed(servers):
+                server.close()

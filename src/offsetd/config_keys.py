@@ -312,12 +312,14 @@ SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
     "log.dirs": (_parse_str, "./data", "Directory holding the partition logs."),
     "storage.engine": (_parse_engine, "local",
                        "local (one node), or postgresql://… (cluster mode: logs, catalogue and ownership in "
-                       "PostgreSQL; log.dirs caches the partitions this broker leads)."),
+                       "PostgreSQL; log.dirs caches the partitions this broker leads; several hosts, "
+                       "h1:p1,h2:p2, for a primary and its standbys: only the primary is written to)."),
     "broker.session.timeout.ms": (_parse_int(100, INT32_MAX), "9000",
                                   "Cluster mode: a broker's lease; a broker not renewing it within this long "
                                   "loses its partitions (KRaft's name and default)."),
     "broker.heartbeat.interval.ms": (_parse_int(10, INT32_MAX), "2000",
-                                     "Cluster mode: how often a broker renews its lease and looks at ownership."),
+                                     "Cluster mode: how often a broker renews its lease and looks at ownership "
+                                     "(at most a third of broker.session.timeout.ms is used)."),
     "num.partitions": (_parse_int(1, 100000), "1", "Partitions of an auto-created topic."),
     "default.replication.factor": (_parse_int(1, 1), "1", "Only 1 (single node)."),
     "auto.create.topics.enable": (_parse_bool, "true", "Create unknown topics on Metadata/Produce."),

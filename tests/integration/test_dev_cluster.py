@@ -80,3 +80,48 @@ def test_dev_cluster_prints_where_it_runs_and_stops_everything_on_sigterm():
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_dev_cluster_with_a_standby_prints_the_multi_host_url_and_the_failover_commands():
+    """--standby: a primary and a synchronous streaming standby, the brokers given both in the
+    multi-host URL (which reaches the primary), and the kill and promote commands printed."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "offsetd.dev.cluster", "--brokers", "1", "--base-port", str(port),
+                             "--metrics-base-port", "0", "--standby", "--override", "storage.engine=local"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=0)
+    assert proc.stdout is not None
+    out = LineReader(proc.stdout)
+    lines: list[str] = []
+    deadline = time.monotonic() + 90
+    try:
+        while not lines or "Ctrl-C" not in lines[-1]:
+            line = out.readline(deadline)
+            assert line is not None, f"no banner (rc={proc.poll()}): {''.join(lines)}"
+            lines.append(line)
+        banner = "".join(lines)
+        dsn = re.search(r"storage\.engine:\s+(\S+)", banner).group(1)  # type: ignore[union-attr]
+        match = re.fullmatch(r"postgresql://postgres@127\.0\.0\.1:(\d+),127\.0\.0\.1:(\d+)/offsetd"
+                             r"\?target_session_attrs=read-write", dsn)
+        assert match, dsn
+        primary, standby = match.groups()
+        assert f"primary 127.0.0.1:{primary}, synchronous standby 127.0.0.1:{standby}" in banner
+        assert re.search(r"kill -9 (\d+) \$\(pgrep -P \1\)", banner) and "pg_ctl promote -D " in banner
+
+        async def ask(url: str, sql: str) -> object:
+            conn = await asyncpg.connect(url, timeout=10)
+            try:
+                return await conn.fetchval(sql)
+            finally:
+                await conn.close()
+
+        assert asyncio.run(ask(dsn, "SELECT pg_is_in_recovery()")) is False  # the URL reaches the primary
+        assert asyncio.run(ask(f"postgresql://postgres@127.0.0.1:{standby}/offsetd", "SELECT pg_is_in_recovery()"))
+        assert asyncio.run(ask(dsn, "SELECT sync_state FROM pg_stat_replication")) == "sync"
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        assert "".join(out.rest()).rstrip().endswith("offsetd.dev.cluster: stopped")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)

@@ -6,12 +6,16 @@ a view backed by its membership (server/cluster_runtime.py). Handlers ask only t
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import asyncio
+from typing import Any, Awaitable, Callable, Protocol, TypeVar
 
 from ..config import BrokerConfig
 from .request_context import request_listener
 
 NO_LEADER = (-1, -1)
+HANDOFF_WAIT_S = 1.0  # how long FindCoordinator waits for a partition changing hands to have a leader
+
+T = TypeVar("T")
 
 class ClusterView(Protocol):
     """Brokers and partition leaders as clients should see them."""
@@ -73,3 +77,24 @@ def node_endpoints(view: ClusterView, nodes: set[int]) -> list[dict[str, Any]]:
         if where is not None:
             endpoints.append({"node_id": node, "host": where[0], "port": where[1], "rack": None})
     return endpoints
+
+
+def once_led(view: ClusterView, answer: Callable[[], T], unled: Callable[[T], bool]) -> "T | asyncio.Future[T]":
+    """`answer()`, at once unless it names no coordinator for some key and the view can change
+    (cluster mode: a partition between its release and the next claim). Then the answer waits
+    for the view to change, at most HANDOFF_WAIT_S: clients told COORDINATOR_NOT_AVAILABLE ask
+    again only 0.5-1 s later (librdkafka), longer than a graceful handoff takes."""
+    body = answer()
+    changed: Callable[[float], Awaitable[None]] | None = getattr(view, "changed", None)
+    if changed is None or not unled(body):
+        return body
+
+    async def later() -> T:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + HANDOFF_WAIT_S
+        current = body
+        while unled(current) and (left := deadline - loop.time()) > 0:
+            await changed(left)
+            current = answer()
+        return current
+    return asyncio.ensure_future(later())

@@ -8,7 +8,8 @@ once when a peer NOTIFYs a change, reads the live brokers and every partition's 
 then brings its copy up to date and loads it; claims run concurrently, `__consumer_offsets`
 partitions first), releases (drained first, so nothing is in flight, then given up without waiting
 for a lease to expire), and losses. It also keeps the view Metadata and FindCoordinator answer
-from: who is alive, who leads what, at which epoch.
+from: who is alive, who leads what, at which epoch; FindCoordinator can wait for it to change
+(`view_changed`) while a partition changes hands.
 """
 
 from __future__ import annotations
@@ -18,14 +19,18 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
-from ..storage.postgres_store import BrokerRow, Claim, PostgresStore, TopicRow
+from ..storage.postgres_store import BrokerRow, Claim, PostgresStore, StoreUnavailable, TopicRow
 from .ownership import Lease, PartitionRow, plan
 
 log = logging.getLogger("offsetd.cluster")
 
 Key = tuple[uuid.UUID, int]
+
+RETRY_MS = 100  # the next renewal after one PostgreSQL did not answer
+HANDOFF_WAIT_MS = 2000  # a stopping broker follows its released partitions' new owners this long at most
+HANDOFF_LINGER_MS = 250  # then answers a little longer: librdkafka retries 100-200 ms apart
 
 
 class OwnerCallbacks(Protocol):
@@ -63,25 +68,35 @@ class ClusterMember:
         self.host, self.port = host, port
         self.endpoints = dict(endpoints or {})  # listener name -> advertised (host, port)
         self.ttl_ms = ttl_ms
-        self.heartbeat_ms = heartbeat_ms
+        # At least three renewals per lease: with one every 2 s (the default) and a 3 s lease, an
+        # event loop busy for a second (a start-up's loads) let PostgreSQL judge the lease expired,
+        # and peers then answered Metadata without this broker and claimed its new partitions.
+        self.heartbeat_ms = min(heartbeat_ms, ttl_ms // 3)
+        if self.heartbeat_ms < heartbeat_ms:
+            log.info("renewing the lease every %d ms, a third of broker.session.timeout.ms=%d, not every "
+                     "broker.heartbeat.interval.ms=%d", self.heartbeat_ms, ttl_ms, heartbeat_ms)
         self.callbacks = callbacks
         self.clock = clock
         self.incarnation = uuid.uuid4()
-        self.lease = Lease(ttl_ms, margin_ms=min(heartbeat_ms, ttl_ms // 3))
+        self.lease = Lease(ttl_ms, margin_ms=self.heartbeat_ms)
         self.owned: dict[Key, int] = {}  # partition -> epoch this process leads at
         self.brokers: list[BrokerRow] = []  # live brokers, from the last look
         self.leaders: dict[Key, Leader] = {}
         self._wake = asyncio.Event()
+        self._view = asyncio.Event()  # set (and replaced) whenever brokers or leaders change
         self._ticking = asyncio.Lock()  # one round at a time: each acts on what the last one did
         self._dirty = {"topics", "group_configs"}  # shared catalogues to read again at the next tick
         self._tasks: list[asyncio.Task[None]] = []
         self._listener: Any = None
         self._stopping = False
+        self._looked: Callable[[], Awaitable[None]] | None = None  # start()'s hook, run at the first look
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self) -> None:
-        """Register (taking this node id over from an earlier process) and make the first look."""
+    async def start(self, looked: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Register (taking this node id over from an earlier process) and make the first look;
+        `looked` runs once the live brokers are known, before the first claims."""
+        self._looked = looked
         sent = self.clock()
         await self.store.register(self.node_id, self.incarnation, self.host, self.port, self.ttl_ms,
                                   self.endpoints)
@@ -94,7 +109,9 @@ class ClusterMember:
     async def stop(self) -> None:
         """Graceful (controlled shutdown): stop serving and drain every partition, leave the live
         brokers (so no peer still prefers this one), then set the partitions free; each release
-        NOTIFYs, and the peers claim at once instead of waiting for the lease to expire."""
+        NOTIFYs, and the peers claim at once instead of waiting for the lease to expire. Then
+        follow the claims until each partition has its new owner (the server still answers
+        meanwhile, naming them), and linger a moment for clients retrying here."""
         self._stopping = True
         for task in self._tasks:
             task.cancel()
@@ -106,6 +123,9 @@ class ClusterMember:
                     self._lose(key)
                 await self.store.unregister(self.node_id, self.incarnation)
                 await asyncio.gather(*(self.store.release(key[0], key[1], self.node_id, epoch) for key, epoch in held))
+                await self._follow_successors([key for key, _ in held])
+                if held:  # clients retrying here (told COORDINATOR_LOAD_IN_PROGRESS) are told the new owner
+                    await asyncio.sleep(HANDOFF_LINGER_MS / 1000)
             else:
                 await self.store.unregister(self.node_id, self.incarnation)
         except Exception as exc:  # PostgreSQL gone: the lease simply expires
@@ -113,6 +133,36 @@ class ClusterMember:
         self.lease.expire()
         if self._listener is not None:
             await self._listener.close()
+
+    async def _follow_successors(self, released: list[Key]) -> None:
+        """After a graceful release, keep the view current until a peer leads every released
+        partition (at most HANDOFF_WAIT_MS): clients still connected to this broker then learn
+        the new owners from its Metadata and FindCoordinator instead of "not available"."""
+        deadline = self.clock() + HANDOFF_WAIT_MS
+        while released and self.clock() < deadline:
+            brokers, partitions = await self.store.snapshot()
+            self.brokers = brokers
+            self.leaders = {(t, p): Leader(owner, epoch) for t, p, owner, epoch in partitions if owner is not None}
+            self._view_updated()
+            released = [key for key in released if key not in self.leaders]
+            if released:
+                self._wake.clear()
+                try:  # a claim NOTIFYs; look again then (or soon: the NOTIFY may come before the commit)
+                    await asyncio.wait_for(self._wake.wait(), 0.05)
+                except asyncio.TimeoutError:
+                    pass
+
+    async def view_changed(self, timeout_s: float) -> None:
+        """Return once the live brokers or leaders may have changed, or after `timeout_s`."""
+        try:
+            await asyncio.wait_for(self._view.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            pass
+
+    def _view_updated(self) -> None:
+        """Wake whoever waits in view_changed (FindCoordinator of a partition changing hands)."""
+        self._view.set()
+        self._view = asyncio.Event()
 
     def serving(self) -> bool:
         """True while the lease is valid by this broker's own clock (cheap: hot paths call it)."""
@@ -126,12 +176,18 @@ class ClusterMember:
     async def _heartbeats(self) -> None:
         """Renew the lease every heartbeat interval, on its own: claims, loads and drains of the
         ownership loop never delay a renewal (a late renewal would let peers claim from a healthy
-        broker)."""
+        broker). While PostgreSQL does not answer, it tries again every RETRY_MS, so a broker is
+        back at most that long after a primary is (a promoted standby, a restart)."""
+        delay_ms = self.heartbeat_ms
         while not self._stopping:
-            await asyncio.sleep(self.heartbeat_ms / 1000)
+            await asyncio.sleep(delay_ms / 1000)
+            delay_ms = min(self.heartbeat_ms, RETRY_MS)
             try:
                 await self.renew()
                 await self._keep_listening()
+                delay_ms = self.heartbeat_ms
+            except StoreUnavailable:
+                pass  # the store tells the log why, once a second
             except Exception as exc:
                 log.warning("lease renewal failed: %s", exc)
             self._give_up_if_expired()
@@ -163,6 +219,8 @@ class ClusterMember:
             self._wake.clear()
             try:
                 await self.tick()
+            except StoreUnavailable:
+                pass  # the store tells the log why, once a second
             except Exception as exc:
                 log.warning("looking at partition ownership failed: %s", exc)
             self._give_up_if_expired()
@@ -190,8 +248,12 @@ class ClusterMember:
             self.callbacks.group_configs_changed(await self.store.group_configs())
         brokers, partitions = await self.store.snapshot()
         self.brokers = brokers
+        if self._looked is not None:
+            looked, self._looked = self._looked, None
+            await looked()
         rows = [PartitionRow((topic_id, index), owner, epoch) for topic_id, index, owner, epoch in partitions]
         self.leaders = {row.key: Leader(row.owner, row.epoch) for row in rows if row.owner is not None}
+        self._view_updated()
         live = [b.node_id for b in brokers]
         decided = plan(self.node_id, live, rows, self.owned, self.serving())
         for key in decided.lost:
@@ -218,6 +280,7 @@ class ClusterMember:
             return False  # someone else was faster, or our lease lapsed meanwhile
         self.owned[key] = claim.epoch
         self.leaders[key] = Leader(self.node_id, claim.epoch)
+        self._view_updated()
         try:
             ok = await self.callbacks.gained(key, claim)
         except Exception:

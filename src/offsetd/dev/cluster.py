@@ -1,7 +1,11 @@
-"""`python -m offsetd.dev.cluster [--brokers 3] [--dir DIR] [--base-port 9092]` (`make cluster`): a
-local PostgreSQL and N `offsetd serve` brokers in cluster mode on 127.0.0.1, for trying cluster mode
-on one machine. Prints the bootstrap list and the PostgreSQL URL, then runs until Ctrl-C or SIGTERM,
-which stop the brokers gracefully and then PostgreSQL."""
+"""`python -m offsetd.dev.cluster [--brokers 3] [--dir DIR] [--base-port 9092] [--standby]` (`make
+cluster`): a local PostgreSQL and N `offsetd serve` brokers in cluster mode on 127.0.0.1, for trying
+cluster mode on one machine. Prints the bootstrap list and the PostgreSQL URL, then runs until
+Ctrl-C or SIGTERM, which stop the brokers gracefully and then PostgreSQL.
+
+With --standby, PostgreSQL is a primary and a synchronous streaming standby, and the brokers use
+the multi-host URL `postgresql://postgres@127.0.0.1:P1,127.0.0.1:P2/offsetd?target_session_attrs=read-write`:
+kill the primary, `pg_ctl promote` the standby (the commands are printed) and watch them carry on."""
 
 from __future__ import annotations
 
@@ -16,7 +20,8 @@ import threading
 from pathlib import Path
 
 from .broker import BrokerProcess
-from .postgres import LocalPostgres, PostgresError, PostgresNotFound
+from .postgres import LocalPostgres, PostgresError, PostgresNotFound, postmaster_pid
+from .postgres_standby import multi_host_dsn, start_standby
 
 DATABASE = "offsetd"
 _DEFAULT_CONFIG = Path("config/server.properties")
@@ -33,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="broker N's metrics listener and console on this + N - 1 (0: free ports)")
     parser.add_argument("--config", type=Path, default=_DEFAULT_CONFIG if _DEFAULT_CONFIG.exists() else None,
                         help="broker config file (default: config/server.properties when present)")
+    parser.add_argument("--standby", action="store_true",
+                        help="a synchronous standby beside the primary, and the brokers on both (failover)")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="an extra broker setting for every broker, e.g. broker.session.timeout.ms=3000")
     return parser
@@ -84,16 +91,20 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     brokers: list[BrokerProcess] = []
+    servers: list[LocalPostgres] = []
     try:
         pg = LocalPostgres(directory / "postgres")
-        pg.start()
-    except (PostgresNotFound, PostgresError) as exc:
-        print(f"offsetd.dev.cluster: {exc}", file=sys.stderr)
-        return 1
-    try:
+        servers.append(pg.start())
         if not pg.execute(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'").strip():
             pg.create_database(DATABASE)
-        dsn = pg.dsn(DATABASE)
+        if args.standby:
+            servers.append(start_standby(pg, directory / "postgres-standby"))
+    except (PostgresNotFound, PostgresError) as exc:
+        print(f"offsetd.dev.cluster: {exc}", file=sys.stderr)
+        _stop_servers(servers, temporary)
+        return 1
+    try:
+        dsn = multi_host_dsn(servers, DATABASE) if args.standby else pg.dsn(DATABASE)
         for node_id in range(1, args.brokers + 1):
             broker = BrokerProcess(directory / f"broker-{node_id}",
                                    broker_overrides(dsn, node_id, args.base_port + node_id - 1,
@@ -112,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"offsetd cluster: {len(brokers)} brokers on PostgreSQL, files in {directory}\n"
               f"  bootstrap servers: {','.join(b.bootstrap for b in brokers)}\n"
               f"  storage.engine:    {dsn}\n"
-              f"  logs:              {directory}/broker-N.log, {pg.log_path}\n"
+              f"  logs:              {directory}/broker-N.log, {', '.join(str(s.log_path) for s in servers)}\n"
+              + (_failover_hint(servers) if args.standby else "")
               + (f"  lag consoles:      {consoles}\n" if args.metrics_base_port else "") +
               "Ctrl-C (or SIGTERM) stops the brokers, then PostgreSQL.", flush=True)
         reported: set[int] = set()
@@ -126,12 +138,32 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         _stop_brokers(brokers)
+        _stop_servers(servers, temporary)
         if temporary:
-            pg.close()
             shutil.rmtree(directory, ignore_errors=True)
-        else:
-            pg.stop("fast")
         print("offsetd.dev.cluster: stopped", flush=True)
+
+
+def _stop_servers(servers: list[LocalPostgres], temporary: bool) -> None:
+    """Stop PostgreSQL (the standby first): removed with its data when the directory is temporary."""
+    for server in reversed(servers):
+        if temporary:
+            server.close()
+        else:
+            try:
+                server.stop("fast")
+            except PostgresError as exc:  # killed from outside (a failover tried): nothing to stop
+                print(f"offsetd.dev.cluster: {exc}", file=sys.stderr)
+
+
+def _failover_hint(servers: list[LocalPostgres]) -> str:
+    """The lines that tell how to try a failover on the primary and standby just started."""
+    primary, standby = servers
+    pid = postmaster_pid(primary.data_dir)
+    runas = f"sudo -u {standby.user.pw_name} " if standby.user is not None else ""
+    return (f"  PostgreSQL:        primary 127.0.0.1:{primary.port}, synchronous standby 127.0.0.1:{standby.port}\n"
+            f"  failover:          kill -9 {pid} $(pgrep -P {pid})   # the primary's postmaster and backends\n"
+            f"                     {runas}{standby.bindir}/pg_ctl promote -D {standby.data_dir}\n")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """A throwaway PostgreSQL server in a directory, for tests and `make cluster`: initdb (once per
 process, then copies of that template), pg_ctl start on 127.0.0.1 with durable settings, databases
-on demand, a fast or an immediate (crash) stop and a restart on the same data."""
+on demand, a fast or an immediate (crash) stop, a kill -9 of every process, a restart on the same
+data, and promotion of a standby (dev/postgres_standby.py makes one)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -177,13 +179,13 @@ class LocalPostgres:
             os.chown(self.directory, self.user.pw_uid, self.user.pw_gid)
         if not (self.data_dir / "PG_VERSION").exists():
             # cp -a as the server's user: the copy is its own, with initdb's 0700 modes.
-            self._pg(["cp", "-a", str(_template(self.bindir, self.user)), str(self.data_dir)])
+            self.run_tool(["cp", "-a", str(_template(self.bindir, self.user)), str(self.data_dir)])
         attempts = 5 if self.port == 0 else 1
         for attempt in range(attempts):
             port = self.port or free_port()
             self._write_settings(port)
             try:
-                self._pg([str(self.bindir / "pg_ctl"), "start", "-D", str(self.data_dir), "-l", str(self.log_path),
+                self.run_tool([str(self.bindir / "pg_ctl"), "start", "-D", str(self.data_dir), "-l", str(self.log_path),
                           "-w", "-t", str(int(timeout)), "-s"], timeout=timeout + 10)
             except PostgresError as exc:
                 # another process took the free port between our pick and the bind: pick again
@@ -200,9 +202,29 @@ class LocalPostgres:
         (no checkpoint; the next start replays the WAL)."""
         if not self._running:
             return
-        self._pg([str(self.bindir / "pg_ctl"), "stop", "-D", str(self.data_dir), "-m", mode, "-w",
+        self.run_tool([str(self.bindir / "pg_ctl"), "stop", "-D", str(self.data_dir), "-m", mode, "-w",
                   "-t", str(int(timeout)), "-s"], timeout=timeout + 10)
         self._running = False
+
+    def kill9(self) -> None:
+        """SIGKILL the postmaster and every backend at once (a machine loss, not a clean crash:
+        nothing is told to finish); the data dir stays for a later start()."""
+        postmaster = postmaster_pid(self.data_dir)
+        if postmaster is None:
+            self._running = False
+            return
+        os.kill(postmaster, signal.SIGSTOP)  # it starts no backend between the look below and the kill
+        for pid in [postmaster, *children_of(postmaster)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._running = False
+
+    def promote(self, timeout: float = 60.0) -> None:
+        """`pg_ctl promote -w`: a standby leaves recovery and accepts writes (returns once it does)."""
+        self.run_tool([str(self.bindir / "pg_ctl"), "promote", "-D", str(self.data_dir), "-w", "-t", str(int(timeout)),
+                  "-s"], timeout=timeout + 10)
 
     @property
     def running(self) -> bool:
@@ -273,7 +295,8 @@ class LocalPostgres:
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _pg(self, cmd: list[str], timeout: float = 120.0) -> str:
+    def run_tool(self, cmd: list[str], timeout: float = 120.0) -> str:
+        """Run a PostgreSQL tool (pg_ctl, pg_basebackup, ...) as the server's OS user, in its directory."""
         return _run(cmd, self.user, cwd=self.directory, timeout=timeout)
 
     def _write_settings(self, port: int) -> None:
@@ -287,6 +310,31 @@ class LocalPostgres:
         conf.write_text("\n".join(lines) + "\n")
         if self.user is not None:
             os.chown(conf, self.user.pw_uid, self.user.pw_gid)
+
+
+def postmaster_pid(data_dir: Path) -> int | None:
+    """The pid of the postmaster running on `data_dir` (its postmaster.pid), or None."""
+    try:
+        pid = int((data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return None
+    return pid if Path(f"/proc/{pid}").exists() else None
+
+
+def children_of(parent: int) -> list[int]:
+    """The processes whose parent is `parent` (a postmaster's backends, WAL writer, ...), from /proc."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat_line = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ')'
+        if int(stat_line.rsplit(")", 1)[1].split()[1]) == parent:
+            children.append(int(entry.name))
+    return children
 
 
 def _check_name(name: str) -> str:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from ..protocol.api_versions import ApiKey
 from ..protocol.errors import Error
 from ..security.acl import AclOperation, ResourceType
-from ..security.authorization import Op, Res
+from ..security.authorization import Access, Op, Res
 
 
 class Where(str, Enum):
@@ -156,3 +157,17 @@ API_CHECKS: dict[int, tuple[Check, ...]] = {
 def check(api_key: int, resource: ResourceType) -> Check:
     """The table's check of `api_key` on `resource` (the first one, when there are several)."""
     return next(c for c in API_CHECKS[api_key] if c.resource == resource)
+
+
+def commit_denied(acc: Access | None, topics: Any, group_id: str, transactional_id: str | None = None) -> dict[str, int]:
+    """Per topic, the authorization error of its partitions in OffsetCommit / TxnOffsetCommit
+    (reference security.md §4, in order): no WRITE on the transactional id: 53 everywhere; no READ
+    on the group: 30 everywhere; else 29 on each topic without READ. Empty: all allowed."""
+    if acc is None:
+        return {}
+    names = {t.name for t in topics}
+    if transactional_id is not None and not acc.allows(Op.WRITE, Res.TRANSACTIONAL_ID, transactional_id):
+        return dict.fromkeys(names, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not acc.allows(Op.READ, Res.GROUP, group_id or ""):
+        return dict.fromkeys(names, Error.GROUP_AUTHORIZATION_FAILED)
+    return dict.fromkeys(acc.denied(Op.READ, Res.TOPIC, names), Error.TOPIC_AUTHORIZATION_FAILED)

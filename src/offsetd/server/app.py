@@ -61,7 +61,7 @@ from .futures import then
 from .consumer_group_api import ConsumerGroupApi
 from .group_api import GroupApi, RequestContext
 from .group_commit import GroupCommit
-from .listeners import ListenerRuntime, bind, listener_runtimes, peer_listener, peer_security
+from .listeners import ListenerRuntime, bind, listener_runtimes, peer_listener, peer_security, start_serving
 from .tls import keystore_reloaders
 from . import sasl_wire
 from .sasl_wire import SASL_VERSIONS, SaslSession
@@ -320,7 +320,7 @@ class KafkaServer:
                                                   self.config.advertised_for(l.name).port) for l in self.listeners})
         self._topics.on_fenced = lambda plog: self.cluster.fenced((plog.topic_id, plog.partition))  # type: ignore[union-attr]
         self.broker.cluster = PostgresView(self.cluster)
-        await self.cluster.start()
+        await self.cluster.start(self._accept_clients)
         if self._topics.get(OFFSETS_TOPIC) is None:
             try:
                 await self._topics.create(OFFSETS_TOPIC, self.config.get("offsets.topic.num.partitions"),
@@ -329,6 +329,12 @@ class KafkaServer:
                 pass  # another broker created it first
             self.cluster.refresh_topics()
             await self.cluster.tick()
+
+    async def _accept_clients(self) -> None:
+        """Cluster mode: serve the listeners once the broker knows the live brokers (its first
+        claims still running: peers name it as soon as it claims)."""
+        for server in self._servers:
+            await start_serving(server)
 
     def _create_internal_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
         """`__transaction_state` or `__share_group_state` in the shared catalogue, once (the first
@@ -368,10 +374,15 @@ class KafkaServer:
     # ------------------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
-        """Bind every listener and start the periodic tasks."""
+        """Bind every listener and start the periodic tasks. In cluster mode the listeners accept
+        clients only once the broker knows the live brokers: before, its answers (Metadata listing
+        none, or itself alone) make librdkafka forget the brokers it knew, the controller among
+        them, and wait for it (CreateTopics: "waiting for controller")."""
+        joining = self.cluster is None and self.config.get("storage.engine") != "local"
         try:
             for listener in self.listeners:
-                self._servers.append(await bind(listener, lambda l=listener: Connection(self, l), self.config))
+                self._servers.append(await bind(listener, lambda l=listener: Connection(self, l), self.config,
+                                                serving=not joining))
         except OSError:
             for server in self._servers:
                 server.close()
@@ -385,7 +396,7 @@ class KafkaServer:
                                                     history=BrokerHistory(self.runtimes, self.log_ends, self.clock),
                                                     group_filter=self.config.get("metrics.group.filter"))
             await self.metrics_server.start(metrics_listener.host, metrics_listener.port)
-        if self.cluster is None and self.config.get("storage.engine") != "local":
+        if joining:
             try:
                 await self._join_cluster()
             except Exception as exc:
@@ -414,12 +425,13 @@ class KafkaServer:
             self._tasks.append(asyncio.create_task(self._every(sweep_ms, self.guard.sweep)))
 
     async def stop(self) -> None:
-        """Stop accepting, hand partitions over (cluster mode), drop connections, flush and
-        close every log."""
+        """Hand partitions over (cluster mode; clients sent here by a peer's older view are still
+        answered, not refused), stop accepting, drop connections, flush and close every log."""
+        if self.cluster is not None:
+            await self.cluster.stop()  # graceful handoff: peers claim at once, no lease wait
         for server in self._servers:
             server.close()
         if self.cluster is not None:
-            await self.cluster.stop()  # graceful handoff: peers claim at once, no lease wait
             await self.security.stop()
             await self._store.close()
         if self.metrics_server is not None:

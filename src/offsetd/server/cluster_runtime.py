@@ -4,8 +4,8 @@ and what the server does when this broker gains or loses a partition.
 The membership loop (cluster/member.py) decides ownership; this module carries it out:
 * gained: bring the partition's local copy up to PostgreSQL's end, lead it at the claim's epoch,
   and for a `__consumer_offsets`, `__transaction_state` or `__share_group_state` partition load its
-  coordinator shard (COORDINATOR_LOAD_IN_PROGRESS meanwhile; member session timers restart at
-  load, as Kafka's do);
+  coordinator shard (COORDINATOR_LOAD_IN_PROGRESS from the claim on, while the copy catches up and
+  loads; member session timers restart at load, as Kafka's do);
 * releasing / lost: stop leading at once (requests get NOT_LEADER_OR_FOLLOWER / NOT_COORDINATOR),
   unload the shard (queued work fails with NOT_COORDINATOR), for a data partition tell the share
   groups' leader side (its windows are read again by the next leader), and for a release wait for
@@ -174,9 +174,12 @@ class PostgresView:
 
     @property
     def controller_id(self) -> int:
-        # No controller: the lowest live id is reported (clients only need an existing broker).
+        """No controller: the lowest live id, which brokers() lists too (librdkafka's admin
+        requests wait for the controller to be a broker it knows); -1, "none", when no broker is
+        live in this view, so that the client asks again instead of waiting for a node it never
+        learns of."""
         brokers = self.member.brokers
-        return brokers[0].node_id if brokers else self.member.node_id
+        return brokers[0].node_id if brokers else -1
 
     def brokers(self, listener: str | None = None) -> list[tuple[int, str, int]]:
         name = request_listener(listener)
@@ -191,6 +194,16 @@ class PostgresView:
     def endpoint(self, node_id: int, listener: str | None = None) -> tuple[str, int] | None:
         row = self.member.endpoint(node_id)
         return None if row is None else row.on(request_listener(listener))
+
+    @property
+    def serving(self) -> bool:
+        """This broker's lease holds, so its view follows PostgreSQL."""
+        return self.member.serving()
+
+    async def changed(self, timeout_s: float) -> None:
+        """Return once who leads what may have changed (a claim, a release, a look at
+        PostgreSQL), or after `timeout_s`."""
+        await self.member.view_changed(timeout_s)
 
 
 class ProducerIdBlocks:
@@ -288,8 +301,10 @@ class ClusterRuntime:
         plog = self.topics.log_for(key)
         if plog is None:
             return False
-        await plog.take_leadership(claim, self.clock())
         runtime = self._runtime(key)
+        if runtime is not None:  # COORDINATOR_LOAD_IN_PROGRESS from the claim (peers name us at once)
+            runtime.state = ShardState.LOADING
+        await plog.take_leadership(claim, self.clock())
         log.info("leading %s-%d at epoch %d (offsets %d-%d)", plog.topic, key[1], claim.epoch, claim.start_offset,
                  claim.next_offset)
         if runtime is not None:

@@ -11,6 +11,7 @@ from inspect import isawaitable
 from typing import Any, Awaitable, Callable
 
 from ..broker.broker import Broker
+from ..broker.cluster_view import once_led
 from ..coordinator.result import CoordinatorResult
 from ..coordinator.classic_group_ops import JoinRequest
 from ..coordinator.consumer_group_ops import TopicsImage
@@ -18,6 +19,7 @@ from ..coordinator.write_errors import WRITE_ERROR_REMAP, CoordinatorWriteError
 from ..protocol.errors import Error
 from ..records.offsets import OFFSETS_TOPIC, partition_for
 from ..security.authorization import Access, Op, Res, access
+from .api_checks import commit_denied
 from .coordinator_runtime import ShardRuntime, ShardState, new_token
 from .futures import then
 
@@ -87,9 +89,17 @@ class GroupApi:
     def runtime_for(self, group_id: str) -> ShardRuntime:
         return self.runtimes[partition_for(group_id, len(self.runtimes))]
 
+    def _led_nowhere(self, runtime: ShardRuntime) -> bool:
+        """Cluster mode: no broker leads the partition in this view (released, not claimed yet). A
+        client told to retry here (14) learns the new owner a moment later; told 16, it would ask
+        peers whose view may still name this broker (librdkafka then waits 0.3-1 s to ask again).
+        Only while this broker's lease holds: a view it cannot refresh must not keep clients here."""
+        view = self.broker.cluster
+        return getattr(view, "serving", False) and view.leader(self.broker.topics.get(OFFSETS_TOPIC), runtime.shard.partition)[0] == -1
+
     def state_error(self, runtime: ShardRuntime) -> int:
-        """§0.2 steps 4-5: loading -> 14; failed, or owned by another broker -> 16."""
-        if runtime.state is ShardState.LOADING:
+        """§0.2 steps 4-5: loading, or changing hands -> 14; failed, or owned by another broker -> 16."""
+        if runtime.state is ShardState.LOADING or (runtime.state is ShardState.UNLOADED and self._led_nowhere(runtime)):
             return Error.COORDINATOR_LOAD_IN_PROGRESS
         if runtime.state is ShardState.FAILED or runtime.state is ShardState.UNLOADED:
             return Error.NOT_COORDINATOR
@@ -102,7 +112,8 @@ class GroupApi:
     def find_coordinator(self, ctx: RequestContext, req: Any) -> Reply:
         """The leader of the group's `__consumer_offsets` partition (§5.2; this node on a single
         broker); COORDINATOR_NOT_AVAILABLE while it has none (never a broker whose lease
-        expired); v4+ batches keys."""
+        expired), after waiting a moment for a handoff in progress (broker/cluster_view.py
+        `once_led`); v4+ batches keys."""
         key_type = getattr(req, "key_type", 0)
         view = self.broker.cluster
         offsets_topic = self.broker.topics.get(OFFSETS_TOPIC)
@@ -123,8 +134,10 @@ class GroupApi:
                     "host": endpoint[0], "port": endpoint[1], "error_message": None}
 
         if ctx.version >= 4:
-            return {"coordinators": [entry(k) for k in req.coordinator_keys]}
-        return entry(req.key)
+            return once_led(view, lambda: {"coordinators": [entry(k) for k in req.coordinator_keys]},
+                            lambda body: any(e["error_code"] == Error.COORDINATOR_NOT_AVAILABLE
+                                             for e in body["coordinators"]))
+        return once_led(view, lambda: entry(req.key), lambda body: body["error_code"] == Error.COORDINATOR_NOT_AVAILABLE)
 
     # ------------------------------------------------------------------- membership
 
@@ -233,7 +246,7 @@ class GroupApi:
 
     def offset_commit(self, ctx: RequestContext, req: Any) -> Reply:
         """§1.1: unknown topics/partitions answered 3 before any group check; no top-level error."""
-        denied = _commit_denied(access(self.broker, ctx), req.topics, req.group_id)
+        denied = commit_denied(access(self.broker, ctx), req.topics, req.group_id)
         # v1 only: a per-partition commit timestamp (-1 = now)
         known, errors = self._commit_partitions(req.topics, denied, stamped=ctx.version == 1)
 
@@ -343,7 +356,7 @@ class GroupApi:
         """TxnOffsetCommit v0-5 (§1.2, reference A5): unknown topics/partitions 3 and dropped;
         group id null or "" -> 24; coordinator state; the verifier (its code for every
         partition, nothing written); then the shard's KIP-447 checks. v0-1 see 15 for 14."""
-        denied = _commit_denied(access(self.broker, ctx), req.topics, req.group_id, req.transactional_id)
+        denied = commit_denied(access(self.broker, ctx), req.topics, req.group_id, req.transactional_id)
         known, errors = self._commit_partitions(req.topics, denied)
 
         def shape(group_errors: dict[tuple[str, int], int]) -> Body:
@@ -552,20 +565,6 @@ def _rows_then(answer: Any, fn: Callable[[list[Any]], list[Any]]) -> Any:
     def apply(result: tuple[int, list[Any]]) -> tuple[int, list[Any]]:
         return result if result[0] else (result[0], fn(result[1]))
     return then(answer, apply) if isinstance(answer, asyncio.Future) else apply(answer)
-
-
-def _commit_denied(acc: Access | None, topics: Any, group_id: str, transactional_id: str | None = None) -> dict[str, int]:
-    """Per topic, the authorization error of its partitions in OffsetCommit / TxnOffsetCommit
-    (reference security.md §4, in order): no WRITE on the transactional id: 53 everywhere; no READ
-    on the group: 30 everywhere; else 29 on each topic without READ. Empty: all allowed."""
-    if acc is None:
-        return {}
-    names = {t.name for t in topics}
-    if transactional_id is not None and not acc.allows(Op.WRITE, Res.TRANSACTIONAL_ID, transactional_id):
-        return dict.fromkeys(names, Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    if not acc.allows(Op.READ, Res.GROUP, group_id or ""):
-        return dict.fromkeys(names, Error.GROUP_AUTHORIZATION_FAILED)
-    return dict.fromkeys(acc.denied(Op.READ, Res.TOPIC, names), Error.TOPIC_AUTHORIZATION_FAILED)
 
 
 def _fetch_topics(rows: list[tuple[str, list[tuple[int, int, int, str, int]]]]) -> list[Body]:

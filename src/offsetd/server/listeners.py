@@ -46,9 +46,10 @@ class ListenerRuntime:
 
 
 async def bind(listener: ListenerRuntime, protocol_factory: Callable[[], asyncio.Protocol],
-               config: BrokerConfig) -> asyncio.base_events.Server:
+               config: BrokerConfig, *, serving: bool = True) -> asyncio.base_events.Server:
     """Listen on one listener (TLS listeners hand connections over after the handshake); a `:0`
-    listener's port is then known and advertised."""
+    listener's port is then known and advertised. With `serving` False the port is only bound
+    (connections are refused) until start_serving()."""
     loop = asyncio.get_running_loop()
     # asyncio accepts up to `backlog` connections in one turn of the loop, and listens with
     # that backlog. A turn accepting a thousand connections of a garbage storm starves every
@@ -58,14 +59,26 @@ async def bind(listener: ListenerRuntime, protocol_factory: Callable[[], asyncio
     tls: dict[str, Any] = {} if listener.ssl is None else {
         "ssl": listener.ssl, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
     server = await loop.create_server(protocol_factory, listener.host or None, listener.port, reuse_address=True,
-                                      backlog=ACCEPTS_PER_TURN, **tls)
-    for listening in server.sockets:
-        with listening.dup() as same:
-            same.listen(LISTEN_BACKLOG)
+                                      backlog=ACCEPTS_PER_TURN, start_serving=serving, **tls)
+    if serving:
+        _deepen_backlog(server)
     listener.port = server.sockets[0].getsockname()[1]
     config.bound(listener.name, listener.port)
     log.info("listener %s (%s) on %s:%d", listener.name, listener.protocol, listener.host or "0.0.0.0", listener.port)
     return server
+
+
+async def start_serving(server: asyncio.base_events.Server) -> None:
+    """Accept connections on a listener bound with serving=False."""
+    await server.start_serving()
+    _deepen_backlog(server)
+
+
+def _deepen_backlog(server: asyncio.base_events.Server) -> None:
+    """listen() again with LISTEN_BACKLOG, through a duplicate of each socket (see bind())."""
+    for listening in server.sockets:
+        with listening.dup() as same:
+            same.listen(LISTEN_BACKLOG)
 
 
 def listener_runtimes(config: BrokerConfig) -> list[ListenerRuntime]:

@@ -15,6 +15,7 @@ from inspect import isawaitable
 from typing import Any, Awaitable, Callable
 
 from ..broker.broker import Broker
+from ..broker.cluster_view import once_led
 from ..broker.produce import handle_init_producer_id
 from ..config import BrokerConfig
 from ..protocol.api_versions import ApiKey
@@ -183,8 +184,9 @@ class TransactionApi:
         if not denied:
             return self._find(ctx, req)
         allowed = [k for k in req.coordinator_keys if k not in denied]
-        found = {e["key"]: e for e in self._find(ctx, _Keys(key_type, allowed))["coordinators"]} if allowed else {}  # type: ignore[index]
-        return {"coordinators": [found[k] if k in found else refused(k) for k in req.coordinator_keys]}
+        answer = self._find(ctx, _Keys(key_type, allowed)) if allowed else {"coordinators": []}
+        return _then(answer, lambda body: {"coordinators": [
+            next((e for e in body["coordinators"] if e["key"] == k), None) or refused(k) for k in req.coordinator_keys]})
 
     @staticmethod
     def _refuse_all(ctx: RequestContext, req: Any, error: int, message: str | None) -> Reply:
@@ -217,8 +219,9 @@ class TransactionApi:
                     "port": endpoint[1], "error_message": None}
 
         if ctx.version >= 4:
-            return {"coordinators": [entry(k) for k in req.coordinator_keys]}
-        return entry(req.key)
+            return once_led(view, lambda: {"coordinators": [entry(k) for k in req.coordinator_keys]},
+                            lambda body: any(e["error_code"] == Error.COORDINATOR_NOT_AVAILABLE for e in body["coordinators"]))
+        return once_led(view, lambda: entry(req.key), lambda body: body["error_code"] == Error.COORDINATOR_NOT_AVAILABLE)
 
     # ------------------------------------------------------------------ InitProducerId
 

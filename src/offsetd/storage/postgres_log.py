@@ -157,9 +157,10 @@ class PostgresPartitionLog:
                 # Not acknowledged (the client retries), but it may have committed: this copy can
                 # no longer tell where the log ends, so the partition is claimed again, which
                 # reads PostgreSQL's end first.
-                log.warning("%s-%d: append of offsets %d-%d has an unknown outcome (%s); claiming the "
-                            "partition again", cache.topic, cache.partition, prepared.first,
-                            prepared.next_offset - 1, exc)
+                # (info: the store tells the log about the outage itself, once a second)
+                log.info("%s-%d: append of offsets %d-%d has an unknown outcome (%s); claiming the "
+                         "partition again", cache.topic, cache.partition, prepared.first,
+                         prepared.next_offset - 1, exc)
                 self.epoch = None
                 self.on_fenced(self)
                 raise

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, TypeVar
 
 from offsetd.storage.log_dir import StorageError
+from offsetd.storage.postgres_connection import OneLineErrors, OutageLog, check_writable, session_attrs
 
 log = logging.getLogger("offsetd.storage")
 
@@ -91,8 +92,10 @@ _TOPICS = "SELECT name, topic_id, partitions, configs, internal FROM offsetd_top
 
 # A claim succeeds for a partition without a live owner (or held by an earlier incarnation of this
 # node), and only while the claimer's own lease is valid; its new epoch enters the leader-epoch
-# history in the same statement, starting at the log end.
-_CLAIM = """
+# history in the same statement, starting at the log end. It tells the peers at once, so their
+# Metadata and FindCoordinator name the new owner while it is still catching up (its coordinator
+# answers COORDINATOR_LOAD_IN_PROGRESS meanwhile, which clients retry within 100 ms).
+_CLAIM = f"""
 WITH c AS (
     UPDATE offsetd_partition p SET owner = $3, epoch = p.epoch + 1
     WHERE p.topic_id = $1 AND p.partition = $2
@@ -104,7 +107,7 @@ WITH c AS (
 h AS (
     INSERT INTO offsetd_leader_epoch (topic_id, partition, epoch, start_offset)
     SELECT topic_id, partition, epoch, next_offset FROM c ON CONFLICT DO NOTHING)
-SELECT epoch, next_offset, start_offset FROM c"""
+SELECT epoch, next_offset, start_offset, pg_notify('{NOTIFY_CHANNEL}', 'ownership') FROM c"""
 
 _LEADER_EPOCHS = """
 SELECT epoch, start_offset FROM offsetd_leader_epoch WHERE topic_id = $1 AND partition = $2 AND epoch <= $3
@@ -182,11 +185,18 @@ def _unavailable_on_failure(method: Callable[..., Awaitable[T]]) -> Callable[...
     @functools.wraps(method)
     async def wrapper(self: "PostgresStore", *args: Any) -> T:
         try:
-            return await method(self, *args)
-        except (Fenced, StoreUnavailable):
+            result = await method(self, *args)
+        except Fenced:
+            self.outage.answered()
+            raise
+        except StoreUnavailable as exc:
+            self.outage.failed(str(exc))
             raise
         except Exception as exc:
+            self.outage.failed(f"{type(exc).__name__}: {exc}")
             raise StoreUnavailable(f"PostgreSQL: {type(exc).__name__}: {exc}") from exc
+        self.outage.answered()
+        return result
     return wrapper
 
 
@@ -239,6 +249,8 @@ class PostgresStore:
         self.pool_size = pool_size
         # Per statement: longer than a lease is pointless (the broker has lost its partitions).
         self.timeout_s = timeout_s
+        self.connect_args = session_attrs(dsn)  # the primary only (storage/postgres_connection.py)
+        self.outage = OutageLog()
         self.pool: Any = None
 
     async def open(self) -> str:
@@ -246,6 +258,7 @@ class PostgresStore:
         import asyncpg  # the engine's driver, loaded only in cluster mode
 
         async def init(conn: Any) -> None:
+            await check_writable(conn)  # never a standby, whatever the URL's target_session_attrs
             # synchronous_commit=on: a COMMIT returns only once the WAL is flushed (an ack is
             # durable); the timeouts are safety nets against anything holding a lock.
             await conn.execute("SET synchronous_commit = on; SET idle_in_transaction_session_timeout = 5000; "
@@ -256,8 +269,12 @@ class PostgresStore:
             UNLISTEN *; RESET ALL` after every pool.execute, a second round trip per append, and these
             connections keep no session state (LISTEN has a connection of its own)."""
 
+        pool_log = logging.getLogger("asyncpg.pool")
+        if not any(isinstance(f, OneLineErrors) for f in pool_log.filters):
+            pool_log.addFilter(OneLineErrors())
         self.pool = await asyncpg.create_pool(self.dsn, min_size=2, max_size=self.pool_size, init=init, reset=keep,
-                                              command_timeout=self.timeout_s, timeout=self.timeout_s)
+                                              command_timeout=self.timeout_s, timeout=self.timeout_s,
+                                              **self.connect_args)
         async with self.pool.acquire() as conn:
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", SCHEMA_LOCK)
@@ -456,11 +473,12 @@ class PostgresStore:
 
     # ------------------------------------------------------------------ listening
 
+    @_unavailable_on_failure
     async def listen(self, callback: Any) -> Any:
         """A dedicated connection delivering NOTIFY payloads to callback(payload)."""
         import asyncpg
 
-        conn = await asyncpg.connect(self.dsn, timeout=self.timeout_s)
+        conn = await asyncpg.connect(self.dsn, timeout=self.timeout_s, **self.connect_args)
         await conn.add_listener(NOTIFY_CHANNEL, lambda _c, _pid, _ch, payload: callback(payload))
         return conn
 
@@ -529,6 +547,6 @@ class PostgresSecurityStore:
         """A dedicated connection delivering this channel's payloads to callback(payload)."""
         import asyncpg
 
-        conn = await asyncpg.connect(self.store.dsn, timeout=self.store.timeout_s)
+        conn = await asyncpg.connect(self.store.dsn, timeout=self.store.timeout_s, **self.store.connect_args)
         await conn.add_listener(SECURITY_NOTIFY_CHANNEL, lambda _c, _pid, _ch, payload: callback(payload))
         return conn

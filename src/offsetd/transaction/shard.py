@@ -120,6 +120,9 @@ class TransactionCoordinatorShard:
         a failed write, so that pending transitions vanish. Timers and settings stay."""
         self.transactions: dict[str, TransactionMetadata] = {}
         self.skipped_records = 0
+        # encoded key -> (transactional id, encoded value) of each record written and not yet
+        # replayed: its replay installs the pending transition without decoding or re-encoding
+        self._written: dict[bytes, tuple[str, bytes | None]] = {}
 
     # ============================================================================ replay
 
@@ -128,7 +131,14 @@ class TransactionCoordinatorShard:
         that matches the id's pending transition installs that transition (which also carries
         the in-memory KIP-360 fields); any other is loaded as stored. Unknown key versions are
         counted and skipped (so are records without a key); an unknown value version raises
-        RecordDecodeError: the load must stop there (A9)."""
+        RecordDecodeError: the load must stop there (A9). The very value object this shard
+        wrote (the shell replays what it appended) is recognised without decoding."""
+        written = self._written.pop(key, None) if self._written and key is not None else None
+        if written is not None and value is not None and written[1] is value:
+            meta = self.transactions.get(written[0])
+            if meta is not None and meta.pending is not None:
+                meta.apply(meta.pending)
+                return
         transactional_id = None if key is None else decode_key(key)
         if transactional_id is None:
             self.skipped_records += 1
@@ -157,7 +167,9 @@ class TransactionCoordinatorShard:
     def _write(self, meta: TransactionMetadata, target: TransactionMetadata, result: TxnResult) -> None:
         """Append the record of `target` and make it the id's pending transition."""
         meta.pending = target
-        result.records.append((encode_key(meta.transactional_id), target.record_value()))
+        key, value = encode_key(meta.transactional_id), target.record_value()
+        self._written[key] = (meta.transactional_id, value)
+        result.records.append((key, value))
 
     def _marker_job(self, meta: TransactionMetadata) -> MarkerJob:
         return MarkerJob(meta.transactional_id, meta.producer_id, meta.producer_epoch,

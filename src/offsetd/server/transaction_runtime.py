@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from inspect import isawaitable
-from typing import Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable
 
 from ..coordinator.write_errors import NOT_LEADER_OR_FOLLOWER, CoordinatorWriteError
 from ..records.batch import build_batch, decode_records, iter_batches
 from ..records.transaction_log import decode_key
 from ..storage.partition_log import PartitionLog
-from ..transaction.result import MarkerJob, TxnResult
+from ..transaction.result import MarkerJob, Record, TxnResult
 from ..transaction.shard import TransactionCoordinatorShard
 from .coordinator_runtime import ShardState, deliver, durable_append
 from .group_commit import GroupCommit
@@ -30,7 +30,8 @@ LOAD_CHUNK_BYTES = 5 * 1024 * 1024  # transaction.state.log.load.buffer.size
 
 # Runs one marker job to completion: every partition written, or stopped early when the second
 # argument says this broker no longer coordinates the transaction (server/transaction_markers.py).
-MarkerRunner = Callable[[MarkerJob, Callable[[], bool]], Awaitable[None]]
+# None: every marker was written at once; else an awaitable of the rest.
+MarkerRunner = Callable[[MarkerJob, Callable[[], bool]], "Awaitable[None] | None"]
 
 
 class TxnShardRuntime:
@@ -92,12 +93,15 @@ class TxnShardRuntime:
         self.state = ShardState.ACTIVE
         self.submit(self.shard.on_loaded(self.clock()))
 
-    def changed(self, transactional_id: str, timeout_s: float) -> Awaitable[None]:
+    def changed(self, transactional_id: str, timeout_s: float) -> "asyncio.Future[None]":
         """Resolves when a record of `transactional_id` is next replayed (its state moved on), the
         shard is unloaded, or after `timeout_s`."""
-        watcher: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        watcher: asyncio.Future[None] = loop.create_future()
         self._watchers.setdefault(transactional_id, []).append(watcher)
-        return asyncio.wait([watcher], timeout=timeout_s)
+        timer = loop.call_later(timeout_s, _settle, watcher)
+        watcher.add_done_callback(lambda _: timer.cancel())
+        return watcher
 
     def _wake(self, transactional_ids: Iterable[str | None]) -> None:
         for transactional_id in transactional_ids:
@@ -129,63 +133,128 @@ class TxnShardRuntime:
         else:
             self._queue.append(result)
             if not self._writing:
-                self._writing = True
-                asyncio.ensure_future(self._write_loop())
+                self._write_queued()
         self._reschedule()
 
-    async def _write_loop(self) -> None:
+    def _write_queued(self) -> None:
+        """Write what is queued as one batch, and what queues up meanwhile as the next: a chain
+        of callbacks, no task. An append that completes at once (no fsync: Complete*) is
+        finished here and the next batch written; one awaiting its fsync goes on in
+        _written, called from the fsync's completion."""
+        self._writing = True
         try:
             while self._queue:
                 batch, self._queue = self._queue, []
-                records = [record for result in batch for record in result.records]
-                generation = self.generation
-                try:
-                    now = self.clock()
-                    appended = durable_append(self.plog, build_batch([(k, v, now, []) for k, v in records]), now,
-                                              self.fsync and any(result.durable for result in batch),
-                                              self.group_commit)
-                    if isawaitable(appended):
-                        await appended
-                except Exception as exc:
-                    error = CoordinatorWriteError.from_exception(exc)
-                    failed, self._queue = batch + self._queue, []
-                    _fail(failed, error)
-                    if generation != self.generation or self.state is ShardState.UNLOADED:
-                        continue
-                    if not self.plog.leader:
-                        self.unload()
-                        continue
-                    log.error("__transaction_state-%d: write failed: %s; rebuilding its transactions from the log",
-                              self.partition, exc)
-                    await self.load()  # memory is a replay of the log: undo what the failed write decided
-                    continue
-                if generation != self.generation:
-                    _deliver_all(batch)  # durable, but this broker no longer coordinates them
-                    continue
-                for key, value in records:
-                    self.shard.replay(key, value)
-                if self._watchers:
-                    self._wake({decode_key(key) for key, _ in records})
-                for result in batch:
-                    deliver(result)
-                    self._start_markers(result.markers)
-                self._reschedule()
+                if not self._write(batch):
+                    return  # in flight, or a rebuild from the log owns the writer
+        except BaseException:
+            self._writing = False
+            raise
+        self._writing = False
+
+    def _write(self, batch: list[TxnResult]) -> bool:
+        """Append one batch; True when it is finished already (no fsync, or it failed at once)."""
+        records = [record for result in batch for record in result.records]
+        generation = self.generation
+        outcome: object
+        try:
+            now = self.clock()
+            data = build_batch([(k, v, now, []) for k, v in records])
+            sync = self.fsync and any(result.durable for result in batch)
+            if sync and self.group_commit is not None:
+                outcome = self.group_commit.start(self.plog, data, now,
+                                                  lambda done: self._written(batch, records, generation, done))
+                if outcome is None:
+                    return False  # _written goes on when the fsync completes
+            else:
+                outcome = self.plog.append(data, now, sync=sync)
+                if isawaitable(outcome):  # cluster mode: after PostgreSQL's COMMIT
+                    asyncio.ensure_future(outcome).add_done_callback(
+                        lambda done: self._written(batch, records, generation, _outcome(done)))
+                    return False
+        except Exception as exc:
+            outcome = exc
+        return self._finish(batch, records, generation, outcome)
+
+    def _written(self, batch: list[TxnResult], records: list[Record], generation: int, outcome: object) -> None:
+        """A batch's append completed (`outcome`: its AppendResult or the exception): finish it
+        and write what queued up meanwhile."""
+        try:
+            go_on = self._finish(batch, records, generation, outcome)
+        except BaseException:
+            self._writing = False
+            raise
+        if go_on:
+            self._write_queued()
+
+    def _finish(self, batch: list[TxnResult], records: list[Record], generation: int, outcome: object) -> bool:
+        """Replay a durable batch and answer its requests, or fail them and everything queued
+        when the write failed; False when the writer must stop (a rebuild from the log owns it)."""
+        if isinstance(outcome, BaseException):
+            failed, self._queue = batch + self._queue, []
+            _fail(failed, CoordinatorWriteError.from_exception(outcome))
+            if generation != self.generation or self.state is ShardState.UNLOADED:
+                return True
+            if not self.plog.leader:
+                self.unload()
+                return True
+            log.error("__transaction_state-%d: write failed: %s; rebuilding its transactions from the log",
+                      self.partition, outcome)
+            asyncio.ensure_future(self._reload())  # memory is a replay of the log: undo what the write decided
+            return False
+        if generation != self.generation:
+            _deliver_all(batch)  # durable, but this broker no longer coordinates them
+            return True
+        replay = self.shard.replay
+        for key, value in records:
+            replay(key, value)
+        if self._watchers:
+            self._wake({decode_key(key) for key, _ in records})
+        for result in batch:
+            deliver(result)
+            if result.markers:
+                self._start_markers(result.markers)
+        self._reschedule()
+        return True
+
+    async def _reload(self) -> None:
+        """After a failed write: replay the log into the emptied shard, then write what queued
+        up meanwhile (the writer stays busy until then)."""
+        try:
+            await self.load()
         finally:
             self._writing = False
+            if self._queue:
+                self._write_queued()
 
     # ----------------------------------------------------------------------- markers
 
     def _start_markers(self, jobs: list[MarkerJob]) -> None:
+        """Write each job's markers, then let the shard complete its transaction (Complete*): at
+        once when every marker went in at once, else when the last is written."""
+        generation = self.generation
         for job in jobs:
-            asyncio.ensure_future(self._run_markers(job, self.generation))
+            try:
+                pending = self.markers(job, lambda: generation == self.generation and self.plog.leader)
+            except Exception:
+                log.exception("__transaction_state-%d: markers of %s failed", self.partition, job.transactional_id)
+                continue
+            if pending is None:
+                self._markers_written(job, generation)
+            else:
+                asyncio.ensure_future(pending).add_done_callback(
+                    lambda done, job=job: self._markers_done(job, generation, done))  # type: ignore[misc]
 
-    async def _run_markers(self, job: MarkerJob, generation: int) -> None:
-        """Write the job's markers, then let the shard complete the transaction (Complete*)."""
-        try:
-            await self.markers(job, lambda: generation == self.generation and self.plog.leader)
-        except Exception:
-            log.exception("__transaction_state-%d: markers of %s failed", self.partition, job.transactional_id)
+    def _markers_done(self, job: MarkerJob, generation: int, done: "asyncio.Future[None]") -> None:
+        if done.cancelled():
             return
+        if done.exception() is not None:
+            log.error("__transaction_state-%d: markers of %s failed", self.partition, job.transactional_id,
+                      exc_info=done.exception())
+            return
+        self._markers_written(job, generation)
+
+    def _markers_written(self, job: MarkerJob, generation: int) -> None:
         if generation != self.generation or self.state is not ShardState.ACTIVE:
             return  # the next owner loads Prepare* and sends the markers again
         self.submit(self.shard.markers_written(job.transactional_id, job.producer_id, job.producer_epoch,
@@ -214,6 +283,18 @@ class TxnShardRuntime:
         self._timer = self._timer_deadline = None
         if self.state is ShardState.ACTIVE:
             self.submit(self.shard.fire_timers(self.clock()))
+
+
+def _settle(watcher: "asyncio.Future[None]") -> None:
+    if not watcher.done():
+        watcher.set_result(None)
+
+
+def _outcome(done: "asyncio.Future[Any]") -> object:
+    """A finished append's result, or the exception it raised (CancelledError when cancelled)."""
+    if done.cancelled():
+        return asyncio.CancelledError()
+    return done.exception() or done.result()
 
 
 def _deliver_all(results: list[TxnResult]) -> None:

@@ -27,6 +27,9 @@ from .group_commit import GroupCommit
 log = logging.getLogger("offsetd.transactions")
 
 LOAD_CHUNK_BYTES = 5 * 1024 * 1024  # transaction.state.log.load.buffer.size
+# How long records installed already (Complete*) wait for another write of the partition to be
+# appended with (usually the id's next transaction's first write, which supersedes them).
+APPLIED_LINGER_S = 0.01
 
 # Runs one marker job to completion: every partition written, or stopped early when the second
 # argument says this broker no longer coordinates the transaction (server/transaction_markers.py).
@@ -53,6 +56,7 @@ class TxnShardRuntime:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_deadline: int | None = None
         self._watchers: dict[str, list[asyncio.Future[None]]] = {}  # transactional id -> changed()
+        self._linger: asyncio.TimerHandle | None = None  # writes applied records (Complete*) alone
 
     @property
     def partition(self) -> int:
@@ -116,17 +120,27 @@ class TxnShardRuntime:
         self.generation += 1
         self.state = ShardState.UNLOADED
         self._cancel_timer()
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
         queued, self._queue = self._queue, []
         _fail(queued, CoordinatorWriteError(NOT_LEADER_OR_FOLLOWER, "the coordinator moved to another broker"))
         self.shard.reset()
 
     def stop(self) -> None:
+        """Shutdown: write what lingers (Complete*, no fsync), stop the timers."""
         self._cancel_timer()
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+            if not self._writing and self._queue:
+                self._write_queued(linger=False)
 
     # ------------------------------------------------------------------------ writes
 
     def submit(self, result: TxnResult) -> None:
-        """Queue a result for durability, or complete it at once when it writes nothing."""
+        """Queue a result for durability, or complete it at once when it writes nothing. Records
+        already installed (Complete*) wait up to APPLIED_LINGER_S for a write to go with."""
         if not result.records:
             deliver(result)
             self._start_markers(result.markers)
@@ -136,14 +150,28 @@ class TxnShardRuntime:
                 self._write_queued()
         self._reschedule()
 
-    def _write_queued(self) -> None:
+    def _write_lingering(self) -> None:
+        self._linger = None
+        if not self._writing and self._queue:
+            self._write_queued(linger=False)
+
+    def _write_queued(self, linger: bool = True) -> None:
         """Write what is queued as one batch, and what queues up meanwhile as the next: a chain
-        of callbacks, no task. An append that completes at once (no fsync: Complete*) is
-        finished here and the next batch written; one awaiting its fsync goes on in
-        _written, called from the fsync's completion."""
+        of callbacks, no task. An append that completes at once (no fsync) is finished here and
+        the next batch written; one awaiting its fsync goes on in _written, called from the
+        fsync's completion. A queue of applied results only (Complete*) waits, with `linger`, up
+        to APPLIED_LINGER_S for a write to go with."""
         self._writing = True
         try:
             while self._queue:
+                if linger and all(queued.applied for queued in self._queue):
+                    if self._linger is None:
+                        self._linger = asyncio.get_running_loop().call_later(APPLIED_LINGER_S, self._write_lingering)
+                    break
+                linger = True
+                if self._linger is not None:  # what lingers goes with this batch
+                    self._linger.cancel()
+                    self._linger = None
                 batch, self._queue = self._queue, []
                 if not self._write(batch):
                     return  # in flight, or a rebuild from the log owns the writer
@@ -154,7 +182,7 @@ class TxnShardRuntime:
 
     def _write(self, batch: list[TxnResult]) -> bool:
         """Append one batch; True when it is finished already (no fsync, or it failed at once)."""
-        records = [record for result in batch for record in result.records]
+        records = _records(batch)
         generation = self.generation
         outcome: object
         try:
@@ -200,14 +228,17 @@ class TxnShardRuntime:
                 return True
             log.error("__transaction_state-%d: write failed: %s; rebuilding its transactions from the log",
                       self.partition, outcome)
+            self.state = ShardState.LOADING  # answered COORDINATOR_LOAD_IN_PROGRESS until rebuilt
             asyncio.ensure_future(self._reload())  # memory is a replay of the log: undo what the write decided
             return False
         if generation != self.generation:
             _deliver_all(batch)  # durable, but this broker no longer coordinates them
             return True
         replay = self.shard.replay
-        for key, value in records:
-            replay(key, value)
+        for result in batch:
+            if not result.applied:
+                for key, value in result.records:
+                    replay(key, value)
         if self._watchers:
             self._wake({decode_key(key) for key, _ in records})
         for result in batch:
@@ -259,6 +290,8 @@ class TxnShardRuntime:
             return  # the next owner loads Prepare* and sends the markers again
         self.submit(self.shard.markers_written(job.transactional_id, job.producer_id, job.producer_epoch,
                                                self.clock()))
+        if self._watchers:  # Complete* is installed already: a request held for it goes on
+            self._wake((job.transactional_id,))
 
     # ------------------------------------------------------------------------ timers
 
@@ -283,6 +316,23 @@ class TxnShardRuntime:
         self._timer = self._timer_deadline = None
         if self.state is ShardState.ACTIVE:
             self.submit(self.shard.fire_timers(self.clock()))
+
+
+def _records(batch: list[TxnResult]) -> list[Record]:
+    """The records of a batch in order, less each applied record (Complete*) that a later
+    record of the batch for the same transactional id supersedes."""
+    records = [record for result in batch for record in result.records]
+    if len(records) < 2 or not any(result.applied for result in batch):
+        return records
+    later: set[bytes] = set()
+    kept: list[Record] = []
+    for result in reversed(batch):
+        for key, value in reversed(result.records):
+            if not (result.applied and key in later):
+                kept.append((key, value))
+            later.add(key)
+    kept.reverse()
+    return kept
 
 
 def _settle(watcher: "asyncio.Future[None]") -> None:

@@ -5,7 +5,9 @@ Like the group coordinator shard: every operation takes an opaque request token 
 returns a TxnResult (records to append, (token, response) pairs and marker jobs the shell starts
 once the records are durable). Metadata changes only through `replay()`, the function the loader
 calls too. An operation that writes sets the id's pending transition; until the shell replays the
-record, other requests for the id get CONCURRENT_TRANSACTIONS. When a write fails the shell calls
+record, other requests for the id get CONCURRENT_TRANSACTIONS. The one exception is Complete*,
+which needs no durability (a loaded Prepare* sends its markers again): it is installed when the
+markers are written and its record appended without a replay (TxnResult.applied). When a write fails the shell calls
 `reset()` and replays the log, which also drops the pending transitions.
 Rules and error codes follow the transactions reference (A2, A3, A6, A7, A8 cited below).
 """
@@ -381,8 +383,10 @@ class TransactionCoordinatorShard:
         return NONE, meta.producer_id, meta.producer_epoch + 1
 
     def markers_written(self, transactional_id: str, producer_id: int, producer_epoch: int, now: int) -> TxnResult:
-        """Every marker of the txn is written: persist Complete* with the partitions cleared (A7).
-        A call that no longer matches the id's Prepare* state (stale job) writes nothing."""
+        """Every marker of the txn is written: Complete* with the partitions cleared (A7),
+        installed at once (TxnResult.applied: the id's next transaction need not wait for its
+        write) and appended without an fsync of its own. A call that no longer matches the id's
+        Prepare* state (stale job) writes nothing."""
         result = TxnResult()
         meta = self.transactions.get(transactional_id)
         if (meta is None or meta.pending is not None or meta.state not in PREPARE_STATES
@@ -392,8 +396,11 @@ class TransactionCoordinatorShard:
         if meta.next_producer_id != NO_PRODUCER_ID:  # TV2 epoch overflow: switch to the new producer id
             changes.update(producer_id=meta.next_producer_id, producer_epoch=0, next_producer_id=NO_PRODUCER_ID,
                            last_producer_id=meta.producer_id)
-        self._write(meta, meta.transit(COMPLETE_OF[meta.state], now, **changes), result)
+        target = meta.transit(COMPLETE_OF[meta.state], now, **changes)
+        meta.apply(target)
+        result.records.append((encode_key(transactional_id), target.record_value()))
         result.durable = False  # recoverable from Prepare*: no fsync of its own (TxnResult.durable)
+        result.applied = True
         return result
 
     # ================================================================ Describe / List

@@ -24,6 +24,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
+from ..records.batch import BatchHeader
 from ..storage.deferred_append import PendingAppend
 from ..storage.log_append import AppendResult
 from ..storage.partition_log import PartitionLog
@@ -52,10 +53,12 @@ class GroupCommit:
         self._threads = threads
         self._pool: ThreadPoolExecutor | None = None
 
-    async def append(self, plog: PartitionLog, records: bytes, now_ms: int) -> AppendResult:
-        """`plog.append(records, now_ms, sync=True)` with the fsync off the event loop; raises what
-        append raises (StorageError when the write or its fsync failed: nothing was appended)."""
-        pending = plog.begin_append(records, now_ms)
+    async def append(self, plog: PartitionLog, records: bytes, now_ms: int,
+                     validated: list[BatchHeader] | None = None) -> AppendResult:
+        """`plog.append(records, now_ms, validated, sync=True)` with the fsync off the event loop;
+        raises what append raises (StorageError when the write or its fsync failed: nothing was
+        appended)."""
+        pending = plog.begin_append(records, now_ms, validated)
         if isinstance(pending, AppendResult):
             return pending
         try:
@@ -68,12 +71,14 @@ class GroupCommit:
         return plog.finish_append(pending)
 
     def start(self, plog: PartitionLog, records: bytes, now_ms: int,
-              on_durable: Callable[[AppendResult | BaseException], None]) -> AppendResult | None:
+              on_durable: Callable[[AppendResult | BaseException], None],
+              validated: list[BatchHeader] | None = None) -> AppendResult | None:
         """append() without a coroutine, for a writer that is a chain of callbacks: the
         AppendResult at once for a duplicate (raises what begin_append raises), else None and
         later on_durable(the AppendResult, or the exception append() would have raised), called
-        from the fsync's completion."""
-        pending = plog.begin_append(records, now_ms)
+        from the fsync's completion. `validated`: the headers of the writer's own batches (as
+        for PartitionLog.append), which are then not checked again."""
+        pending = plog.begin_append(records, now_ms, validated)
         if isinstance(pending, AppendResult):
             return pending
         try:

@@ -19,7 +19,7 @@ from typing import Any, Awaitable, Callable
 from ..broker.broker import Broker
 from ..coordinator.write_errors import CoordinatorWriteError
 from ..protocol.errors import Error
-from ..records.batch import InvalidBatch
+from ..records.batch import InvalidBatch, parse_header
 from ..records.control import build_marker_batch
 from ..records.offsets import OFFSETS_TOPIC
 from ..storage.log_dir import NotLeader, StorageError
@@ -75,9 +75,9 @@ class MarkerWriter:
         if not plog.leader:
             return Error.NOT_LEADER_OR_FOLLOWER
         now = self.clock()
+        marker = build_marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now)
         try:
-            appended = plog.append(build_marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now),
-                                   now)
+            appended = plog.append(marker, now, [parse_header(marker)])  # our own batch: not checked again
         except (ProduceError, StorageError, NotLeader, InvalidBatch) as exc:
             return self._refused(producer_id, topic, partition, exc)
         if isawaitable(appended):  # cluster mode: the log answers after PostgreSQL's COMMIT

@@ -16,7 +16,7 @@ from inspect import isawaitable
 from typing import Any, Awaitable, Callable, Iterable
 
 from ..coordinator.write_errors import NOT_LEADER_OR_FOLLOWER, CoordinatorWriteError
-from ..records.batch import build_batch, decode_records, iter_batches
+from ..records.batch import build_batch, decode_records, iter_batches, parse_header
 from ..records.transaction_log import decode_key
 from ..storage.partition_log import PartitionLog
 from ..transaction.result import MarkerJob, Record, TxnResult
@@ -191,11 +191,12 @@ class TxnShardRuntime:
             sync = self.fsync and any(result.durable for result in batch)
             if sync and self.group_commit is not None:
                 outcome = self.group_commit.start(self.plog, data, now,
-                                                  lambda done: self._written(batch, records, generation, done))
+                                                  lambda done: self._written(batch, records, generation, done),
+                                                  [parse_header(data)])
                 if outcome is None:
                     return False  # _written goes on when the fsync completes
             else:
-                outcome = self.plog.append(data, now, sync=sync)
+                outcome = self.plog.append(data, now, [parse_header(data)], sync=sync)
                 if isawaitable(outcome):  # cluster mode: after PostgreSQL's COMMIT
                     asyncio.ensure_future(outcome).add_done_callback(
                         lambda done: self._written(batch, records, generation, _outcome(done)))

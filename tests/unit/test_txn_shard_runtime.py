@@ -1,8 +1,9 @@
 """The transaction coordinator's shell (`server/transaction_runtime.TxnShardRuntime`) on a real
 `__transaction_state` partition log with group commit: its writes are a chain of callbacks (one
-batch in flight, what queues meanwhile goes next), Complete* is installed as soon as the markers
-are written and its record lingers to go with the id's next write, which supersedes it; a failed
-fsync fails the requests and rebuilds the shard from the log."""
+batch in flight, what queues meanwhile goes next), EndTxn is answered once its markers are written
+(or after a bound), Complete* is installed as soon as the markers are written and its record
+lingers to go with the id's next write, which supersedes it; a failed fsync fails the requests
+and rebuilds the shard from the log."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from offsetd.records.batch import decode_records, iter_batches
 from offsetd.records.transaction_log import decode_key, decode_value
 from offsetd.server.coordinator_runtime import ShardState, new_token
 from offsetd.server.group_commit import GroupCommit
+from offsetd.server import transaction_runtime
 from offsetd.server.transaction_runtime import APPLIED_LINGER_S, TxnShardRuntime
 from offsetd.storage import LogConfig, PartitionLog
 from offsetd.transaction.config import TransactionConfig
@@ -51,7 +53,9 @@ class Shell:
 
     def _markers(self, job: MarkerJob, _still: Callable[[], bool]) -> Awaitable[None] | None:
         self.jobs.append(job)
-        return None
+        return self.markers_pending
+
+    markers_pending: "asyncio.Future[None] | None" = None  # set: the markers are written when it resolves
 
     def call(self, operation: Callable[[Any], Any]) -> "asyncio.Future[Any]":
         token = new_token()
@@ -133,6 +137,36 @@ def test_a_lingering_complete_is_written_alone_after_a_moment(tmp_path: Path, gr
         shell.runtime = shell._runtime()
         await shell.runtime.load()
         assert shell.meta().state is S.COMPLETE_ABORT and shell.meta().partitions == set()
+
+    asyncio.run(scenario())
+
+
+def test_end_txn_is_answered_once_its_markers_are_written_or_after_a_bound(
+        tmp_path: Path, group_commit: GroupCommit, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transaction_runtime, "MARKERS_ANSWER_WAIT_S", 0.05)
+
+    async def scenario() -> None:
+        shell = Shell(tmp_path, group_commit)
+        await shell.runtime.load()
+        shard = shell.runtime.shard
+        pid, epoch = await begin(shell)
+        loop = asyncio.get_running_loop()
+        shell.markers_pending = written = loop.create_future()
+        answer = shell.call(lambda t: shard.end_txn(t, TXN, pid, epoch, True, 3, NOW))
+        await wait_for(lambda: shell.jobs != [])
+        assert not answer.done() and shell.meta().state is S.PREPARE_COMMIT
+        written.set_result(None)
+        assert await answer == {"error_code": 0}
+        assert shell.meta().state is S.COMPLETE_COMMIT  # the next transaction need not wait
+        # markers that take long: the answer goes out after the bound; Prepare* is durable
+        added = await shell.call(lambda t: shard.add_partitions(t, TXN, pid, epoch, [("t", 1)], 3, NOW))
+        assert added == {("t", 1): 0}
+        shell.markers_pending = loop.create_future()
+        started = loop.time()
+        assert await shell.call(lambda t: shard.end_txn(t, TXN, pid, epoch, False, 3, NOW)) == {"error_code": 0}
+        assert loop.time() - started >= 0.04 and shell.meta().state is S.PREPARE_ABORT
+        shell.markers_pending.set_result(None)
+        await wait_for(lambda: shell.meta().state is S.COMPLETE_ABORT)
 
     asyncio.run(scenario())
 

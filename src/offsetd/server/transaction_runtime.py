@@ -30,6 +30,8 @@ LOAD_CHUNK_BYTES = 5 * 1024 * 1024  # transaction.state.log.load.buffer.size
 # How long records installed already (Complete*) wait for another write of the partition to be
 # appended with (usually the id's next transaction's first write, which supersedes them).
 APPLIED_LINGER_S = 0.01
+# The longest an EndTxn answer waits for the transaction's markers (see _answer_after_markers).
+MARKERS_ANSWER_WAIT_S = 0.5
 
 # Runs one marker job to completion: every partition written, or stopped early when the second
 # argument says this broker no longer coordinates the transaction (server/transaction_markers.py).
@@ -243,9 +245,12 @@ class TxnShardRuntime:
         if self._watchers:
             self._wake({decode_key(key) for key, _ in records})
         for result in batch:
-            deliver(result)
-            if result.markers:
-                self._start_markers(result.markers)
+            if result.markers and result.completions:
+                self._answer_after_markers(result)
+            else:
+                deliver(result)
+                if result.markers:
+                    self._start_markers(result.markers)
         self._reschedule()
         return True
 
@@ -261,30 +266,54 @@ class TxnShardRuntime:
 
     # ----------------------------------------------------------------------- markers
 
-    def _start_markers(self, jobs: list[MarkerJob]) -> None:
+    def _answer_after_markers(self, result: TxnResult) -> None:
+        """Answer a request whose record asked for markers (EndTxn) once they are all written
+        and Complete* installed, or after MARKERS_ANSWER_WAIT_S, whichever comes first. Its
+        Prepare* is durable, so the answer is the same; answered at once, the client's next
+        transaction would meet Prepare* and be held (CONCURRENT_TRANSACTIONS) until then."""
+        left = len(result.markers)
+        timer = asyncio.get_running_loop().call_later(MARKERS_ANSWER_WAIT_S, deliver, result)
+
+        def one_done() -> None:
+            nonlocal left
+            left -= 1
+            if left == 0:
+                timer.cancel()
+                deliver(result)
+
+        self._start_markers(result.markers, one_done)
+
+    def _start_markers(self, jobs: list[MarkerJob], on_done: Callable[[], None] = lambda: None) -> None:
         """Write each job's markers, then let the shard complete its transaction (Complete*): at
-        once when every marker went in at once, else when the last is written."""
+        once when every marker went in at once, else when the last is written. on_done() follows
+        each job, whatever became of it."""
         generation = self.generation
         for job in jobs:
             try:
                 pending = self.markers(job, lambda: generation == self.generation and self.plog.leader)
             except Exception:
                 log.exception("__transaction_state-%d: markers of %s failed", self.partition, job.transactional_id)
+                on_done()
                 continue
             if pending is None:
                 self._markers_written(job, generation)
+                on_done()
             else:
                 asyncio.ensure_future(pending).add_done_callback(
-                    lambda done, job=job: self._markers_done(job, generation, done))  # type: ignore[misc]
+                    lambda done, job=job: self._markers_done(job, generation, done, on_done))  # type: ignore[misc]
 
-    def _markers_done(self, job: MarkerJob, generation: int, done: "asyncio.Future[None]") -> None:
-        if done.cancelled():
-            return
-        if done.exception() is not None:
-            log.error("__transaction_state-%d: markers of %s failed", self.partition, job.transactional_id,
-                      exc_info=done.exception())
-            return
-        self._markers_written(job, generation)
+    def _markers_done(self, job: MarkerJob, generation: int, done: "asyncio.Future[None]",
+                      on_done: Callable[[], None]) -> None:
+        try:
+            if done.cancelled():
+                return
+            if done.exception() is not None:
+                log.error("__transaction_state-%d: markers of %s failed", self.partition, job.transactional_id,
+                          exc_info=done.exception())
+                return
+            self._markers_written(job, generation)
+        finally:
+            on_done()
 
     def _markers_written(self, job: MarkerJob, generation: int) -> None:
         if generation != self.generation or self.state is not ShardState.ACTIVE:

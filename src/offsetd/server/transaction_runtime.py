@@ -4,8 +4,11 @@ The same shape as coordinator_runtime.ShardRuntime: results queue up while a wri
 go out as one record batch (append, fsync off the loop through server/group_commit.py, replay,
 then answer); loading replays the partition.
 What is particular to transactions: a result may carry marker jobs (reference A7). They run once
-the Prepare* record that asked for them is durable — after the EndTxn answer went out — and when
-every partition of the transaction holds its marker, the shard writes Complete*.
+the Prepare* record that asked for them is durable — after the EndTxn answer went out. The shard
+installs Complete* at once, so the id's next transaction does not wait for the markers; but until
+every partition holds its marker no record of the id is appended (it is held back, the other ids'
+records go on): the log never shows the transaction complete, or the next one begun, before its
+markers are durable.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any, Awaitable, Callable, Iterable
 
 from ..coordinator.write_errors import NOT_LEADER_OR_FOLLOWER, CoordinatorWriteError
 from ..records.batch import build_batch, decode_records, iter_batches, parse_header
-from ..records.transaction_log import decode_key
+from ..records.transaction_log import decode_key, encode_key
 from ..storage.partition_log import PartitionLog
 from ..transaction.result import MarkerJob, Record, TxnResult
 from ..transaction.shard import TransactionCoordinatorShard
@@ -30,8 +33,8 @@ LOAD_CHUNK_BYTES = 5 * 1024 * 1024  # transaction.state.log.load.buffer.size
 # How long records installed already (Complete*) wait for another write of the partition to be
 # appended with (usually the id's next transaction's first write, which supersedes them).
 APPLIED_LINGER_S = 0.01
-# The longest an EndTxn answer waits for the transaction's markers (see _answer_after_markers).
-MARKERS_ANSWER_WAIT_S = 0.5
+# A marker job that raised is run again after this long (its transactional id's records wait).
+MARKERS_RETRY_S = 1.0
 
 # Runs one marker job to completion: every partition written, or stopped early when the second
 # argument says this broker no longer coordinates the transaction (server/transaction_markers.py).
@@ -59,6 +62,10 @@ class TxnShardRuntime:
         self._timer_deadline: int | None = None
         self._watchers: dict[str, list[asyncio.Future[None]]] = {}  # transactional id -> changed()
         self._linger: asyncio.TimerHandle | None = None  # writes applied records (Complete*) alone
+        # encoded transactional id -> its markers in flight: Complete* is installed, but no
+        # record of the id may reach the log before every marker is (see _start_markers)
+        self._holds: dict[bytes, asyncio.Future[None]] = {}
+        self._held_back: list[TxnResult] = []  # queued results of held ids, in queue order
 
     @property
     def partition(self) -> int:
@@ -125,7 +132,8 @@ class TxnShardRuntime:
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
-        queued, self._queue = self._queue, []
+        self._holds.clear()
+        queued, self._queue, self._held_back = self._held_back + self._queue, [], []
         _fail(queued, CoordinatorWriteError(NOT_LEADER_OR_FOLLOWER, "the coordinator moved to another broker"))
         self.shard.reset()
 
@@ -162,7 +170,8 @@ class TxnShardRuntime:
         of callbacks, no task. An append that completes at once (no fsync) is finished here and
         the next batch written; one awaiting its fsync goes on in _written, called from the
         fsync's completion. A queue of applied results only (Complete*) waits, with `linger`, up
-        to APPLIED_LINGER_S for a write to go with."""
+        to APPLIED_LINGER_S for a write to go with; results of an id whose markers are not all in
+        are held back until they are."""
         self._writing = True
         try:
             while self._queue:
@@ -171,6 +180,10 @@ class TxnShardRuntime:
                         self._linger = asyncio.get_running_loop().call_later(APPLIED_LINGER_S, self._write_lingering)
                     break
                 linger = True
+                if self._holds:
+                    self._hold_back()
+                    if not self._queue:
+                        break
                 if self._linger is not None:  # what lingers goes with this batch
                     self._linger.cancel()
                     self._linger = None
@@ -181,6 +194,28 @@ class TxnShardRuntime:
             self._writing = False
             raise
         self._writing = False
+
+    def _hold_back(self) -> None:
+        """Move the queued results with a record of a held id (its markers not all in) aside;
+        the rest is written now. A later result of a held id is held back too, so each id's
+        records keep their order."""
+        holds = self._holds
+        kept: list[TxnResult] = []
+        for result in self._queue:
+            if any(key in holds for key, _ in result.records):
+                self._held_back.append(result)
+            else:
+                kept.append(result)
+        self._queue = kept
+
+    def _released(self, _held: "asyncio.Future[None]") -> None:
+        """A hold ended: what was held back goes first in the queue (a result of an id still
+        held is held back again)."""
+        if self._held_back:
+            self._queue = self._held_back + self._queue
+            self._held_back = []
+            if not self._writing:
+                self._write_queued()
 
     def _write(self, batch: list[TxnResult]) -> bool:
         """Append one batch; True when it is finished already (no fsync, or it failed at once)."""
@@ -222,7 +257,7 @@ class TxnShardRuntime:
         """Replay a durable batch and answer its requests, or fail them and everything queued
         when the write failed; False when the writer must stop (a rebuild from the log owns it)."""
         if isinstance(outcome, BaseException):
-            failed, self._queue = batch + self._queue, []
+            failed, self._queue, self._held_back = batch + self._held_back + self._queue, [], []
             _fail(failed, CoordinatorWriteError.from_exception(outcome))
             if generation != self.generation or self.state is ShardState.UNLOADED:
                 return True
@@ -232,6 +267,7 @@ class TxnShardRuntime:
             log.error("__transaction_state-%d: write failed: %s; rebuilding its transactions from the log",
                       self.partition, outcome)
             self.state = ShardState.LOADING  # answered COORDINATOR_LOAD_IN_PROGRESS until rebuilt
+            self._holds.clear()
             asyncio.ensure_future(self._reload())  # memory is a replay of the log: undo what the write decided
             return False
         if generation != self.generation:
@@ -245,12 +281,9 @@ class TxnShardRuntime:
         if self._watchers:
             self._wake({decode_key(key) for key, _ in records})
         for result in batch:
-            if result.markers and result.completions:
-                self._answer_after_markers(result)
-            else:
-                deliver(result)
-                if result.markers:
-                    self._start_markers(result.markers)
+            deliver(result)
+            if result.markers:
+                self._start_markers(result.markers)
         self._reschedule()
         return True
 
@@ -266,54 +299,42 @@ class TxnShardRuntime:
 
     # ----------------------------------------------------------------------- markers
 
-    def _answer_after_markers(self, result: TxnResult) -> None:
-        """Answer a request whose record asked for markers (EndTxn) once they are all written
-        and Complete* installed, or after MARKERS_ANSWER_WAIT_S, whichever comes first. Its
-        Prepare* is durable, so the answer is the same; answered at once, the client's next
-        transaction would meet Prepare* and be held (CONCURRENT_TRANSACTIONS) until then."""
-        left = len(result.markers)
-        timer = asyncio.get_running_loop().call_later(MARKERS_ANSWER_WAIT_S, deliver, result)
-
-        def one_done() -> None:
-            nonlocal left
-            left -= 1
-            if left == 0:
-                timer.cancel()
-                deliver(result)
-
-        self._start_markers(result.markers, one_done)
-
-    def _start_markers(self, jobs: list[MarkerJob], on_done: Callable[[], None] = lambda: None) -> None:
-        """Write each job's markers, then let the shard complete its transaction (Complete*): at
-        once when every marker went in at once, else when the last is written. on_done() follows
-        each job, whatever became of it."""
+    def _start_markers(self, jobs: list[MarkerJob]) -> None:
+        """Write each job's markers and let the shard complete its transaction (Complete*) at
+        once: the id's next transaction need not wait for the markers' fsyncs, which overlap with
+        the client's next requests. Until every marker is in, no record of the id reaches the log
+        (`_holds`): a power loss leaves Prepare* there (its markers are sent again) or what
+        follows the markers, never the next transaction's state without them."""
         generation = self.generation
         for job in jobs:
             try:
                 pending = self.markers(job, lambda: generation == self.generation and self.plog.leader)
             except Exception:
                 log.exception("__transaction_state-%d: markers of %s failed", self.partition, job.transactional_id)
-                on_done()
                 continue
-            if pending is None:
-                self._markers_written(job, generation)
-                on_done()
-            else:
-                asyncio.ensure_future(pending).add_done_callback(
-                    lambda done, job=job: self._markers_done(job, generation, done, on_done))  # type: ignore[misc]
-
-    def _markers_done(self, job: MarkerJob, generation: int, done: "asyncio.Future[None]",
-                      on_done: Callable[[], None]) -> None:
-        try:
-            if done.cancelled():
-                return
-            if done.exception() is not None:
-                log.error("__transaction_state-%d: markers of %s failed", self.partition, job.transactional_id,
-                          exc_info=done.exception())
-                return
+            if pending is not None:
+                key = encode_key(job.transactional_id)
+                held = self._holds[key] = asyncio.ensure_future(pending)
+                held.add_done_callback(lambda done, job=job, key=key: self._markers_done(job, generation, key, done))  # type: ignore[misc]
+                held.add_done_callback(self._released)
             self._markers_written(job, generation)
-        finally:
-            on_done()
+
+    def _markers_done(self, job: MarkerJob, generation: int, key: bytes, done: "asyncio.Future[None]") -> None:
+        """The markers of a job are in (or this broker stopped coordinating it): release the id's
+        records. A job that failed is run again after a second; its records wait meanwhile."""
+        if done.cancelled() or generation != self.generation:
+            return
+        if done.exception() is not None:
+            log.error("__transaction_state-%d: markers of %s failed; retrying", self.partition,
+                      job.transactional_id, exc_info=done.exception())
+            asyncio.get_running_loop().call_later(MARKERS_RETRY_S, self._retry_markers, job, generation)
+            return
+        if self._holds.get(key) is done:
+            del self._holds[key]
+
+    def _retry_markers(self, job: MarkerJob, generation: int) -> None:
+        if generation == self.generation and self.state is ShardState.ACTIVE:
+            self._start_markers([job])  # Complete* is installed already: markers_written writes nothing
 
     def _markers_written(self, job: MarkerJob, generation: int) -> None:
         if generation != self.generation or self.state is not ShardState.ACTIVE:

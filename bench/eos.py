@@ -24,9 +24,10 @@
   (keys unique, count = records processed) with the value transformed, and the group's
   committed offsets add up to the records processed.
 * ``eos-fsyncs`` (offsetd only): the same two loops for a fixed number of rounds while
-  ``strace -f -y -e trace=fsync,fdatasync`` is attached to the broker; figures: fsync +
+  ``strace -f -y -e trace=fsync,fdatasync,io_submit`` is attached to the broker; figures: fsync +
   fdatasync calls per transaction and per plain round, in all and by the log synced
-  (``__transaction_state``, ``__consumer_offsets``, the data topics, other files). strace slows the broker, so this is
+  (``__transaction_state``, ``__consumer_offsets``, the data topics, other files), and the
+  io_submit calls (group commit's fdatasyncs through native AIO, whose log strace cannot name). strace slows the broker, so this is
   a count, not a speed; it is a separate workload so it cannot colour ``eos``'s figures.
   n/a when strace is not installed.
 
@@ -386,20 +387,25 @@ def eos_workload(ecfg: EosConfig, bootstrap: str, broker_name: str,
 
 #: One fsync/fdatasync call in ``strace -f -y`` output: the descriptor's path in <>.
 _SYNC_CALL = re.compile(r"\b(?:fsync|fdatasync)\(\d+<(?P<path>[^>]*)>")
-#: What the counts are broken down by: the log directory's topic (else "other").
-SYNC_KINDS = ("__transaction_state", "__consumer_offsets", "data", "other")
+#: One io_submit call (group commit's fdatasyncs through native AIO: the synced descriptor is
+#: inside the iocb, so strace cannot name the log).
+_AIO_CALL = re.compile(r"\bio_submit\(")
+#: What the counts are broken down by: the log directory's topic (else "other"), and "aio".
+SYNC_KINDS = ("__transaction_state", "__consumer_offsets", "data", "other", "aio")
 
 
 def _count_syncs(trace: str, data_topic_prefix: str = "eos-") -> dict[str, int]:
     """fsync + fdatasync calls in ``strace -f -y`` output, by :data:`SYNC_KINDS` (the
     directory of the synced file: a ``__transaction_state-N`` or ``__consumer_offsets-N``
-    partition, a partition of a topic named ``data_topic_prefix...``, anything else)."""
+    partition, a partition of a topic named ``data_topic_prefix...``, anything else), and the
+    io_submit calls (native AIO fdatasyncs, "aio")."""
     counts = dict.fromkeys(SYNC_KINDS, 0)
     for match in _SYNC_CALL.finditer(trace):
         parent = match["path"].rsplit("/", 2)[-2] if match["path"].count("/") >= 2 else ""
         kind = next((k for k in SYNC_KINDS[:2] if parent.startswith(k + "-")),
                     "data" if parent.startswith(data_topic_prefix) else "other")
         counts[kind] += 1
+    counts["aio"] = len(_AIO_CALL.findall(trace))
     return counts
 
 
@@ -464,7 +470,7 @@ def _syncs_during(bootstrap: str, broker_name: str, in_topic: str, ecfg: EosConf
 
     def attach() -> None:
         strace = box["strace"] = subprocess.Popen(
-            ["strace", "-f", "-y", "-e", "trace=fsync,fdatasync", "-o", trace_path, "-p", str(broker_pid)],
+            ["strace", "-f", "-y", "-e", "trace=fsync,fdatasync,io_submit", "-o", trace_path, "-p", str(broker_pid)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         # strace says "Process N attached" on stderr once it is tracing; only then go on
         assert strace.stderr is not None
@@ -503,9 +509,9 @@ def eos_fsyncs_workload(ecfg: EosConfig, bootstrap: str, broker_name: str,
         plain_syncs, plain_rounds = _syncs_during(bootstrap, broker_name, in_topic, small, False, run_id, broker_pid,
                                                   scratch)
     metrics = {
-        "eos_fsyncs_per_txn": Metric("eos: broker fsync+fdatasync per transaction", "calls",
+        "eos_fsyncs_per_txn": Metric("eos: broker fsync+fdatasync+AIO fdatasync per transaction", "calls",
                                      sum(txn_syncs.values()) / max(txn_rounds, 1), False),
-        "eos_fsyncs_per_plain_round": Metric("eos: broker fsync+fdatasync per plain round", "calls",
+        "eos_fsyncs_per_plain_round": Metric("eos: broker fsync+fdatasync+AIO fdatasync per plain round", "calls",
                                              sum(plain_syncs.values()) / max(plain_rounds, 1), False),
     }
     for label, syncs, rounds in (("transaction", txn_syncs, txn_rounds), ("plain round", plain_syncs, plain_rounds)):

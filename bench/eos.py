@@ -24,9 +24,10 @@
   (keys unique, count = records processed) with the value transformed, and the group's
   committed offsets add up to the records processed.
 * ``eos-fsyncs`` (offsetd only): the same two loops for a fixed number of rounds while
-  ``strace -f -y -e trace=fsync,fdatasync`` is attached to the broker; figures: fsync +
+  ``strace -f -y -e trace=fsync,fdatasync,io_submit`` is attached to the broker; figures: fsync +
   fdatasync calls per transaction and per plain round, in all and by the log synced
-  (``__transaction_state``, ``__consumer_offsets``, the data topics, other files). strace slows the broker, so this is
+  (``__transaction_state``, ``__consumer_offsets``, the data topics, other files), and the
+  io_submit calls (group commit's fdatasyncs through native AIO, whose log strace cannot name). strace slows the broker, so this is
   a count, not a speed; it is a separate workload so it cannot colour ``eos``'s figures.
   n/a when strace is not installed.
 
@@ -44,7 +45,9 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Callable
 
+from bench.clients import process_cpu_s
 from bench.procs import ChildError, run_in_child
 from bench.workload import BenchConfig, Metric, Workload, WorkloadFailed
 from bench.workload_steps import create_topic_and_wait
@@ -339,19 +342,31 @@ def _loop(bootstrap: str, broker_name: str, in_topic: str, ecfg: EosConfig, tran
     return res
 
 
-def eos_workload(ecfg: EosConfig, bootstrap: str, broker_name: str) -> dict[str, Metric]:
-    """Pre-fill the input, run the transactional loop, then the plain one (see the module)."""
+def eos_workload(ecfg: EosConfig, bootstrap: str, broker_name: str,
+                 broker_pid: int | None = None) -> dict[str, Metric]:
+    """Pre-fill the input, run the transactional loop, then the plain one (see the module); the
+    broker's CPU time (/proc/<pid>/stat) is read either side of each loop's timed rounds."""
+    import tempfile
+
     run_id = uuid.uuid4().hex[:8]
     in_topic = f"eos-in-{run_id}"
     began = time.monotonic()
     _prefill(bootstrap, in_topic, ecfg)
     print(f"  [{broker_name}] eos: {ecfg.records:,} input records written in "
           f"{time.monotonic() - began:.1f} s", flush=True)
-    txn = _loop(bootstrap, broker_name, in_topic, ecfg, True, run_id, ecfg.duration_s, None)
-    plain = _loop(bootstrap, broker_name, in_topic, ecfg, False, run_id, ecfg.duration_s, None)
+    cpu: dict[str, float | None] = {}
+
+    def sample(name: str) -> Callable[[], None]:
+        return lambda: cpu.__setitem__(name, process_cpu_s(broker_pid))
+
+    with tempfile.TemporaryDirectory(prefix="eos-") as scratch:
+        txn = _loop_marked(bootstrap, broker_name, in_topic, ecfg, True, run_id, ecfg.duration_s, None, scratch,
+                           sample("txn0"), sample("txn1"))
+        plain = _loop_marked(bootstrap, broker_name, in_topic, ecfg, False, run_id, ecfg.duration_s, None,
+                             scratch, sample("plain0"), sample("plain1"))
     txn_rate = txn.records / max(txn.elapsed_s, 1e-9)
     plain_rate = plain.records / max(plain.elapsed_s, 1e-9)
-    return {
+    metrics = {
         "eos_txn_per_s": Metric(f"eos: transactions ({ecfg.per_txn} records)", "txn/s",
                                 txn.rounds / max(txn.elapsed_s, 1e-9)),
         "eos_records_per_s": Metric("eos: records, transactional", "records/s", txn_rate),
@@ -362,31 +377,44 @@ def eos_workload(ecfg: EosConfig, bootstrap: str, broker_name: str) -> dict[str,
         "eos_txn_vs_plain_pct": Metric("eos: transactional records/s as a share of plain",
                                        "%", 100.0 * txn_rate / max(plain_rate, 1e-9)),
     }
+    for kind, res, label in (("txn", txn, "transaction"), ("plain", plain, "plain round")):
+        before, after = cpu.get(kind + "0"), cpu.get(kind + "1")
+        if before is not None and after is not None:
+            metrics[f"eos_broker_cpu_ms_per_{kind}"] = Metric(
+                f"eos: broker CPU per {label}", "ms", 1000 * (after - before) / max(res.rounds, 1), False)
+    return metrics
 
 
 #: One fsync/fdatasync call in ``strace -f -y`` output: the descriptor's path in <>.
 _SYNC_CALL = re.compile(r"\b(?:fsync|fdatasync)\(\d+<(?P<path>[^>]*)>")
-#: What the counts are broken down by: the log directory's topic (else "other").
-SYNC_KINDS = ("__transaction_state", "__consumer_offsets", "data", "other")
+#: One io_submit call (group commit's fdatasyncs through native AIO: the synced descriptor is
+#: inside the iocb, so strace cannot name the log).
+_AIO_CALL = re.compile(r"\bio_submit\(")
+#: What the counts are broken down by: the log directory's topic (else "other"), and "aio".
+SYNC_KINDS = ("__transaction_state", "__consumer_offsets", "data", "other", "aio")
 
 
 def _count_syncs(trace: str, data_topic_prefix: str = "eos-") -> dict[str, int]:
     """fsync + fdatasync calls in ``strace -f -y`` output, by :data:`SYNC_KINDS` (the
     directory of the synced file: a ``__transaction_state-N`` or ``__consumer_offsets-N``
-    partition, a partition of a topic named ``data_topic_prefix...``, anything else)."""
+    partition, a partition of a topic named ``data_topic_prefix...``, anything else), and the
+    io_submit calls (native AIO fdatasyncs, "aio")."""
     counts = dict.fromkeys(SYNC_KINDS, 0)
     for match in _SYNC_CALL.finditer(trace):
         parent = match["path"].rsplit("/", 2)[-2] if match["path"].count("/") >= 2 else ""
         kind = next((k for k in SYNC_KINDS[:2] if parent.startswith(k + "-")),
                     "data" if parent.startswith(data_topic_prefix) else "other")
         counts[kind] += 1
+    counts["aio"] = len(_AIO_CALL.findall(trace))
     return counts
 
 
-def _syncs_during(bootstrap: str, broker_name: str, in_topic: str, ecfg: EosConfig, transactional: bool,
-                  run_id: str, broker_pid: int, scratch: str) -> tuple[dict[str, int], int]:
-    """(fsync + fdatasync calls of the broker by kind, rounds) over ``fsync_rounds`` rounds of
-    a loop."""
+def _loop_marked(bootstrap: str, broker_name: str, in_topic: str, ecfg: EosConfig, transactional: bool,
+                 run_id: str, duration_s: float | None, rounds: int | None, scratch: str,
+                 on_start: Callable[[], None], on_stop: Callable[[], None]) -> LoopResult:
+    """Run a loop (``duration_s`` or ``rounds`` timed rounds) with ``on_start()`` called in the
+    harness after the loop's first round and before its timed rounds, and ``on_stop()`` after
+    them (before the loop leaves its group and reads back): what they measure is the timed rounds'."""
     import os
     import threading
 
@@ -396,8 +424,8 @@ def _syncs_during(bootstrap: str, broker_name: str, in_topic: str, ecfg: EosConf
 
     def run() -> None:
         try:
-            box["res"] = _loop(bootstrap, broker_name, in_topic, ecfg, transactional, run_id, None,
-                               ecfg.fsync_rounds, ready_path=ready, go_path=go)
+            box["res"] = _loop(bootstrap, broker_name, in_topic, ecfg, transactional, run_id, duration_s,
+                               rounds, ready_path=ready, go_path=go)
         except BaseException as exc:  # re-raised in the harness thread
             box["exc"] = exc
 
@@ -413,32 +441,50 @@ def _syncs_during(bootstrap: str, broker_name: str, in_topic: str, ecfg: EosConf
         if "exc" in box:
             raise box["exc"]  # type: ignore[misc]
         raise WorkloadFailed(f"{kind} loop never finished its first round")
-    trace_path = f"{scratch}/{kind}.strace"
-    strace = subprocess.Popen(["strace", "-f", "-y", "-e", "trace=fsync,fdatasync", "-o", trace_path,
-                               "-p", str(broker_pid)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    on_start()
     try:
-        # strace says "Process N attached" on stderr once it is tracing; only then go on
-        assert strace.stderr is not None
-        first = strace.stderr.readline()
-        if "attached" not in first:
-            raise WorkloadFailed(f"strace did not attach: {first.strip()}")
         open(go, "w").close()
-        # stop counting when the rounds are over (leaving the group afterwards writes too)
-        done_deadline = time.monotonic() + ecfg.warmup_timeout_s + 30.0 * ecfg.fsync_rounds
+        # stop measuring when the rounds are over (leaving the group afterwards writes too)
+        done_deadline = time.monotonic() + ecfg.warmup_timeout_s + (duration_s or 30.0 * (rounds or 1))
         while thread.is_alive() and not os.path.exists(ready + ".done"):
             if time.monotonic() > done_deadline:
                 break
             thread.join(0.02)
     finally:
-        strace.send_signal(signal.SIGINT)
-        strace.communicate(timeout=30)
+        on_stop()
     thread.join(ecfg.warmup_timeout_s + ecfg.verify_timeout_s * 2 + ecfg.child_slack_s)
     if "exc" in box:
         raise box["exc"]  # type: ignore[misc]
     if "res" not in box:
         raise WorkloadFailed(f"{kind} loop did not finish")
-    res: LoopResult = box["res"]  # type: ignore[assignment]
+    return box["res"]  # type: ignore[return-value]
+
+
+def _syncs_during(bootstrap: str, broker_name: str, in_topic: str, ecfg: EosConfig, transactional: bool,
+                  run_id: str, broker_pid: int, scratch: str) -> tuple[dict[str, int], int]:
+    """(fsync + fdatasync calls of the broker by kind, rounds) over ``fsync_rounds`` rounds of
+    a loop."""
+    kind = "txn" if transactional else "plain"
+    trace_path = f"{scratch}/{kind}.strace"
+    box: dict[str, subprocess.Popen[str]] = {}
+
+    def attach() -> None:
+        strace = box["strace"] = subprocess.Popen(
+            ["strace", "-f", "-y", "-e", "trace=fsync,fdatasync,io_submit", "-o", trace_path, "-p", str(broker_pid)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # strace says "Process N attached" on stderr once it is tracing; only then go on
+        assert strace.stderr is not None
+        first = strace.stderr.readline()
+        if "attached" not in first:
+            raise WorkloadFailed(f"strace did not attach: {first.strip()}")
+
+    def detach() -> None:
+        if "strace" in box:
+            box["strace"].send_signal(signal.SIGINT)
+            box["strace"].communicate(timeout=30)
+
+    res = _loop_marked(bootstrap, broker_name, in_topic, ecfg, transactional, run_id, None, ecfg.fsync_rounds,
+                       scratch, attach, detach)
     with open(trace_path) as trace:
         syncs = _count_syncs(trace.read())
     if not any(syncs.values()):  # offsetd syncs every commit: none counted means strace saw nothing
@@ -463,9 +509,9 @@ def eos_fsyncs_workload(ecfg: EosConfig, bootstrap: str, broker_name: str,
         plain_syncs, plain_rounds = _syncs_during(bootstrap, broker_name, in_topic, small, False, run_id, broker_pid,
                                                   scratch)
     metrics = {
-        "eos_fsyncs_per_txn": Metric("eos: broker fsync+fdatasync per transaction", "calls",
+        "eos_fsyncs_per_txn": Metric("eos: broker fsync+fdatasync+AIO fdatasync per transaction", "calls",
                                      sum(txn_syncs.values()) / max(txn_rounds, 1), False),
-        "eos_fsyncs_per_plain_round": Metric("eos: broker fsync+fdatasync per plain round", "calls",
+        "eos_fsyncs_per_plain_round": Metric("eos: broker fsync+fdatasync+AIO fdatasync per plain round", "calls",
                                              sum(plain_syncs.values()) / max(plain_rounds, 1), False),
     }
     for label, syncs, rounds in (("transaction", txn_syncs, txn_rounds), ("plain round", plain_syncs, plain_rounds)):
@@ -482,7 +528,7 @@ def eos_workloads(cfg: BenchConfig, ecfg: EosConfig | None = None) -> list[Workl
     """The exactly-once workloads, in run order."""
     ecfg = ecfg or EosConfig()
     return [
-        Workload("eos", partial(eos_workload, ecfg)),
+        Workload("eos", partial(eos_workload, ecfg), wants_pid=True),
         Workload("eos-fsyncs", partial(eos_fsyncs_workload, ecfg), brokers=("offsetd",),
                  not_applicable="offsetd only (Tansu here keeps everything in memory)",
                  wants_pid=True),

@@ -845,7 +845,7 @@ class _MemoryLog:
     def __init__(self) -> None:
         self.batches: list[bytes] = []
 
-    def append(self, batch: bytes, now: int, *, sync: bool = False) -> None:
+    def append(self, batch: bytes, now: int, validated: object = None, *, sync: bool = False) -> None:
         self.batches.append(batch)
 
 

@@ -31,7 +31,7 @@ class StateLog:
         self.log_start_offset = self.log_end_offset = 0
         self.batches: list[bytes] = []
 
-    def append(self, records: bytes, now_ms: int, sync: bool) -> None:
+    def append(self, records: bytes, now_ms: int, validated: object = None, *, sync: bool) -> None:
         self.batches.append(struct.pack(">q", self.log_end_offset) + records[8:])  # its base offset
         self.log_end_offset += 1  # one record a batch here
 

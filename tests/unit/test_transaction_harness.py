@@ -39,7 +39,8 @@ class Harness:
         """Make a result durable: append and replay its records, queue its marker jobs."""
         for key, value in result.records:
             self.log.append((key, value))
-            self.shard.replay(key, value)
+            if not result.applied:  # installed by the operation itself (Complete*)
+                self.shard.replay(key, value)
         self.markers.extend(result.markers)
         return result
 

@@ -63,9 +63,16 @@ class AioFsync:
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._events = (_IoEvent * depth)()
         self._ids = itertools.count(1)
-        # request id -> (its iocb, kept alive until it completes; its future)
-        self._waiting: dict[int, tuple[_Iocb, asyncio.Future[None]]] = {}
+        self._waiting: dict[int, asyncio.Future[None]] = {}  # request id -> its future
         self._loop: asyncio.AbstractEventLoop | None = None
+        # One iocb for every submission: io_submit copies it into the kernel's request (the
+        # iocb's address only comes back in the completion event), so it is reused at once.
+        self._iocb = _Iocb(aio_lio_opcode=_IOCB_CMD_FDSYNC, aio_flags=_IOCB_FLAG_RESFD, aio_resfd=self._efd)
+        self._iocbs = (ctypes.POINTER(_Iocb) * 1)(ctypes.pointer(self._iocb))
+        self._submit_args = (ctypes.c_long(self._submit), self._ctx, ctypes.c_long(1), self._iocbs)
+        self._no_wait = _Timespec(0, 0)
+        self._getevents_args = (ctypes.c_long(self._getevents), self._ctx, ctypes.c_long(0), ctypes.c_long(depth),
+                                self._events, ctypes.byref(self._no_wait))
 
     def fdatasync(self, fd: int) -> "asyncio.Future[None]":
         """Submit an fdatasync of `fd` (in order after every write already made to it); raises
@@ -74,13 +81,13 @@ class AioFsync:
         if loop is not self._loop:
             self._watch(loop)
         request = next(self._ids)
-        iocb = _Iocb(aio_data=request, aio_lio_opcode=_IOCB_CMD_FDSYNC, aio_fildes=fd, aio_flags=_IOCB_FLAG_RESFD,
-                     aio_resfd=self._efd)
-        iocbs = (ctypes.POINTER(_Iocb) * 1)(ctypes.pointer(iocb))
-        if self._syscall(ctypes.c_long(self._submit), self._ctx, ctypes.c_long(1), iocbs) != 1:
+        iocb = self._iocb
+        iocb.aio_data = request
+        iocb.aio_fildes = fd
+        if self._syscall(*self._submit_args) != 1:
             raise _last_error("io_submit")
         future = loop.create_future()
-        self._waiting[request] = (iocb, future)
+        self._waiting[request] = future
         return future
 
     def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -96,16 +103,15 @@ class AioFsync:
             os.eventfd_read(self._efd)
         except BlockingIOError:
             pass
-        events, no_wait = self._events, _Timespec(0, 0)
+        events, args = self._events, self._getevents_args
         while True:
-            count = self._syscall(ctypes.c_long(self._getevents), self._ctx, ctypes.c_long(0),
-                                  ctypes.c_long(self._depth), events, ctypes.byref(no_wait))
+            count = self._syscall(*args)
             if count < 0:
                 if ctypes.get_errno() == errno.EINTR:
                     continue
                 raise _last_error("io_getevents")
             for event in events[:count]:
-                _, future = self._waiting.pop(event.data)
+                future = self._waiting.pop(event.data)
                 if future.done() or future.get_loop().is_closed():
                     continue
                 if event.res < 0:

@@ -23,7 +23,7 @@ from typing import Any, Awaitable, Callable
 from ..coordinator.result import CoordinatorResult
 from ..coordinator.shard import GroupCoordinatorShard
 from ..coordinator.write_errors import COORDINATOR_LOAD_IN_PROGRESS, NOT_LEADER_OR_FOLLOWER, CoordinatorWriteError
-from ..records.batch import TRANSACTIONAL_MASK, build_batch, iter_batches
+from ..records.batch import TRANSACTIONAL_MASK, BatchHeader, build_batch, iter_batches, parse_header
 from ..records.control import build_marker_batch
 from ..records.offsets import encode_key, encode_value
 from ..records.scan import scan_key_values
@@ -284,7 +284,8 @@ class ShardRuntime:
             if parts:
                 # Atomic: batches and fsync, or nothing (undone back to the last good end).
                 # Cluster mode's log answers later: after PostgreSQL's COMMIT.
-                appended = durable_append(self.plog, b"".join(parts), now, self.fsync, self.group_commit)
+                appended = durable_append(self.plog, b"".join(parts), now, self.fsync, self.group_commit,
+                                          [parse_header(part) for part in parts])
                 if isawaitable(appended):
                     appended = await appended
                 if isinstance(appended, AppendResult):
@@ -374,12 +375,14 @@ def _fail(results: list[CoordinatorResult], error: CoordinatorWriteError) -> Non
 
 
 def durable_append(plog: PartitionLog, records: bytes, now_ms: int, sync: bool,
-                   group_commit: GroupCommit | None) -> AppendResult | Awaitable[AppendResult]:
+                   group_commit: GroupCommit | None,
+                   validated: list[BatchHeader] | None = None) -> AppendResult | Awaitable[AppendResult]:
     """Append a coordinator's batch, fsynced when `sync`: through `group_commit` when there is
-    one, else by the log itself (an AppendResult, or an awaitable of one in cluster mode)."""
+    one, else by the log itself (an AppendResult, or an awaitable of one in cluster mode).
+    `validated`: the headers of the coordinator's own batches, not checked again."""
     if sync and group_commit is not None:
-        return group_commit.append(plog, records, now_ms)
-    return plog.append(records, now_ms, sync=sync)
+        return group_commit.append(plog, records, now_ms, validated)
+    return plog.append(records, now_ms, validated, sync=sync)
 
 
 def deliver(result: Any) -> None:

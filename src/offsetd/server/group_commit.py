@@ -22,7 +22,9 @@ import asyncio
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
+from ..records.batch import BatchHeader
 from ..storage.deferred_append import PendingAppend
 from ..storage.log_append import AppendResult
 from ..storage.partition_log import PartitionLog
@@ -51,14 +53,16 @@ class GroupCommit:
         self._threads = threads
         self._pool: ThreadPoolExecutor | None = None
 
-    async def append(self, plog: PartitionLog, records: bytes, now_ms: int) -> AppendResult:
-        """`plog.append(records, now_ms, sync=True)` with the fsync off the event loop; raises what
-        append raises (StorageError when the write or its fsync failed: nothing was appended)."""
-        pending = plog.begin_append(records, now_ms)
+    async def append(self, plog: PartitionLog, records: bytes, now_ms: int,
+                     validated: list[BatchHeader] | None = None) -> AppendResult:
+        """`plog.append(records, now_ms, validated, sync=True)` with the fsync off the event loop;
+        raises what append raises (StorageError when the write or its fsync failed: nothing was
+        appended)."""
+        pending = plog.begin_append(records, now_ms, validated)
         if isinstance(pending, AppendResult):
             return pending
         try:
-            await self._sync(pending)
+            await self._submit(pending)
         except OSError as exc:
             return plog.finish_append(pending, exc)
         except asyncio.CancelledError:  # the loop is shutting down: the batch is not acknowledged
@@ -66,27 +70,57 @@ class GroupCommit:
             raise
         return plog.finish_append(pending)
 
-    async def _sync(self, pending: PendingAppend) -> None:
-        """fdatasync the pending batch's segment: native AIO, or a thread when AIO refuses it. The
-        segment's descriptor is the file pool's, which the loop may close at any later pool call."""
+    def start(self, plog: PartitionLog, records: bytes, now_ms: int,
+              on_durable: Callable[[AppendResult | BaseException], None],
+              validated: list[BatchHeader] | None = None) -> AppendResult | None:
+        """append() without a coroutine, for a writer that is a chain of callbacks: the
+        AppendResult at once for a duplicate (raises what begin_append raises), else None and
+        later on_durable(the AppendResult, or the exception append() would have raised), called
+        from the fsync's completion. `validated`: the headers of the writer's own batches (as
+        for PartitionLog.append), which are then not checked again."""
+        pending = plog.begin_append(records, now_ms, validated)
+        if isinstance(pending, AppendResult):
+            return pending
+        try:
+            synced = self._submit(pending)
+        except BaseException:
+            plog.abandon_append(pending)
+            raise
+
+        def finished(future: "asyncio.Future[None]") -> None:
+            if future.cancelled():  # the loop is shutting down: the batch is not acknowledged
+                plog.abandon_append(pending)
+                on_durable(asyncio.CancelledError())
+                return
+            error = future.exception()
+            try:
+                appended = plog.finish_append(pending, error if isinstance(error, OSError) else None)
+            except Exception as exc:
+                on_durable(exc)
+                return
+            on_durable(appended if error is None or isinstance(error, OSError) else error)
+
+        synced.add_done_callback(finished)
+        return None
+
+    def _submit(self, pending: PendingAppend) -> "asyncio.Future[None]":
+        """Start the fdatasync of the pending batch's segment: native AIO, or a thread when AIO
+        refuses it; a future of its outcome. The segment's descriptor is the file pool's, which
+        the loop may close at any later pool call."""
         fd = pending.segment.file.fileno()
         if self._aio is not None:
             try:
-                completed = self._aio.fdatasync(fd)  # once submitted, the kernel holds its own reference
+                return self._aio.fdatasync(fd)  # once submitted, the kernel holds its own reference
             except OSError as exc:  # EAGAIN (the context is full), or a file AIO cannot sync
                 log.debug("fsync on a thread: %s", exc)
-            else:
-                await completed
-                return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix="fsync")
         dup = os.dup(fd)  # the thread's own: the loop may close the pooled one meanwhile (an eviction)
         try:
-            synced = asyncio.get_running_loop().run_in_executor(self._pool, _sync_and_close, dup)
+            return asyncio.get_running_loop().run_in_executor(self._pool, _sync_and_close, dup)
         except BaseException:
             os.close(dup)
             raise
-        await synced
 
     def stop(self) -> None:
         """Let the fsyncs in flight finish (shutdown; their appends are not taken in afterwards)."""

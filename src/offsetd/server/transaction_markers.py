@@ -19,7 +19,7 @@ from typing import Any, Awaitable, Callable
 from ..broker.broker import Broker
 from ..coordinator.write_errors import CoordinatorWriteError
 from ..protocol.errors import Error
-from ..records.batch import InvalidBatch
+from ..records.batch import InvalidBatch, parse_header
 from ..records.control import build_marker_batch
 from ..records.offsets import OFFSETS_TOPIC
 from ..storage.log_dir import NotLeader, StorageError
@@ -36,6 +36,8 @@ RETRY_BACKOFF_S = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0)  # then every second, as long
 # NOT_LEADER_OR_FOLLOWER (reference A7); the marker is retried.
 _COORDINATOR_MOVED = {Error.COORDINATOR_LOAD_IN_PROGRESS, Error.COORDINATOR_NOT_AVAILABLE, Error.NOT_COORDINATOR}
 
+# A marker is done with its partition: written, or the partition is gone.
+_WRITTEN = frozenset({Error.NONE, Error.UNKNOWN_TOPIC_OR_PARTITION})
 
 
 class MarkerWriter:
@@ -55,62 +57,105 @@ class MarkerWriter:
     async def write_local(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                           topic: str, partition: int) -> int:
         """Append one marker to a partition led here; its error code (NONE when written)."""
+        code = self.write_local_now(producer_id, producer_epoch, commit, coordinator_epoch, topic, partition)
+        return code if isinstance(code, int) else await code
+
+    def write_local_now(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                        topic: str, partition: int) -> int | Awaitable[int]:
+        """write_local without a coroutine where the log answers at once (a data partition of the
+        local engine): the error code now, else an awaitable of it."""
         if topic == OFFSETS_TOPIC and partition < len(self.group_runtimes):
             runtime = self.group_runtimes[partition]
             if runtime.state is not ShardState.ACTIVE:
                 return Error.NOT_LEADER_OR_FOLLOWER
-            try:
-                await runtime.write_marker(producer_id, producer_epoch, commit, coordinator_epoch)
-            except CoordinatorWriteError as exc:
-                return Error.NOT_LEADER_OR_FOLLOWER if exc.error_code in _COORDINATOR_MOVED else exc.error_code
-            return Error.NONE
+            return _offsets_marker(runtime.write_marker(producer_id, producer_epoch, commit, coordinator_epoch))
         plog = self.broker.topics.partition(topic, partition)
         if plog is None:
             return Error.UNKNOWN_TOPIC_OR_PARTITION
         if not plog.leader:
             return Error.NOT_LEADER_OR_FOLLOWER
         now = self.clock()
+        marker = build_marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now)
         try:
-            appended = plog.append(build_marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now),
-                                   now)
-            if isawaitable(appended):
-                await appended
+            appended = plog.append(marker, now, [parse_header(marker)])  # our own batch: not checked again
         except (ProduceError, StorageError, NotLeader, InvalidBatch) as exc:
-            log.info("marker for producer %d on %s-%d refused: %s", producer_id, topic, partition, exc)
-            return exc.error_code  # type: ignore[attr-defined]
+            return self._refused(producer_id, topic, partition, exc)
+        if isawaitable(appended):  # cluster mode: the log answers after PostgreSQL's COMMIT
+            return self._appended_later(appended, producer_id, topic, partition)
         self.broker.on_append(topic, partition)  # read_committed fetchers wait for the LSO to move
         return Error.NONE
 
-    async def run(self, job: MarkerJob, still_coordinator: Callable[[], bool]) -> None:
-        """Write every marker of `job`; returns when all are written (or their partitions are
-        gone), or when this broker stopped coordinating the transaction."""
-        pending = set(job.partitions)
+    async def _appended_later(self, appended: Awaitable[Any], producer_id: int, topic: str, partition: int) -> int:
+        try:
+            await appended
+        except (ProduceError, StorageError, NotLeader, InvalidBatch) as exc:
+            return self._refused(producer_id, topic, partition, exc)
+        self.broker.on_append(topic, partition)
+        return Error.NONE
+
+    @staticmethod
+    def _refused(producer_id: int, topic: str, partition: int, exc: Exception) -> int:
+        log.info("marker for producer %d on %s-%d refused: %s", producer_id, topic, partition, exc)
+        return exc.error_code  # type: ignore[attr-defined]
+
+    def run(self, job: MarkerJob, still_coordinator: Callable[[], bool]) -> Awaitable[None] | None:
+        """Write every marker of `job`: None when each went in at once (data partitions of the
+        local engine), else an awaitable that completes when all are written (or their partitions
+        are gone), or when this broker stopped coordinating the transaction."""
+        first = {(topic, partition): self._write(job, topic, partition) for topic, partition in job.partitions}
+        if all(isinstance(code, int) and code in _WRITTEN for code in first.values()):
+            return None
+        return self._rest(job, still_coordinator, first)
+
+    async def _rest(self, job: MarkerJob, still_coordinator: Callable[[], bool],
+                    first: dict[tuple[str, int], int | Awaitable[int]]) -> None:
+        """run() once a marker must be waited for: await the first round's, then retry the
+        failed ones with a back-off as long as this broker coordinates the transaction."""
+        codes = {tp: code if isinstance(code, int) else await code for tp, code in first.items()}
         for attempt in itertools.count():
-            results = await asyncio.gather(*(self._write(job, topic, partition) for topic, partition in pending))
-            for (topic, partition), error in zip(list(pending), results):
-                if error in (Error.NONE, Error.UNKNOWN_TOPIC_OR_PARTITION):
-                    pending.discard((topic, partition))
-                elif attempt == 5:
+            pending = [tp for tp, code in codes.items() if code not in _WRITTEN]
+            if attempt == 5:
+                for topic, partition in pending:
                     log.warning("marker for %s (producer %d) on %s-%d still failing with error %d; retrying",
-                                job.transactional_id, job.producer_id, topic, partition, error)
+                                job.transactional_id, job.producer_id, topic, partition, codes[(topic, partition)])
             if not pending or not still_coordinator():
                 return
             await asyncio.sleep(RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)])
+            results = await asyncio.gather(*(self._write_async(job, topic, partition) for topic, partition in pending))
+            codes = dict(zip(pending, results))
 
-    async def _write(self, job: MarkerJob, topic: str, partition: int) -> int:
+    async def _write_async(self, job: MarkerJob, topic: str, partition: int) -> int:
+        code = self._write(job, topic, partition)
+        return code if isinstance(code, int) else await code
+
+    def _write(self, job: MarkerJob, topic: str, partition: int) -> int | Awaitable[int]:
         plog = self.broker.topics.partition(topic, partition)
         if plog is not None and not plog.leader and self.remote is not None:
-            node, _ = self.broker.cluster.leader(self.broker.topics.get(topic), partition)
-            if node < 0:
-                return Error.NOT_LEADER_OR_FOLLOWER
-            body = {"markers": [{"producer_id": job.producer_id, "producer_epoch": job.producer_epoch,
-                                 "transaction_result": job.commit, "coordinator_epoch": job.coordinator_epoch,
-                                 "topics": [{"name": topic, "partition_indexes": [partition]}]}]}
-            try:
-                errors = await self.remote.write_txn_markers(node, body)
-            except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
-                log.debug("WriteTxnMarkers to node %d failed: %s", node, exc)
-                return Error.NETWORK_EXCEPTION
-            return errors.get((topic, partition), Error.UNKNOWN_SERVER_ERROR)
-        return await self.write_local(job.producer_id, job.producer_epoch, job.commit, job.coordinator_epoch,
-                                      topic, partition)
+            return self._write_remote(job, topic, partition)
+        return self.write_local_now(job.producer_id, job.producer_epoch, job.commit, job.coordinator_epoch,
+                                    topic, partition)
+
+    async def _write_remote(self, job: MarkerJob, topic: str, partition: int) -> int:
+        """WriteTxnMarkers v1 to the broker that leads the partition (cluster mode)."""
+        assert self.remote is not None
+        node, _ = self.broker.cluster.leader(self.broker.topics.get(topic), partition)
+        if node < 0:
+            return Error.NOT_LEADER_OR_FOLLOWER
+        body = {"markers": [{"producer_id": job.producer_id, "producer_epoch": job.producer_epoch,
+                             "transaction_result": job.commit, "coordinator_epoch": job.coordinator_epoch,
+                             "topics": [{"name": topic, "partition_indexes": [partition]}]}]}
+        try:
+            errors = await self.remote.write_txn_markers(node, body)
+        except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
+            log.debug("WriteTxnMarkers to node %d failed: %s", node, exc)
+            return Error.NETWORK_EXCEPTION
+        return errors.get((topic, partition), Error.UNKNOWN_SERVER_ERROR)
+
+
+async def _offsets_marker(written: Awaitable[None]) -> int:
+    """The error code of a marker written through a group coordinator shard."""
+    try:
+        await written
+    except CoordinatorWriteError as exc:
+        return Error.NOT_LEADER_OR_FOLLOWER if exc.error_code in _COORDINATOR_MOVED else exc.error_code
+    return Error.NONE

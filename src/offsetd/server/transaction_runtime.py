@@ -4,8 +4,11 @@ The same shape as coordinator_runtime.ShardRuntime: results queue up while a wri
 go out as one record batch (append, fsync off the loop through server/group_commit.py, replay,
 then answer); loading replays the partition.
 What is particular to transactions: a result may carry marker jobs (reference A7). They run once
-the Prepare* record that asked for them is durable — after the EndTxn answer went out — and when
-every partition of the transaction holds its marker, the shard writes Complete*.
+the Prepare* record that asked for them is durable — after the EndTxn answer went out. The shard
+installs Complete* at once, so the id's next transaction does not wait for the markers; but until
+every partition holds its marker no record of the id is appended (it is held back, the other ids'
+records go on): the log never shows the transaction complete, or the next one begun, before its
+markers are durable.
 """
 
 from __future__ import annotations
@@ -13,13 +16,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from inspect import isawaitable
-from typing import Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable
 
 from ..coordinator.write_errors import NOT_LEADER_OR_FOLLOWER, CoordinatorWriteError
-from ..records.batch import build_batch, decode_records, iter_batches
-from ..records.transaction_log import decode_key
+from ..records.batch import build_batch, decode_records, iter_batches, parse_header
+from ..records.transaction_log import decode_key, encode_key
 from ..storage.partition_log import PartitionLog
-from ..transaction.result import MarkerJob, TxnResult
+from ..transaction.result import MarkerJob, Record, TxnResult
 from ..transaction.shard import TransactionCoordinatorShard
 from .coordinator_runtime import ShardState, deliver, durable_append
 from .group_commit import GroupCommit
@@ -27,10 +30,16 @@ from .group_commit import GroupCommit
 log = logging.getLogger("offsetd.transactions")
 
 LOAD_CHUNK_BYTES = 5 * 1024 * 1024  # transaction.state.log.load.buffer.size
+# How long records installed already (Complete*) wait for another write of the partition to be
+# appended with (usually the id's next transaction's first write, which supersedes them).
+APPLIED_LINGER_S = 0.01
+# A marker job that raised is run again after this long (its transactional id's records wait).
+MARKERS_RETRY_S = 1.0
 
 # Runs one marker job to completion: every partition written, or stopped early when the second
 # argument says this broker no longer coordinates the transaction (server/transaction_markers.py).
-MarkerRunner = Callable[[MarkerJob, Callable[[], bool]], Awaitable[None]]
+# None: every marker was written at once; else an awaitable of the rest.
+MarkerRunner = Callable[[MarkerJob, Callable[[], bool]], "Awaitable[None] | None"]
 
 
 class TxnShardRuntime:
@@ -52,6 +61,11 @@ class TxnShardRuntime:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_deadline: int | None = None
         self._watchers: dict[str, list[asyncio.Future[None]]] = {}  # transactional id -> changed()
+        self._linger: asyncio.TimerHandle | None = None  # writes applied records (Complete*) alone
+        # encoded transactional id -> its markers in flight: Complete* is installed, but no
+        # record of the id may reach the log before every marker is (see _start_markers)
+        self._holds: dict[bytes, asyncio.Future[None]] = {}
+        self._held_back: list[TxnResult] = []  # queued results of held ids, in queue order
 
     @property
     def partition(self) -> int:
@@ -92,12 +106,15 @@ class TxnShardRuntime:
         self.state = ShardState.ACTIVE
         self.submit(self.shard.on_loaded(self.clock()))
 
-    def changed(self, transactional_id: str, timeout_s: float) -> Awaitable[None]:
+    def changed(self, transactional_id: str, timeout_s: float) -> "asyncio.Future[None]":
         """Resolves when a record of `transactional_id` is next replayed (its state moved on), the
         shard is unloaded, or after `timeout_s`."""
-        watcher: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        watcher: asyncio.Future[None] = loop.create_future()
         self._watchers.setdefault(transactional_id, []).append(watcher)
-        return asyncio.wait([watcher], timeout=timeout_s)
+        timer = loop.call_later(timeout_s, _settle, watcher)
+        watcher.add_done_callback(lambda _: timer.cancel())
+        return watcher
 
     def _wake(self, transactional_ids: Iterable[str | None]) -> None:
         for transactional_id in transactional_ids:
@@ -112,84 +129,220 @@ class TxnShardRuntime:
         self.generation += 1
         self.state = ShardState.UNLOADED
         self._cancel_timer()
-        queued, self._queue = self._queue, []
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        self._holds.clear()
+        queued, self._queue, self._held_back = self._held_back + self._queue, [], []
         _fail(queued, CoordinatorWriteError(NOT_LEADER_OR_FOLLOWER, "the coordinator moved to another broker"))
         self.shard.reset()
 
     def stop(self) -> None:
+        """Shutdown: write what lingers (Complete*, no fsync), stop the timers."""
         self._cancel_timer()
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+            if not self._writing and self._queue:
+                self._write_queued(linger=False)
 
     # ------------------------------------------------------------------------ writes
 
     def submit(self, result: TxnResult) -> None:
-        """Queue a result for durability, or complete it at once when it writes nothing."""
+        """Queue a result for durability, or complete it at once when it writes nothing. Records
+        already installed (Complete*) wait up to APPLIED_LINGER_S for a write to go with."""
         if not result.records:
             deliver(result)
             self._start_markers(result.markers)
         else:
             self._queue.append(result)
             if not self._writing:
-                self._writing = True
-                asyncio.ensure_future(self._write_loop())
+                self._write_queued()
         self._reschedule()
 
-    async def _write_loop(self) -> None:
+    def _write_lingering(self) -> None:
+        self._linger = None
+        if not self._writing and self._queue:
+            self._write_queued(linger=False)
+
+    def _write_queued(self, linger: bool = True) -> None:
+        """Write what is queued as one batch, and what queues up meanwhile as the next: a chain
+        of callbacks, no task. An append that completes at once (no fsync) is finished here and
+        the next batch written; one awaiting its fsync goes on in _written, called from the
+        fsync's completion. A queue of applied results only (Complete*) waits, with `linger`, up
+        to APPLIED_LINGER_S for a write to go with; results of an id whose markers are not all in
+        are held back until they are."""
+        self._writing = True
         try:
             while self._queue:
+                if linger and all(queued.applied for queued in self._queue):
+                    if self._linger is None:
+                        self._linger = asyncio.get_running_loop().call_later(APPLIED_LINGER_S, self._write_lingering)
+                    break
+                linger = True
+                if self._holds:
+                    self._hold_back()
+                    if not self._queue:
+                        break
+                if self._linger is not None:  # what lingers goes with this batch
+                    self._linger.cancel()
+                    self._linger = None
                 batch, self._queue = self._queue, []
-                records = [record for result in batch for record in result.records]
-                generation = self.generation
-                try:
-                    now = self.clock()
-                    appended = durable_append(self.plog, build_batch([(k, v, now, []) for k, v in records]), now,
-                                              self.fsync and any(result.durable for result in batch),
-                                              self.group_commit)
-                    if isawaitable(appended):
-                        await appended
-                except Exception as exc:
-                    error = CoordinatorWriteError.from_exception(exc)
-                    failed, self._queue = batch + self._queue, []
-                    _fail(failed, error)
-                    if generation != self.generation or self.state is ShardState.UNLOADED:
-                        continue
-                    if not self.plog.leader:
-                        self.unload()
-                        continue
-                    log.error("__transaction_state-%d: write failed: %s; rebuilding its transactions from the log",
-                              self.partition, exc)
-                    await self.load()  # memory is a replay of the log: undo what the failed write decided
-                    continue
-                if generation != self.generation:
-                    _deliver_all(batch)  # durable, but this broker no longer coordinates them
-                    continue
-                for key, value in records:
-                    self.shard.replay(key, value)
-                if self._watchers:
-                    self._wake({decode_key(key) for key, _ in records})
-                for result in batch:
-                    deliver(result)
-                    self._start_markers(result.markers)
-                self._reschedule()
+                if not self._write(batch):
+                    return  # in flight, or a rebuild from the log owns the writer
+        except BaseException:
+            self._writing = False
+            raise
+        self._writing = False
+
+    def _hold_back(self) -> None:
+        """Move the queued results with a record of a held id (its markers not all in) aside;
+        the rest is written now. A later result of a held id is held back too, so each id's
+        records keep their order."""
+        holds = self._holds
+        kept: list[TxnResult] = []
+        for result in self._queue:
+            if any(key in holds for key, _ in result.records):
+                self._held_back.append(result)
+            else:
+                kept.append(result)
+        self._queue = kept
+
+    def _released(self, _held: "asyncio.Future[None]") -> None:
+        """A hold ended: what was held back goes first in the queue (a result of an id still
+        held is held back again)."""
+        if self._held_back:
+            self._queue = self._held_back + self._queue
+            self._held_back = []
+            if not self._writing:
+                self._write_queued()
+
+    def _write(self, batch: list[TxnResult]) -> bool:
+        """Append one batch; True when it is finished already (no fsync, or it failed at once)."""
+        records = _records(batch)
+        generation = self.generation
+        outcome: object
+        try:
+            now = self.clock()
+            data = build_batch([(k, v, now, []) for k, v in records])
+            sync = self.fsync and any(result.durable for result in batch)
+            if sync and self.group_commit is not None:
+                outcome = self.group_commit.start(self.plog, data, now,
+                                                  lambda done: self._written(batch, records, generation, done),
+                                                  [parse_header(data)])
+                if outcome is None:
+                    return False  # _written goes on when the fsync completes
+            else:
+                outcome = self.plog.append(data, now, [parse_header(data)], sync=sync)
+                if isawaitable(outcome):  # cluster mode: after PostgreSQL's COMMIT
+                    asyncio.ensure_future(outcome).add_done_callback(
+                        lambda done: self._written(batch, records, generation, _outcome(done)))
+                    return False
+        except Exception as exc:
+            outcome = exc
+        return self._finish(batch, records, generation, outcome)
+
+    def _written(self, batch: list[TxnResult], records: list[Record], generation: int, outcome: object) -> None:
+        """A batch's append completed (`outcome`: its AppendResult or the exception): finish it
+        and write what queued up meanwhile."""
+        try:
+            go_on = self._finish(batch, records, generation, outcome)
+        except BaseException:
+            self._writing = False
+            raise
+        if go_on:
+            self._write_queued()
+
+    def _finish(self, batch: list[TxnResult], records: list[Record], generation: int, outcome: object) -> bool:
+        """Replay a durable batch and answer its requests, or fail them and everything queued
+        when the write failed; False when the writer must stop (a rebuild from the log owns it)."""
+        if isinstance(outcome, BaseException):
+            failed, self._queue, self._held_back = batch + self._held_back + self._queue, [], []
+            _fail(failed, CoordinatorWriteError.from_exception(outcome))
+            if generation != self.generation or self.state is ShardState.UNLOADED:
+                return True
+            if not self.plog.leader:
+                self.unload()
+                return True
+            log.error("__transaction_state-%d: write failed: %s; rebuilding its transactions from the log",
+                      self.partition, outcome)
+            self.state = ShardState.LOADING  # answered COORDINATOR_LOAD_IN_PROGRESS until rebuilt
+            self._holds.clear()
+            asyncio.ensure_future(self._reload())  # memory is a replay of the log: undo what the write decided
+            return False
+        if generation != self.generation:
+            _deliver_all(batch)  # durable, but this broker no longer coordinates them
+            return True
+        replay = self.shard.replay
+        for result in batch:
+            if not result.applied:
+                for key, value in result.records:
+                    replay(key, value)
+        if self._watchers:
+            self._wake({decode_key(key) for key, _ in records})
+        for result in batch:
+            deliver(result)
+            if result.markers:
+                self._start_markers(result.markers)
+        self._reschedule()
+        return True
+
+    async def _reload(self) -> None:
+        """After a failed write: replay the log into the emptied shard, then write what queued
+        up meanwhile (the writer stays busy until then)."""
+        try:
+            await self.load()
         finally:
             self._writing = False
+            if self._queue:
+                self._write_queued()
 
     # ----------------------------------------------------------------------- markers
 
     def _start_markers(self, jobs: list[MarkerJob]) -> None:
+        """Write each job's markers and let the shard complete its transaction (Complete*) at
+        once: the id's next transaction need not wait for the markers' fsyncs, which overlap with
+        the client's next requests. Until every marker is in, no record of the id reaches the log
+        (`_holds`): a power loss leaves Prepare* there (its markers are sent again) or what
+        follows the markers, never the next transaction's state without them."""
+        generation = self.generation
         for job in jobs:
-            asyncio.ensure_future(self._run_markers(job, self.generation))
+            try:
+                pending = self.markers(job, lambda: generation == self.generation and self.plog.leader)
+            except Exception:
+                log.exception("__transaction_state-%d: markers of %s failed", self.partition, job.transactional_id)
+                continue
+            if pending is not None:
+                key = encode_key(job.transactional_id)
+                held = self._holds[key] = asyncio.ensure_future(pending)
+                held.add_done_callback(lambda done, job=job, key=key: self._markers_done(job, generation, key, done))  # type: ignore[misc]
+                held.add_done_callback(self._released)
+            self._markers_written(job, generation)
 
-    async def _run_markers(self, job: MarkerJob, generation: int) -> None:
-        """Write the job's markers, then let the shard complete the transaction (Complete*)."""
-        try:
-            await self.markers(job, lambda: generation == self.generation and self.plog.leader)
-        except Exception:
-            log.exception("__transaction_state-%d: markers of %s failed", self.partition, job.transactional_id)
+    def _markers_done(self, job: MarkerJob, generation: int, key: bytes, done: "asyncio.Future[None]") -> None:
+        """The markers of a job are in (or this broker stopped coordinating it): release the id's
+        records. A job that failed is run again after a second; its records wait meanwhile."""
+        if done.cancelled() or generation != self.generation:
             return
+        if done.exception() is not None:
+            log.error("__transaction_state-%d: markers of %s failed; retrying", self.partition,
+                      job.transactional_id, exc_info=done.exception())
+            asyncio.get_running_loop().call_later(MARKERS_RETRY_S, self._retry_markers, job, generation)
+            return
+        if self._holds.get(key) is done:
+            del self._holds[key]
+
+    def _retry_markers(self, job: MarkerJob, generation: int) -> None:
+        if generation == self.generation and self.state is ShardState.ACTIVE:
+            self._start_markers([job])  # Complete* is installed already: markers_written writes nothing
+
+    def _markers_written(self, job: MarkerJob, generation: int) -> None:
         if generation != self.generation or self.state is not ShardState.ACTIVE:
             return  # the next owner loads Prepare* and sends the markers again
         self.submit(self.shard.markers_written(job.transactional_id, job.producer_id, job.producer_epoch,
                                                self.clock()))
+        if self._watchers:  # Complete* is installed already: a request held for it goes on
+            self._wake((job.transactional_id,))
 
     # ------------------------------------------------------------------------ timers
 
@@ -214,6 +367,35 @@ class TxnShardRuntime:
         self._timer = self._timer_deadline = None
         if self.state is ShardState.ACTIVE:
             self.submit(self.shard.fire_timers(self.clock()))
+
+
+def _records(batch: list[TxnResult]) -> list[Record]:
+    """The records of a batch in order, less each applied record (Complete*) that a later
+    record of the batch for the same transactional id supersedes."""
+    records = [record for result in batch for record in result.records]
+    if len(records) < 2 or not any(result.applied for result in batch):
+        return records
+    later: set[bytes] = set()
+    kept: list[Record] = []
+    for result in reversed(batch):
+        for key, value in reversed(result.records):
+            if not (result.applied and key in later):
+                kept.append((key, value))
+            later.add(key)
+    kept.reverse()
+    return kept
+
+
+def _settle(watcher: "asyncio.Future[None]") -> None:
+    if not watcher.done():
+        watcher.set_result(None)
+
+
+def _outcome(done: "asyncio.Future[Any]") -> object:
+    """A finished append's result, or the exception it raised (CancelledError when cancelled)."""
+    if done.cancelled():
+        return asyncio.CancelledError()
+    return done.exception() or done.result()
 
 
 def _deliver_all(results: list[TxnResult]) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 
+from offsetd.records.batch import BatchHeader
 from offsetd.storage.log_append import AppendResult, PreparedAppend
 from offsetd.storage.segment import Segment
 
@@ -37,13 +38,16 @@ class DeferredAppends:
 
     _pending: PendingAppend | None  # begin_append's batch, awaiting its fsync (PartitionLog.__init__)
 
-    def begin_append(self, records: bytes | bytearray | memoryview, now_ms: int) -> "PendingAppend | AppendResult":
+    def begin_append(self, records: bytes | bytearray | memoryview, now_ms: int,
+                     validated: "list[BatchHeader] | None" = None) -> "PendingAppend | AppendResult":
         """append(sync=True) up to its fsync, which the caller runs (on the descriptor of
         `pending.segment.file`, see the module's docstring) and then hands to finish_append. Until
         then the batch is in the file but not in the log: reads, the log end and the indexes do not
         see it, and no other append or roll may run. The leader epoch is patched and a new epoch
-        checkpointed as append() does. A duplicate (idempotent retry) gives its AppendResult at once."""
-        prepared = self.prepare_append(records, leader_epoch=self.leader_epoch if self.leader_epoch >= 0 else None)
+        checkpointed as append() does. A duplicate (idempotent retry) gives its AppendResult at once.
+        `validated`: as for append()."""
+        prepared = self.prepare_append(records, validated,
+                                       leader_epoch=self.leader_epoch if self.leader_epoch >= 0 else None)
         if isinstance(prepared, AppendResult):
             return prepared
         segment = self._segment_for(prepared, now_ms)

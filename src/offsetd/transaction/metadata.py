@@ -119,14 +119,15 @@ class TransactionMetadata:
                 f"{self.transactional_id}: {STATE_NAMES[self.state]} -> {STATE_NAMES[state]}")
         if state is S.EMPTY:
             changes.setdefault("last_producer_id", self.producer_id)
-        target = dataclasses.replace(self, state=state, last_update_timestamp=now, pending=None, **changes)
-        target.partitions = set(target.partitions)
-        return target
+        values = {name: getattr(self, name) for name in _FIELD_NAMES}
+        values.update(changes, state=state, last_update_timestamp=now, pending=None)
+        values["partitions"] = set(values["partitions"])
+        return TransactionMetadata(**values)  # type: ignore[arg-type]
 
     def apply(self, target: "TransactionMetadata") -> None:
         """Install a transit whose record is now durable."""
-        for f in dataclasses.fields(self):
-            setattr(self, f.name, getattr(target, f.name))
+        for name in _FIELD_NAMES:
+            setattr(self, name, getattr(target, name))
         self.pending = None
 
     def sorted_partitions(self) -> list[TopicPartition]:
@@ -162,3 +163,7 @@ class TransactionMetadata:
                    NO_PRODUCER_EPOCH, value.transaction_timeout_ms, state, partitions,
                    value.start_timestamp_ms, value.last_update_timestamp_ms,
                    value.client_transaction_version, value.next_producer_id)
+
+
+_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TransactionMetadata))
+"""TransactionMetadata's fields, for transit() and apply() (dataclasses.fields() per call is slow)."""

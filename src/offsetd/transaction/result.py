@@ -34,15 +34,12 @@ class TxnResult:
     # Prepare* sends the markers again, and markers are idempotent); a later fsync of the same
     # partition makes them durable anyway.
     durable: bool = True
+    # True: the operation installed its transition already (Complete*, which needs no
+    # durability): the shell appends the records but does not replay them, may hold them back
+    # a moment to go with the next write, and may leave out one that a later record of the same
+    # batch supersedes (same key: the transactional id's next state).
+    applied: bool = False
 
     def respond(self, token: Hashable, response: Response) -> "TxnResult":
         self.completions.append((token, response))
-        return self
-
-    def merge(self, other: "TxnResult") -> "TxnResult":
-        """Fold another result into this one."""
-        self.records.extend(other.records)
-        self.completions.extend(other.completions)
-        self.markers.extend(other.markers)
-        self.durable = self.durable or other.durable
         return self

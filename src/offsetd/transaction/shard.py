@@ -5,7 +5,9 @@ Like the group coordinator shard: every operation takes an opaque request token 
 returns a TxnResult (records to append, (token, response) pairs and marker jobs the shell starts
 once the records are durable). Metadata changes only through `replay()`, the function the loader
 calls too. An operation that writes sets the id's pending transition; until the shell replays the
-record, other requests for the id get CONCURRENT_TRANSACTIONS. When a write fails the shell calls
+record, other requests for the id get CONCURRENT_TRANSACTIONS. The one exception is Complete*,
+which needs no durability (a loaded Prepare* sends its markers again): it is installed when the
+markers are written and its record appended without a replay (TxnResult.applied). When a write fails the shell calls
 `reset()` and replays the log, which also drops the pending transitions.
 Rules and error codes follow the transactions reference (A2, A3, A6, A7, A8 cited below).
 """
@@ -120,6 +122,9 @@ class TransactionCoordinatorShard:
         a failed write, so that pending transitions vanish. Timers and settings stay."""
         self.transactions: dict[str, TransactionMetadata] = {}
         self.skipped_records = 0
+        # encoded key -> (transactional id, encoded value) of each record written and not yet
+        # replayed: its replay installs the pending transition without decoding or re-encoding
+        self._written: dict[bytes, tuple[str, bytes | None]] = {}
 
     # ============================================================================ replay
 
@@ -128,7 +133,14 @@ class TransactionCoordinatorShard:
         that matches the id's pending transition installs that transition (which also carries
         the in-memory KIP-360 fields); any other is loaded as stored. Unknown key versions are
         counted and skipped (so are records without a key); an unknown value version raises
-        RecordDecodeError: the load must stop there (A9)."""
+        RecordDecodeError: the load must stop there (A9). The very value object this shard
+        wrote (the shell replays what it appended) is recognised without decoding."""
+        written = self._written.pop(key, None) if self._written and key is not None else None
+        if written is not None and value is not None and written[1] is value:
+            meta = self.transactions.get(written[0])
+            if meta is not None and meta.pending is not None:
+                meta.apply(meta.pending)
+                return
         transactional_id = None if key is None else decode_key(key)
         if transactional_id is None:
             self.skipped_records += 1
@@ -157,7 +169,9 @@ class TransactionCoordinatorShard:
     def _write(self, meta: TransactionMetadata, target: TransactionMetadata, result: TxnResult) -> None:
         """Append the record of `target` and make it the id's pending transition."""
         meta.pending = target
-        result.records.append((encode_key(meta.transactional_id), target.record_value()))
+        key, value = encode_key(meta.transactional_id), target.record_value()
+        self._written[key] = (meta.transactional_id, value)
+        result.records.append((key, value))
 
     def _marker_job(self, meta: TransactionMetadata) -> MarkerJob:
         return MarkerJob(meta.transactional_id, meta.producer_id, meta.producer_epoch,
@@ -369,8 +383,10 @@ class TransactionCoordinatorShard:
         return NONE, meta.producer_id, meta.producer_epoch + 1
 
     def markers_written(self, transactional_id: str, producer_id: int, producer_epoch: int, now: int) -> TxnResult:
-        """Every marker of the txn is written: persist Complete* with the partitions cleared (A7).
-        A call that no longer matches the id's Prepare* state (stale job) writes nothing."""
+        """Every marker of the txn is written: Complete* with the partitions cleared (A7),
+        installed at once (TxnResult.applied: the id's next transaction need not wait for its
+        write) and appended without an fsync of its own. A call that no longer matches the id's
+        Prepare* state (stale job) writes nothing."""
         result = TxnResult()
         meta = self.transactions.get(transactional_id)
         if (meta is None or meta.pending is not None or meta.state not in PREPARE_STATES
@@ -380,8 +396,11 @@ class TransactionCoordinatorShard:
         if meta.next_producer_id != NO_PRODUCER_ID:  # TV2 epoch overflow: switch to the new producer id
             changes.update(producer_id=meta.next_producer_id, producer_epoch=0, next_producer_id=NO_PRODUCER_ID,
                            last_producer_id=meta.producer_id)
-        self._write(meta, meta.transit(COMPLETE_OF[meta.state], now, **changes), result)
+        target = meta.transit(COMPLETE_OF[meta.state], now, **changes)
+        meta.apply(target)
+        result.records.append((encode_key(transactional_id), target.record_value()))
         result.durable = False  # recoverable from Prepare*: no fsync of its own (TxnResult.durable)
+        result.applied = True
         return result
 
     # ================================================================ Describe / List

@@ -7,7 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
-from harness import ChaosConfig, Harness, History, Summary, check, commit_metadata
+from checker import check
+from harness import ChaosConfig, Harness
+from history import History, commit_metadata
+from report import Summary
 from integration.clients import create_topic, produce
 
 
@@ -87,7 +90,7 @@ def test_the_checker_finds_each_kind_of_violation(broker, tmp_path: Path) -> Non
                 consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
                                      "enable.auto.commit": False})
                 try:
-                    metadata = stored_metadata or commit_metadata(op, cfg)
+                    metadata = stored_metadata or commit_metadata(op, cfg.commit_metadata_bytes)
                     consumer.commit(offsets=[TopicPartition(cfg.commit_topic, 0, value, metadata=metadata)],
                                     asynchronous=False)
                 finally:

@@ -43,11 +43,21 @@ class CheckResult:
     lost_commits: int = 0         # committed offset read back below the last acknowledged commit
     phantom_commits: int = 0      # committed (offset, metadata) that no commit attempt sent
     failed_commit_visible: int = 0  # read-back commit whose only attempt failed definitively (informational)
+    backwards_commits: int = 0    # an acknowledged commit below one acknowledged before it was sent
+    txn_records_read: int = 0     # records of the output topic a read_committed consumer saw
+    aborted_visible: int = 0      # aborted transactions of which read_committed shows a record
+    partial_txns: int = 0         # transactions of which read_committed shows some records, not all (or one twice)
+    lost_txns: int = 0            # committed transactions of which read_committed shows nothing
+    eos_duplicates: int = 0       # input records transformed by more than one committed transaction
+    eos_lost: int = 0             # inputs below the committed position that no committed transaction transformed
+    aborted_in_log: int = 0       # records of aborted transactions in the log (read_uncommitted; informational)
     evidence: dict[str, list[str]] = field(default_factory=dict)  # category -> first few cases
 
     @property
     def violations(self) -> int:
-        return self.lost + self.duplicates + self.phantoms + self.reordered + self.lost_commits + self.phantom_commits
+        return (self.lost + self.duplicates + self.phantoms + self.reordered + self.lost_commits + self.phantom_commits
+                + self.backwards_commits + self.aborted_visible + self.partial_txns + self.lost_txns
+                + self.eos_duplicates + self.eos_lost)
 
     def note(self, category: str, text: str) -> None:
         cases = self.evidence.setdefault(category, [])
@@ -122,72 +132,124 @@ def read_committed(bootstrap: str, group: str, topic: str, partitions: int,
         consumer.close()
 
 
+def read_committed_records(bootstrap: str, topic: str, partition: int,
+                           timeout: float = 60.0) -> list[tuple[int, bytes]]:
+    """What a read_committed consumer sees of a partition from its start, once its position has
+    reached the high watermark (every transaction in it decided: the last stable offset is the end)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "chaos-reader", "enable.auto.commit": False,
+                         "isolation.level": "read_committed", "enable.partition.eof": True,
+                         "auto.offset.reset": "earliest", **CLIENT_TIMEOUTS})
+    try:
+        tp = TopicPartition(topic, partition)
+        low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+        records: list[tuple[int, bytes]] = []
+        if high <= low:
+            return records
+        consumer.assign([TopicPartition(topic, partition, low)])
+        for _ in _deadline_loop(timeout):
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(msg.error())
+                if consumer.position([tp])[0].offset >= high:
+                    return records
+                continue  # at the last stable offset, short of the high watermark: a transaction is open
+            records.append((msg.offset(), msg.value() or b""))
+        raise RuntimeError(f"read_committed of {topic}-{partition} stopped short of the high watermark {high} "
+                           f"(a transaction left open?); read up to {records[-1][0] if records else None}")
+    finally:
+        consumer.close()
+
+
 def check(history: History, config: Layout, bootstrap: str, label: str) -> CheckResult:
     """Compare every decided operation so far with what the broker reads back now."""
     began = time.monotonic()
     result = CheckResult(label)
     ops = history.snapshot()
-    _check_records(result, [op for op in ops if op.kind == "produce"], config, bootstrap)
-    _check_commits(result, [op for op in ops if op.kind == "commit"], config, bootstrap)
+    records = {p: read_partition(bootstrap, config.topic, p) for p in range(config.partitions)}
+    produced = [op for op in ops if op.kind == "produce"]
+    for partition, read in records.items():
+        check_records(result, produced, config.topic, partition, read)
+    commits = [op for op in ops if op.kind == "commit"]
+    committed = {(group, topic): read_committed(bootstrap, group, topic, config.partitions)
+                 for group, topic in sorted({(op.group or "", op.topic) for op in commits})}
+    check_commits(result, commits, committed, config.commit_metadata_bytes)
+    check_commit_order(result, commits)
+    txns = [op for op in ops if op.kind == "txn"]
+    if txns:
+        output = txns[0].topic
+        visible = {p: read_committed_records(bootstrap, output, p) for p in range(config.partitions)}
+        logged = {p: read_partition(bootstrap, output, p) for p in range(config.partitions)}
+        positions = {group: {p: offset for p, (offset, _) in read_committed(bootstrap, group, config.topic,
+                                                                              config.partitions).items()}
+                     for group in sorted({op.group or "" for op in txns})}
+        check_transactions(result, txns, visible, logged)
+        check_exactly_once(result, txns, visible, records, positions)
     result.seconds = time.monotonic() - began
     return result
 
 
-def _check_records(result: CheckResult, ops: list[Op], config: Layout, bootstrap: str) -> None:
+def check_records(result: CheckResult, ops: list[Op], topic: str, partition: int,
+                  records: list[tuple[int, bytes]]) -> None:
+    """One partition of the data topic (`records`: (offset, value) from its start) against the
+    produce operations: acknowledged ones at their offset, none twice, none never sent, in order."""
     sent = {op.value: op for op in ops}
-    for partition in range(config.partitions):
-        records = read_partition(bootstrap, config.topic, partition)
-        result.records_read += len(records)
-        at: dict[int, bytes] = {}
-        seen: Counter[str] = Counter()
-        last_seq: dict[str, tuple[int, int]] = {}  # instance -> (seq, offset) of its latest record
-        for offset, raw in records:
-            at[offset] = raw
-            payload = raw.decode(errors="replace")
-            op = sent.get(payload)
-            if op is None or op.partition != partition:
-                result.phantoms += 1
-                result.note("phantom", f"phantom record at {config.topic}-{partition}@{offset}: {raw[:80]!r}"
-                            f" (sent to partition {op.partition if op else 'never'})")
-                continue
-            seen[payload] += 1
-            if seen[payload] == 2:
-                result.note("duplicate", f"duplicate {payload!r} at {config.topic}-{partition}@{offset}; "
-                            f"op: {op.line()}")
-            instance, seq = payload.rsplit(":", 1)
-            prev = last_seq.get(instance)
-            if prev is not None and int(seq) <= prev[0]:
-                result.reordered += 1
-                result.note("reordered", f"{instance} seq {seq}@{offset} after seq {prev[0]}@{prev[1]} "
-                            f"in partition {partition}")
-            last_seq[instance] = (int(seq), offset)
-            if op.outcome == "failed":
-                result.failed_visible += 1
-        result.duplicates += sum(n - 1 for n in seen.values() if n > 1)
-        for op in ops:
-            if op.partition != partition or op.outcome != "ok":
-                continue
-            found = at.get(op.offset if op.offset is not None else -1)
-            if found is None or found.decode(errors="replace") != op.value:
-                result.lost += 1
-                result.note("lost", f"lost acknowledged record: {op.line()}; read back at offset "
-                            f"{op.offset}: {found!r}; payload seen {seen.get(op.value, 0)} time(s)")
-
-
-def _check_commits(result: CheckResult, ops: list[Op], config: Layout, bootstrap: str) -> None:
-    by_key: dict[tuple[str, int], list[Op]] = defaultdict(list)
+    result.records_read += len(records)
+    at: dict[int, bytes] = {}
+    seen: Counter[str] = Counter()
+    last_seq: dict[str, tuple[int, int]] = {}  # instance -> (seq, offset) of its latest record
+    for offset, raw in records:
+        at[offset] = raw
+        payload = raw.decode(errors="replace")
+        op = sent.get(payload)
+        if op is None or op.partition != partition:
+            result.phantoms += 1
+            result.note("phantom", f"phantom record at {topic}-{partition}@{offset}: {raw[:80]!r}"
+                        f" (sent to partition {op.partition if op else 'never'})")
+            continue
+        seen[payload] += 1
+        if seen[payload] == 2:
+            result.note("duplicate", f"duplicate {payload!r} at {topic}-{partition}@{offset}; op: {op.line()}")
+        instance, seq = payload.rsplit(":", 1)
+        prev = last_seq.get(instance)
+        if prev is not None and int(seq) <= prev[0]:
+            result.reordered += 1
+            result.note("reordered", f"{instance} seq {seq}@{offset} after seq {prev[0]}@{prev[1]} "
+                        f"in partition {partition}")
+        last_seq[instance] = (int(seq), offset)
+        if op.outcome == "failed":
+            result.failed_visible += 1
+    result.duplicates += sum(n - 1 for n in seen.values() if n > 1)
     for op in ops:
-        by_key[(op.group or "", op.partition)].append(op)
-    groups = sorted({group for group, _ in by_key})
-    for group in groups:
-        committed = read_committed(bootstrap, group, config.commit_topic, config.partitions)
-        for partition in range(config.partitions):
-            attempts = by_key.get((group, partition), [])
-            offset, metadata = committed.get(partition, (-1001, None))
+        if op.partition != partition or op.outcome != "ok":
+            continue
+        found = at.get(op.offset if op.offset is not None else -1)
+        if found is None or found.decode(errors="replace") != op.value:
+            result.lost += 1
+            result.note("lost", f"lost acknowledged record: {op.line()}; read back at offset "
+                        f"{op.offset}: {found!r}; payload seen {seen.get(op.value, 0)} time(s)")
+
+
+Committed = dict[int, tuple[int, "str | None"]]  # partition -> (committed offset, metadata); offset < 0: none
+
+
+def check_commits(result: CheckResult, ops: list[Op], committed: dict[tuple[str, str], Committed],
+                  metadata_bytes: int) -> None:
+    """The committed offsets read back, per (group, topic), against the commit operations: at
+    least the last acknowledged commit, and exactly what one attempt sent (offset and metadata)."""
+    by_key: dict[tuple[str, str, int], list[Op]] = defaultdict(list)
+    for op in ops:
+        by_key[(op.group or "", op.topic, op.partition)].append(op)
+    for (group, topic), read in sorted(committed.items()):
+        for partition in sorted(read):
+            attempts = by_key.get((group, topic, partition), [])
+            offset, metadata = read[partition]
             result.commits_read += 1
             acked = [op for op in attempts if op.outcome == "ok"]
             best = max(acked, key=lambda op: int(op.value), default=None)
-            where = f"{group}/{config.commit_topic}-{partition}"
+            where = f"{group}/{topic}-{partition}"
             if offset < 0:
                 if best is not None:
                     result.lost_commits += 1
@@ -195,15 +257,116 @@ def _check_commits(result: CheckResult, ops: list[Op], config: Layout, bootstrap
                                 f"{best.line()}")
                 continue
             sender = next((op for op in attempts
-                           if int(op.value) == offset and metadata == commit_metadata(op, config.commit_metadata_bytes)), None)
+                           if int(op.value) == offset and metadata == commit_metadata(op, metadata_bytes)), None)
             if sender is None:
                 result.phantom_commits += 1
-                result.note("phantom commit", f"phantom commit for {where}: offset {offset} metadata {(metadata or '')[:40]!r} "
-                            f"matches no attempt")
+                result.note("phantom commit", f"phantom commit for {where}: offset {offset} metadata "
+                            f"{(metadata or '')[:40]!r} matches no attempt")
             elif sender.outcome == "failed":
                 result.failed_commit_visible += 1
             if best is not None and offset < int(best.value):
                 result.lost_commits += 1
-                result.note("lost commit", f"lost commit for {where}: read back {offset} ({(metadata or '')[:16]}..., sent by "
-                            f"{sender.line() if sender else 'nobody'}), last acknowledged: {best.line()}")
+                result.note("lost commit", f"lost commit for {where}: read back {offset} ({(metadata or '')[:16]}..., "
+                            f"sent by {sender.line() if sender else 'nobody'}), last acknowledged: {best.line()}")
 
+
+def check_commit_order(result: CheckResult, ops: list[Op]) -> None:
+    """Committed offsets never move backwards: no acknowledged commit of a group/partition is below
+    one acknowledged before it was sent (concurrent attempts may land in either order)."""
+    by_key: dict[tuple[str, str, int], list[Op]] = defaultdict(list)
+    for op in ops:
+        if op.outcome == "ok" and op.end is not None:
+            by_key[(op.group or "", op.topic, op.partition)].append(op)
+    for (group, topic, partition), acked in sorted(by_key.items()):
+        by_end = sorted(acked, key=lambda op: op.end or 0.0)
+        highest: Op | None = None  # the highest commit acknowledged before the current op was sent
+        i = 0
+        for op in sorted(acked, key=lambda op: op.start):
+            while i < len(by_end) and (by_end[i].end or 0.0) < op.start:
+                if highest is None or int(by_end[i].value) > int(highest.value):
+                    highest = by_end[i]
+                i += 1
+            if highest is not None and int(op.value) < int(highest.value):
+                result.backwards_commits += 1
+                result.note("backwards commit", f"{group}/{topic}-{partition}: {op.line()} acknowledged after "
+                            f"{highest.line()} had been")
+
+
+def txn_record(label: str, index: int, count: int, source: tuple[int, int]) -> bytes:
+    """The value of the `index`th of `count` records of transaction `label`, made from input
+    partition/offset `source`."""
+    return f"{label}|{index}/{count}|{source[0]}:{source[1]}".encode()
+
+
+def _parse_txn_record(raw: bytes) -> tuple[str, int, int, tuple[int, int]] | None:
+    """(label, index, count, source) of a txn_record value; None for anything else."""
+    try:
+        label, position, source = raw.decode().split("|")
+        index, count = position.split("/")
+        partition, offset = source.split(":")
+        return label, int(index), int(count), (int(partition), int(offset))
+    except ValueError:
+        return None
+
+
+def check_transactions(result: CheckResult, ops: list[Op], visible: dict[int, list[tuple[int, bytes]]],
+                       logged: dict[int, list[tuple[int, bytes]]]) -> None:
+    """Transactions all or nothing: what a read_committed consumer sees of the output topic
+    (`visible`) holds every record of each committed transaction, none of an aborted one, and of
+    an undecided one all or none; `logged` (read_uncommitted) counts the aborted records present."""
+    by_label = {op.value: op for op in ops}
+    seen: dict[str, Counter[int]] = defaultdict(Counter)
+    for partition, records in visible.items():
+        result.txn_records_read += len(records)
+        for offset, raw in records:
+            parsed = _parse_txn_record(raw)
+            op = by_label.get(parsed[0]) if parsed else None
+            if parsed is None or op is None:
+                result.phantoms += 1
+                result.note("phantom", f"record of no transaction at output-{partition}@{offset}: {raw[:80]!r}")
+                continue
+            seen[op.value][parsed[1]] += 1
+            if op.outcome == "aborted" and sum(seen[op.value].values()) == 1:
+                result.aborted_visible += 1
+                result.note("aborted visible", f"read_committed shows {raw!r} at output-{partition}@{offset} "
+                            f"of aborted transaction {op.line()}")
+    for label, op in by_label.items():
+        indexes = seen.get(label, Counter())
+        if op.outcome == "ok" and not indexes:
+            result.lost_txns += 1
+            result.note("lost transaction", f"committed transaction shows none of its records: {op.line()}")
+        elif indexes and op.outcome != "aborted" and not (
+                sorted(indexes) == list(range(op.count or 0)) and max(indexes.values()) == 1):
+            result.partial_txns += 1
+            result.note("partial transaction", f"{op.line()}: read_committed shows records "
+                        f"{sorted(indexes.elements())} of {op.count}")
+    for records in logged.values():
+        for _, raw in records:
+            parsed = _parse_txn_record(raw)
+            if parsed and parsed[0] in by_label and by_label[parsed[0]].outcome == "aborted":
+                result.aborted_in_log += 1
+
+
+def check_exactly_once(result: CheckResult, ops: list[Op], visible: dict[int, list[tuple[int, bytes]]],
+                       inputs: dict[int, list[tuple[int, bytes]]], positions: dict[str, dict[int, int]]) -> None:
+    """Consume-transform-produce exactly once: each input record is transformed by at most one
+    committed transaction, and every input below the committed position of the loops' group was
+    (the position and the output are committed in the same transaction)."""
+    sources: Counter[tuple[int, int]] = Counter()
+    for records in visible.values():
+        for _, raw in records:
+            parsed = _parse_txn_record(raw)
+            if parsed is not None:
+                sources[parsed[3]] += 1
+    for source, times in sorted(sources.items()):
+        if times > 1:
+            result.eos_duplicates += times - 1
+            result.note("transformed twice", f"input {source[0]}:{source[1]} in {times} committed transactions")
+    for group, committed in positions.items():
+        for partition, position in sorted(committed.items()):
+            missing = [offset for offset, _ in inputs.get(partition, []) if offset < position
+                       and (partition, offset) not in sources]
+            if missing:
+                result.eos_lost += len(missing)
+                result.note("input skipped", f"{group}: committed position {position} of input partition {partition} "
+                            f"passes {len(missing)} input(s) no committed transaction transformed, e.g. {missing[:5]}")

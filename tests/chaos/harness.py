@@ -324,8 +324,8 @@ class CommitWorker(Worker):
             consumer.close()
 
     def _commit(self, consumer: Consumer, partitions: list[int], value: int) -> None:
-        ops = {p: self.history.invoke(self.round_no, "commit", self.name, self.group, p, str(value))
-               for p in partitions}
+        ops = {p: self.history.invoke(self.round_no, "commit", self.name, self.group, p, str(value),
+                                      self.config.commit_topic) for p in partitions}
         offsets = [TopicPartition(self.config.commit_topic, p, value, metadata=commit_metadata(ops[p], self.config.commit_metadata_bytes))
                    for p in partitions]
         try:

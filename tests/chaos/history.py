@@ -39,16 +39,18 @@ class Op:
 
     op: int
     round: int
-    kind: str             # "produce" | "commit"
-    client: str           # producer instance ("p1.3") or committer ("c2")
-    group: str | None     # commits: the group id
-    partition: int
-    value: str            # produce: the payload; commit: the offset sent
+    kind: str             # "produce" | "commit" | "txn"
+    client: str           # producer instance ("p1.3"), committer ("c2") or transactional instance
+    group: str | None     # commits: the group id; txn: the group whose offsets the transaction commits
+    partition: int        # txn: -1 (a transaction spans partitions)
+    value: str            # produce: the payload; commit: the offset sent; txn: the transaction's label
     start: float          # seconds since the harness started
     end: float | None = None
-    outcome: str = "pending"  # ok | failed | unknown
+    outcome: str = "pending"  # ok | failed | unknown; txn: ok (committed) | aborted | unknown
     offset: int | None = None  # produce: the acknowledged offset
     error: str | None = None
+    topic: str = ""       # commit: the committed topic ("": the run's commit topic); txn: the output topic
+    count: int | None = None  # txn: how many records the transaction produced
 
     def line(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -81,10 +83,10 @@ class History:
         return round(time.monotonic() - self.t0, 4)
 
     def invoke(self, round_no: int, kind: str, client: str, group: str | None, partition: int,
-               value: str) -> Op:
+               value: str, topic: str = "") -> Op:
         with self._lock:
             self._next += 1
-            op = Op(self._next, round_no, kind, client, group, partition, value, self.now())
+            op = Op(self._next, round_no, kind, client, group, partition, value, self.now(), topic=topic)
             self.ops.append(op)
             return op
 

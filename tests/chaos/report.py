@@ -30,6 +30,7 @@ class Summary:
     reordered: int
     lost_commits: int
     phantom_commits: int
+    backwards_commits: int
     failed_visible: int
     failed_commit_visible: int
     incidents: list[str]
@@ -53,7 +54,8 @@ class Summary:
                    operations=operations, faults=faults, errors=errors, checks=len(checks),
                    lost=worst("lost"), duplicates=worst("duplicates"), phantoms=worst("phantoms"),
                    reordered=worst("reordered"), lost_commits=worst("lost_commits"),
-                   phantom_commits=worst("phantom_commits"), failed_visible=worst("failed_visible"),
+                   phantom_commits=worst("phantom_commits"),
+                   backwards_commits=worst("backwards_commits"), failed_visible=worst("failed_visible"),
                    failed_commit_visible=worst("failed_commit_visible"),
                    incidents=[f"round {r.round}: {i}" for r in harness.rounds for i in r.incidents],
                    notes=list(harness.history.notes[:20]),
@@ -64,7 +66,7 @@ class Summary:
     @property
     def violations(self) -> int:
         return (self.lost + self.duplicates + self.phantoms + self.reordered + self.lost_commits
-                + self.phantom_commits)
+                + self.phantom_commits + self.backwards_commits)
 
     def count(self, outcome: str, kind: str | None = None) -> int:
         return sum(n for key, n in self.operations.items()
@@ -97,6 +99,7 @@ class Summary:
                                            f"{self.count('unknown', 'commit')})"),
             ("lost acknowledged records", str(self.lost)),
             ("lost acknowledged commits", str(self.lost_commits)),
+            ("commits acknowledged below an earlier acknowledged one", str(self.backwards_commits)),
             ("duplicates", str(self.duplicates)),
             ("never-sent records / commits read back", f"{self.phantoms} / {self.phantom_commits}"),
             ("order violations", str(self.reordered)),
@@ -146,6 +149,7 @@ def format_round(report: RoundReport) -> str:
     for c in report.checks:
         lines.append(f"  check {c.label} ({c.seconds:.1f}s): read {c.records_read} records / {c.commits_read} commits; "
                      f"lost={c.lost} dup={c.duplicates} phantom={c.phantoms} reordered={c.reordered} "
-                     f"lost_commits={c.lost_commits} phantom_commits={c.phantom_commits}")
+                     f"lost_commits={c.lost_commits} phantom_commits={c.phantom_commits} "
+                     f"backwards_commits={c.backwards_commits}")
     lines += [f"  ! {i}" for i in report.incidents]
     return "\n".join(lines)

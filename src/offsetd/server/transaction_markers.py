@@ -108,7 +108,9 @@ class MarkerWriter:
                                  "topics": [{"name": topic, "partition_indexes": [partition]}]}]}
             try:
                 errors = await self.remote.write_txn_markers(node, body)
-            except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
+            # EOFError: asyncio's IncompleteReadError, the peer closed the connection before it
+            # answered (it was killed or restarted since the connection was opened)
+            except (OSError, EOFError, asyncio.TimeoutError) as exc:
                 log.debug("WriteTxnMarkers to node %d failed: %s", node, exc)
                 return Error.NETWORK_EXCEPTION
             return errors.get((topic, partition), Error.UNKNOWN_SERVER_ERROR)

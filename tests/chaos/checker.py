@@ -72,10 +72,14 @@ def _deadline_loop(timeout: float) -> Iterable[float]:
         yield left
 
 
-def read_partition(bootstrap: str, topic: str, partition: int, timeout: float = 60.0) -> list[tuple[int, bytes]]:
-    """Every record of a partition from its start up to the high watermark (raises if incomplete)."""
+def read_partition(bootstrap: str, topic: str, partition: int, timeout: float = 60.0,
+                   committed: bool = False) -> list[tuple[int, bytes]]:
+    """Every record of a partition from its start up to the high watermark (raises if incomplete);
+    with `committed`, what a read_committed consumer sees once it has reached the high watermark
+    (so every transaction in the partition must be decided by then)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "chaos-reader", "enable.auto.commit": False,
-                         "check.crcs": True, "auto.offset.reset": "earliest", **CLIENT_TIMEOUTS})
+                         "check.crcs": True, "auto.offset.reset": "earliest", "enable.partition.eof": True,
+                         "isolation.level": "read_committed" if committed else "read_uncommitted", **CLIENT_TIMEOUTS})
     try:
         tp = TopicPartition(topic, partition)
         high = None
@@ -91,19 +95,25 @@ def read_partition(bootstrap: str, topic: str, partition: int, timeout: float = 
         if high <= low:
             return records
         consumer.assign([TopicPartition(topic, partition, low)])
+        reached = low
         for _ in _deadline_loop(timeout):
             msg = consumer.poll(0.5)
             if msg is None:
                 continue
             if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise KafkaException(msg.error())
+                if msg.error().code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(msg.error())
+                # at the end of what it may read: past the last record, control records (transaction
+                # markers) included; short of the high watermark while a transaction is open
+                reached = max(msg.offset() or 0, consumer.position([tp])[0].offset)
+                if reached >= high:
+                    return records
+                continue
             records.append((msg.offset(), msg.value() or b""))
             if msg.offset() >= high - 1:
                 return records
-        raise RuntimeError(f"read {topic}-{partition} up to {records[-1][0] if records else None}, "
-                           f"high watermark {high}: timed out")
+        raise RuntimeError(f"read {topic}-{partition} up to {records[-1][0] if records else None} (end reached at "
+                           f"{reached}), high watermark {high}: timed out{' (a transaction left open?)' if committed else ''}")
     finally:
         consumer.close()
 
@@ -132,37 +142,6 @@ def read_committed(bootstrap: str, group: str, topic: str, partitions: int,
         consumer.close()
 
 
-def read_committed_records(bootstrap: str, topic: str, partition: int,
-                           timeout: float = 60.0) -> list[tuple[int, bytes]]:
-    """What a read_committed consumer sees of a partition from its start, once its position has
-    reached the high watermark (every transaction in it decided: the last stable offset is the end)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "chaos-reader", "enable.auto.commit": False,
-                         "isolation.level": "read_committed", "enable.partition.eof": True,
-                         "auto.offset.reset": "earliest", **CLIENT_TIMEOUTS})
-    try:
-        tp = TopicPartition(topic, partition)
-        low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
-        records: list[tuple[int, bytes]] = []
-        if high <= low:
-            return records
-        consumer.assign([TopicPartition(topic, partition, low)])
-        for _ in _deadline_loop(timeout):
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() != KafkaError._PARTITION_EOF:
-                    raise KafkaException(msg.error())
-                if consumer.position([tp])[0].offset >= high:
-                    return records
-                continue  # at the last stable offset, short of the high watermark: a transaction is open
-            records.append((msg.offset(), msg.value() or b""))
-        raise RuntimeError(f"read_committed of {topic}-{partition} stopped short of the high watermark {high} "
-                           f"(a transaction left open?); read up to {records[-1][0] if records else None}")
-    finally:
-        consumer.close()
-
-
 def check(history: History, config: Layout, bootstrap: str, label: str) -> CheckResult:
     """Compare every decided operation so far with what the broker reads back now."""
     began = time.monotonic()
@@ -180,7 +159,7 @@ def check(history: History, config: Layout, bootstrap: str, label: str) -> Check
     txns = [op for op in ops if op.kind == "txn"]
     if txns:
         output = txns[0].topic
-        visible = {p: read_committed_records(bootstrap, output, p) for p in range(config.partitions)}
+        visible = {p: read_partition(bootstrap, output, p, committed=True) for p in range(config.partitions)}
         logged = {p: read_partition(bootstrap, output, p) for p in range(config.partitions)}
         positions = {group: {p: offset for p, (offset, _) in read_committed(bootstrap, group, config.topic,
                                                                               config.partitions).items()}

@@ -42,6 +42,8 @@ class ClusterChaosConfig(ChaosConfig):
     output_topic: str = "chaos-output"
     eos_group: str = "chaos-eos"
     lease_ms: int = 3000                  # broker.session.timeout.ms
+    client_debug: str = ""                # librdkafka `debug` contexts of the group members (e.g. "cgrp"),
+                                          # logged to client-<name>.log in the run directory
     overrides: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

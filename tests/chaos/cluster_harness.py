@@ -329,14 +329,14 @@ class ClusterHarness:
         healed = self.history.now()
         self._watch_until(max(began + cfg.duration, time.monotonic() + cfg.recovery_seconds))
         stop.set()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120  # a transactional loop may take 40 s to stop and 60 s to fence
         for worker in workers:
             worker.join(max(0.1, deadline - time.monotonic()))
             if worker.is_alive():
                 stacks = cfg.run_dir / "stuck-threads.txt"
                 with open(stacks, "a") as out:
                     faulthandler.dump_traceback(out)
-                self.incidents.append(f"worker {worker.name} still running 60 s after the workload ended "
+                self.incidents.append(f"worker {worker.name} still running 120 s after the workload ended "
                                       f"(every thread's stack: {stacks})")
             if worker.failure is not None:
                 self.incidents.append(f"worker {worker.name} raised {worker.failure!r}")

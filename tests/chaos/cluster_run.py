@@ -29,6 +29,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fault-gap", default="1,4", help="min,max seconds between the starts of two faults")
     parser.add_argument("--fault-hold", default="0.5,6", help="min,max seconds a fault lasts")
     parser.add_argument("--max-concurrent", type=int, default=2, help="faults in force at once")
+    parser.add_argument("--client-debug", default="",
+                        help="librdkafka debug contexts of the group members (e.g. cgrp), to client-<name>.log")
     parser.add_argument("--standby", action="store_true", help="a synchronous standby and the promote fault (not built yet)")
     parser.add_argument("--out", type=Path, default=None,
                         help="directory for each run's ops.jsonl, broker logs and report.json (default: a new temp dir)")
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
                                     faults=tuple(f for f in args.faults.split(",") if f),
                                     fault_gap=tuple(float(x) for x in args.fault_gap.split(",")),  # type: ignore[arg-type]
                                     fault_hold=tuple(float(x) for x in args.fault_hold.split(",")),  # type: ignore[arg-type]
-                                    max_concurrent=args.max_concurrent)
+                                    max_concurrent=args.max_concurrent, client_debug=args.client_debug)
         print(f"chaos-cluster: seed {seed}, {config.duration:.0f}s, faults {','.join(config.faults)}, "
               f"run dir {run_dir}", flush=True)
         with ClusterHarness(config, log=lambda line: print(line, flush=True)) as harness:

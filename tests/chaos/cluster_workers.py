@@ -1,19 +1,28 @@
 """The cluster chaos run's own client threads (beside harness.py's idempotent producers and
 committers): members of consumer groups, classic and KIP-848, committing what they consumed
-synchronously, and consume-transform-produce loops committing output and positions in one
-transaction. Every commit and every transaction is an `Op` of the history."""
+synchronously, and the drivers of consume-transform-produce loops (txn_loop.py, subprocesses)
+committing output and positions in one transaction. Every commit and every transaction is an `Op`
+of the history."""
 
 from __future__ import annotations
 
-import random
+import json
+import logging
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
-from checker import txn_record
 from cluster_config import ClusterChaosConfig
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from harness import Worker
 from history import CLIENT_TIMEOUTS, Op, classify, commit_metadata
+
+from offsetd.dev.broker import LineReader
+
+LOOP = Path(__file__).resolve().parent / "txn_loop.py"
 
 
 class GroupMemberWorker(Worker):
@@ -31,6 +40,8 @@ class GroupMemberWorker(Worker):
     def work(self) -> None:
         conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "group.id": self.group, "client.id": self.name,
                                 "enable.auto.commit": False, "auto.offset.reset": "earliest", **CLIENT_TIMEOUTS}
+        if self.config.client_debug:
+            conf.update({"debug": self.config.client_debug, "log_level": 7, "logger": self._client_logger()})
         if self.protocol == "consumer":
             conf["group.protocol"] = "consumer"
         else:
@@ -48,6 +59,16 @@ class GroupMemberWorker(Worker):
                     next_commit = time.monotonic() + self.config.group_commit_interval
         finally:
             consumer.close()
+
+    def _client_logger(self) -> logging.Logger:
+        """librdkafka's log lines of this member, to client-<name>.log in the run directory."""
+        logger = logging.getLogger(f"chaos.client.{self.name}")
+        handler = logging.FileHandler(self.config.run_dir / f"client-{self.name}.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+        return logger
 
     def _revoked(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Positions of partitions taken away are no longer ours to commit."""
@@ -87,116 +108,92 @@ class GroupMemberWorker(Worker):
 
 
 class TxnLoopWorker(Worker):
-    """Consume-transform-produce with transactions: reads the data topic (read_committed) in the
-    EOS group, writes one output record per input to the same partition of the output topic and
-    commits them with the consumer's positions; aborts some transactions on purpose and rewinds.
-    After an error it cannot resolve it starts again with a new producer (same transactional.id,
-    which fences the old one) and a new consumer (positions from the last committed transaction)."""
+    """A consume-transform-produce loop (txn_loop.py) in a subprocess, its events mirrored into the
+    history: a transaction per `begin` line, decided by its `end` line. A loop silent for
+    `HANG_SECONDS` inside a transaction is killed (-9) and started again, the transaction unknown
+    (librdkafka's send_offsets_to_transaction() can block for good while the group coordinator
+    is down: confluentinc/librdkafka#5456); its successor's producer fences it."""
 
     config: ClusterChaosConfig
+    HANG_SECONDS = 40.0  # silent this long inside a transaction: hung (a kill is a client crash EOS must survive)
+    STOP_SECONDS = 40.0  # how long a loop asked to stop may take to finish its transaction
 
     def __init__(self, index: int, *args: Any) -> None:
         super().__init__(f"t{index}", *args)
-        self.transactional_id = f"chaos-txn-{index}"
-        self.rng = random.Random(self.config.seed * 1000 + index)  # which transactions to abort
-        self.sessions = 0
+        self.index = index
+        self.processes = 0
+        self.log_path = self.config.run_dir / f"txn-loop-{self.name}.log"  # the loops' stderr
+
+    def command(self, *extra: str) -> list[str]:
+        cfg = self.config
+        return [sys.executable, str(LOOP), "--bootstrap", self.bootstrap, "--input", cfg.topic,
+                "--output", cfg.output_topic, "--group", cfg.eos_group, "--txn-id", f"chaos-txn-{self.index}",
+                "--label", f"{self.name}.{self.processes}", "--seed", str(cfg.seed * 1000 + self.index * 100 + self.processes),
+                "--records", str(cfg.txn_records), "--abort-ratio", str(cfg.txn_abort_ratio), *extra]
 
     def work(self) -> None:
         while not self.stop_event.is_set():
-            self.sessions += 1
+            self.processes += 1
+            self._run_loop()
+            self.stop_event.wait(0.5)  # pacing before a new loop
+        # A last init fences whichever producer a killed loop left and decides its transaction,
+        # so the output topic's last stable offset reaches its end for the read-back.
+        with open(self.log_path, "a") as log:
             try:
-                if self._session(f"{self.name}.{self.sessions}"):
-                    continue
-            except KafkaException as exc:  # init_transactions failed (the coordinator moving): try again
-                self.history.notes.append(f"{self.name}: session {self.sessions} ended: {exc.args[0].name()}")
-            self.stop_event.wait(0.5)  # pacing before a new session
-        # A last init fences whichever producer was abandoned and decides its transaction, so the
-        # output topic's last stable offset reaches its end for the read-back.
-        self._new_producer()
+                subprocess.run(self.command("--fence-only"), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=log, timeout=60, check=True)
+            except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+                self.history.notes.append(f"{self.name}: the last fencing init_transactions failed: {exc}")
 
-    def _new_producer(self) -> Producer:
-        producer = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": self.transactional_id,
-                             "transaction.timeout.ms": 10000, "linger.ms": 5, "message.timeout.ms": 10000,
-                             **CLIENT_TIMEOUTS})
-        producer.init_transactions(30)
-        return producer
-
-    def _session(self, instance: str) -> bool:
-        """One producer and consumer pair until stop (True) or a transaction that needs a new pair
-        (False: its outcome unknown, or its partitions no longer assigned)."""
-        producer = self._new_producer()
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.config.eos_group,
-                             "client.id": instance, "isolation.level": "read_committed",
-                             "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                             "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, **CLIENT_TIMEOUTS})
-        consumer.subscribe([self.config.topic])
-        number = 0
+    def _run_loop(self) -> None:
+        with open(self.log_path, "a") as log:
+            proc = subprocess.Popen(self.command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+        assert proc.stdin is not None and proc.stdout is not None
+        reader = LineReader(proc.stdout)
+        pending: Op | None = None
+        heard = time.monotonic()
+        stop_by: float | None = None
         try:
-            while not self.stop_event.is_set():
-                batch = [m for m in consumer.consume(self.config.txn_records, 0.2) if m.error() is None]
-                if not batch:
+            while True:
+                if self.stop_event.is_set() and stop_by is None:
+                    proc.stdin.write(b"stop\n")
+                    proc.stdin.flush()
+                    stop_by = time.monotonic() + self.STOP_SECONDS
+                line = reader.readline(time.monotonic() + 0.5)
+                now = time.monotonic()
+                if line is None:
+                    if reader.eof:
+                        return
+                    if pending is not None and now - heard > self.HANG_SECONDS:
+                        self._kill(proc, f"silent {now - heard:.0f}s in transaction {pending.value}")
+                        return
+                    if stop_by is not None and now > stop_by:
+                        self._kill(proc, f"still running {self.STOP_SECONDS:.0f}s after it was asked to stop")
+                        return
                     continue
-                number += 1
-                if not self._transaction(producer, consumer, batch, f"{instance}.{number}"):
-                    return False
-            return True
+                heard = now
+                event = json.loads(line)
+                if "begin" in event:
+                    pending = self.history.invoke(self.round_no, "txn", self.name, self.config.eos_group, -1,
+                                                  event["begin"], self.config.output_topic)
+                    pending.count = event["count"]
+                elif "end" in event and pending is not None and pending.value == event["end"]:
+                    self.history.complete(pending, event["outcome"], error=event["error"])
+                    pending = None
+                elif "note" in event:
+                    self.history.notes.append(f"{self.name}: {event['note']}")
         finally:
-            consumer.close()
+            if proc.poll() is None:
+                proc.kill()  # the harness is going down
+            proc.wait(10)
+            for pipe in (proc.stdin, proc.stdout):
+                pipe.close()
+            if pending is not None:
+                self.history.complete(pending, "unknown", error=f"the loop exited (rc={proc.returncode})")
 
-    def _transaction(self, producer: Producer, consumer: Consumer, batch: list[Message], label: str) -> bool:
-        """One transaction over `batch`; False when a new session must follow."""
-        output = self.config.output_topic
-        op = self.history.invoke(self.round_no, "txn", self.name, self.config.eos_group, -1, label, output)
-        op.count = len(batch)
-        try:
-            producer.begin_transaction()
-            for index, msg in enumerate(batch):
-                producer.produce(output, txn_record(label, index, len(batch), (msg.partition(), msg.offset())),
-                                 partition=msg.partition())
-            if self.rng.random() < self.config.txn_abort_ratio:
-                producer.flush(10)  # the records reach the log first: read_committed must skip them
-                return self._abort(producer, consumer, batch, op, None)
-            positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
-            if not {m.partition() for m in batch} <= {tp.partition for tp in positions}:
-                return self._abort(producer, consumer, batch, op, None)  # revoked meanwhile: no position to commit
-            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
-            self._commit(producer)
-        except KafkaException as exc:
-            err = exc.args[0]
-            if err.txn_requires_abort():
-                return self._abort(producer, consumer, batch, op, err)
-            self.history.complete(op, "unknown", error=err.name())
-            return False
-        self.history.complete(op, "ok")
-        return True
-
-    @staticmethod
-    def _commit(producer: Producer) -> None:
-        """commit_transaction, again while it says retriable (librdkafka's documented loop)."""
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                producer.commit_transaction(10)
-                return
-            except KafkaException as exc:
-                if not exc.args[0].retriable() or time.monotonic() > deadline:
-                    raise
-
-    def _abort(self, producer: Producer, consumer: Consumer, batch: list[Message], op: Op,
-               cause: KafkaError | None) -> bool:
-        """Abort, then rewind the consumer to the batch's first offsets (they are processed again)."""
-        try:
-            producer.abort_transaction(30)
-        except KafkaException as exc:
-            self.history.complete(op, "unknown", error=f"{cause.name() if cause else 'abort'}: {exc.args[0].name()}")
-            return False
-        self.history.complete(op, "aborted", error=cause.name() if cause else None)
-        first: dict[int, int] = {}
-        for msg in batch:
-            first.setdefault(msg.partition(), msg.offset())
-        try:
-            for partition, offset in first.items():
-                consumer.seek(TopicPartition(self.config.topic, partition, offset))
-        except KafkaException:  # no longer assigned: whoever has it starts from the committed position
-            return False
-        return True
+    def _kill(self, proc: subprocess.Popen[bytes], why: str) -> None:
+        """Kill a loop that hangs, its Python stack first dumped into its log (SIGUSR1)."""
+        self.history.notes.append(f"{self.name}: loop {self.processes} {why}: killed (its stack: {self.log_path})")
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(0.5)  # time for the dump
+        proc.kill()

@@ -235,8 +235,8 @@ def check_commits(result: CheckResult, ops: list[Op], committed: dict[tuple[str,
                     result.note("lost commit", f"lost commit: nothing committed for {where}; last acknowledged: "
                                 f"{best.line()}")
                 continue
-            sender = next((op for op in attempts
-                           if int(op.value) == offset and metadata == commit_metadata(op, metadata_bytes)), None)
+            sender = next((op for op in attempts if int(op.value) == offset and metadata == (
+                op.metadata if op.metadata is not None else commit_metadata(op, metadata_bytes))), None)
             if sender is None:
                 result.phantom_commits += 1
                 result.note("phantom commit", f"phantom commit for {where}: offset {offset} metadata "

@@ -43,7 +43,7 @@ class ClusterChaosConfig(ChaosConfig):
     eos_group: str = "chaos-eos"
     lease_ms: int = 3000                  # broker.session.timeout.ms
     client_debug: str = ""                # librdkafka `debug` contexts of the group members (e.g. "cgrp"),
-                                          # logged to client-<name>.log in the run directory
+                                          # in their logs (client-<name>.log in the run directory)
     overrides: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

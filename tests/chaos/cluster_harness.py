@@ -29,7 +29,7 @@ from broker_process import wait_for
 from checker import CheckResult, check
 from cluster_config import BROKER_FAULTS, ClusterChaosConfig
 from cluster_process import BrokerCluster
-from cluster_workers import GroupMemberWorker, TxnLoopWorker
+from cluster_workers import ClientProcessWorker, GroupMemberWorker, TxnLoopWorker
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 from harness import ClientState, CommitWorker, ProducerWorker, Worker
@@ -174,6 +174,7 @@ class ClusterSummary:
     check: CheckResult
     incidents: list[str]
     notes: list[str]
+    client_kills: int = 0  # client processes killed after hanging (their stacks in their logs)
 
     @property
     def violations(self) -> int:
@@ -202,6 +203,7 @@ class ClusterSummary:
             ("aborted visible / partial / lost transactions", f"{c.aborted_visible} / {c.partial_txns} / {c.lost_txns}"),
             ("inputs transformed twice / skipped", f"{c.eos_duplicates} / {c.eos_lost}"),
             ("aborted records in the log (hidden from read_committed)", str(c.aborted_in_log)),
+            ("client processes killed after hanging", str(self.client_kills)),
         ]
         width = max(len(k) for k, _ in rows)
         lines = [f"| {'metric':<{width}} | value |", f"|{'-' * (width + 2)}|-------|"]
@@ -351,7 +353,9 @@ class ClusterHarness:
             self.incidents.append(f"the check could not read everything back: {exc!r}")
             result = CheckResult("end (incomplete)")
         self.log(f"check ({result.seconds:.1f}s): {result.violations} violation(s)")
-        return self.summary(result)
+        summary = self.summary(result)
+        summary.client_kills = sum(w.kills for w in workers if isinstance(w, ClientProcessWorker))
+        return summary
 
     def summary(self, result: CheckResult) -> ClusterSummary:
         """The run's totals and its check."""

@@ -30,7 +30,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fault-hold", default="0.5,6", help="min,max seconds a fault lasts")
     parser.add_argument("--max-concurrent", type=int, default=2, help="faults in force at once")
     parser.add_argument("--client-debug", default="",
-                        help="librdkafka debug contexts of the group members (e.g. cgrp), to client-<name>.log")
+                        help="librdkafka debug contexts of the group members (e.g. cgrp), in their client-<name>.log")
     parser.add_argument("--standby", action="store_true", help="a synchronous standby and the promote fault (not built yet)")
     parser.add_argument("--out", type=Path, default=None,
                         help="directory for each run's ops.jsonl, broker logs and report.json (default: a new temp dir)")

@@ -1,13 +1,15 @@
-"""The cluster chaos run's own client threads (beside harness.py's idempotent producers and
-committers): members of consumer groups, classic and KIP-848, committing what they consumed
-synchronously, and the drivers of consume-transform-produce loops (txn_loop.py, subprocesses)
-committing output and positions in one transaction. Every commit and every transaction is an `Op`
-of the history."""
+"""The cluster chaos run's client subprocesses (beside harness.py's producer and committer threads):
+members of consumer groups, classic and KIP-848 (group_member.py), and consume-transform-produce
+loops (txn_loop.py), each driven by a harness thread that mirrors its events (client_events.py)
+into the history. A client that hangs or crashes is the client's business, not the harness's: one
+silent for `HANG_SECONDS` with an operation open is killed (-9, its Python stack dumped into its log
+first) and started again, the operation unknown; so is one that exits. Two librdkafka behaviours
+made this necessary: send_offsets_to_transaction() can block for good while the group coordinator is
+down (confluentinc/librdkafka#5456), and a segfault in one client took the whole harness down once."""
 
 from __future__ import annotations
 
 import json
-import logging
 import signal
 import subprocess
 import sys
@@ -16,141 +18,49 @@ from pathlib import Path
 from typing import Any
 
 from cluster_config import ClusterChaosConfig
-from confluent_kafka import Consumer, KafkaException, TopicPartition
 from harness import Worker
-from history import CLIENT_TIMEOUTS, Op, classify, commit_metadata
+from history import Op
 
 from offsetd.dev.broker import LineReader
 
-LOOP = Path(__file__).resolve().parent / "txn_loop.py"
+HERE = Path(__file__).resolve().parent
 
 
-class GroupMemberWorker(Worker):
-    """A consumer of the data topic in a group (`protocol` "classic" or "consumer", KIP-848): it
-    commits the positions of what it consumed, synchronously, each commit's metadata naming its op."""
-
-    config: ClusterChaosConfig
-
-    def __init__(self, group: str, protocol: str, member: int, *args: Any) -> None:
-        super().__init__(f"{group}.m{member}", *args)
-        self.group, self.protocol = group, protocol
-        self.positions: dict[int, int] = {}  # partition -> offset after the last record consumed
-        self.committed: dict[int, int] = {}  # partition -> last position sent in a commit
-
-    def work(self) -> None:
-        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "group.id": self.group, "client.id": self.name,
-                                "enable.auto.commit": False, "auto.offset.reset": "earliest", **CLIENT_TIMEOUTS}
-        if self.config.client_debug:
-            conf.update({"debug": self.config.client_debug, "log_level": 7, "logger": self._client_logger()})
-        if self.protocol == "consumer":
-            conf["group.protocol"] = "consumer"
-        else:
-            conf.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
-        consumer = Consumer(conf)
-        consumer.subscribe([self.config.topic], on_revoke=self._revoked, on_lost=self._revoked)
-        next_commit = time.monotonic() + self.config.group_commit_interval
-        try:
-            while not self.stop_event.is_set():
-                for msg in consumer.consume(200, 0.1):
-                    if msg.error() is None:
-                        self.positions[msg.partition()] = msg.offset() + 1
-                if time.monotonic() >= next_commit:
-                    self._commit(consumer)
-                    next_commit = time.monotonic() + self.config.group_commit_interval
-        finally:
-            consumer.close()
-
-    def _client_logger(self) -> logging.Logger:
-        """librdkafka's log lines of this member, to client-<name>.log in the run directory."""
-        logger = logging.getLogger(f"chaos.client.{self.name}")
-        handler = logging.FileHandler(self.config.run_dir / f"client-{self.name}.log")
-        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.DEBUG)
-        logger.propagate = False
-        return logger
-
-    def _revoked(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Positions of partitions taken away are no longer ours to commit."""
-        for tp in partitions:
-            self.positions.pop(tp.partition, None)
-            self.committed.pop(tp.partition, None)
-
-    def _commit(self, consumer: Consumer) -> None:
-        due = {p: o for p, o in self.positions.items() if self.committed.get(p) != o}
-        if not due:
-            return
-        topic = self.config.topic
-        ops = {p: self.history.invoke(self.round_no, "commit", self.name, self.group, p, str(o), topic)
-               for p, o in due.items()}
-        offsets = [TopicPartition(topic, p, o, metadata=commit_metadata(ops[p], self.config.commit_metadata_bytes))
-                   for p, o in due.items()]
-        try:
-            result = consumer.commit(offsets=offsets, asynchronous=False)
-        except KafkaException as exc:
-            err = exc.args[0]
-            for op in ops.values():
-                self.history.complete(op, classify(err), error=err.name())
-            return
-        answered = set()
-        for tp in result or []:
-            op = ops.get(tp.partition)
-            if op is None:
-                continue
-            answered.add(tp.partition)
-            if tp.error is None:
-                self.history.complete(op, "ok")
-                self.committed[tp.partition] = tp.offset
-            else:
-                self.history.complete(op, classify(tp.error), error=tp.error.name())
-        for p in set(ops) - answered:
-            self.history.complete(ops[p], "unknown", error="no per-partition result")
-
-
-class TxnLoopWorker(Worker):
-    """A consume-transform-produce loop (txn_loop.py) in a subprocess, its events mirrored into the
-    history: a transaction per `begin` line, decided by its `end` line. A loop silent for
-    `HANG_SECONDS` inside a transaction is killed (-9) and started again, the transaction unknown
-    (librdkafka's send_offsets_to_transaction() can block for good while the group coordinator
-    is down: confluentinc/librdkafka#5456); its successor's producer fences it."""
+class ClientProcessWorker(Worker):
+    """Runs one client script again and again until the run stops, its events in the history."""
 
     config: ClusterChaosConfig
-    HANG_SECONDS = 40.0  # silent this long inside a transaction: hung (a kill is a client crash EOS must survive)
-    STOP_SECONDS = 40.0  # how long a loop asked to stop may take to finish its transaction
+    HANG_SECONDS = 40.0  # silent this long with an operation open: hung (a kill is a client crash)
+    STOP_SECONDS = 40.0  # how long a client asked to stop may take to finish what it has in hand
 
-    def __init__(self, index: int, *args: Any) -> None:
-        super().__init__(f"t{index}", *args)
-        self.index = index
+    def __init__(self, name: str, script: str, *args: Any) -> None:
+        super().__init__(name, *args)
+        self.script = HERE / script
         self.processes = 0
-        self.log_path = self.config.run_dir / f"txn-loop-{self.name}.log"  # the loops' stderr
+        self.kills = 0
+        self.log_path = self.config.run_dir / f"client-{name}.log"  # the clients' stderr
 
-    def command(self, *extra: str) -> list[str]:
-        cfg = self.config
-        return [sys.executable, str(LOOP), "--bootstrap", self.bootstrap, "--input", cfg.topic,
-                "--output", cfg.output_topic, "--group", cfg.eos_group, "--txn-id", f"chaos-txn-{self.index}",
-                "--label", f"{self.name}.{self.processes}", "--seed", str(cfg.seed * 1000 + self.index * 100 + self.processes),
-                "--records", str(cfg.txn_records), "--abort-ratio", str(cfg.txn_abort_ratio), *extra]
+    def arguments(self) -> list[str]:
+        """The script's arguments for the current process (`self.processes`)."""
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """After the last process: whatever it left must be decided (nothing by default)."""
 
     def work(self) -> None:
         while not self.stop_event.is_set():
             self.processes += 1
-            self._run_loop()
-            self.stop_event.wait(0.5)  # pacing before a new loop
-        # A last init fences whichever producer a killed loop left and decides its transaction,
-        # so the output topic's last stable offset reaches its end for the read-back.
-        with open(self.log_path, "a") as log:
-            try:
-                subprocess.run(self.command("--fence-only"), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=log, timeout=60, check=True)
-            except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-                self.history.notes.append(f"{self.name}: the last fencing init_transactions failed: {exc}")
+            self._run_process()
+            self.stop_event.wait(0.5)  # pacing before the next process
+        self.finish()
 
-    def _run_loop(self) -> None:
+    def _run_process(self) -> None:
         with open(self.log_path, "a") as log:
-            proc = subprocess.Popen(self.command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+            proc = subprocess.Popen([sys.executable, str(self.script), *self.arguments()], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=log)
         assert proc.stdin is not None and proc.stdout is not None
         reader = LineReader(proc.stdout)
-        pending: Op | None = None
+        pending: dict[str, Op] = {}
         heard = time.monotonic()
         stop_by: float | None = None
         try:
@@ -164,36 +74,83 @@ class TxnLoopWorker(Worker):
                 if line is None:
                     if reader.eof:
                         return
-                    if pending is not None and now - heard > self.HANG_SECONDS:
-                        self._kill(proc, f"silent {now - heard:.0f}s in transaction {pending.value}")
+                    if pending and now - heard > self.HANG_SECONDS:
+                        self._kill(proc, f"silent {now - heard:.0f}s with {sorted(pending)[:3]} open")
                         return
                     if stop_by is not None and now > stop_by:
                         self._kill(proc, f"still running {self.STOP_SECONDS:.0f}s after it was asked to stop")
                         return
                     continue
                 heard = now
-                event = json.loads(line)
-                if "begin" in event:
-                    pending = self.history.invoke(self.round_no, "txn", self.name, self.config.eos_group, -1,
-                                                  event["begin"], self.config.output_topic)
-                    pending.count = event["count"]
-                elif "end" in event and pending is not None and pending.value == event["end"]:
-                    self.history.complete(pending, event["outcome"], error=event["error"])
-                    pending = None
-                elif "note" in event:
-                    self.history.notes.append(f"{self.name}: {event['note']}")
+                self._relay(json.loads(line), pending)
         finally:
             if proc.poll() is None:
                 proc.kill()  # the harness is going down
             proc.wait(10)
-            for pipe in (proc.stdin, proc.stdout):
-                pipe.close()
-            if pending is not None:
-                self.history.complete(pending, "unknown", error=f"the loop exited (rc={proc.returncode})")
+            proc.stdin.close()
+            proc.stdout.close()
+            if proc.returncode not in (0, -signal.SIGKILL):
+                self.history.notes.append(f"{self.name}: process {self.processes} exited with {proc.returncode} "
+                                          f"(its log: {self.log_path})")
+            for op in pending.values():
+                self.history.complete(op, "unknown", error=f"the client exited (rc={proc.returncode})")
+
+    def _relay(self, event: dict[str, Any], pending: dict[str, Op]) -> None:
+        """One event of the client into the history."""
+        if "op" in event:
+            op = self.history.invoke(self.round_no, event["kind"], self.name, event.get("group"),
+                                     event.get("partition", -1), event["value"], event.get("topic", ""))
+            op.count, op.metadata = event.get("count"), event.get("metadata")
+            pending[event["op"]] = op
+        elif "done" in event and event["done"] in pending:
+            self.history.complete(pending.pop(event["done"]), event["outcome"], error=event.get("error"))
+        elif "note" in event:
+            self.history.notes.append(f"{self.name}: {event['note']}")
 
     def _kill(self, proc: subprocess.Popen[bytes], why: str) -> None:
-        """Kill a loop that hangs, its Python stack first dumped into its log (SIGUSR1)."""
-        self.history.notes.append(f"{self.name}: loop {self.processes} {why}: killed (its stack: {self.log_path})")
+        """Kill a client that hangs, its Python stack first dumped into its log (SIGUSR1)."""
+        self.kills += 1
+        self.history.notes.append(f"{self.name}: process {self.processes} {why}: killed (its stack: {self.log_path})")
         proc.send_signal(signal.SIGUSR1)
         time.sleep(0.5)  # time for the dump
         proc.kill()
+
+
+class GroupMemberWorker(ClientProcessWorker):
+    """A member of a consumer group (`protocol` "classic" or "consumer", KIP-848) committing what
+    it consumed of the data topic synchronously (group_member.py)."""
+
+    def __init__(self, group: str, protocol: str, member: int, *args: Any) -> None:
+        super().__init__(f"{group}.m{member}", "group_member.py", *args)
+        self.group, self.protocol = group, protocol
+
+    def arguments(self) -> list[str]:
+        cfg = self.config
+        return ["--bootstrap", self.bootstrap, "--topic", cfg.topic, "--group", self.group, "--protocol", self.protocol,
+                "--name", f"{self.name}.{self.processes}", "--commit-interval", str(cfg.group_commit_interval),
+                "--metadata-bytes", str(cfg.commit_metadata_bytes), "--debug", cfg.client_debug]
+
+
+class TxnLoopWorker(ClientProcessWorker):
+    """A consume-transform-produce loop (txn_loop.py) with its own transactional.id, in the EOS
+    group; after the run a last init_transactions fences whichever producer a killed loop left and
+    decides its transaction, so the output topic's last stable offset reaches its end."""
+
+    def __init__(self, index: int, *args: Any) -> None:
+        super().__init__(f"t{index}", "txn_loop.py", *args)
+        self.index = index
+
+    def arguments(self) -> list[str]:
+        cfg = self.config
+        return ["--bootstrap", self.bootstrap, "--input", cfg.topic, "--output", cfg.output_topic,
+                "--group", cfg.eos_group, "--txn-id", f"chaos-txn-{self.index}", "--label", f"{self.name}.{self.processes}",
+                "--seed", str(cfg.seed * 1000 + self.index * 100 + self.processes),
+                "--records", str(cfg.txn_records), "--abort-ratio", str(cfg.txn_abort_ratio)]
+
+    def finish(self) -> None:
+        with open(self.log_path, "a") as log:
+            try:
+                subprocess.run([sys.executable, str(self.script), *self.arguments(), "--fence-only"],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, timeout=60, check=True)
+            except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+                self.history.notes.append(f"{self.name}: the last fencing init_transactions failed: {exc}")

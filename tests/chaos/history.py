@@ -51,6 +51,7 @@ class Op:
     error: str | None = None
     topic: str = ""       # commit: the committed topic ("": the run's commit topic); txn: the output topic
     count: int | None = None  # txn: how many records the transaction produced
+    metadata: str | None = None  # commit: the metadata sent, when a client process named it (else commit_metadata)
 
     def line(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

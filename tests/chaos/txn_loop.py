@@ -11,10 +11,10 @@ It reads IN (read_commited) in group G, writes one record per input to the same 
 and offset) and commits them with the consumer's positions; aborts some transactions on purpose
 (after flushing, so their records reach the log) and rewinds; after an error it cannot resolve it
 starts a new session: a new producer (same transactional.id, which fences the old one) and a new
-consumer (positions from the last committed transaction). One JSON line per event on stdout:
-``{"begin": label, "count": n}`` before a transaction, ``{"end": label, "outcome": ok|aborted|unknown,
-"error": name}`` once it is decided, ``{"note": text}``. A line ``stop`` on stdin (or its end)
-stops it after the transaction in hand; a last init_transactions then decides whatever an
+consumer (positions from the last committed transaction). One JSON line per event on stdout
+(client_events.py): an `op` line (kind txn, the transaction's label and record count) before a
+transaction, a `done` line (ok, aborted or unknown) once it is decided. A line `stop` on stdin (or
+its end) stops it after the transaction in hand; a last init_transactions then decides whatever an
 abandoned producer left open, and it exits 0. With --fence-only it does only that last step.
 """
 
@@ -22,27 +22,14 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
-import json
 import random
-import select
 import signal
-import sys
 import time
-from typing import Any
 
 from checker import txn_record
+from client_events import done, invoke, note, stop_asked
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from history import CLIENT_TIMEOUTS
-
-
-def say(**event: Any) -> None:
-    """One event line on stdout."""
-    print(json.dumps(event), flush=True)
-
-
-def stop_asked() -> bool:
-    """Whether a line (or the end) arrived on stdin: the harness asks the loop to stop."""
-    return bool(select.select([sys.stdin], [], [], 0)[0])
 
 
 class TxnLoop:
@@ -67,7 +54,7 @@ class TxnLoop:
                 if self.session(f"{self.a.label}.{self.sessions}"):
                     continue
             except KafkaException as exc:  # init_transactions failed (the coordinator moving): try again
-                say(note=f"session {self.sessions} ended: {exc.args[0].name()}")
+                note(f"session {self.sessions} ended: {exc.args[0].name()}")
             time.sleep(0.5)  # pacing before a new session
         self.new_producer()
 
@@ -95,7 +82,7 @@ class TxnLoop:
 
     def transaction(self, producer: Producer, consumer: Consumer, batch: list[Message], label: str) -> bool:
         """One transaction over `batch`; False when a new session must follow."""
-        say(begin=label, count=len(batch))
+        invoke(label, "txn", group=self.a.group, partition=-1, value=label, topic=self.a.output, count=len(batch))
         try:
             producer.begin_transaction()
             for index, msg in enumerate(batch):
@@ -113,9 +100,9 @@ class TxnLoop:
             err = exc.args[0]
             if err.txn_requires_abort():
                 return self.abort(producer, consumer, batch, label, err)
-            say(end=label, outcome="unknown", error=err.name())
+            done(label, "unknown", err.name())
             return False
-        say(end=label, outcome="ok", error=None)
+        done(label, "ok")
         return True
 
     @staticmethod
@@ -136,9 +123,9 @@ class TxnLoop:
         try:
             producer.abort_transaction(30)
         except KafkaException as exc:
-            say(end=label, outcome="unknown", error=f"{cause.name() if cause else 'abort'}: {exc.args[0].name()}")
+            done(label, "unknown", f"{cause.name() if cause else 'abort'}: {exc.args[0].name()}")
             return False
-        say(end=label, outcome="aborted", error=cause.name() if cause else None)
+        done(label, "aborted", cause.name() if cause else None)
         first: dict[int, int] = {}
         for msg in batch:
             first.setdefault(msg.partition(), msg.offset())

@@ -14,6 +14,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable, Protocol
 
+from batch_reader import producers_by_offset
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from history import CLIENT_TIMEOUTS, History, Op, commit_metadata
 
@@ -51,6 +52,7 @@ class CheckResult:
     eos_duplicates: int = 0       # input records transformed by more than one committed transaction
     eos_lost: int = 0             # inputs below the committed position that no committed transaction transformed
     aborted_in_log: int = 0       # records of aborted transactions in the log (read_uncommitted; informational)
+    epoch_resends: int = 0        # copies re-sent by an idempotent producer under a bumped epoch (informational)
     evidence: dict[str, list[str]] = field(default_factory=dict)  # category -> first few cases
 
     @property
@@ -150,7 +152,8 @@ def check(history: History, config: Layout, bootstrap: str, label: str) -> Check
     records = {p: read_partition(bootstrap, config.topic, p) for p in range(config.partitions)}
     produced = [op for op in ops if op.kind == "produce"]
     for partition, read in records.items():
-        check_records(result, produced, config.topic, partition, read)
+        producers = producers_by_offset(bootstrap, config.topic, partition, read[-1][0] + 1) if read else {}
+        check_records(result, produced, config.topic, partition, read, producers)
     commits = [op for op in ops if op.kind == "commit"]
     committed = {(group, topic): read_committed(bootstrap, group, topic, config.partitions)
                  for group, topic in sorted({(op.group or "", op.topic) for op in commits})}
@@ -171,14 +174,25 @@ def check(history: History, config: Layout, bootstrap: str, label: str) -> Check
 
 
 def check_records(result: CheckResult, ops: list[Op], topic: str, partition: int,
-                  records: list[tuple[int, bytes]]) -> None:
+                  records: list[tuple[int, bytes]], producers: dict[int, tuple[int, int]] | None = None) -> None:
     """One partition of the data topic (`records`: (offset, value) from its start) against the
-    produce operations: acknowledged ones at their offset, none twice, none never sent, in order."""
+    produce operations: acknowledged ones at their offset, none twice, none never sent, in order.
+    With `producers` (offset -> producer id and epoch, batch_reader.py), a second copy or a step
+    back under a newer epoch of the same producer id is a re-send after librdkafka bumped the
+    epoch, which no broker can refuse: counted apart (epoch_resends), not as a violation."""
     sent = {op.value: op for op in ops}
     result.records_read += len(records)
     at: dict[int, bytes] = {}
-    seen: Counter[str] = Counter()
+    first: dict[str, int] = {}  # payload -> offset of its first copy
     last_seq: dict[str, tuple[int, int]] = {}  # instance -> (seq, offset) of its latest record
+
+    def resent(earlier: int, later: int) -> bool:
+        """Whether the record at `later` went under another epoch of the producer of `earlier`."""
+        if producers is None or earlier not in producers or later not in producers:
+            return False
+        (pid, epoch), (pid2, epoch2) = producers[earlier], producers[later]
+        return pid == pid2 and epoch != epoch2
+
     for offset, raw in records:
         at[offset] = raw
         payload = raw.decode(errors="replace")
@@ -188,19 +202,27 @@ def check_records(result: CheckResult, ops: list[Op], topic: str, partition: int
             result.note("phantom", f"phantom record at {topic}-{partition}@{offset}: {raw[:80]!r}"
                         f" (sent to partition {op.partition if op else 'never'})")
             continue
-        seen[payload] += 1
-        if seen[payload] == 2:
-            result.note("duplicate", f"duplicate {payload!r} at {topic}-{partition}@{offset}; op: {op.line()}")
         instance, seq = payload.rsplit(":", 1)
         prev = last_seq.get(instance)
-        if prev is not None and int(seq) <= prev[0]:
+        if payload in first:
+            if resent(first[payload], offset):
+                result.epoch_resends += 1
+                result.note("re-sent under a bumped epoch", f"{payload!r} at {topic}-{partition}@{first[payload]} "
+                            f"{producers[first[payload]]} and @{offset} {producers[offset]}")  # type: ignore[index]
+            else:
+                result.duplicates += 1
+                result.note("duplicate", f"duplicate {payload!r} at {topic}-{partition}@{offset} (first copy "
+                            f"@{first[payload]}{', producer id and epoch ' + str(producers.get(offset)) if producers else ''}"
+                            f"); op: {op.line()}")
+        else:
+            first[payload] = offset
+        if prev is not None and int(seq) <= prev[0] and not resent(prev[1], offset):
             result.reordered += 1
             result.note("reordered", f"{instance} seq {seq}@{offset} after seq {prev[0]}@{prev[1]} "
                         f"in partition {partition}")
         last_seq[instance] = (int(seq), offset)
         if op.outcome == "failed":
             result.failed_visible += 1
-    result.duplicates += sum(n - 1 for n in seen.values() if n > 1)
     for op in ops:
         if op.partition != partition or op.outcome != "ok":
             continue
@@ -208,7 +230,7 @@ def check_records(result: CheckResult, ops: list[Op], topic: str, partition: int
         if found is None or found.decode(errors="replace") != op.value:
             result.lost += 1
             result.note("lost", f"lost acknowledged record: {op.line()}; read back at offset "
-                        f"{op.offset}: {found!r}; payload seen {seen.get(op.value, 0)} time(s)")
+                        f"{op.offset}: {found!r}; payload first seen at {first.get(op.value)}")
 
 
 Committed = dict[int, tuple[int, "str | None"]]  # partition -> (committed offset, metadata); offset < 0: none

@@ -198,6 +198,7 @@ class ClusterSummary:
             ("records / commits / committed output read back", f"{c.records_read} / {c.commits_read} / {c.txn_records_read}"),
             ("lost acknowledged records / duplicates / never sent / out of order",
              f"{c.lost} / {c.duplicates} / {c.phantoms} / {c.reordered}"),
+            ("copies re-sent under a bumped producer epoch (librdkafka; allowed)", str(c.epoch_resends)),
             ("lost acknowledged commits / backwards / never sent",
              f"{c.lost_commits} / {c.backwards_commits} / {c.phantom_commits}"),
             ("aborted visible / partial / lost transactions", f"{c.aborted_visible} / {c.partial_txns} / {c.lost_txns}"),

@@ -92,3 +92,15 @@ def test_each_planted_bug_is_flagged() -> None:
                                     "phantom commit", "aborted visible", "partial transaction", "lost transaction",
                                     "transformed twice", "input skipped"}, result.evidence
     assert result.violations == 1 + 1 + 2 + result.reordered + 1 + 2 + 1 + 1 + 2 + 1 + 1 + 2, result
+
+
+def test_a_copy_under_a_bumped_producer_epoch_is_told_from_a_duplicate() -> None:
+    """librdkafka sends a message again under a bumped epoch when it cannot tell whether the first
+    copy was stored: no broker can refuse that copy, so it is counted apart; a second copy under
+    the same producer id and epoch is the broker's duplicate."""
+    result = CheckResult("epochs")
+    ops = [produced(1, "p0.1:0", 0, 1), produced(2, "p0.1:1", 0, 3)]
+    producers = {0: (7, 1), 1: (7, 2), 2: (7, 2), 3: (7, 2)}  # offset -> (producer id, epoch)
+    check_records(result, ops, "data", 0, records_of(["p0.1:0", "p0.1:0", "p0.1:1", "p0.1:1"]), producers)
+    assert (result.epoch_resends, result.duplicates, result.reordered) == (1, 1, 1), result
+    assert result.violations == 2 and "re-sent under a bumped epoch" in result.evidence, result

@@ -402,7 +402,7 @@ class ClusterHarness:
             t = self.history.now()
             try:
                 broker.kill9()  # reaps it
-                broker.start(60)
+                self._start(node_id)
             finally:
                 with self._lock:
                     self.intended_down.discard(node_id)
@@ -427,13 +427,27 @@ class ClusterHarness:
         try:
             stop()
             time.sleep(hold)  # the broker stays down a while
-            broker = self.cluster.cluster().broker(node_id)
             began = time.monotonic()
-            broker.start(60)
+            self._start(node_id)
             return f"down {hold:.2f}s, started in {time.monotonic() - began:.2f}s"
         finally:
             with self._lock:
                 self.intended_down.discard(node_id)
+
+    def _start(self, node_id: int) -> None:
+        """Start broker `node_id`, again while it exits because PostgreSQL is not there yet (as a
+        process supervisor would: a broker that cannot join the cluster at start-up exits)."""
+        broker = self.cluster.cluster().broker(node_id)
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                broker.start(60)
+                return
+            except AssertionError as exc:
+                if "cannot join the cluster" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                self.history.notes.append(f"broker {node_id} exited at start-up, PostgreSQL unreachable: started again")
+                time.sleep(1.0)  # a supervisor's restart delay
 
     def _fault_kill(self, fault: PlannedFault) -> str:
         return self._down(fault.target, lambda: self.cluster.cluster().kill9(fault.target), fault.hold)

@@ -403,9 +403,11 @@ class ClusterHarness:
             try:
                 broker.kill9()  # reaps it
                 self._start(node_id)
-            finally:
-                with self._lock:
-                    self.intended_down.discard(node_id)
+            except Exception as exc:  # noqa: BLE001 - the run goes on without it (still marked down)
+                self.incidents.append(f"broker {node_id} could not be started again: {exc!r}"[:2000])
+                continue
+            with self._lock:
+                self.intended_down.discard(node_id)
             self.history.fault(FaultEvent(0, "crash", t, self.history.now(), f"broker {node_id} rc={rc}"))
 
     # -- faults ----------------------------------------------------------------------------------

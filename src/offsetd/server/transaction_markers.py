@@ -113,6 +113,11 @@ class MarkerWriter:
             except (OSError, EOFError, asyncio.TimeoutError) as exc:
                 log.debug("WriteTxnMarkers to node %d failed: %s", node, exc)
                 return Error.NETWORK_EXCEPTION
-            return errors.get((topic, partition), Error.UNKNOWN_SERVER_ERROR)
+            error = errors.get((topic, partition), Error.UNKNOWN_SERVER_ERROR)
+            if error == Error.UNKNOWN_TOPIC_OR_PARTITION:
+                # Our catalogue still has the partition: the peer does not know it yet (it has just
+                # started and not read the catalogue), so the marker is not dropped as if deleted.
+                return Error.NOT_LEADER_OR_FOLLOWER
+            return error
         return await self.write_local(job.producer_id, job.producer_epoch, job.commit, job.coordinator_epoch,
                                       topic, partition)

@@ -47,6 +47,7 @@ class ClusterChaosConfig(ChaosConfig):
     overrides: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        """Faults are known kinds; `standby` is not built yet."""
         known = CLUSTER_FAULT_KINDS + (STANDBY_FAULT_KINDS if self.standby else ())
         unknown = set(self.faults) - set(known)
         if unknown or not self.faults:

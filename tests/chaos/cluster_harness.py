@@ -69,6 +69,7 @@ class PlannedFault:
     mode: str = ""   # pg-restart: "fast" or "immediate"
 
     def text(self) -> str:
+        """One line of the printed schedule."""
         whom = "PostgreSQL" if self.target == POSTGRES else f"broker {self.target}"
         return f"{self.at:6.2f}s {self.kind:<10} {whom:<10} {self.hold:.2f}s {self.mode}".rstrip()
 
@@ -178,6 +179,7 @@ class ClusterSummary:
 
     @property
     def violations(self) -> int:
+        """What the check found (incidents are apart)."""
         return self.check.violations
 
     def count(self, kind: str, outcome: str) -> int:
@@ -211,6 +213,7 @@ class ClusterSummary:
         return "\n".join(lines + [f"| {k:<{width}} | {v} |" for k, v in rows])
 
     def text(self) -> str:
+        """The report: the table, client errors, incidents, notes, evidence, the verdict."""
         parts = [self.table()]
         if self.errors:
             parts.append("errors seen by clients: " + ", ".join(f"{k} x{n}" for k, n in self.errors.most_common(20)))
@@ -245,6 +248,7 @@ class ClusterHarness:
         self.started = time.monotonic()
 
     def __enter__(self) -> "ClusterHarness":
+        """Start PostgreSQL and the brokers, create the topics (everything stopped again if that fails)."""
         try:
             self.cluster.start()
             self._create_topics()
@@ -254,9 +258,11 @@ class ClusterHarness:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Stop everything."""
         self.close()
 
     def close(self) -> None:
+        """Stop the cluster, close the op log."""
         try:
             self.cluster.close()
         finally:
@@ -270,6 +276,7 @@ class ClusterHarness:
         missing = [cfg.topic, cfg.commit_topic, cfg.output_topic]
 
         def create() -> bool:
+            """Ask for the topics still missing; True once all exist."""
             futures = admin.create_topics([NewTopic(t, cfg.partitions, 1) for t in missing], operation_timeout=10)
             for topic, future in futures.items():
                 try:
@@ -283,6 +290,7 @@ class ClusterHarness:
         wait_for(create, timeout=90, interval=1.0, message="the chaos topics created")
 
         def led() -> bool:
+            """Whether Metadata lists every broker and a leader for every chaos partition."""
             md = admin.list_topics(timeout=10)
             return len(md.brokers) == cfg.brokers and all(
                 md.topics.get(t) is not None and len(md.topics[t].partitions) == cfg.partitions
@@ -305,6 +313,7 @@ class ClusterHarness:
     # -- the run ---------------------------------------------------------------------------------
 
     def run(self) -> ClusterSummary:
+        """The workload under the schedule of faults, the recovery time, then the check; the summary."""
         cfg = self.config
         self.log("fault schedule:\n" + ("\n".join("  " + f.text() for f in self.plan) or "  (none)"))
         stop = threading.Event()
@@ -413,6 +422,7 @@ class ClusterHarness:
     # -- faults ----------------------------------------------------------------------------------
 
     def _inject(self, fault: PlannedFault) -> None:
+        """Run one planned fault (in its own thread); a fault that fails is an incident."""
         t = self.history.now()
         try:
             detail = getattr(self, "_fault_" + fault.kind.replace("-", "_"))(fault)
@@ -452,9 +462,11 @@ class ClusterHarness:
                 time.sleep(1.0)  # a supervisor's restart delay
 
     def _fault_kill(self, fault: PlannedFault) -> str:
+        """kill -9, down `hold` seconds, started again."""
         return self._down(fault.target, lambda: self.cluster.cluster().kill9(fault.target), fault.hold)
 
     def _fault_term(self, fault: PlannedFault) -> str:
+        """SIGTERM (a graceful handoff; exit code 0 expected), down `hold` seconds, started again."""
         codes: list[int] = []
         detail = self._down(fault.target, lambda: codes.append(self.cluster.cluster().terminate(fault.target, 30)),
                             fault.hold)
@@ -463,6 +475,7 @@ class ClusterHarness:
         return f"exit {codes[0] if codes else '?'}, {detail}"
 
     def _fault_stop(self, fault: PlannedFault) -> str:
+        """SIGSTOP for `hold` seconds (past the lease or not), then SIGCONT."""
         cluster = self.cluster.cluster()
         cluster.sigstop(fault.target)
         try:
@@ -472,6 +485,7 @@ class ClusterHarness:
         return f"frozen {fault.hold:.2f}s (lease {self.config.lease_ms} ms)"
 
     def _fault_pg_cut(self, fault: PlannedFault) -> str:
+        """The broker's PostgreSQL connections blackholed for `hold` seconds."""
         proxy = self.cluster.cluster().proxy(fault.target)
         proxy.blackhole()
         try:
@@ -481,6 +495,7 @@ class ClusterHarness:
         return f"cut from PostgreSQL {fault.hold:.2f}s"
 
     def _fault_client_cut(self, fault: PlannedFault) -> str:
+        """The broker's client (and peer) connections blackholed for `hold` seconds."""
         proxy = self.cluster.client_proxies[fault.target]
         proxy.blackhole()
         try:
@@ -490,6 +505,7 @@ class ClusterHarness:
         return f"cut from clients and brokers {fault.hold:.2f}s"
 
     def _fault_pg_restart(self, fault: PlannedFault) -> str:
+        """PostgreSQL stopped (fast, or immediate: a crash), down `hold` seconds, started again."""
         began = time.monotonic()
         self.cluster.postgres.stop(fault.mode)  # type: ignore[arg-type]
         stopped = time.monotonic() - began

@@ -21,6 +21,7 @@ from cluster_harness import ClusterHarness  # noqa: E402
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line."""
     parser = argparse.ArgumentParser(prog="python -m tests.chaos.cluster_run", description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default=None, help="comma-separated seeds, one run each (default: one from the clock)")
     parser.add_argument("--duration", type=float, default=300.0, help="seconds of workload per run (default 300)")
@@ -38,6 +39,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """One run per seed; exit status 1 if any found a violation or an incident."""
     args = parse(argv)
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [int(time.time()) % 100000]
     out = args.out or Path(tempfile.mkdtemp(prefix="offsetd-chaos-cluster-"))

@@ -48,6 +48,7 @@ class ClientProcessWorker(Worker):
         """After the last process: whatever it left must be decided (nothing by default)."""
 
     def work(self) -> None:
+        """Processes one after another until the run stops, then finish()."""
         while not self.stop_event.is_set():
             self.processes += 1
             self._run_process()
@@ -55,6 +56,7 @@ class ClientProcessWorker(Worker):
         self.finish()
 
     def _run_process(self) -> None:
+        """One client process: its events relayed until it exits, hangs or is asked to stop."""
         with open(self.log_path, "a") as log:
             proc = subprocess.Popen([sys.executable, str(self.script), *self.arguments()], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=log)
@@ -125,6 +127,7 @@ class GroupMemberWorker(ClientProcessWorker):
         self.group, self.protocol = group, protocol
 
     def arguments(self) -> list[str]:
+        """The group member's arguments."""
         cfg = self.config
         return ["--bootstrap", self.bootstrap, "--topic", cfg.topic, "--group", self.group, "--protocol", self.protocol,
                 "--name", f"{self.name}.{self.processes}", "--commit-interval", str(cfg.group_commit_interval),
@@ -141,6 +144,7 @@ class TxnLoopWorker(ClientProcessWorker):
         self.index = index
 
     def arguments(self) -> list[str]:
+        """The loop's arguments."""
         cfg = self.config
         return ["--bootstrap", self.bootstrap, "--input", cfg.topic, "--output", cfg.output_topic,
                 "--group", cfg.eos_group, "--txn-id", f"chaos-txn-{self.index}", "--label", f"{self.name}.{self.processes}",
@@ -148,6 +152,7 @@ class TxnLoopWorker(ClientProcessWorker):
                 "--records", str(cfg.txn_records), "--abort-ratio", str(cfg.txn_abort_ratio)]
 
     def finish(self) -> None:
+        """A last init_transactions (--fence-only) for this transactional.id."""
         with open(self.log_path, "a") as log:
             try:
                 subprocess.run([sys.executable, str(self.script), *self.arguments(), "--fence-only"],

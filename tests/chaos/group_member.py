@@ -36,6 +36,7 @@ class GroupMember:
         self.commits = 0
 
     def run(self) -> None:
+        """Consume and commit until asked to stop."""
         conf: dict[str, Any] = {"bootstrap.servers": self.a.bootstrap, "group.id": self.a.group,
                                 "client.id": self.a.name, "enable.auto.commit": False,
                                 "auto.offset.reset": "earliest", **CLIENT_TIMEOUTS}
@@ -66,6 +67,7 @@ class GroupMember:
             self.committed.pop(tp.partition, None)
 
     def commit(self, consumer: Consumer) -> None:
+        """One synchronous commit of the positions not committed yet, each partition an operation."""
         due = {p: o for p, o in self.positions.items() if self.committed.get(p) != o}
         if not due:
             return
@@ -98,6 +100,7 @@ class GroupMember:
 
 
 def main() -> None:
+    """Parse the arguments and run the member."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for name in ("--bootstrap", "--topic", "--group", "--name"):
         p.add_argument(name, required=True)

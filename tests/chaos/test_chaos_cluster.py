@@ -15,12 +15,14 @@ from cluster_harness import ClusterHarness, plan_faults
 
 
 def test_the_two_seeds_draw_every_fault_kind(tmp_path: Path) -> None:
+    """make test's two seeds between them draw every fault kind (the schedule is the seed's alone)."""
     kinds = {fault.kind for seed in (2, 3) for fault in plan_faults(ClusterChaosConfig(run_dir=tmp_path, seed=seed))}
     assert kinds == {"kill", "stop", "term", "pg-cut", "client-cut", "pg-restart"}
 
 
 @pytest.mark.parametrize("seed", [2, 3])
 def test_cluster_chaos_loses_nothing_acknowledged(tmp_path: Path, seed: int) -> None:
+    """30 s of workload under the seed's faults: no violation, no incident, every workload making progress."""
     config = ClusterChaosConfig(run_dir=tmp_path, duration=30.0, seed=seed)
     with ClusterHarness(config, log=print) as harness:
         summary = harness.run()

@@ -43,6 +43,7 @@ def records_of(values: list[str]) -> list[tuple[int, bytes]]:
 
 
 def test_a_clean_history_passes() -> None:
+    """Acknowledged records in place, commits in order, transactions whole: nothing flagged."""
     result = CheckResult("clean")
     ops = [produced(1, "p0.1:0", 0, 0), produced(2, "p0.1:1", 0, 1), produced(3, "p0.1:2", 0, None, "unknown")]
     check_records(result, ops, "data", 0, records_of(["p0.1:0", "p0.1:1"]))
@@ -60,6 +61,7 @@ def test_a_clean_history_passes() -> None:
 
 
 def test_each_planted_bug_is_flagged() -> None:
+    """Every kind of violation, planted once or twice, is counted and shown."""
     result = CheckResult("planted")
     # data-0: p0.1:1 acknowledged at 1 but another value there (lost); p0.1:2 twice (an idempotent
     # producer's duplicate, its sequence not increasing: out of order too); two records nobody sent

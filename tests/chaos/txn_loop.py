@@ -41,6 +41,7 @@ class TxnLoop:
         self.sessions = 0
 
     def new_producer(self) -> Producer:
+        """A transactional producer, initialised (which fences any older one of the same id)."""
         producer = Producer({"bootstrap.servers": self.a.bootstrap, "transactional.id": self.a.txn_id,
                              "transaction.timeout.ms": 10000, "linger.ms": 5, "message.timeout.ms": 10000,
                              **CLIENT_TIMEOUTS})
@@ -48,6 +49,7 @@ class TxnLoop:
         return producer
 
     def run(self) -> None:
+        """Sessions until asked to stop, then a last init_transactions."""
         while not stop_asked():
             self.sessions += 1
             try:
@@ -138,6 +140,7 @@ class TxnLoop:
 
 
 def main() -> None:
+    """Parse the arguments and run the loop (or only the last fencing init)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for name in ("--bootstrap", "--input", "--output", "--group", "--txn-id", "--label"):
         p.add_argument(name, required=True)

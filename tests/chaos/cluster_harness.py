@@ -29,10 +29,10 @@ from broker_process import wait_for
 from checker import CheckResult, check
 from cluster_config import BROKER_FAULTS, ClusterChaosConfig
 from cluster_process import BrokerCluster
-from cluster_workers import ClientProcessWorker, GroupMemberWorker, TxnLoopWorker
+from cluster_workers import ClientProcessWorker, GroupMemberWorker, ThreadClientWorker, TxnLoopWorker
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
-from harness import ClientState, CommitWorker, ProducerWorker, Worker
+from harness import ClientState, Worker
 from history import CLIENT_TIMEOUTS, FaultEvent, History
 from pg_proxy import PgProxy
 
@@ -176,6 +176,7 @@ class ClusterSummary:
     incidents: list[str]
     notes: list[str]
     client_kills: int = 0  # client processes killed after hanging (their stacks in their logs)
+    client_crashes: int = 0  # client processes that died of a signal (librdkafka segfaults)
 
     @property
     def violations(self) -> int:
@@ -206,7 +207,7 @@ class ClusterSummary:
             ("aborted visible / partial / lost transactions", f"{c.aborted_visible} / {c.partial_txns} / {c.lost_txns}"),
             ("inputs transformed twice / skipped", f"{c.eos_duplicates} / {c.eos_lost}"),
             ("aborted records in the log (hidden from read_committed)", str(c.aborted_in_log)),
-            ("client processes killed after hanging", str(self.client_kills)),
+            ("client processes killed after hanging / crashed (signal)", f"{self.client_kills} / {self.client_crashes}"),
         ]
         width = max(len(k) for k, _ in rows)
         lines = [f"| {'metric':<{width}} | value |", f"|{'-' * (width + 2)}|-------|"]
@@ -244,6 +245,7 @@ class ClusterHarness:
         self.plan = plan_faults(config)
         self.incidents: list[str] = []
         self.intended_down: set[int] = set()  # brokers a fault has stopped on purpose
+        self._workers: list[Worker] = []
         self._lock = threading.Lock()
         self.started = time.monotonic()
 
@@ -262,7 +264,10 @@ class ClusterHarness:
         self.close()
 
     def close(self) -> None:
-        """Stop the cluster, close the op log."""
+        """Kill any client process left (a run that failed), stop the cluster, close the op log."""
+        for worker in self._workers:
+            if isinstance(worker, ClientProcessWorker):
+                worker.kill_now()
         try:
             self.cluster.close()
         finally:
@@ -302,12 +307,13 @@ class ClusterHarness:
         """Every client thread of the run."""
         cfg, state, bootstrap = self.config, ClientState(), self.cluster.bootstrap
         common = (self.history, 0, bootstrap, cfg, state, stop)
-        workers: list[Worker] = [ProducerWorker(i, *common) for i in range(cfg.producers)]
-        workers += [CommitWorker(i, *common) for i in range(cfg.committers)]
+        workers: list[Worker] = [ThreadClientWorker("producer", i, *common) for i in range(cfg.producers)]
+        workers += [ThreadClientWorker("committer", i, *common) for i in range(cfg.committers)]
         groups = [("classic", g) for g in range(cfg.classic_groups)] + [("consumer", g) for g in range(cfg.consumer_groups)]
         workers += [GroupMemberWorker(f"chaos-{protocol}-{g}", protocol, m, *common)
                     for protocol, g in groups for m in range(cfg.members)]
         workers += [TxnLoopWorker(i, *common) for i in range(cfg.txn_loops)]
+        self._workers = workers
         return workers
 
     # -- the run ---------------------------------------------------------------------------------
@@ -364,7 +370,9 @@ class ClusterHarness:
             result = CheckResult("end (incomplete)")
         self.log(f"check ({result.seconds:.1f}s): {result.violations} violation(s)")
         summary = self.summary(result)
-        summary.client_kills = sum(w.kills for w in workers if isinstance(w, ClientProcessWorker))
+        clients = [w for w in workers if isinstance(w, ClientProcessWorker)]
+        summary.client_kills = sum(w.kills for w in clients)
+        summary.client_crashes = sum(w.crashes for w in clients)
         return summary
 
     def summary(self, result: CheckResult) -> ClusterSummary:

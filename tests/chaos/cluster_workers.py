@@ -1,11 +1,11 @@
-"""The cluster chaos run's client subprocesses (beside harness.py's producer and committer threads):
-members of consumer groups, classic and KIP-848 (group_member.py), and consume-transform-produce
-loops (txn_loop.py), each driven by a harness thread that mirrors its events (client_events.py)
-into the history. A client that hangs or crashes is the client's business, not the harness's: one
+"""The cluster chaos run's client subprocesses: harness.py's idempotent producers and committers
+(thread_client.py), members of consumer groups, classic and KIP-848 (group_member.py), and
+consume-transform-produce loops (txn_loop.py), each driven by a harness thread that mirrors its
+events (client_events.py) into the history. A client that hangs or crashes is the client's business, not the harness's: one
 silent for `HANG_SECONDS` with an operation open is killed (-9, its Python stack dumped into its log
 first) and started again, the operation unknown; so is one that exits. Two librdkafka behaviours
 made this necessary: send_offsets_to_transaction() can block for good while the group coordinator is
-down (confluentinc/librdkafka#5456), and a segfault in one client took the whole harness down once."""
+down (confluentinc/librdkafka#5456), and a segfault in a client took the whole harness down."""
 
 from __future__ import annotations
 
@@ -37,7 +37,9 @@ class ClientProcessWorker(Worker):
         super().__init__(name, *args)
         self.script = HERE / script
         self.processes = 0
-        self.kills = 0
+        self.kills = 0    # processes killed after hanging
+        self.crashes = 0  # processes that died of a signal (a segfault in librdkafka)
+        self.proc: subprocess.Popen[bytes] | None = None  # the client process running now
         self.log_path = self.config.run_dir / f"client-{name}.log"  # the clients' stderr
 
     def arguments(self) -> list[str]:
@@ -46,6 +48,9 @@ class ClientProcessWorker(Worker):
 
     def finish(self) -> None:
         """After the last process: whatever it left must be decided (nothing by default)."""
+
+    def relayed(self, op: Op) -> None:
+        """An operation of the client entered the history (nothing to note by default)."""
 
     def work(self) -> None:
         """Processes one after another until the run stops, then finish()."""
@@ -61,6 +66,7 @@ class ClientProcessWorker(Worker):
             proc = subprocess.Popen([sys.executable, str(self.script), *self.arguments()], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=log)
         assert proc.stdin is not None and proc.stdout is not None
+        self.proc = proc
         reader = LineReader(proc.stdout)
         pending: dict[str, Op] = {}
         heard = time.monotonic()
@@ -91,11 +97,19 @@ class ClientProcessWorker(Worker):
             proc.wait(10)
             proc.stdin.close()
             proc.stdout.close()
+            if proc.returncode < 0 and proc.returncode != -signal.SIGKILL:
+                self.crashes += 1
             if proc.returncode not in (0, -signal.SIGKILL):
                 self.history.notes.append(f"{self.name}: process {self.processes} exited with {proc.returncode} "
                                           f"(its log: {self.log_path})")
             for op in pending.values():
                 self.history.complete(op, "unknown", error=f"the client exited (rc={proc.returncode})")
+
+    def kill_now(self) -> None:
+        """The harness is going down: no client process may outlive it."""
+        self.stop_event.set()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
 
     def _relay(self, event: dict[str, Any], pending: dict[str, Op]) -> None:
         """One event of the client into the history."""
@@ -104,8 +118,10 @@ class ClientProcessWorker(Worker):
                                      event.get("partition", -1), event["value"], event.get("topic", ""))
             op.count, op.metadata = event.get("count"), event.get("metadata")
             pending[event["op"]] = op
+            self.relayed(op)
         elif "done" in event and event["done"] in pending:
-            self.history.complete(pending.pop(event["done"]), event["outcome"], error=event.get("error"))
+            self.history.complete(pending.pop(event["done"]), event["outcome"], offset=event.get("offset"),
+                                  error=event.get("error"))
         elif "note" in event:
             self.history.notes.append(f"{self.name}: {event['note']}")
 
@@ -116,6 +132,30 @@ class ClientProcessWorker(Worker):
         proc.send_signal(signal.SIGUSR1)
         time.sleep(0.5)  # time for the dump
         proc.kill()
+
+
+class ThreadClientWorker(ClientProcessWorker):
+    """One of harness.py's client threads, an idempotent producer or a committer, in a process of
+    its own (thread_client.py); a committer's next process starts above the last value sent."""
+
+    def __init__(self, kind: str, index: int, *args: Any) -> None:
+        super().__init__(f"{kind[0]}{index}", "thread_client.py", *args)
+        self.kind, self.index = kind, index
+        self.last_value = 0
+
+    def arguments(self) -> list[str]:
+        """The client's arguments."""
+        cfg = self.config
+        return ["--kind", self.kind, "--index", str(self.index), "--process", str(self.processes),
+                "--bootstrap", self.bootstrap, "--topic", cfg.topic, "--commit-topic", cfg.commit_topic,
+                "--partitions", str(cfg.partitions), "--rate", str(cfg.producer_rate),
+                "--commit-interval", str(cfg.commit_interval), "--metadata-bytes", str(cfg.commit_metadata_bytes),
+                "--start-value", str(self.last_value)]
+
+    def relayed(self, op: Op) -> None:
+        """A committer's values only rise: the next process starts from the highest sent."""
+        if op.kind == "commit":
+            self.last_value = max(self.last_value, int(op.value))
 
 
 class GroupMemberWorker(ClientProcessWorker):

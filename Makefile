@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 CONFIG ?= config/server.properties
 
-.PHONY: run secure cluster test test-quick bench bench-cluster chaos soak failover fuzz tools postgresql clean
+.PHONY: run secure cluster test test-quick bench bench-cluster chaos chaos-cluster soak failover fuzz tools postgresql clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -90,6 +90,13 @@ chaos: $(VENV)/.test-deps
 SOAK_MINUTES ?= 30
 soak: $(VENV)/.test-deps postgresql
 	$(PY) -m tests.soak.run --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
+
+# The cluster chaos harness at full length (make test runs two 30 s seeds): three brokers and
+# PostgreSQL under a seeded schedule of faults (kill -9, SIGSTOP, SIGTERM, a broker cut from
+# PostgreSQL or from its clients, PostgreSQL restarts) while producers, consumer groups and
+# transactions run, the history checked at the end (CHAOS_ARGS: --seeds 1,2 --duration 300 --faults ...).
+chaos-cluster: $(VENV)/.test-deps postgresql
+	$(PY) -m tests.chaos.cluster_run $(CHAOS_ARGS)
 
 # Cluster failover at the issue's length (make test runs two seeds): kill -9 of a coordinator during
 # commits, the history checked after each of twenty seeds.

@@ -89,6 +89,7 @@ _SLOW_FIRST = (
     "spark/test_pipelines.py",              # 89
     "integration/test_expiration.py",       # 80: offsets.retention.minutes=1 has to pass
     "integration/test_old_versions.py",     # 79
+    "chaos/test_chaos_cluster.py",          # ~120: two 30 s seeds of cluster chaos
     "chaos/test_chaos.py",                  # 69
     "integration/test_transactions_eos.py", # 63
 )

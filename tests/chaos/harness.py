@@ -23,16 +23,11 @@ for 1-3 s, giving a few pages back now and then and taking back what the broker 
 deleted). Each round ends with a check of the live broker, then a restart (kill -9 or SIGTERM in
 turn; always kill -9 after a full disk) and the same check again.
 
-The checks run over the whole history so far: every acknowledged record is read back exactly once
-at its acknowledged offset with its payload; nothing is read back that was never sent; each
-producer instance's records keep their sequence order within a partition; each group/partition's
-committed offset is at least its last acknowledged commit and is exactly what one attempt sent
-(offset and metadata).
+The checks (checker.py) run over the whole history so far.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -40,10 +35,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -53,122 +48,12 @@ if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 
 from broker_process import BrokerProcess  # noqa: E402
+from checker import CheckResult, check  # noqa: E402
+from history import CLIENT_TIMEOUTS, FaultEvent, History, Op, classify, commit_metadata  # noqa: E402
+from report import Summary, format_round  # noqa: E402
 from small_disk import SmallDisk  # noqa: E402
 
 FAULT_KINDS = ("kill", "stop", "stall", "diskfull")
-
-# Client errors after which the operation may or may not have taken effect.
-_UNKNOWN_ERRORS = {"_MSG_TIMED_OUT", "_TIMED_OUT", "_TIMED_OUT_QUEUE", "REQUEST_TIMED_OUT", "_TRANSPORT",
-                   "_PURGE_INFLIGHT", "NETWORK_EXCEPTION", "_DESTROY", "_FATAL", "_ALL_BROKERS_DOWN"}
-
-_CLIENT_TIMEOUTS = {
-    # Longer than the longest pause (stop: 2 s), so no request times out while the broker is only
-    # paused and then lands after a newer one sent on a fresh connection.
-    "socket.timeout.ms": 8000,
-    "reconnect.backoff.ms": 50,
-    "reconnect.backoff.max.ms": 500,
-    "retry.backoff.ms": 100,
-    "retry.backoff.max.ms": 500,
-    "topic.metadata.refresh.interval.ms": 2000,
-    "log_level": 0,
-}
-
-
-# ----------------------------------------------------------------------------------------------
-# The history of operations
-
-
-@dataclass
-class Op:
-    """One client operation and its outcome."""
-
-    op: int
-    round: int
-    kind: str             # "produce" | "commit"
-    client: str           # producer instance ("p1.3") or committer ("c2")
-    group: str | None     # commits: the group id
-    partition: int
-    value: str            # produce: the payload; commit: the offset sent
-    start: float          # seconds since the harness started
-    end: float | None = None
-    outcome: str = "pending"  # ok | failed | unknown
-    offset: int | None = None  # produce: the acknowledged offset
-    error: str | None = None
-
-    def line(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
-
-
-@dataclass
-class FaultEvent:
-    """One injected fault (or an unexpected broker exit, kind "crash")."""
-
-    round: int
-    kind: str
-    start: float
-    end: float
-    detail: str = ""
-
-
-class History:
-    """All operations and faults of a run; thread-safe; ops go to `ops.jsonl` once decided."""
-
-    def __init__(self, path: Path) -> None:
-        self.t0 = time.monotonic()
-        self.ops: list[Op] = []
-        self.faults: list[FaultEvent] = []
-        self.notes: list[str] = []
-        self._lock = threading.Lock()
-        self._next = 0
-        self._file = open(path, "a", buffering=1)
-
-    def now(self) -> float:
-        return round(time.monotonic() - self.t0, 4)
-
-    def invoke(self, round_no: int, kind: str, client: str, group: str | None, partition: int,
-               value: str) -> Op:
-        with self._lock:
-            self._next += 1
-            op = Op(self._next, round_no, kind, client, group, partition, value, self.now())
-            self.ops.append(op)
-            return op
-
-    def complete(self, op: Op, outcome: str, *, offset: int | None = None, error: str | None = None) -> None:
-        """Decide an op; an op already frozen as unknown keeps that outcome (a late answer is noted)."""
-        with self._lock:
-            if op.outcome != "pending":
-                self.notes.append(f"late answer for op {op.op} after round end: {outcome} {offset} {error}")
-                return
-            op.end, op.outcome, op.offset, op.error = self.now(), outcome, offset, error
-            self._file.write(op.line() + "\n")
-
-    def freeze(self, reason: str) -> int:
-        """Every op still pending becomes unknown; returns how many."""
-        count = 0
-        with self._lock:
-            for op in self.ops:
-                if op.outcome == "pending":
-                    op.end, op.outcome, op.error = self.now(), "unknown", reason
-                    self._file.write(op.line() + "\n")
-                    count += 1
-        return count
-
-    def snapshot(self) -> list[Op]:
-        """The operations so far (a copy)."""
-        with self._lock:
-            return list(self.ops)
-
-    def fault(self, event: FaultEvent) -> None:
-        with self._lock:
-            self.faults.append(event)
-            self._file.write(json.dumps({"fault": asdict(event)}) + "\n")
-
-    def close(self) -> None:
-        self._file.close()
-
-
-def _classify(err: KafkaError) -> str:
-    return "unknown" if err.name() in _UNKNOWN_ERRORS or err.code() == KafkaError._TIMED_OUT else "failed"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -359,7 +244,7 @@ class ProducerWorker(Worker):
             "bootstrap.servers": self.bootstrap, "client.id": instance,
             "acks": "all", "enable.idempotence": True, "linger.ms": 5, "batch.num.messages": 100,
             "message.timeout.ms": 10000, "request.timeout.ms": 8000,
-            "queue.buffering.max.messages": 20000, "error_cb": on_error, **_CLIENT_TIMEOUTS})
+            "queue.buffering.max.messages": 20000, "error_cb": on_error, **CLIENT_TIMEOUTS})
         return producer, instance
 
     def work(self) -> None:
@@ -380,7 +265,7 @@ class ProducerWorker(Worker):
             except BufferError:
                 self.history.complete(op, "failed", error="_QUEUE_FULL")
             except KafkaException as exc:
-                self.history.complete(op, _classify(exc.args[0]), error=exc.args[0].name())
+                self.history.complete(op, classify(exc.args[0]), error=exc.args[0].name())
             seq += 1
             producer.poll(0)
             next_at += interval
@@ -396,7 +281,7 @@ class ProducerWorker(Worker):
             if err is None:
                 self.history.complete(op, "ok", offset=msg.offset())
             else:
-                self.history.complete(op, _classify(err), error=err.name())
+                self.history.complete(op, classify(err), error=err.name())
         return report
 
     @staticmethod
@@ -406,10 +291,6 @@ class ProducerWorker(Worker):
             producer.purge(in_queue=True, in_flight=True, blocking=False)
             producer.flush(2.0)
 
-
-def commit_metadata(op: Op, config: ChaosConfig) -> str:
-    """The metadata a commit attempt sends: its op id, padded to the configured size."""
-    return f"op{op.op}:".ljust(config.commit_metadata_bytes, "x")
 
 
 class CommitWorker(Worker):
@@ -425,7 +306,7 @@ class CommitWorker(Worker):
             "bootstrap.servers": self.bootstrap, "group.id": self.group, "client.id": self.name,
             "enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": "latest",
             "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "max.poll.interval.ms": 60000,
-            **_CLIENT_TIMEOUTS})
+            **CLIENT_TIMEOUTS})
         partitions = list(range(self.config.partitions))
         if self.group_mode:
             consumer.subscribe([self.config.commit_topic])
@@ -443,16 +324,16 @@ class CommitWorker(Worker):
             consumer.close()
 
     def _commit(self, consumer: Consumer, partitions: list[int], value: int) -> None:
-        ops = {p: self.history.invoke(self.round_no, "commit", self.name, self.group, p, str(value))
-               for p in partitions}
-        offsets = [TopicPartition(self.config.commit_topic, p, value, metadata=commit_metadata(ops[p], self.config))
+        ops = {p: self.history.invoke(self.round_no, "commit", self.name, self.group, p, str(value),
+                                      self.config.commit_topic) for p in partitions}
+        offsets = [TopicPartition(self.config.commit_topic, p, value, metadata=commit_metadata(ops[p], self.config.commit_metadata_bytes))
                    for p in partitions]
         try:
             result = consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
             err = exc.args[0]
             for op in ops.values():
-                self.history.complete(op, _classify(err), error=err.name())
+                self.history.complete(op, classify(err), error=err.name())
             return
         answered = set()
         for tp in result or []:
@@ -463,194 +344,9 @@ class CommitWorker(Worker):
             if tp.error is None:
                 self.history.complete(target, "ok")
             else:
-                self.history.complete(target, _classify(tp.error), error=tp.error.name())
+                self.history.complete(target, classify(tp.error), error=tp.error.name())
         for p in set(partitions) - answered:
             self.history.complete(ops[p], "unknown", error="no per-partition result")
-
-
-# ----------------------------------------------------------------------------------------------
-# Reading back and checking
-
-
-@dataclass
-class CheckResult:
-    """What one check found, over the whole history so far."""
-
-    label: str
-    seconds: float = 0.0
-    records_read: int = 0
-    commits_read: int = 0
-    lost: int = 0                 # acknowledged records not at their offset with their payload
-    duplicates: int = 0           # extra copies of a payload
-    phantoms: int = 0             # records never sent
-    reordered: int = 0            # a producer instance's records out of sequence order in a partition
-    failed_visible: int = 0       # records whose produce failed definitively yet are there (informational)
-    lost_commits: int = 0         # committed offset read back below the last acknowledged commit
-    phantom_commits: int = 0      # committed (offset, metadata) that no commit attempt sent
-    failed_commit_visible: int = 0  # read-back commit whose only attempt failed definitively (informational)
-    evidence: dict[str, list[str]] = field(default_factory=dict)  # category -> first few cases
-
-    @property
-    def violations(self) -> int:
-        return self.lost + self.duplicates + self.phantoms + self.reordered + self.lost_commits + self.phantom_commits
-
-    def note(self, category: str, text: str) -> None:
-        cases = self.evidence.setdefault(category, [])
-        if len(cases) < 6:
-            cases.append(f"[{self.label}] {text}")
-
-
-def _deadline_loop(timeout: float) -> Iterable[float]:
-    """Yields the remaining time until `timeout` has passed."""
-    deadline = time.monotonic() + timeout
-    while (left := deadline - time.monotonic()) > 0:
-        yield left
-
-
-def read_partition(bootstrap: str, topic: str, partition: int, timeout: float = 60.0) -> list[tuple[int, bytes]]:
-    """Every record of a partition from its start up to the high watermark (raises if incomplete)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "chaos-reader", "enable.auto.commit": False,
-                         "check.crcs": True, "auto.offset.reset": "earliest", **_CLIENT_TIMEOUTS})
-    try:
-        tp = TopicPartition(topic, partition)
-        high = None
-        for _ in _deadline_loop(timeout / 2):
-            try:
-                low, high = consumer.get_watermark_offsets(tp, timeout=5, cached=False)
-                break
-            except KafkaException:
-                time.sleep(0.2)  # retry pacing after an error answer
-        if high is None:
-            raise RuntimeError(f"no watermarks for {topic}-{partition}")
-        records: list[tuple[int, bytes]] = []
-        if high <= low:
-            return records
-        consumer.assign([TopicPartition(topic, partition, low)])
-        for _ in _deadline_loop(timeout):
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise KafkaException(msg.error())
-            records.append((msg.offset(), msg.value() or b""))
-            if msg.offset() >= high - 1:
-                return records
-        raise RuntimeError(f"read {topic}-{partition} up to {records[-1][0] if records else None}, "
-                           f"high watermark {high}: timed out")
-    finally:
-        consumer.close()
-
-
-def read_committed(bootstrap: str, group: str, topic: str, partitions: int,
-                   timeout: float = 60.0) -> dict[int, tuple[int, str | None]]:
-    """The committed (offset, metadata) of each partition for `group`; offset < 0 when none."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                         **_CLIENT_TIMEOUTS})
-    try:
-        last: Exception | None = None
-        for left in _deadline_loop(timeout):
-            try:
-                tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=min(10, left))
-            except KafkaException as exc:
-                last = exc
-                time.sleep(0.2)
-                continue
-            if any(tp.error is not None for tp in tps):
-                last = RuntimeError(str([tp.error for tp in tps]))
-                time.sleep(0.2)
-                continue
-            return {tp.partition: (tp.offset, tp.metadata) for tp in tps}
-        raise RuntimeError(f"committed offsets of {group} not readable: {last}")
-    finally:
-        consumer.close()
-
-
-def check(history: History, config: ChaosConfig, bootstrap: str, label: str) -> CheckResult:
-    """Compare every decided operation so far with what the broker reads back now."""
-    began = time.monotonic()
-    result = CheckResult(label)
-    ops = history.snapshot()
-    _check_records(result, [op for op in ops if op.kind == "produce"], config, bootstrap)
-    _check_commits(result, [op for op in ops if op.kind == "commit"], config, bootstrap)
-    result.seconds = time.monotonic() - began
-    return result
-
-
-def _check_records(result: CheckResult, ops: list[Op], config: ChaosConfig, bootstrap: str) -> None:
-    sent = {op.value: op for op in ops}
-    for partition in range(config.partitions):
-        records = read_partition(bootstrap, config.topic, partition)
-        result.records_read += len(records)
-        at: dict[int, bytes] = {}
-        seen: Counter[str] = Counter()
-        last_seq: dict[str, tuple[int, int]] = {}  # instance -> (seq, offset) of its latest record
-        for offset, raw in records:
-            at[offset] = raw
-            payload = raw.decode(errors="replace")
-            op = sent.get(payload)
-            if op is None or op.partition != partition:
-                result.phantoms += 1
-                result.note("phantom", f"phantom record at {config.topic}-{partition}@{offset}: {raw[:80]!r}"
-                            f" (sent to partition {op.partition if op else 'never'})")
-                continue
-            seen[payload] += 1
-            if seen[payload] == 2:
-                result.note("duplicate", f"duplicate {payload!r} at {config.topic}-{partition}@{offset}; "
-                            f"op: {op.line()}")
-            instance, seq = payload.rsplit(":", 1)
-            prev = last_seq.get(instance)
-            if prev is not None and int(seq) <= prev[0]:
-                result.reordered += 1
-                result.note("reordered", f"{instance} seq {seq}@{offset} after seq {prev[0]}@{prev[1]} "
-                            f"in partition {partition}")
-            last_seq[instance] = (int(seq), offset)
-            if op.outcome == "failed":
-                result.failed_visible += 1
-        result.duplicates += sum(n - 1 for n in seen.values() if n > 1)
-        for op in ops:
-            if op.partition != partition or op.outcome != "ok":
-                continue
-            found = at.get(op.offset if op.offset is not None else -1)
-            if found is None or found.decode(errors="replace") != op.value:
-                result.lost += 1
-                result.note("lost", f"lost acknowledged record: {op.line()}; read back at offset "
-                            f"{op.offset}: {found!r}; payload seen {seen.get(op.value, 0)} time(s)")
-
-
-def _check_commits(result: CheckResult, ops: list[Op], config: ChaosConfig, bootstrap: str) -> None:
-    by_key: dict[tuple[str, int], list[Op]] = defaultdict(list)
-    for op in ops:
-        by_key[(op.group or "", op.partition)].append(op)
-    groups = sorted({group for group, _ in by_key})
-    for group in groups:
-        committed = read_committed(bootstrap, group, config.commit_topic, config.partitions)
-        for partition in range(config.partitions):
-            attempts = by_key.get((group, partition), [])
-            offset, metadata = committed.get(partition, (-1001, None))
-            result.commits_read += 1
-            acked = [op for op in attempts if op.outcome == "ok"]
-            best = max(acked, key=lambda op: int(op.value), default=None)
-            where = f"{group}/{config.commit_topic}-{partition}"
-            if offset < 0:
-                if best is not None:
-                    result.lost_commits += 1
-                    result.note("lost commit", f"lost commit: nothing committed for {where}; last acknowledged: "
-                                f"{best.line()}")
-                continue
-            sender = next((op for op in attempts
-                           if int(op.value) == offset and metadata == commit_metadata(op, config)), None)
-            if sender is None:
-                result.phantom_commits += 1
-                result.note("phantom commit", f"phantom commit for {where}: offset {offset} metadata {(metadata or '')[:40]!r} "
-                            f"matches no attempt")
-            elif sender.outcome == "failed":
-                result.failed_commit_visible += 1
-            if best is not None and offset < int(best.value):
-                result.lost_commits += 1
-                result.note("lost commit", f"lost commit for {where}: read back {offset} ({(metadata or '')[:16]}..., sent by "
-                            f"{sender.line() if sender else 'nobody'}), last acknowledged: {best.line()}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -712,7 +408,7 @@ class Harness:
                      **cfg.overrides}
         self.broker = ChaosBroker(data_dir, cfg.run_dir / "broker.log", overrides)
         self.broker.start()
-        admin = AdminClient({"bootstrap.servers": self.broker.bootstrap, **_CLIENT_TIMEOUTS})
+        admin = AdminClient({"bootstrap.servers": self.broker.bootstrap, **CLIENT_TIMEOUTS})
         futures = admin.create_topics([
             NewTopic(cfg.topic, cfg.partitions, 1, config={"segment.bytes": str(cfg.segment_bytes)}),
             NewTopic(cfg.commit_topic, cfg.partitions, 1)], operation_timeout=10)
@@ -902,144 +598,3 @@ class Harness:
 
     def summary(self) -> "Summary":
         return Summary.of(self)
-
-
-# ----------------------------------------------------------------------------------------------
-# Reporting
-
-
-@dataclass
-class Summary:
-    """Totals of a run (counts over all rounds; lost/duplicates are the worst check's)."""
-
-    rounds: int
-    wall_seconds: float
-    operations: Counter[str]
-    faults: Counter[str]
-    errors: Counter[str]
-    checks: int
-    lost: int
-    duplicates: int
-    phantoms: int
-    reordered: int
-    lost_commits: int
-    phantom_commits: int
-    failed_visible: int
-    failed_commit_visible: int
-    incidents: list[str]
-    notes: list[str]
-    evidence: dict[str, list[str]]
-    seed: int
-    fault_kinds: tuple[str, ...]
-    start_seconds: list[float]
-
-    @classmethod
-    def of(cls, harness: Harness) -> "Summary":
-        checks = [c for r in harness.rounds for c in r.checks]
-        worst = lambda attr: max((getattr(c, attr) for c in checks), default=0)  # noqa: E731
-        operations: Counter[str] = Counter()
-        errors: Counter[str] = Counter()
-        for r in harness.rounds:
-            operations.update(r.outcomes)
-            errors.update(r.errors)
-        faults = Counter(f.kind for f in harness.history.faults)
-        return cls(rounds=len(harness.rounds), wall_seconds=time.monotonic() - harness.started,
-                   operations=operations, faults=faults, errors=errors, checks=len(checks),
-                   lost=worst("lost"), duplicates=worst("duplicates"), phantoms=worst("phantoms"),
-                   reordered=worst("reordered"), lost_commits=worst("lost_commits"),
-                   phantom_commits=worst("phantom_commits"), failed_visible=worst("failed_visible"),
-                   failed_commit_visible=worst("failed_commit_visible"),
-                   incidents=[f"round {r.round}: {i}" for r in harness.rounds for i in r.incidents],
-                   notes=list(harness.history.notes[:20]),
-                   evidence=_first_cases(checks),
-                   seed=harness.config.seed, fault_kinds=harness.config.faults,
-                   start_seconds=list(harness.broker.start_seconds) if harness.broker else [])
-
-    @property
-    def violations(self) -> int:
-        return (self.lost + self.duplicates + self.phantoms + self.reordered + self.lost_commits
-                + self.phantom_commits)
-
-    def count(self, outcome: str, kind: str | None = None) -> int:
-        return sum(n for key, n in self.operations.items()
-                   if key.endswith(" " + outcome) and (kind is None or key.startswith(kind + " ")))
-
-    def as_json(self) -> dict[str, Any]:
-        """The summary as JSON-able data (Counters as plain dicts)."""
-        return {name: dict(value) if isinstance(value, Counter) else value
-                for name, value in vars(self).items()} | {"violations": self.violations}
-
-    def table(self) -> str:
-        """A Markdown table of the run, ready to paste."""
-        total = sum(self.operations.values())
-        rows = [
-            ("fault kinds selected", ",".join(self.fault_kinds)),
-            ("rounds / checks", f"{self.rounds} / {self.checks}"),
-            ("wall time", f"{self.wall_seconds:.0f} s"),
-            ("operations (produce / commit)",
-             f"{total} ({sum(n for k, n in self.operations.items() if k.startswith('produce'))} / "
-             f"{sum(n for k, n in self.operations.items() if k.startswith('commit'))})"),
-            ("faults injected during rounds",
-             ", ".join(f"{k} {n}" for k, n in sorted(self.faults.items()) if not k.startswith("end-")) or "none"),
-            ("restarts at round ends (kill -9 / SIGTERM)",
-             f"{self.faults.get('end-kill9', 0)} / {self.faults.get('end-term', 0)}"),
-            ("acknowledged (produce / commit)", f"{self.count('ok')} ({self.count('ok', 'produce')} / "
-                                                f"{self.count('ok', 'commit')})"),
-            ("failed (produce / commit)", f"{self.count('failed')} ({self.count('failed', 'produce')} / "
-                                          f"{self.count('failed', 'commit')})"),
-            ("unknown (produce / commit)", f"{self.count('unknown')} ({self.count('unknown', 'produce')} / "
-                                           f"{self.count('unknown', 'commit')})"),
-            ("lost acknowledged records", str(self.lost)),
-            ("lost acknowledged commits", str(self.lost_commits)),
-            ("duplicates", str(self.duplicates)),
-            ("never-sent records / commits read back", f"{self.phantoms} / {self.phantom_commits}"),
-            ("order violations", str(self.reordered)),
-            ("failed yet visible (records / commits; allowed)", f"{self.failed_visible} / {self.failed_commit_visible}"),
-            ("broker start to listening (median / max)", _median_max(self.start_seconds)),
-        ]
-        width = max(len(k) for k, _ in rows)
-        lines = [f"| {'metric':<{width}} | value |", f"|{'-' * (width + 2)}|-------|"]
-        lines += [f"| {k:<{width}} | {v} |" for k, v in rows]
-        return "\n".join(lines)
-
-    def text(self) -> str:
-        parts = [self.table()]
-        if self.errors:
-            parts.append("errors seen by clients: " + ", ".join(f"{k} x{n}" for k, n in self.errors.most_common()))
-        if self.incidents:
-            parts.append("incidents:\n" + "\n".join(f"  - {i}" for i in self.incidents))
-        if self.notes:
-            parts.append("notes:\n" + "\n".join(f"  - {n}" for n in self.notes))
-        for category, cases in self.evidence.items():
-            parts.append(f"evidence, {category}:\n" + "\n".join(f"  - {e}" for e in cases))
-        parts.append(f"seed {self.seed}; verdict: {'PASS' if self.violations == 0 else 'FAIL'}")
-        return "\n\n".join(parts)
-
-
-def _median_max(values: list[float]) -> str:
-    if not values:
-        return "-"
-    ordered = sorted(values)
-    return f"{ordered[len(ordered) // 2]:.2f} s / {ordered[-1]:.2f} s"
-
-
-def _first_cases(checks: list[CheckResult], per_category: int = 6) -> dict[str, list[str]]:
-    """The first cases of each category of violation, in check order."""
-    found: dict[str, list[str]] = {}
-    for c in checks:
-        for category, cases in c.evidence.items():
-            room = per_category - len(found.setdefault(category, []))
-            found[category] += cases[:max(0, room)]
-    return found
-
-
-def format_round(report: RoundReport) -> str:
-    """One line per round plus one per check."""
-    outcomes = " ".join(f"{k}={n}" for k, n in sorted(report.outcomes.items()))
-    lines = [f"round {report.round} [{','.join(report.faults)}] {report.seconds:.1f}s: {outcomes}"]
-    for c in report.checks:
-        lines.append(f"  check {c.label} ({c.seconds:.1f}s): read {c.records_read} records / {c.commits_read} commits; "
-                     f"lost={c.lost} dup={c.duplicates} phantom={c.phantoms} reordered={c.reordered} "
-                     f"lost_commits={c.lost_commits} phantom_commits={c.phantom_commits}")
-    lines += [f"  ! {i}" for i in report.incidents]
-    return "\n".join(lines)

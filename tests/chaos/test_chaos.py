@@ -7,7 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
-from harness import ChaosConfig, Harness, History, Summary, check, commit_metadata
+from checker import check
+from harness import ChaosConfig, Harness
+from history import History, commit_metadata
+from report import Summary
 from integration.clients import create_topic, produce
 
 
@@ -18,7 +21,7 @@ def _run(config: ChaosConfig) -> Summary:
 
 def _assert_clean(summary: Summary, faults: dict[str, int]) -> None:
     report = summary.text()
-    assert summary.lost == 0 and summary.lost_commits == 0, report
+    assert summary.lost == 0 and summary.lost_commits == 0 and summary.backwards_commits == 0, report
     assert summary.duplicates == 0 and summary.reordered == 0, report
     assert summary.phantoms == 0 and summary.phantom_commits == 0, report
     assert not summary.incidents, report  # no unexpected exit, stuck client, or fault not recovered from
@@ -81,13 +84,13 @@ def test_the_checker_finds_each_kind_of_violation(broker, tmp_path: Path) -> Non
         def attempt(group: str, value: int, stored_metadata: str | None = None) -> None:
             """An acknowledged commit of `value`; the broker gets it (with its own metadata, or
             `stored_metadata` instead) only when stored_metadata is not None."""
-            op = history.invoke(0, "commit", "c0", group, 0, str(value))
+            op = history.invoke(0, "commit", "c0", group, 0, str(value), cfg.commit_topic)
             history.complete(op, "ok")
             if stored_metadata is not None:
                 consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
                                      "enable.auto.commit": False})
                 try:
-                    metadata = stored_metadata or commit_metadata(op, cfg)
+                    metadata = stored_metadata or commit_metadata(op, cfg.commit_metadata_bytes)
                     consumer.commit(offsets=[TopicPartition(cfg.commit_topic, 0, value, metadata=metadata)],
                                     asynchronous=False)
                 finally:

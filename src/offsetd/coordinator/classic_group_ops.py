@@ -54,6 +54,25 @@ class ClassicGroupOperations:
     groups: dict[str, ClassicGroup]
     timers: Timers
 
+    def abandon_parked(self, error: int) -> CoordinatorResult:
+        """Answer every parked JoinGroup and SyncGroup with `error`: the shard is about to forget
+        its groups (the partition moved to another broker, or memory is rebuilt from the log) and
+        nothing else would answer them; their clients would wait out their rebalance timeout, and
+        every later request on the same connection behind them (Kafka answers NOT_COORDINATOR
+        when it unloads a group)."""
+        result = CoordinatorResult()
+        for group in self.groups.values():
+            if not isinstance(group, ClassicGroup):  # a consumer group answers at once, parks nothing
+                continue
+            for member in group.members.values():
+                if member.join_token is not None:
+                    result.respond(member.join_token, join_error(error, member.member_id))
+                    member.join_token = None
+                if member.sync_token is not None:
+                    result.respond(member.sync_token, _sync_error(error))
+                    member.sync_token = None
+        return result
+
     # ====================================================================== timers
 
     def _fire_classic_timer(self, key: tuple, group: ClassicGroup, now: int, result: CoordinatorResult) -> None:

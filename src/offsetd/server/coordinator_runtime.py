@@ -22,7 +22,9 @@ from typing import Any, Awaitable, Callable
 
 from ..coordinator.result import CoordinatorResult
 from ..coordinator.shard import GroupCoordinatorShard
-from ..coordinator.write_errors import COORDINATOR_LOAD_IN_PROGRESS, NOT_LEADER_OR_FOLLOWER, CoordinatorWriteError
+from ..coordinator.write_errors import (
+    COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR, NOT_LEADER_OR_FOLLOWER, CoordinatorWriteError,
+)
 from ..records.batch import TRANSACTIONAL_MASK, BatchHeader, build_batch, iter_batches, parse_header
 from ..records.control import build_marker_batch
 from ..records.offsets import encode_key, encode_value
@@ -124,6 +126,7 @@ class ShardRuntime:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = self._timer_deadline = None
+        deliver(self.shard.abandon_parked(NOT_COORDINATOR))
         self.shard.reset()
         await self.load()
 
@@ -178,6 +181,7 @@ class ShardRuntime:
             for token, _ in result.completions:
                 if not token.done():
                     token.set_exception(error)
+        deliver(self.shard.abandon_parked(NOT_COORDINATOR))
         self.shard.reset()
 
     def stop(self) -> None:

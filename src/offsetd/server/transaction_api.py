@@ -512,7 +512,9 @@ class TransactionApi:
                                   "topics": [{"name": topic, "partitions": [partition]}]}]}
         try:
             response = await self.markers.remote_request(node, ApiKey.ADD_PARTITIONS_TO_TXN, 4, body)
-        except (OSError, asyncio.TimeoutError, ConnectionError):
+        # EOFError: asyncio's IncompleteReadError, the peer closed the connection before it answered
+        # (killed or restarted since it was opened); it failed the client's request with an internal error
+        except (OSError, EOFError, asyncio.TimeoutError):
             return Error.NOT_ENOUGH_REPLICAS
         if response.error_code:
             return VERIFY_UNAVAILABLE.get(int(response.error_code), int(response.error_code))

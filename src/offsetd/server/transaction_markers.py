@@ -146,10 +146,17 @@ class MarkerWriter:
                              "topics": [{"name": topic, "partition_indexes": [partition]}]}]}
         try:
             errors = await self.remote.write_txn_markers(node, body)
-        except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
+        # EOFError: asyncio's IncompleteReadError, the peer closed the connection before it
+        # answered (it was killed or restarted since the connection was opened)
+        except (OSError, EOFError, asyncio.TimeoutError, ConnectionError) as exc:
             log.debug("WriteTxnMarkers to node %d failed: %s", node, exc)
             return Error.NETWORK_EXCEPTION
-        return errors.get((topic, partition), Error.UNKNOWN_SERVER_ERROR)
+        error = errors.get((topic, partition), Error.UNKNOWN_SERVER_ERROR)
+        if error == Error.UNKNOWN_TOPIC_OR_PARTITION:
+            # Our catalogue still has the partition: the peer does not know it yet (it has just
+            # started and not read the catalogue), so the marker is not dropped as if deleted.
+            return Error.NOT_LEADER_OR_FOLLOWER
+        return error
 
 
 async def _offsets_marker(written: Awaitable[None]) -> int:

@@ -61,6 +61,12 @@ class PgProxy:
         """Forward again, what was held first."""
         self._call(self._set_open(True))
 
+    def retarget(self, host: str, port: int) -> None:
+        """Forward new connections to `host`:`port` from now on and reset the current ones (a
+        virtual IP moved to a promoted standby)."""
+        self.target = (host, port)
+        self.disconnect()
+
     def disconnect(self) -> None:
         """Reset (abort) every current connection on both sides; new ones are served as usual."""
         self._call(self._abort_all())

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 
 from harness import ChaosConfig
 
-# Broker faults take one broker; `pg-restart` takes PostgreSQL; `promote` (a standby promoted
-# after the primary is killed) needs `standby`, which the harness does not start yet.
+# Broker faults take one broker; `pg-restart` takes PostgreSQL; `promote` (the primary killed -9,
+# the synchronous standby promoted, the brokers' proxies moved to it, as a virtual IP would move)
+# needs `standby` and happens once a run at most.
 BROKER_FAULTS = ("kill", "stop", "term", "pg-cut", "client-cut")
 CLUSTER_FAULT_KINDS = (*BROKER_FAULTS, "pg-restart")
 STANDBY_FAULT_KINDS = ("promote",)
@@ -26,7 +27,7 @@ class ClusterChaosConfig(ChaosConfig):
     fault_hold: tuple[float, float] = (0.5, 6.0)  # how long a broker is paused, cut off or down
     max_concurrent: int = 2               # faults in force at once (one broker is always spared)
     recovery_seconds: float = 10.0        # the workload runs this long after the last fault healed
-    standby: bool = False                 # a synchronous standby for `promote` (not built yet)
+    standby: bool = False                 # a synchronous standby for `promote`
     partitions: int = 4
     producers: int = 2
     producer_rate: float = 40.0
@@ -47,11 +48,8 @@ class ClusterChaosConfig(ChaosConfig):
     overrides: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        """Faults are known kinds; `standby` is not built yet."""
+        """Faults are known kinds (`promote` only with `standby`)."""
         known = CLUSTER_FAULT_KINDS + (STANDBY_FAULT_KINDS if self.standby else ())
         unknown = set(self.faults) - set(known)
         if unknown or not self.faults:
             raise ValueError(f"faults must be some of {','.join(known)}; got {','.join(self.faults)}")
-        if self.standby:
-            raise NotImplementedError("--standby: a synchronous standby to promote is not started by this harness yet "
-                                      "(cluster_harness.Faults.promote is the hook)")

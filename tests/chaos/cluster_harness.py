@@ -9,8 +9,8 @@ alone. Faults (cluster_config.py): `kill` (SIGKILL, down a while, started again)
 (SIGSTOP, SIGCONT: a frozen broker, past its lease or not), `term` (SIGTERM: a graceful handoff,
 then started again), `pg-cut` (the broker's PostgreSQL connections blackholed, then healed),
 `client-cut` (the broker's client connections blackholed, then healed), `pg-restart` (PostgreSQL
-stopped fast or immediately, i.e. crashed, then started). `promote` (a standby promoted) is the
-hook for PostgreSQL failover, not built yet. The schedule is drawn from the seed before the run
+stopped fast or immediately, i.e. crashed, then started), and with a synchronous standby `promote`
+(the primary killed -9, the standby promoted, the brokers' PostgreSQL proxies moved to it). The schedule is drawn from the seed before the run
 (`plan_faults`) and printed: up to `max_concurrent` faults at once, never two on one target, and
 never every broker at once. A broker that exits on its own is an incident, started again."""
 
@@ -37,6 +37,7 @@ from history import CLIENT_TIMEOUTS, FaultEvent, History
 from pg_proxy import PgProxy
 
 from offsetd.dev.postgres import LocalPostgres, free_port
+from offsetd.dev.postgres_standby import start_standby
 
 POSTGRES = 0  # the target of PostgreSQL faults (brokers are node ids 1..N)
 _RESTARTS = {"kill", "term", "pg-restart", "promote"}  # faults that end with a process starting (seconds more)
@@ -89,6 +90,8 @@ def plan_faults(config: ClusterChaosConfig) -> list[PlannedFault]:
         kind = rng.choice(config.faults)
         hold = rng.uniform(*config.fault_hold)
         mode = rng.choice(("fast", "immediate")) if kind == "pg-restart" else ""
+        if kind == "promote" and any(f.kind == "promote" for f in plan):
+            continue  # one standby to promote
         active = {target for end, target in busy if end > at}
         if kind in BROKER_FAULTS:
             spare = [n for n in range(1, config.brokers + 1) if n not in active]
@@ -114,6 +117,8 @@ class ChaosCluster:
     def __init__(self, config: ClusterChaosConfig, run_dir: Path) -> None:
         self.config = config
         self.postgres = LocalPostgres(max_connections=200)
+        self.standby: LocalPostgres | None = None  # with config.standby, until promoted
+        self.retired: list[LocalPostgres] = []  # primaries killed for a promotion
         self.client_proxies: dict[int, PgProxy] = {}
         self.brokers: BrokerCluster | None = None
         self.run_dir = run_dir
@@ -122,6 +127,8 @@ class ChaosCluster:
         """PostgreSQL, the proxies, then every broker at once (each waited on to listen)."""
         self.postgres.start()
         dsn = self.postgres.create_database("chaos")
+        if self.config.standby:
+            self.standby = start_standby(self.postgres)
         self.brokers = BrokerCluster(dsn, self.run_dir / "brokers", self.config.brokers,
                                      broker_overrides(self.config), proxied=True)
         for node_id in self.brokers.node_ids:
@@ -153,7 +160,9 @@ class ChaosCluster:
         finally:
             for proxy in self.client_proxies.values():
                 proxy.close()
-            self.postgres.close()
+            for server in (self.postgres, self.standby, *self.retired):
+                if server is not None:
+                    server.close()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -534,5 +543,18 @@ class ClusterHarness:
         return f"stop -m {fault.mode} in {stopped:.2f}s, down {fault.hold:.2f}s"
 
     def _fault_promote(self, fault: PlannedFault) -> str:
-        """The hook for PostgreSQL failover: kill the primary, promote the synchronous standby."""
-        raise NotImplementedError("promote needs a standby (ClusterChaosConfig.standby), not started yet")
+        """PostgreSQL failover: the primary's postmaster and backends killed -9, `hold` seconds
+        later the synchronous standby promoted and every broker's proxy moved to it (a virtual IP
+        moving; the multi-host URL's way is test_cluster_postgres_failover.py's)."""
+        primary, standby = self.cluster.postgres, self.cluster.standby
+        assert standby is not None, "promote needs a standby (ClusterChaosConfig.standby)"
+        primary.kill9()
+        time.sleep(fault.hold)  # no primary for a while
+        began = time.monotonic()
+        standby.promote()
+        promoted = time.monotonic() - began
+        for node_id in self.cluster.cluster().node_ids:
+            self.cluster.cluster().proxy(node_id).retarget("127.0.0.1", standby.port)
+        self.cluster.postgres, self.cluster.standby = standby, None
+        self.cluster.retired.append(primary)
+        return f"primary killed -9, standby promoted {fault.hold:.2f}s later (pg_ctl promote {promoted:.2f}s)"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cluster_config import CLUSTER_FAULT_KINDS, ClusterChaosConfig  # noqa: E402
+from cluster_config import CLUSTER_FAULT_KINDS, STANDBY_FAULT_KINDS, ClusterChaosConfig  # noqa: E402
 from cluster_harness import ClusterHarness  # noqa: E402
 
 
@@ -25,14 +25,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tests.chaos.cluster_run", description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default=None, help="comma-separated seeds, one run each (default: one from the clock)")
     parser.add_argument("--duration", type=float, default=300.0, help="seconds of workload per run (default 300)")
-    parser.add_argument("--faults", default=",".join(CLUSTER_FAULT_KINDS),
-                        help=f"comma-separated, some of {','.join(CLUSTER_FAULT_KINDS)} (default: all)")
+    parser.add_argument("--faults", default="",
+                        help=f"comma-separated, some of {','.join(CLUSTER_FAULT_KINDS + STANDBY_FAULT_KINDS)} "
+                             "(default: all; promote needs --standby)")
     parser.add_argument("--fault-gap", default="1,4", help="min,max seconds between the starts of two faults")
     parser.add_argument("--fault-hold", default="0.5,6", help="min,max seconds a fault lasts")
     parser.add_argument("--max-concurrent", type=int, default=2, help="faults in force at once")
     parser.add_argument("--client-debug", default="",
                         help="librdkafka debug contexts of the group members (e.g. cgrp), in their client-<name>.log")
-    parser.add_argument("--standby", action="store_true", help="a synchronous standby and the promote fault (not built yet)")
+    parser.add_argument("--standby", action="store_true", help="a synchronous standby and the promote fault (once a run)")
     parser.add_argument("--out", type=Path, default=None,
                         help="directory for each run's ops.jsonl, broker logs and report.json (default: a new temp dir)")
     return parser.parse_args(argv)
@@ -47,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     for seed in seeds:
         run_dir = out / f"seed-{seed}"
         config = ClusterChaosConfig(run_dir=run_dir, duration=args.duration, seed=seed, standby=args.standby,
-                                    faults=tuple(f for f in args.faults.split(",") if f),
+                                    faults=tuple(f for f in args.faults.split(",") if f) or (
+                                        CLUSTER_FAULT_KINDS + (STANDBY_FAULT_KINDS if args.standby else ())),
                                     fault_gap=tuple(float(x) for x in args.fault_gap.split(",")),  # type: ignore[arg-type]
                                     fault_hold=tuple(float(x) for x in args.fault_hold.split(",")),  # type: ignore[arg-type]
                                     max_concurrent=args.max_concurrent, client_debug=args.client_debug)

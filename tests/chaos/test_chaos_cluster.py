@@ -3,7 +3,7 @@ brokers on a PostgreSQL of their own, 30 s of idempotent producers, committers, 
 consumer groups and consume-transform-produce loops under a seeded schedule of faults, then the
 history checker over everything. Seeds 2 and 3 between them draw every fault kind: kill -9,
 SIGSTOP, SIGTERM, a broker cut from PostgreSQL, a broker cut from its clients, a PostgreSQL
-restart."""
+restart; seed 5 adds a synchronous standby and its promotion after the primary's kill -9."""
 
 from __future__ import annotations
 
@@ -20,10 +20,17 @@ def test_the_two_seeds_draw_every_fault_kind(tmp_path: Path) -> None:
     assert kinds == {"kill", "stop", "term", "pg-cut", "client-cut", "pg-restart"}
 
 
-@pytest.mark.parametrize("seed", [2, 3])
-def test_cluster_chaos_loses_nothing_acknowledged(tmp_path: Path, seed: int) -> None:
-    """30 s of workload under the seed's faults: no violation, no incident, every workload making progress."""
-    config = ClusterChaosConfig(run_dir=tmp_path, duration=30.0, seed=seed)
+STANDBY = {"standby": True, "faults": ("promote", "kill", "pg-cut", "client-cut")}
+
+
+@pytest.mark.parametrize(("seed", "extra"), [(2, {}), (3, {}), (5, STANDBY)], ids=["seed2", "seed3", "seed5-standby"])
+def test_cluster_chaos_loses_nothing_acknowledged(tmp_path: Path, seed: int, extra: dict) -> None:
+    """30 s of workload under the seed's faults: no violation, no incident, every workload making
+    progress. Seed 5 runs on a primary with a synchronous standby and promotes it once (the primary
+    killed -9 6 s in, no primary for 5 s), beside broker kills and cuts."""
+    config = ClusterChaosConfig(run_dir=tmp_path, duration=30.0, seed=seed, **extra)
+    if extra:
+        assert [f.kind for f in plan_faults(config)].count("promote") == 1
     with ClusterHarness(config, log=print) as harness:
         summary = harness.run()
     report = summary.text()

@@ -15,6 +15,7 @@ from ..coordinator.consumer_group_ops import (
     ConsumerGroupHeartbeatResponse,
     TopicsImage,
 )
+from ..coordinator.share_group_ops import ShareGroupHeartbeatResponse
 from ..protocol.errors import Error
 from ..records.consumer_group_records import TopicPartitions
 from ..security.authorization import Op, Res, access
@@ -47,21 +48,21 @@ class ConsumerGroupApi:
         """ConsumerGroupHeartbeat v0-1 (reference B2): join, heartbeat or leave; the response
         once the group's records are durable."""
         if not self.enabled:
-            return _heartbeat_failure(Error.UNSUPPORTED_VERSION, "The consumer group protocol is not enabled "
+            return heartbeat_failure(Error.UNSUPPORTED_VERSION, "The consumer group protocol is not enabled "
                                                                  "(group.coordinator.rebalance.protocols).")
         acc = access(self.broker, ctx)
         if acc is not None:
             if not acc.allows(Op.READ, Res.GROUP, req.group_id or ""):
-                return _heartbeat_failure(Error.GROUP_AUTHORIZATION_FAILED)
+                return heartbeat_failure(Error.GROUP_AUTHORIZATION_FAILED)
             if req.subscribed_topic_names:
                 denied = acc.denied(Op.DESCRIBE, Res.TOPIC, set(req.subscribed_topic_names))
                 if denied:
-                    return _heartbeat_failure(Error.TOPIC_AUTHORIZATION_FAILED,
+                    return heartbeat_failure(Error.TOPIC_AUTHORIZATION_FAILED,
                                               f"Topics {', '.join(sorted(denied))} are not authorized.")
         runtime = self.groups.runtime_for(req.group_id)
         error = self.groups.state_error(runtime)
         if error:
-            return _heartbeat_failure(error)
+            return heartbeat_failure(error)
         owned = req.topic_partitions
         heartbeat = ConsumerGroupHeartbeatRequest(
             group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch,
@@ -76,24 +77,24 @@ class ConsumerGroupApi:
         token = new_token()
         runtime.submit(runtime.shard.consumer_group_heartbeat(token, heartbeat, ctx.version, runtime.clock(),
                                                               self.topics_image()))
-        return reply_when_durable(token, _heartbeat_failure, _shape_heartbeat)
+        return reply_when_durable(token, heartbeat_failure, shape_heartbeat)
 
     def describe(self, ctx: RequestContext, req: Any) -> Reply:
         """ConsumerGroupDescribe v0-1 (reference B8): per group, 30 without DESCRIBE, the shard's
         load-state error, 69 for a missing or classic group, else the group as it is now."""
         if not self.enabled:
-            return {"throttle_time": 0, "groups": [_describe_failure(g, Error.UNSUPPORTED_VERSION)
+            return {"throttle_time": 0, "groups": [describe_failure(g, Error.UNSUPPORTED_VERSION)
                                                    for g in req.group_ids]}
         acc = access(self.broker, ctx)
         groups: list[Body] = []
         for group_id in req.group_ids:
             if acc is not None and not acc.allows(Op.DESCRIBE, Res.GROUP, group_id):
-                groups.append(_describe_failure(group_id, Error.GROUP_AUTHORIZATION_FAILED))
+                groups.append(describe_failure(group_id, Error.GROUP_AUTHORIZATION_FAILED))
                 continue
             runtime = self.groups.runtime_for(group_id)
             error = self.groups.state_error(runtime)
             if error:
-                groups.append(_describe_failure(group_id, error))
+                groups.append(describe_failure(group_id, error))
                 continue
             described = runtime.shard.describe_consumer_group(group_id, self.topic_name)
             if acc is not None and req.include_authorized_operations:
@@ -107,14 +108,15 @@ class ConsumerGroupApi:
         return topic.name if topic is not None else ""
 
 
-def _describe_failure(group_id: str, code: int) -> Body:
-    """A ConsumerGroupDescribe entry carrying only an error."""
+def describe_failure(group_id: str, code: int) -> Body:
+    """A ConsumerGroupDescribe or ShareGroupDescribe entry carrying only an error."""
     return {"error_code": code, "error_message": None, "group_id": group_id, "group_state": "", "group_epoch": 0,
             "assignment_epoch": 0, "assignor_name": "", "members": ()}
 
 
-def _shape_heartbeat(response: ConsumerGroupHeartbeatResponse) -> Body:
-    """The sans-IO response as the wire's body."""
+def shape_heartbeat(response: ConsumerGroupHeartbeatResponse | ShareGroupHeartbeatResponse) -> Body:
+    """The sans-IO response as the wire's body (ConsumerGroupHeartbeat's and ShareGroupHeartbeat's
+    share these fields)."""
     assignment = None if response.assignment is None else {"topic_partitions": [
         {"topic_id": tp.topic_id, "partitions": tp.partitions} for tp in response.assignment]}
     return {"throttle_time": 0, "error_code": response.error_code, "error_message": response.error_message,
@@ -122,7 +124,7 @@ def _shape_heartbeat(response: ConsumerGroupHeartbeatResponse) -> Body:
             "heartbeat_interval": response.heartbeat_interval_ms, "assignment": assignment}
 
 
-def _heartbeat_failure(code: int, message: str | None = None) -> Body:
+def heartbeat_failure(code: int, message: str | None = None) -> Body:
     """A heartbeat answered with an error only."""
     return {"throttle_time": 0, "error_code": code, "error_message": message, "member_id": None,
             "member_epoch": 0, "heartbeat_interval": 0, "assignment": None}

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..coordinator.share_group_ops import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, member_id_error
+from ..coordinator.share_group_ops import ShareGroupHeartbeatRequest, member_id_error
 from ..protocol.errors import Error
 from ..security.authorization import Op, Res, access
-from .consumer_group_api import ConsumerGroupApi
+from .consumer_group_api import ConsumerGroupApi, describe_failure, heartbeat_failure, shape_heartbeat
 from .coordinator_runtime import new_token
 from .group_api import Body, Reply, RequestContext, reply_when_durable
 
@@ -34,22 +34,22 @@ class ShareGroupApi:
         """ShareGroupHeartbeat v1: join, heartbeat or leave; the response once the group's
         records are durable."""
         if not self.enabled:
-            return _heartbeat_failure(Error.UNSUPPORTED_VERSION, "Share groups are not enabled (group.share.enable).")
+            return heartbeat_failure(Error.UNSUPPORTED_VERSION, "Share groups are not enabled (group.share.enable).")
         acc = access(self.broker, ctx)
         if acc is not None and not acc.allows(Op.READ, Res.GROUP, req.group_id or ""):
-            return _heartbeat_failure(Error.GROUP_AUTHORIZATION_FAILED)
+            return heartbeat_failure(Error.GROUP_AUTHORIZATION_FAILED)
         problem = member_id_error(req.member_id)
         if problem is not None:
-            return _heartbeat_failure(Error.INVALID_REQUEST, problem)
+            return heartbeat_failure(Error.INVALID_REQUEST, problem)
         if acc is not None and req.subscribed_topic_names:
             denied = acc.denied(Op.DESCRIBE, Res.TOPIC, set(req.subscribed_topic_names))
             if denied:
-                return _heartbeat_failure(Error.TOPIC_AUTHORIZATION_FAILED,
+                return heartbeat_failure(Error.TOPIC_AUTHORIZATION_FAILED,
                                           f"Topics {', '.join(sorted(denied))} are not authorized.")
         runtime = self.groups.runtime_for(req.group_id)
         error = self.groups.state_error(runtime)
         if error:
-            return _heartbeat_failure(error)
+            return heartbeat_failure(error)
         heartbeat = ShareGroupHeartbeatRequest(
             group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch, rack_id=req.rack_id,
             subscribed_topic_names=None if req.subscribed_topic_names is None else tuple(req.subscribed_topic_names),
@@ -57,48 +57,27 @@ class ShareGroupApi:
         token = new_token()
         runtime.submit(runtime.shard.share_group_heartbeat(token, heartbeat, runtime.clock(),
                                                            self.consumer_groups.topics_image()))
-        return reply_when_durable(token, _heartbeat_failure, _shape_heartbeat)
+        return reply_when_durable(token, heartbeat_failure, shape_heartbeat)
 
     def describe(self, ctx: RequestContext, req: Any) -> Reply:
         """ShareGroupDescribe v1: per group, 30 without DESCRIBE, the shard's load-state error,
         69 for a missing group or one of another kind, else the group as it is now."""
         if not self.enabled:
-            return {"throttle_time": 0, "groups": [_describe_failure(g, Error.UNSUPPORTED_VERSION)
+            return {"throttle_time": 0, "groups": [describe_failure(g, Error.UNSUPPORTED_VERSION)
                                                    for g in req.group_ids]}
         acc = access(self.broker, ctx)
         groups: list[Body] = []
         for group_id in req.group_ids:
             if acc is not None and not acc.allows(Op.DESCRIBE, Res.GROUP, group_id):
-                groups.append(_describe_failure(group_id, Error.GROUP_AUTHORIZATION_FAILED))
+                groups.append(describe_failure(group_id, Error.GROUP_AUTHORIZATION_FAILED))
                 continue
             runtime = self.groups.runtime_for(group_id)
             error = self.groups.state_error(runtime)
             if error:
-                groups.append(_describe_failure(group_id, error))
+                groups.append(describe_failure(group_id, error))
                 continue
             described = runtime.shard.describe_share_group(group_id, self.consumer_groups.topic_name)
             if acc is not None and req.include_authorized_operations:
                 described["authorized_operations"] = acc.operations(Res.GROUP, group_id)
             groups.append(described)
         return {"throttle_time": 0, "groups": groups}
-
-
-def _describe_failure(group_id: str, code: int) -> Body:
-    """A ShareGroupDescribe entry carrying only an error."""
-    return {"error_code": code, "error_message": None, "group_id": group_id, "group_state": "", "group_epoch": 0,
-            "assignment_epoch": 0, "assignor_name": "", "members": ()}
-
-
-def _shape_heartbeat(response: ShareGroupHeartbeatResponse) -> Body:
-    """The sans-IO response as the wire's body."""
-    assignment = None if response.assignment is None else {"topic_partitions": [
-        {"topic_id": tp.topic_id, "partitions": tp.partitions} for tp in response.assignment]}
-    return {"throttle_time": 0, "error_code": response.error_code, "error_message": response.error_message,
-            "member_id": response.member_id, "member_epoch": response.member_epoch,
-            "heartbeat_interval": response.heartbeat_interval_ms, "assignment": assignment}
-
-
-def _heartbeat_failure(code: int, message: str | None = None) -> Body:
-    """A heartbeat answered with an error only."""
-    return {"throttle_time": 0, "error_code": code, "error_message": message, "member_id": None,
-            "member_epoch": 0, "heartbeat_interval": 0, "assignment": None}

@@ -35,21 +35,32 @@ def _two_free_ports() -> int:
     raise AssertionError("no two consecutive free ports")
 
 
-def test_dev_cluster_prints_where_it_runs_and_stops_everything_on_sigterm():
-    port = _two_free_ports()
-    proc = subprocess.Popen([sys.executable, "-m", "offsetd.dev.cluster", "--brokers", "2", "--base-port", str(port),
-                             "--metrics-base-port", "0", "--override", "storage.engine=local"],
+def _start(*args: str) -> tuple[subprocess.Popen[bytes], LineReader]:
+    """`python -m offsetd.dev.cluster` with `args` (metrics off, local storage overridden), its
+    output read line by line against deadlines."""
+    proc = subprocess.Popen([sys.executable, "-m", "offsetd.dev.cluster", *args, "--metrics-base-port", "0",
+                             "--override", "storage.engine=local"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=0)
     assert proc.stdout is not None
-    out = LineReader(proc.stdout)
+    return proc, LineReader(proc.stdout)
+
+
+def _banner(proc: subprocess.Popen[bytes], out: LineReader) -> str:
+    """The lines it prints up to the one naming Ctrl-C (90 s at most)."""
     lines: list[str] = []
     deadline = time.monotonic() + 90
+    while not lines or "Ctrl-C" not in lines[-1]:
+        line = out.readline(deadline)
+        assert line is not None, f"no banner (rc={proc.poll()}): {''.join(lines)}"
+        lines.append(line)
+    return "".join(lines)
+
+
+def test_dev_cluster_prints_where_it_runs_and_stops_everything_on_sigterm():
+    port = _two_free_ports()
+    proc, out = _start("--brokers", "2", "--base-port", str(port))
     try:
-        while not lines or "Ctrl-C" not in lines[-1]:
-            line = out.readline(deadline)
-            assert line is not None, f"no banner (rc={proc.poll()}): {''.join(lines)}"
-            lines.append(line)
-        banner = "".join(lines)
+        banner = _banner(proc, out)
         assert f"bootstrap servers: 127.0.0.1:{port},127.0.0.1:{port + 1}\n" in banner
         dsn = re.search(r"storage\.engine:\s+(\S+)", banner).group(1)  # type: ignore[union-attr]
         directory = Path(re.search(r"files in (\S+)", banner).group(1))  # type: ignore[union-attr]
@@ -86,19 +97,9 @@ def test_dev_cluster_with_a_standby_prints_the_multi_host_url_and_the_failover_c
     """--standby: a primary and a synchronous streaming standby, the brokers given both in the
     multi-host URL (which reaches the primary), and the kill and promote commands printed."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "offsetd.dev.cluster", "--brokers", "1", "--base-port", str(port),
-                             "--metrics-base-port", "0", "--standby", "--override", "storage.engine=local"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=0)
-    assert proc.stdout is not None
-    out = LineReader(proc.stdout)
-    lines: list[str] = []
-    deadline = time.monotonic() + 90
+    proc, out = _start("--brokers", "1", "--base-port", str(port), "--standby")
     try:
-        while not lines or "Ctrl-C" not in lines[-1]:
-            line = out.readline(deadline)
-            assert line is not None, f"no banner (rc={proc.poll()}): {''.join(lines)}"
-            lines.append(line)
-        banner = "".join(lines)
+        banner = _banner(proc, out)
         dsn = re.search(r"storage\.engine:\s+(\S+)", banner).group(1)  # type: ignore[union-attr]
         match = re.fullmatch(r"postgresql://postgres@127\.0\.0\.1:(\d+),127\.0\.0\.1:(\d+)/offsetd"
                              r"\?target_session_attrs=read-write", dsn)

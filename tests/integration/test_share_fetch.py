@@ -16,6 +16,7 @@ from kio.index import load_request_schema
 
 from clients import create_topic
 from group_helpers import unique
+from integration.share_helpers import group_configs
 from raw_client import RawClient, build
 
 SHARE_FETCH, SHARE_ACKNOWLEDGE, METADATA = 78, 79, 3
@@ -70,14 +71,6 @@ def the_partition(answer: object) -> object:
     return partition
 
 
-def earliest(bootstrap: str, group: str) -> None:
-    """share.auto.offset.reset=earliest for the group, through confluent-kafka's AdminClient."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
-    admin.incremental_alter_configs([resource])[resource].result(15)
-
-
 def produce(bootstrap: str, topic: str, n: int) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
     for i in range(n):
@@ -91,7 +84,7 @@ def setup(broker_factory):
     broker = broker_factory()
     topic, group = unique("share"), unique("q")
     create_topic(broker.bootstrap, topic, 1)
-    earliest(broker.bootstrap, group)
+    group_configs(broker.bootstrap, group, share_auto_offset_reset="earliest")
     produce(broker.bootstrap, topic, 10)
     with RawClient(broker.bootstrap) as client:
         tid = topic_id(client, topic)
@@ -209,11 +202,7 @@ def test_read_committed_never_delivers_an_aborted_transaction(broker_factory) ->
     broker = broker_factory()
     topic, group = unique("share-txn"), unique("q")
     create_topic(broker.bootstrap, topic, 1)
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET),
-        ConfigEntry("share.isolation.level", "read_committed", incremental_operation=AlterConfigOpType.SET)])
-    admin.incremental_alter_configs([resource])[resource].result(15)
+    group_configs(broker.bootstrap, group, share_auto_offset_reset="earliest", share_isolation_level="read_committed")
     producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": unique("t"), "linger.ms": 0})
     producer.init_transactions(30)
     for outcome in ("commit", "abort", "commit", "open"):
@@ -259,11 +248,8 @@ def test_a_groups_own_lock_duration_is_answered_and_runs_out(broker_factory) -> 
     broker = broker_factory({"group.share.min.record.lock.duration.ms": "1000"})
     topic, group = unique("share-lock"), unique("q")
     create_topic(broker.bootstrap, topic, 1)
+    group_configs(broker.bootstrap, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms="1000")
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET),
-        ConfigEntry("share.record.lock.duration.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
-    admin.incremental_alter_configs([resource])[resource].result(15)
     too_short = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
         ConfigEntry("share.record.lock.duration.ms", "999", incremental_operation=AlterConfigOpType.SET)])
     with pytest.raises(Exception, match="share.record.lock.duration.ms"):
@@ -295,7 +281,7 @@ def test_share_groups_show_in_the_lag_metrics(broker_factory) -> None:
                    message="metrics").group(1)
     topic, group = unique("share-lag"), unique("q")
     create_topic(broker.bootstrap, topic, 1)
-    earliest(broker.bootstrap, group)
+    group_configs(broker.bootstrap, group, share_auto_offset_reset="earliest")
     produce(broker.bootstrap, topic, 10)
     consumer = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
                               "share.acknowledgement.mode": "explicit"})

@@ -22,6 +22,7 @@ from kio.static.primitive import i8
 from broker_process import wait_for
 from clients import create_topic
 from group_helpers import unique
+from integration.share_helpers import group_configs
 from integration.acl_helpers import GROUP, TOPIC, binding, conf, grant, secured_overrides
 from raw_client import RawClient
 
@@ -230,7 +231,7 @@ def test_a_groups_own_share_session_timeout_and_heartbeat_interval(broker_factor
     above the heartbeat interval is refused naming the key; accepted, DescribeConfigs shows them, the
     group's members are told its interval and expire after its timeout; other groups keep the broker's."""
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    from confluent_kafka.admin import ConfigResource
 
     broker = broker_factory(BROKER)
     topic, group, other = unique("sg-t"), unique("sg-own"), unique("sg-other")
@@ -238,9 +239,7 @@ def test_a_groups_own_share_session_timeout_and_heartbeat_interval(broker_factor
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
 
     def alter(**configs: str) -> None:
-        resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-            ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
-        admin.incremental_alter_configs([resource])[resource].result(15)
+        group_configs(broker.bootstrap, group, **configs)
 
     for bad, says in (({"share_session_timeout_ms": "2999"}, "share.session.timeout.ms"),
                       ({"share_heartbeat_interval_ms": "299"}, "share.heartbeat.interval.ms"),

@@ -42,7 +42,8 @@ from ..metrics.history import BrokerHistory
 from ..metrics.http import MetricsHttpServer
 from ..metrics.lag_view import BrokerLagSource
 from ..records.offsets import OFFSETS_TOPIC
-from ..storage.postgres_store import PostgresSecurityStore, PostgresStore
+from ..storage.postgres_security import PostgresSecurityStore
+from ..storage.postgres_store import PostgresStore
 from .close_connection import CloseConnection
 from .connection import Connection, ConnectionGuard, Pending
 from .cluster_runtime import (

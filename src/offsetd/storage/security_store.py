@@ -1,5 +1,5 @@
 """Where ACLs and SCRAM credentials live: local mode in `<log.dirs>/security/` (two JSON files,
-each replaced durably as a whole), cluster mode in PostgreSQL (postgres_store.PostgresSecurityStore).
+each replaced durably as a whole), cluster mode in PostgreSQL (postgres_security.PostgresSecurityStore).
 
 Rows are plain tuples so that storage knows nothing of the security model: an ACL is
 (resource type, resource name, pattern type, principal, host, operation, permission) with Kafka's

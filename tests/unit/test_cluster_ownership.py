@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from offsetd.cluster.ownership import Lease, PartitionRow, plan, rendezvous_owner
+from offsetd.cluster.ownership import Lease, PartitionRow, Preferences, plan, rendezvous_owner
 
 KEYS = [("t", p) for p in range(60)]
 
@@ -88,6 +88,22 @@ def test_a_deleted_topic_is_lost() -> None:
     assert plan(1, [1], [], {KEYS[0]: 1}, True).lost == [KEYS[0]]
 
 
+def test_an_incomplete_plan_decides_only_on_the_rows_given() -> None:
+    """Rows left out (unchanged since a complete plan) are not lost, claimed or released."""
+    owned = {KEYS[0]: 1, KEYS[1]: 1}
+    decided = plan(1, [1], [PartitionRow(KEYS[2], None, 0)], owned, True, complete=False)
+    assert decided.claim == [KEYS[2]] and decided.lost == decided.release == []
+    assert plan(1, [1], [], owned, True, complete=True).lost == [KEYS[0], KEYS[1]]
+
+
+def test_preferences_are_the_rendezvous_owners_of_the_current_brokers() -> None:
+    prefs = Preferences()
+    assert [prefs.owner(k, (1, 2, 3)) for k in KEYS] == [rendezvous_owner(k, [1, 2, 3]) for k in KEYS]
+    assert [prefs.owner(k, (1, 2)) for k in KEYS] == [rendezvous_owner(k, [1, 2]) for k in KEYS]
+    prefs.forget(KEYS[:3])
+    assert prefs.owner(KEYS[0], (1, 2)) == rendezvous_owner(KEYS[0], [1, 2])
+
+
 def test_an_invalid_lease_loses_everything_and_claims_nothing() -> None:
     decided = plan(1, [1], rows({}), {KEYS[0]: 1}, lease_valid=False)
     assert decided.lost == [KEYS[0]] and decided.claim == decided.release == []
@@ -155,3 +171,53 @@ def test_every_partition_ends_with_exactly_one_owner(live: set[int], dead: set[i
         assert row.owner == rendezvous_owner(key, sorted(live))
         assert [b for b in live if key in owned[b]] == [row.owner]
         assert owned[row.owner][key] == row.epoch
+
+
+@settings(max_examples=200, deadline=None)
+@given(live=st.sets(st.integers(1, 6), min_size=2), seed=st.randoms(use_true_random=False))
+def test_plans_of_changed_rows_only_converge_like_complete_ones(live: set[int], seed) -> None:
+    """As cluster/member.py plans: complete when the live brokers change, else only on the rows
+    changed since each broker's last plan. A broker dies, the others take its partitions over
+    and then it returns: every partition ends with its preferred live owner, once."""
+    table = {k: PartitionRow(k, None, 0) for k in KEYS}
+    owned: dict[int, dict] = {b: {} for b in live}
+    prefs = {b: Preferences() for b in live}
+    seen_live: dict[int, tuple] = {}
+    changed: dict[int, set] = {b: set() for b in live}
+
+    def write(key, row) -> None:
+        table[key] = row
+        for b in changed:
+            changed[b].add(key)
+
+    def rounds(now_live: list[int]) -> None:
+        for _ in range(2):
+            for me in sorted(now_live, key=lambda _: seed.random()):
+                complete = seen_live.get(me) != tuple(now_live)
+                seen_live[me] = tuple(now_live)
+                rows = list(table.values()) if complete else [table[k] for k in sorted(changed[me])]
+                changed[me] = set()
+                decided = plan(me, now_live, rows, owned[me], True, complete=complete, preferences=prefs[me])
+                for key in decided.lost:
+                    owned[me].pop(key)
+                for key in decided.release:
+                    owned[me].pop(key)
+                    write(key, PartitionRow(key, None, table[key].epoch))
+                for key, epoch in decided.disown:
+                    if table[key].owner == me and table[key].epoch == epoch:
+                        write(key, PartitionRow(key, None, epoch))
+                for key in decided.claim:
+                    row = table[key]
+                    if row.owner is None or row.owner == me or row.owner not in now_live:
+                        write(key, PartitionRow(key, me, row.epoch + 1))
+                        owned[me][key] = row.epoch + 1
+        for key, row in table.items():
+            assert row.owner == rendezvous_owner(key, now_live)
+            assert [b for b in now_live if key in owned[b]] == [row.owner]
+
+    everyone = sorted(live)
+    rounds(everyone)
+    victim = seed.choice(everyone)
+    owned[victim] = {}  # killed: its process and everything it held are gone
+    rounds([b for b in everyone if b != victim])
+    rounds(everyone)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol
 
 from ..storage.postgres_store import BrokerRow, Claim, PostgresStore, StoreUnavailable, TopicRow
-from .ownership import Lease, PartitionRow, plan
+from .ownership import Lease, PartitionRow, Preferences, plan
 
 log = logging.getLogger("offsetd.cluster")
 
@@ -31,6 +31,10 @@ Key = tuple[uuid.UUID, int]
 RETRY_MS = 100  # the next renewal after one PostgreSQL did not answer
 HANDOFF_WAIT_MS = 2000  # a stopping broker follows its released partitions' new owners this long at most
 HANDOFF_LINGER_MS = 250  # then answers a little longer: librdkafka retries 100-200 ms apart
+# A look reads only the partitions whose ownership changed since the previous one; every this often
+# it reads them all anyway (a safety net: nothing is known to need it).
+FULL_LOOK_MS = 60_000
+CLAIM_BATCH = 1000  # partitions claimed (or released) per statement
 
 
 class OwnerCallbacks(Protocol):
@@ -82,6 +86,13 @@ class ClusterMember:
         self.owned: dict[Key, int] = {}  # partition -> epoch this process leads at
         self.brokers: list[BrokerRow] = []  # live brokers, from the last look
         self.leaders: dict[Key, Leader] = {}
+        # The shared state as the last look left it, kept current by reading only what changed.
+        self._rows: dict[Key, PartitionRow] = {}
+        self._horizon = 0  # `since` for the next look's snapshot
+        self._full_wanted = True  # the next look reads every partition (a topic changed, a new LISTEN)
+        self._full_at = 0.0  # when the last look read every partition
+        self._planned: tuple[tuple[int, ...], bool] | None = None  # (live brokers, serving) of the last plan
+        self._preferences = Preferences()
         self._wake = asyncio.Event()
         self._view = asyncio.Event()  # set (and replaced) whenever brokers or leaders change
         self._ticking = asyncio.Lock()  # one round at a time: each acts on what the last one did
@@ -122,7 +133,8 @@ class ClusterMember:
                 for key, _ in held:
                     self._lose(key)
                 await self.store.unregister(self.node_id, self.incarnation)
-                await asyncio.gather(*(self.store.release(key[0], key[1], self.node_id, epoch) for key, epoch in held))
+                for i in range(0, len(held), CLAIM_BATCH):
+                    await self.store.release(held[i:i + CLAIM_BATCH], self.node_id)
                 await self._follow_successors([key for key, _ in held])
                 if held:  # clients retrying here (told COORDINATOR_LOAD_IN_PROGRESS) are told the new owner
                     await asyncio.sleep(HANDOFF_LINGER_MS / 1000)
@@ -140,10 +152,7 @@ class ClusterMember:
         the new owners from its Metadata and FindCoordinator instead of "not available"."""
         deadline = self.clock() + HANDOFF_WAIT_MS
         while released and self.clock() < deadline:
-            brokers, partitions = await self.store.snapshot()
-            self.brokers = brokers
-            self.leaders = {(t, p): Leader(owner, epoch) for t, p, owner, epoch in partitions if owner is not None}
-            self._view_updated()
+            await self._look()
             released = [key for key in released if key not in self.leaders]
             if released:
                 self._wake.clear()
@@ -171,6 +180,8 @@ class ClusterMember:
     def _notified(self, payload: str) -> None:
         if payload in ("topics", "group_configs"):
             self._dirty.add(payload)
+        if payload == "topics":  # partitions added or deleted: read them all at the next look
+            self._full_wanted = True
         self._wake.set()
 
     async def _heartbeats(self) -> None:
@@ -200,6 +211,7 @@ class ClusterMember:
             return
         self._listener = await self.store.listen(self._notified)
         self._dirty.update(("topics", "group_configs"))
+        self._full_wanted = True
         log.info("listening for cluster changes again")
 
     async def renew(self) -> None:
@@ -246,75 +258,122 @@ class ClusterMember:
         if "group_configs" in self._dirty:
             self._dirty.discard("group_configs")
             self.callbacks.group_configs_changed(await self.store.group_configs())
-        brokers, partitions = await self.store.snapshot()
-        self.brokers = brokers
+        complete, changed = await self._look()
         if self._looked is not None:
             looked, self._looked = self._looked, None
             await looked()
-        rows = [PartitionRow((topic_id, index), owner, epoch) for topic_id, index, owner, epoch in partitions]
-        self.leaders = {row.key: Leader(row.owner, row.epoch) for row in rows if row.owner is not None}
-        self._view_updated()
-        live = [b.node_id for b in brokers]
-        decided = plan(self.node_id, live, rows, self.owned, self.serving())
+        live = tuple(b.node_id for b in self.brokers)
+        serving = self.serving()
+        # Only the changed partitions need a decision, unless the live brokers (so every
+        # partition's preferred owner) or our own lease changed since the last plan.
+        complete = complete or self._planned != (live, serving)
+        self._planned = (live, serving)
+        decided = plan(self.node_id, live, self._rows.values() if complete else changed, self.owned, serving,
+                       complete=complete, preferences=self._preferences)
         for key in decided.lost:
             log.info("partition %s/%d is led elsewhere now (or its topic is gone)", *key)
             self._lose(key)
-        for key in decided.release:
-            log.info("handing partition %s/%d over to its preferred broker", *key)
-            await self._release(key)
-        for key, epoch in decided.disown:
-            log.info("setting partition %s/%d free (epoch %d: recorded as ours, not held)", key[0], key[1], epoch)
-            await self.store.release(key[0], key[1], self.node_id, epoch)
+        if decided.release:
+            log.info("handing %d partition(s) over to their preferred brokers: %s", len(decided.release),
+                     _some(decided.release))
+            await self._release(decided.release)
+        if decided.disown:
+            log.info("setting %d partition(s) free (recorded as ours, not held): %s", len(decided.disown),
+                     _some([key for key, _ in decided.disown]))
+            await self.store.release(decided.disown, self.node_id)
         # Coordinator partitions first: groups wait on them, and their copies are caught up without
-        # competing with data partitions' (each group of claims runs concurrently).
+        # competing with data partitions' (each batch of claims loads concurrently).
         urgent = [key for key in decided.claim if self.callbacks.urgent(key)]
         rest = [key for key in decided.claim if not self.callbacks.urgent(key)]
-        claimed = any(await asyncio.gather(*(self._claim(key) for key in urgent)))
-        claimed = any(await asyncio.gather(*(self._claim(key) for key in rest))) or claimed
-        if decided.release or decided.disown or claimed:
+        claimed = 0
+        for keys in (urgent, rest):
+            for i in range(0, len(keys), CLAIM_BATCH):
+                claimed += await self._claim(keys[i:i + CLAIM_BATCH])
+        if claimed < len(decided.claim):  # some were taken by others, or our lease lapsed: decide again
+            self._planned = None
+        if decided.release or decided.disown:
             await self.store.notify("ownership")
 
-    async def _claim(self, key: Key) -> bool:
-        claim = await self.store.claim(key[0], key[1], self.node_id, self.incarnation)
-        if claim is None:
-            return False  # someone else was faster, or our lease lapsed meanwhile
-        self.owned[key] = claim.epoch
-        self.leaders[key] = Leader(self.node_id, claim.epoch)
+    async def _look(self) -> tuple[bool, list[PartitionRow]]:
+        """Read the live brokers and the partitions changed since the last look (all of them the
+        first time, after a topic change or a new LISTEN connection, and every FULL_LOOK_MS);
+        update the view. (whether every partition was read, the rows read)."""
+        now = self.clock()
+        since = None if self._full_wanted or now - self._full_at >= FULL_LOOK_MS else self._horizon
+        self._full_wanted = False
+        brokers, rows, horizon = await self.store.snapshot(since)
+        self.brokers = brokers
+        read = [PartitionRow((topic_id, index), owner, epoch) for topic_id, index, owner, epoch in rows]
+        if since is None:
+            gone = self._rows.keys() - {row.key for row in read}
+            self._preferences.forget(gone)
+            self._rows = {row.key: row for row in read}
+            self.leaders = {row.key: Leader(row.owner, row.epoch) for row in read if row.owner is not None}
+            self._full_at = now
+        else:
+            for row in read:
+                self._rows[row.key] = row
+                if row.owner is None:
+                    self.leaders.pop(row.key, None)
+                else:
+                    self.leaders[row.key] = Leader(row.owner, row.epoch)
+        self._horizon = horizon
         self._view_updated()
+        return since is None, read
+
+    async def _claim(self, keys: list[Key]) -> int:
+        """Claim `keys` in one statement, then load those taken, concurrently (a partition that
+        cannot be loaded is handed back rather than sat on); how many were taken."""
+        claims = await self.store.claim(keys, self.node_id, self.incarnation)
+        for key, claim in claims.items():
+            self.owned[key] = claim.epoch
+            self.leaders[key] = Leader(self.node_id, claim.epoch)
+        if not claims:
+            return 0
+        self._view_updated()
+        loaded = await asyncio.gather(*(self._gain(key, claim) for key, claim in claims.items()))
+        failed = [key for key, ok in zip(claims, loaded) if not ok]
+        if failed:
+            await self._release(failed)
+        return len(claims)
+
+    async def _gain(self, key: Key, claim: Claim) -> bool:
         try:
-            ok = await self.callbacks.gained(key, claim)
+            return await self.callbacks.gained(key, claim)
         except Exception:
             log.exception("loading partition %s/%d after claiming it failed", *key)
-            ok = False
-        if not ok:  # hand it back rather than sit on a partition we cannot serve
-            await self._release(key)
-        return True
+            return False
 
-    async def _release(self, key: Key) -> None:
-        epoch = self.owned.get(key)
-        if epoch is None:
+    async def _release(self, keys: list[Key]) -> None:
+        """Drain and give up `keys` (graceful: peers claim them at once, no lease wait)."""
+        held = [(key, self.owned[key]) for key in keys if key in self.owned]
+        if not held:
             return
-        await self.callbacks.releasing(key)
-        self._lose(key)
+        await asyncio.gather(*(self.callbacks.releasing(key) for key, _ in held))
+        for key, _ in held:
+            self._lose(key)
+            self.leaders.pop(key, None)
         try:
-            await self.store.release(key[0], key[1], self.node_id, epoch)
+            for i in range(0, len(held), CLAIM_BATCH):
+                await self.store.release(held[i:i + CLAIM_BATCH], self.node_id)
         except Exception as exc:  # the lease will expire instead
-            log.warning("releasing partition %s/%d: %s", key[0], key[1], exc)
-        self.leaders.pop(key, None)
+            log.warning("releasing %d partition(s): %s", len(held), exc)
 
     def _lose(self, key: Key) -> None:
         if self.owned.pop(key, None) is not None:
             self.callbacks.lost(key)
 
     def refresh_topics(self) -> None:
-        """Read the catalogue again at the next tick."""
+        """Read the catalogue (and every partition's ownership) again at the next tick."""
         self._dirty.add("topics")
+        self._full_wanted = True
 
     def fenced(self, key: Key) -> None:
         """An append found another owner, had an unknown outcome, or the lease lapsed under it:
         forget the partition and look again soon (it is claimed again if it is still ours)."""
         log.info("partition %s/%d given up (fenced, an uncertain append, or a lapsed lease)", *key)
         self._lose(key)
+        self._planned = None  # its row may be unchanged (still ours): decide on every partition again
         self._wake.set()
 
     # ------------------------------------------------------------------------ view
@@ -331,3 +390,8 @@ class ClusterMember:
     def endpoint(self, node_id: int) -> BrokerRow | None:
         return next((b for b in self.brokers if b.node_id == node_id), None)
 
+
+def _some(keys: list[Key], shown: int = 5) -> str:
+    """A log line's worth of partition keys."""
+    text = ", ".join(f"{t}/{p}" for t, p in keys[:shown])
+    return text + (f" and {len(keys) - shown} more" if len(keys) > shown else "")

@@ -89,16 +89,43 @@ class Lease:
         return self.deadline_ms is not None and now_ms < self.deadline_ms
 
 
+class Preferences:
+    """Each partition's preferred owner among one set of brokers, hashed once per set: at 100,000
+    partitions the rendezvous hashes are most of what a look at ownership costs."""
+
+    def __init__(self) -> None:
+        self._brokers: tuple[int, ...] = ()
+        self._owner: dict[Hashable, int | None] = {}
+
+    def owner(self, key: Hashable, brokers: tuple[int, ...]) -> int | None:
+        """rendezvous_owner(key, brokers), `brokers` sorted."""
+        if brokers != self._brokers:
+            self._brokers, self._owner = brokers, {}
+        try:
+            return self._owner[key]
+        except KeyError:
+            owner = self._owner[key] = rendezvous_owner(key, brokers)
+            return owner
+
+    def forget(self, keys: Iterable[Hashable]) -> None:
+        """Partitions that are gone (their topic was deleted)."""
+        for key in keys:
+            self._owner.pop(key, None)
+
+
 def plan(me: int, live: Iterable[int], rows: Iterable[PartitionRow], owned: Mapping[PartitionKey, int],
-         lease_valid: bool) -> Plan:
+         lease_valid: bool, *, complete: bool = True, preferences: Preferences | None = None) -> Plan:
     """The broker's next moves. `live`: brokers whose lease PostgreSQL judges unexpired (with
-    `me` among them when our lease is); `owned`: partition -> epoch this process holds."""
+    `me` among them when our lease is); `owned`: partition -> epoch this process holds; `rows`:
+    every partition when `complete` (an owned one missing is gone), else only those that changed
+    since a complete plan with the same live brokers (the others still stand as planned)."""
     result = Plan()
     if not lease_valid:
         result.lost.extend(owned)
         return result
-    candidates = sorted(set(live) | {me})
+    candidates = tuple(sorted(set(live) | {me}))
     live_set = set(live)
+    prefs = preferences or Preferences()
     seen: set[PartitionKey] = set()
     for row in rows:
         seen.add(row.key)
@@ -107,16 +134,17 @@ def plan(me: int, live: Iterable[int], rows: Iterable[PartitionRow], owned: Mapp
             if row.owner != me or row.epoch != mine:
                 result.lost.append(row.key)  # claimed by someone else since (or released by a stale us)
                 continue
-            preferred = rendezvous_owner(row.key, candidates)
+            preferred = prefs.owner(row.key, candidates)
             if preferred != me and preferred in live_set:
                 result.release.append(row.key)
             continue
         orphan = row.owner is None or row.owner == me or row.owner not in live_set
         if not orphan:
             continue
-        if rendezvous_owner(row.key, candidates) == me:
+        if prefs.owner(row.key, candidates) == me:
             result.claim.append(row.key)
         elif row.owner == me:
             result.disown.append((row.key, row.epoch))
-    result.lost.extend(key for key in owned if key not in seen)  # its topic was deleted
+    if complete:
+        result.lost.extend(key for key in owned if key not in seen)  # its topic was deleted
     return result

@@ -67,6 +67,9 @@ ALTER TABLE offsetd_batch ALTER COLUMN bytes SET STORAGE EXTERNAL;
 CREATE TABLE IF NOT EXISTS offsetd_group_config (group_id text PRIMARY KEY, configs jsonb NOT NULL);
 CREATE SEQUENCE IF NOT EXISTS offsetd_producer_id INCREMENT BY 1000 MINVALUE 0 START 0;
 ALTER TABLE offsetd_broker ADD COLUMN IF NOT EXISTS endpoints jsonb NOT NULL DEFAULT '{}'::jsonb;
+ALTER TABLE offsetd_partition ADD COLUMN IF NOT EXISTS changed bigint NOT NULL
+    DEFAULT pg_current_xact_id()::text::bigint;
+CREATE INDEX IF NOT EXISTS offsetd_partition_changed ON offsetd_partition (changed);
 CREATE TABLE IF NOT EXISTS offsetd_leader_epoch (
     topic_id uuid NOT NULL, partition int NOT NULL, epoch int NOT NULL, start_offset bigint NOT NULL,
     PRIMARY KEY (topic_id, partition, epoch),
@@ -89,18 +92,30 @@ _LIVE_BROKERS = ("SELECT node_id, host, port, endpoints::text FROM offsetd_broke
                  "ORDER BY node_id")
 
 _PARTITIONS = "SELECT topic_id, partition, owner, epoch FROM offsetd_partition"
+_PARTITIONS_CHANGED = _PARTITIONS + " WHERE changed >= $1"
+_HORIZON = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
 
 _TOPICS = "SELECT name, topic_id, partitions, configs, internal FROM offsetd_topic"
 
+# `changed`: the id of the transaction that last changed a partition's owner or epoch (its
+# creation included). A look at ownership reads only the rows changed by transactions its previous
+# look could not see: those have ids at or above that look's snapshot xmin (every older transaction
+# had ended), so a look costs what changed, not the partition count (issue 26).
+_CHANGED = "pg_current_xact_id()::text::bigint"
+
 # A claim succeeds for a partition without a live owner (or held by an earlier incarnation of this
 # node), and only while the claimer's own lease is valid; its new epoch enters the leader-epoch
-# history in the same statement, starting at the log end. It tells the peers at once, so their
-# Metadata and FindCoordinator name the new owner while it is still catching up (its coordinator
-# answers COORDINATOR_LOAD_IN_PROGRESS meanwhile, which clients retry within 100 ms).
+# history in the same statement, starting at the log end, and the history before it comes back
+# with the claim. Many partitions are claimed in one statement (a broker taking over a dead one's
+# share of 100,000). It tells the peers at once, so their Metadata and FindCoordinator name the
+# new owner while it is still catching up (its coordinator answers COORDINATOR_LOAD_IN_PROGRESS
+# meanwhile, which clients retry within 100 ms).
 _CLAIM = f"""
-WITH c AS (
-    UPDATE offsetd_partition p SET owner = $3, epoch = p.epoch + 1
-    WHERE p.topic_id = $1 AND p.partition = $2
+WITH k AS (SELECT * FROM unnest($1::uuid[], $2::int[]) AS k (topic_id, partition)),
+c AS (
+    UPDATE offsetd_partition p SET owner = $3, epoch = p.epoch + 1, changed = {_CHANGED}
+    FROM k
+    WHERE p.topic_id = k.topic_id AND p.partition = k.partition
       AND (p.owner IS NULL OR p.owner = $3 OR NOT EXISTS (
             SELECT 1 FROM offsetd_broker b WHERE b.node_id = p.owner AND b.expires_at > now()))
       AND EXISTS (SELECT 1 FROM offsetd_broker b
@@ -109,17 +124,24 @@ WITH c AS (
 h AS (
     INSERT INTO offsetd_leader_epoch (topic_id, partition, epoch, start_offset)
     SELECT topic_id, partition, epoch, next_offset FROM c ON CONFLICT DO NOTHING)
-SELECT epoch, next_offset, start_offset, pg_notify('{NOTIFY_CHANNEL}', 'ownership') FROM c"""
+SELECT c.topic_id, c.partition, c.epoch, c.next_offset, c.start_offset,
+       ARRAY(SELECT ARRAY[e.epoch::bigint, e.start_offset] FROM offsetd_leader_epoch e
+             WHERE e.topic_id = c.topic_id AND e.partition = c.partition AND e.epoch < c.epoch
+             ORDER BY e.epoch),
+       pg_notify('{NOTIFY_CHANNEL}', 'ownership')
+FROM c"""
 
 _LEADER_EPOCHS = """
 SELECT epoch, start_offset FROM offsetd_leader_epoch WHERE topic_id = $1 AND partition = $2 AND epoch <= $3
 ORDER BY epoch"""
 
-# A release tells the peers at once (the next owner claims without waiting for its heartbeat).
+# A release tells the peers at once (the next owner claims without waiting for its heartbeat);
+# many partitions at a time, each only where this broker still owns it at the given epoch.
 _RELEASE = f"""
 WITH r AS (
-    UPDATE offsetd_partition SET owner = NULL
-    WHERE topic_id = $1 AND partition = $2 AND owner = $3 AND epoch = $4
+    UPDATE offsetd_partition p SET owner = NULL, changed = {_CHANGED}
+    FROM unnest($1::uuid[], $2::int[], $4::int[]) AS k (topic_id, partition, epoch)
+    WHERE p.topic_id = k.topic_id AND p.partition = k.partition AND p.owner = $3 AND p.epoch = k.epoch
     RETURNING 1)
 SELECT pg_notify('{NOTIFY_CHANNEL}', 'ownership') FROM r"""
 
@@ -170,6 +192,9 @@ DELETE FROM offsetd_batch b USING p
 WHERE b.topic_id = $1 AND b.partition = $2 AND b.last_offset < $5"""
 
 
+OwnerRow = tuple[uuid.UUID, int, "int | None", int]  # (topic id, partition, owner, epoch)
+
+
 class Fenced(Exception):
     """The partition's owner or epoch in PostgreSQL is not the caller's any more."""
 
@@ -209,6 +234,9 @@ class Claim:
     epoch: int
     next_offset: int
     start_offset: int
+    # The leader-epoch history up to this epoch, (epoch, start offset) oldest first, when the claim
+    # read it (None: to be read with leader_epochs).
+    history: tuple[tuple[int, int], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,14 +337,17 @@ class PostgresStore:
         await self.pool.execute(_UNREGISTER, node_id, incarnation)
 
     @_unavailable_on_failure
-    async def snapshot(self) -> tuple[list[BrokerRow], list[tuple[uuid.UUID, int, int | None, int]]]:
-        """Live brokers and every partition's (topic id, partition, owner, epoch), read together."""
+    async def snapshot(self, since: int | None = None) -> tuple[list[BrokerRow], list[OwnerRow], int]:
+        """Live brokers and (topic id, partition, owner, epoch) of every partition, or with `since`
+        only of those changed by transactions at or after it (possibly more), read together; and
+        the horizon to pass as `since` next time (this read's snapshot xmin)."""
         async with self.pool.acquire() as conn:
             async with conn.transaction(isolation="repeatable_read", readonly=True):
                 brokers = [BrokerRow(r[0], r[1], r[2], {name: (h, p) for name, (h, p) in json.loads(r[3]).items()})
                            for r in await conn.fetch(_LIVE_BROKERS)]
-                partitions = [tuple(r) for r in await conn.fetch(_PARTITIONS)]
-        return brokers, partitions  # type: ignore[return-value]
+                horizon = int(await conn.fetchval(_HORIZON))
+                rows = await (conn.fetch(_PARTITIONS) if since is None else conn.fetch(_PARTITIONS_CHANGED, since))
+        return brokers, [tuple(r) for r in rows], horizon  # type: ignore[misc]
 
     @_unavailable_on_failure
     async def notify(self, what: str) -> None:
@@ -325,9 +356,13 @@ class PostgresStore:
     # ------------------------------------------------------------------- ownership
 
     @_unavailable_on_failure
-    async def claim(self, topic_id: uuid.UUID, partition: int, node_id: int, incarnation: uuid.UUID) -> Claim | None:
-        row = await self.pool.fetchrow(_CLAIM, topic_id, partition, node_id, incarnation)
-        return None if row is None else Claim(row[0], row[1], row[2])
+    async def claim(self, keys: list[tuple[uuid.UUID, int]], node_id: int,
+                    incarnation: uuid.UUID) -> dict[tuple[uuid.UUID, int], Claim]:
+        """Claim the partitions `keys` (topic id, partition) in one statement: those taken, with
+        their claims (the others have a live owner, or this broker's lease lapsed)."""
+        rows = await self.pool.fetch(_CLAIM, [k[0] for k in keys], [k[1] for k in keys], node_id, incarnation)
+        return {(r[0], r[1]): Claim(r[2], r[3], r[4], tuple((int(e), int(o)) for e, o in r[5]) + ((r[2], r[3]),))
+                for r in rows}
 
     @_unavailable_on_failure
     async def leader_epochs(self, topic_id: uuid.UUID, partition: int, epoch: int) -> list[tuple[int, int]]:
@@ -335,8 +370,12 @@ class PostgresStore:
         return [(r[0], r[1]) for r in await self.pool.fetch(_LEADER_EPOCHS, topic_id, partition, epoch)]
 
     @_unavailable_on_failure
-    async def release(self, topic_id: uuid.UUID, partition: int, node_id: int, epoch: int) -> bool:
-        return len(await self.pool.fetch(_RELEASE, topic_id, partition, node_id, epoch)) == 1
+    async def release(self, held: list[tuple[tuple[uuid.UUID, int], int]], node_id: int) -> int:
+        """Set free the partitions `held` ((topic id, partition), epoch) this broker owns at those
+        epochs, in one statement; how many were."""
+        rows = await self.pool.fetch(_RELEASE, [k[0] for k, _ in held], [k[1] for k, _ in held], node_id,
+                                     [e for _, e in held])
+        return len(rows)
 
     # ------------------------------------------------------------------------- log
 

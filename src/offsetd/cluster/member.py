@@ -89,7 +89,7 @@ class ClusterMember:
         # The shared state as the last look left it, kept current by reading only what changed.
         self._rows: dict[Key, PartitionRow] = {}
         self._horizon = 0  # `since` for the next look's snapshot
-        self._full_wanted = True  # the next look reads every partition (a topic changed, a new LISTEN)
+        self._full_wanted = True  # the next look reads every partition (the first, after a new LISTEN)
         self._full_at = 0.0  # when the last look read every partition
         self._planned: tuple[tuple[int, ...], bool] | None = None  # (live brokers, serving) of the last plan
         self._preferences = Preferences()
@@ -180,8 +180,6 @@ class ClusterMember:
     def _notified(self, payload: str) -> None:
         if payload in ("topics", "group_configs"):
             self._dirty.add(payload)
-        if payload == "topics":  # partitions added or deleted: read them all at the next look
-            self._full_wanted = True
         self._wake.set()
 
     async def _heartbeats(self) -> None:
@@ -254,7 +252,9 @@ class ClusterMember:
     async def _tick(self) -> None:
         if "topics" in self._dirty:
             self._dirty.discard("topics")
-            self.callbacks.topics_changed(await self.store.topics())
+            topics = await self.store.topics()
+            self.callbacks.topics_changed(topics)
+            self._forget_deleted({t.topic_id for t in topics})
         if "group_configs" in self._dirty:
             self._dirty.discard("group_configs")
             self.callbacks.group_configs_changed(await self.store.group_configs())
@@ -294,9 +294,20 @@ class ClusterMember:
         if decided.release or decided.disown:
             await self.store.notify("ownership")
 
+    def _forget_deleted(self, topic_ids: set[uuid.UUID]) -> None:
+        """Drop the partitions of topics the catalogue no longer has (their rows are gone, which a
+        look at changed rows cannot see; new topics' rows are changed rows)."""
+        gone = [key for key in self._rows if key[0] not in topic_ids]
+        if gone:
+            for key in gone:
+                del self._rows[key]
+                self.leaders.pop(key, None)
+            self._preferences.forget(gone)
+            self._planned = None  # a complete plan: what we led of them is lost
+
     async def _look(self) -> tuple[bool, list[PartitionRow]]:
         """Read the live brokers and the partitions changed since the last look (all of them the
-        first time, after a topic change or a new LISTEN connection, and every FULL_LOOK_MS);
+        first time, after a new LISTEN connection, and every FULL_LOOK_MS);
         update the view. (whether every partition was read, the rows read)."""
         now = self.clock()
         since = None if self._full_wanted or now - self._full_at >= FULL_LOOK_MS else self._horizon
@@ -366,7 +377,6 @@ class ClusterMember:
     def refresh_topics(self) -> None:
         """Read the catalogue (and every partition's ownership) again at the next tick."""
         self._dirty.add("topics")
-        self._full_wanted = True
 
     def fenced(self, key: Key) -> None:
         """An append found another owner, had an unknown outcome, or the lease lapsed under it:

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from offsetd.coordinator.config import ConsumerGroupConfig
 from offsetd.coordinator.consumer_group_ops import (
     ConsumerGroupHeartbeatRequest,
-    ConsumerGroupHeartbeatResponse,
     ConsumerGroupOperations,
     TopicsImage,
 )
+from offsetd.coordinator.group_heartbeat import GroupHeartbeatResponse
 from offsetd.records.consumer_group_records import TopicPartitions, decode_key, decode_value, encode_key, encode_value
 
 NONE = 0
@@ -62,7 +62,7 @@ class Harness:
         self.ops = ConsumerGroupOperations(self.config)
         self.last_records: list = []
 
-    def heartbeat(self, api_version: int = 1, **fields) -> ConsumerGroupHeartbeatResponse:
+    def heartbeat(self, api_version: int = 1, **fields) -> GroupHeartbeatResponse:
         fields.setdefault("group_id", "g")
         req = ConsumerGroupHeartbeatRequest(**fields)
         result = self.ops.consumer_group_heartbeat("t", req, api_version, self.now, self.topics)
@@ -72,7 +72,7 @@ class Harness:
         assert token == "t"
         return response
 
-    def join(self, member_id: str, topics: tuple[str, ...] = ("foo",), **fields) -> ConsumerGroupHeartbeatResponse:
+    def join(self, member_id: str, topics: tuple[str, ...] = ("foo",), **fields) -> GroupHeartbeatResponse:
         fields.setdefault("rebalance_timeout_ms", REBALANCE_MS)
         return self.heartbeat(member_id=member_id, member_epoch=0, subscribed_topic_names=topics,
                               topic_partitions=(), **fields)
@@ -106,13 +106,13 @@ class Client:
         self.response = harness.join(member_id, topics, **join_fields)
         self._absorb(self.response)
 
-    def _absorb(self, response: ConsumerGroupHeartbeatResponse) -> None:
+    def _absorb(self, response: GroupHeartbeatResponse) -> None:
         assert response.error_code == NONE, response
         self.epoch = response.member_epoch
         if response.assignment is not None:
             self.owned = as_dict(response.assignment)  # type: ignore[assignment]
 
-    def beat(self, **fields) -> ConsumerGroupHeartbeatResponse:
+    def beat(self, **fields) -> GroupHeartbeatResponse:
         fields.setdefault("topic_partitions", tps(self.owned))
         self.response = self.h.heartbeat(member_id=self.member_id, member_epoch=self.epoch, **fields)
         self._absorb(self.response)

@@ -14,11 +14,8 @@ from offsetd.coordinator.classic_group_ops import JoinRequest
 from offsetd.coordinator.config import GroupCoordinatorConfig, ShareGroupConfig
 from offsetd.coordinator.consumer_group_ops import ConsumerGroupHeartbeatRequest, TopicsImage
 from offsetd.coordinator.share_assignor import simple_assign
-from offsetd.coordinator.share_group_ops import (
-    ShareGroupHeartbeatRequest,
-    ShareGroupHeartbeatResponse,
-    ShareGroupOperations,
-)
+from offsetd.coordinator.group_heartbeat import GroupHeartbeatResponse
+from offsetd.coordinator.share_group_ops import ShareGroupHeartbeatRequest, ShareGroupOperations
 from offsetd.coordinator.shard import GroupCoordinatorShard
 from offsetd.records.offsets import encode_key, encode_value
 from offsetd.records.share_group_records import ShareGroupMetadataKey, TopicPartitionsInfo, decode_key, decode_value
@@ -48,14 +45,14 @@ class Harness:
         self.ops = ShareGroupOperations(self.config)
 
     def hb(self, member_id: str, epoch: int, topics: tuple[str, ...] | None = None, group: str = "g",
-           rack: str | None = None) -> ShareGroupHeartbeatResponse:
+           rack: str | None = None) -> GroupHeartbeatResponse:
         req = ShareGroupHeartbeatRequest(group, member_id, epoch, rack, topics, "client", "/127.0.0.1")
         result = self.ops.share_group_heartbeat("t", req, self.now, self.topics)
         self.log.extend(result.records)
         [(token, response)] = result.completions
         return response
 
-    def join(self, topics: tuple[str, ...] = ("foo",), group: str = "g") -> tuple[str, ShareGroupHeartbeatResponse]:
+    def join(self, topics: tuple[str, ...] = ("foo",), group: str = "g") -> tuple[str, GroupHeartbeatResponse]:
         member_id = new_member_id()
         return member_id, self.hb(member_id, 0, topics, group)
 
@@ -72,7 +69,7 @@ class Harness:
         return fresh
 
 
-def assigned(response: ShareGroupHeartbeatResponse) -> dict[uuid.UUID, set[int]]:
+def assigned(response: GroupHeartbeatResponse) -> dict[uuid.UUID, set[int]]:
     return {tp.topic_id: set(tp.partitions) for tp in response.assignment or ()}
 
 

@@ -35,8 +35,8 @@ from .consumer_group_ops import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupOperations,
     TopicsImage,
-    _Reject,
 )
+from .group_heartbeat import GroupRequestRejected
 from .errors import (
     FENCED_INSTANCE_ID, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL, MEMBER_ID_REQUIRED, NONE,
     REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID,
@@ -101,7 +101,7 @@ class ClassicMemberOperations(ConsumerGroupOperations):
                 req.session_timeout_ms, tuple(ClassicProtocol(n, bytes(m)) for n, m in req.protocols)))
         try:
             records, response = self._heartbeat(heartbeat, now, topics)
-        except _Reject as reject:
+        except GroupRequestRejected as reject:
             result.records.extend(away)
             return result.respond(token, join_error(reject.error_code, req.member_id))
         records[:0] = away

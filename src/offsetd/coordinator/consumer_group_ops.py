@@ -49,8 +49,9 @@ from .config import ConsumerGroupConfig
 from .consumer_reconciliation import reconcile
 from .errors import (
     FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH, GROUP_ID_NOT_FOUND, GROUP_MAX_SIZE_REACHED, INVALID_REGULAR_EXPRESSION,
-    INVALID_REQUEST, NONE, UNKNOWN_MEMBER_ID, UNRELEASED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR,
+    INVALID_REQUEST, UNKNOWN_MEMBER_ID, UNRELEASED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR,
 )
+from .group_heartbeat import GroupHeartbeatResponse, GroupRequestRejected
 from .result import CoordinatorResult
 from .timers import Timers
 
@@ -89,61 +90,40 @@ class ConsumerGroupHeartbeatRequest:
     classic_member_metadata: ClassicMemberMetadata | None = None  # a classic member's JoinGroup (B7)
 
 
-@dataclass(frozen=True)
-class ConsumerGroupHeartbeatResponse:
-    """ConsumerGroupHeartbeat response fields; `assignment` None: not sent (unchanged)."""
-
-    error_code: int = NONE
-    error_message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    assignment: tuple[TopicPartitions, ...] | None = None
-
-
-class _Reject(Exception):
-    """A request refused with an error code; nothing was written."""
-
-    def __init__(self, error_code: int, message: str | None = None) -> None:
-        super().__init__(message)
-        self.error_code = error_code
-        self.message = message
-
-
 def _validate(req: ConsumerGroupHeartbeatRequest, api_version: int) -> None:
     """The INVALID_REQUEST rows of B2, in Kafka's order and with its messages."""
     epoch = req.member_epoch
     if not req.member_id and (api_version >= 1 or epoch > 0 or epoch == LEAVE_GROUP_MEMBER_EPOCH):
-        raise _Reject(INVALID_REQUEST, "MemberId can't be empty.")
+        raise GroupRequestRejected(INVALID_REQUEST, "MemberId can't be empty.")
     if not req.group_id.strip():
-        raise _Reject(INVALID_REQUEST, "GroupId can't be empty.")
+        raise GroupRequestRejected(INVALID_REQUEST, "GroupId can't be empty.")
     if epoch == 0:
         if req.rebalance_timeout_ms == -1:
-            raise _Reject(INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request.")
+            raise GroupRequestRejected(INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request.")
         if req.topic_partitions is None or req.topic_partitions:
-            raise _Reject(INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining.")
+            raise GroupRequestRejected(INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining.")
         if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
-            raise _Reject(INVALID_REQUEST,
+            raise GroupRequestRejected(INVALID_REQUEST,
                           "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining.")
     if req.instance_id is not None and not req.instance_id.strip():
-        raise _Reject(INVALID_REQUEST, "InstanceId can't be empty.")
+        raise GroupRequestRejected(INVALID_REQUEST, "InstanceId can't be empty.")
     if req.rack_id is not None and not req.rack_id.strip():
-        raise _Reject(INVALID_REQUEST, "RackId can't be empty.")
+        raise GroupRequestRejected(INVALID_REQUEST, "RackId can't be empty.")
     if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH and req.instance_id is None:
-        raise _Reject(INVALID_REQUEST, "InstanceId can't be null.")
+        raise GroupRequestRejected(INVALID_REQUEST, "InstanceId can't be null.")
     if epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-        raise _Reject(INVALID_REQUEST, "MemberEpoch is invalid.")
+        raise GroupRequestRejected(INVALID_REQUEST, "MemberEpoch is invalid.")
 
 
 def _compile_regex(regex: str) -> re.Pattern[str]:
     """Compile a subscription regex; INVALID_REGULAR_EXPRESSION if RE2J would refuse it."""
     if _NOT_RE2.search(regex):
-        raise _Reject(INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex `{regex}` is not a valid regular "
+        raise GroupRequestRejected(INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex `{regex}` is not a valid regular "
                                                   f"expression: lookarounds and backreferences are not supported.")
     try:
         return re.compile(regex)
     except re.error as exc:
-        raise _Reject(INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex `{regex}` is not a valid regular "
+        raise GroupRequestRejected(INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex `{regex}` is not a valid regular "
                                                   f"expression: {exc}.") from None
 
 
@@ -202,7 +182,7 @@ class ConsumerGroupOperations:
                                          now + member.rebalance_timeout_ms)
 
     def _write(self, records: list[ConsumerGroupRecord], token: Hashable,
-               response: ConsumerGroupHeartbeatResponse) -> CoordinatorResult:
+               response: GroupHeartbeatResponse) -> CoordinatorResult:
         """Replay the records at once, then package them with the response."""
         for key, value in records:
             self.replay(key, value)
@@ -253,20 +233,20 @@ class ConsumerGroupOperations:
         try:
             _validate(req, api_version)
             if req.server_assignor is not None and req.server_assignor not in self.config.assignors:
-                raise _Reject(UNSUPPORTED_ASSIGNOR, f"ServerAssignor {req.server_assignor} is not supported. "
+                raise GroupRequestRejected(UNSUPPORTED_ASSIGNOR, f"ServerAssignor {req.server_assignor} is not supported. "
                                                     f"Supported assignors: {', '.join(self.config.assignors)}.")
             if req.member_epoch < 0:
                 records, response = self._leave(req)
             else:
                 records, response = self._heartbeat(req, now, topics)
-        except _Reject as reject:
-            error = ConsumerGroupHeartbeatResponse(error_code=reject.error_code, error_message=reject.message)
+        except GroupRequestRejected as reject:
+            error = GroupHeartbeatResponse(error_code=reject.error_code, error_message=reject.message)
             return CoordinatorResult(replay=False).respond(token, error)
         result = self._write(records, token, response)
         self._after_write(req, response, now)
         return result
 
-    def _after_write(self, req: ConsumerGroupHeartbeatRequest, response: ConsumerGroupHeartbeatResponse,
+    def _after_write(self, req: ConsumerGroupHeartbeatRequest, response: GroupHeartbeatResponse,
                      now: int) -> None:
         """Timers follow the replayed state: the session timer re-arms on each heartbeat, the
         rebalance timer runs while the member has partitions to revoke."""
@@ -289,19 +269,19 @@ class ConsumerGroupOperations:
     # --------------------------------------------------------------------------- leave
 
     def _leave(self, req: ConsumerGroupHeartbeatRequest) -> tuple[list[ConsumerGroupRecord],
-                                                                   ConsumerGroupHeartbeatResponse]:
+                                                                   GroupHeartbeatResponse]:
         """Epoch -1 removes the member and bumps the group epoch; -2 (static) only marks it
         away, keeping its partitions."""
         group = self.groups.get(req.group_id)
         if group is None:
-            raise _Reject(GROUP_ID_NOT_FOUND, f"Group {req.group_id} not found.")
+            raise GroupRequestRejected(GROUP_ID_NOT_FOUND, f"Group {req.group_id} not found.")
         if req.instance_id is None:
             member = group.members.get(req.member_id)
             if member is None:
-                raise _Reject(UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group {req.group_id}.")
+                raise GroupRequestRejected(UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group {req.group_id}.")
         else:
             member = self._static_member(group, req)
-        response = ConsumerGroupHeartbeatResponse(member_id=req.member_id, member_epoch=req.member_epoch)
+        response = GroupHeartbeatResponse(member_id=req.member_id, member_epoch=req.member_epoch)
         if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             # Its partitions stay reserved for its return; those it was revoking are freed.
             away = replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, partitions_pending_revocation={})
@@ -312,9 +292,9 @@ class ConsumerGroupOperations:
         """The member holding req.instance_id: 25 if none, 82 if it is another member id."""
         member_id = group.static_members.get(req.instance_id)  # type: ignore[arg-type]
         if member_id is None:
-            raise _Reject(UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
+            raise GroupRequestRejected(UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
         if member_id != req.member_id:
-            raise _Reject(FENCED_INSTANCE_ID, f"Instance id {req.instance_id} belongs to member {member_id}.")
+            raise GroupRequestRejected(FENCED_INSTANCE_ID, f"Instance id {req.instance_id} belongs to member {member_id}.")
         return group.members[member_id]
 
     def _remove_member(self, group: ConsumerGroup, member_id: str) -> list[ConsumerGroupRecord]:
@@ -345,17 +325,17 @@ class ConsumerGroupOperations:
     # ----------------------------------------------------------------------- heartbeat
 
     def _heartbeat(self, req: ConsumerGroupHeartbeatRequest, now: int,
-                   topics: TopicsImage) -> tuple[list[ConsumerGroupRecord], ConsumerGroupHeartbeatResponse]:
+                   topics: TopicsImage) -> tuple[list[ConsumerGroupRecord], GroupHeartbeatResponse]:
         """Join or heartbeat: update the member, then the group epoch, then the target
         assignment, then reconcile the member towards it (B3, B4)."""
         group = self.groups.get(req.group_id)
         if group is None:
             if req.member_epoch != 0:
-                raise _Reject(GROUP_ID_NOT_FOUND, f"Group {req.group_id} not found.")
+                raise GroupRequestRejected(GROUP_ID_NOT_FOUND, f"Group {req.group_id} not found.")
             group = ConsumerGroup(req.group_id)  # created by replaying its first records
         member_id = req.member_id or str(uuid.uuid4())  # v0 may ask the server for an id
         if member_id not in group.members and len(group.members) >= self.config.max_size:
-            raise _Reject(GROUP_MAX_SIZE_REACHED, f"The consumer group has reached its maximum capacity of "
+            raise GroupRequestRejected(GROUP_MAX_SIZE_REACHED, f"The consumer group has reached its maximum capacity of "
                                                   f"{self.config.max_size} members.")
         member, replaced = self._member_for(group, req, member_id)
         owned = None if req.topic_partitions is None else assignment_of(req.topic_partitions)
@@ -398,7 +378,7 @@ class ConsumerGroupOperations:
                 and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None))
         send_assignment = (req.member_epoch == 0 or full
                            or reconciled.assigned_partitions != member.assigned_partitions)
-        response = ConsumerGroupHeartbeatResponse(
+        response = GroupHeartbeatResponse(
             member_id=member_id, member_epoch=reconciled.member_epoch,
             heartbeat_interval_ms=self.group_configs.get(group.group_id, (None, None))[1]
             or self.config.heartbeat_interval_ms,
@@ -452,7 +432,7 @@ class ConsumerGroupOperations:
             member = group.members.get(member_id)
             if member is None:
                 if req.member_epoch != 0:
-                    raise _Reject(UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group.group_id}.")
+                    raise GroupRequestRejected(UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group.group_id}.")
                 return ConsumerGroupMember(member_id), None
             return member, None
         if req.member_epoch != 0:
@@ -465,7 +445,7 @@ class ConsumerGroupOperations:
         if holder_id == member_id:
             return holder, None  # a static member rejoining with its own id: a fresh join
         if holder.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-            raise _Reject(UNRELEASED_INSTANCE_ID, f"Static member {holder_id} with instance id {req.instance_id} "
+            raise GroupRequestRejected(UNRELEASED_INSTANCE_ID, f"Static member {holder_id} with instance id {req.instance_id} "
                                                   f"is not released yet.")
         # The new incarnation takes the old one's place and partitions: no rebalance.
         return replace(holder, member_id=member_id), holder
@@ -475,14 +455,14 @@ class ConsumerGroupOperations:
         """FENCED_MEMBER_EPOCH unless the epoch is the member's, or its previous one with owned
         partitions all still assigned (the bump's response was lost)."""
         if epoch > member.member_epoch:
-            raise _Reject(FENCED_MEMBER_EPOCH, f"The consumer group member has a greater member epoch ({epoch}) "
+            raise GroupRequestRejected(FENCED_MEMBER_EPOCH, f"The consumer group member has a greater member epoch ({epoch}) "
                                                f"than the one known by the group coordinator "
                                                f"({member.member_epoch}).")
         if epoch < member.member_epoch:
             lost_bump = epoch == member.previous_member_epoch and owned is not None and _is_subset(
                 owned, member.assigned_partitions)
             if not lost_bump:
-                raise _Reject(FENCED_MEMBER_EPOCH, f"The consumer group member has a smaller member epoch "
+                raise GroupRequestRejected(FENCED_MEMBER_EPOCH, f"The consumer group member has a smaller member epoch "
                                                    f"({epoch}) than the one known by the group coordinator "
                                                    f"({member.member_epoch}).")
 

@@ -40,7 +40,8 @@ from .consumer_group import (
     target_metadata_record,
 )
 from .config import GroupCoordinatorConfig
-from .consumer_group_ops import ConsumerGroupHeartbeatRequest, TopicsImage, _Reject, _validate
+from .consumer_group_ops import ConsumerGroupHeartbeatRequest, TopicsImage, _validate
+from .group_heartbeat import GroupRequestRejected
 from .errors import REBALANCE_IN_PROGRESS
 from .group import CONSUMER_PROTOCOL, ClassicGroup, ClassicGroupMember, GroupState
 from .result import CoordinatorResult
@@ -146,7 +147,7 @@ def valid_heartbeat(req: ConsumerGroupHeartbeatRequest, api_version: int) -> boo
     INVALID_REQUEST from the heartbeat itself."""
     try:
         _validate(req, api_version)
-    except _Reject:
+    except GroupRequestRejected:
         return False
     return True
 

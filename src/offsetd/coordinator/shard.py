@@ -29,15 +29,16 @@ from ..records.share_group_records import TopicPartitionsInfo
 from .classic_group_ops import ClassicGroupOperations, JoinRequest, join_error
 from .classic_member_ops import ClassicMemberOperations
 from .config import GroupCoordinatorConfig
-from .consumer_group_ops import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, TopicsImage
+from .consumer_group_ops import ConsumerGroupHeartbeatRequest, TopicsImage
 from .errors import GROUP_ID_NOT_FOUND, INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT, NONE
 from .group import ClassicGroup, GroupState
+from .group_heartbeat import GroupHeartbeatResponse
 from .group_migration import GroupMigrationOperations, valid_heartbeat
 from .metrics import CoordinatorCounters
 from .offset_ops import OffsetOperations
 from .offsets_table import OffsetsTable
 from .result import CoordinatorResult
-from .share_group_ops import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupOperations
+from .share_group_ops import ShareGroupHeartbeatRequest, ShareGroupOperations
 from .timers import Timers
 from .txn_offsets import PendingTxnOffsets, is_offset_commit_key
 
@@ -188,7 +189,7 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
         offsets kept (its entry stays beside the consumer group for them). A leave may downgrade."""
         result = CoordinatorResult(replay=False)
         if req.group_id in self.share.groups:
-            return result.respond(token, ConsumerGroupHeartbeatResponse(
+            return result.respond(token, GroupHeartbeatResponse(
                 error_code=GROUP_ID_NOT_FOUND, error_message=f"Group {req.group_id} is not a consumer group."))
         if req.group_id not in self.consumer.groups:
             classic = self.groups.get(req.group_id)
@@ -197,7 +198,7 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
                     return self.consumer.consumer_group_heartbeat(token, req, api_version, now, topics)
                 upgrade = self._upgrade(classic, topics, now) if req.member_epoch == 0 else None
                 if upgrade is None:
-                    error = ConsumerGroupHeartbeatResponse(
+                    error = GroupHeartbeatResponse(
                         error_code=GROUP_ID_NOT_FOUND,
                         error_message=f"Group {req.group_id} is not a consumer group.")
                     return result.respond(token, error)
@@ -329,7 +330,7 @@ class GroupCoordinatorShard(ClassicGroupOperations, GroupMigrationOperations, Of
         holds is refused with GROUP_ID_NOT_FOUND (no conversion between the kinds, as in Kafka)."""
         classic = self.groups.get(req.group_id)
         if req.group_id in self.consumer.groups or (classic is not None and classic.state is not S.DEAD):
-            return CoordinatorResult(replay=False).respond(token, ShareGroupHeartbeatResponse(
+            return CoordinatorResult(replay=False).respond(token, GroupHeartbeatResponse(
                 error_code=GROUP_ID_NOT_FOUND, error_message=f"Group {req.group_id} is not a share group."))
         return self.share.share_group_heartbeat(token, req, now, topics)
 

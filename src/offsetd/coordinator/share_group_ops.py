@@ -20,7 +20,6 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Hashable
 
-from ..records.consumer_group_records import TopicPartitions
 from ..records.share_group_records import (
     ShareGroupKey,
     ShareGroupMetadataKey,
@@ -36,6 +35,7 @@ from .consumer_group_ops import TopicsImage
 from .errors import FENCED_MEMBER_EPOCH, GROUP_ID_NOT_FOUND, GROUP_MAX_SIZE_REACHED, INVALID_REQUEST, \
     NON_EMPTY_GROUP, NONE, UNKNOWN_MEMBER_ID
 from .result import CoordinatorResult
+from .group_heartbeat import GroupHeartbeatResponse, GroupRequestRejected
 from .share_assignor import simple_assign
 from .share_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
@@ -68,27 +68,6 @@ class ShareGroupHeartbeatRequest:
     client_host: str = ""
 
 
-@dataclass(frozen=True)
-class ShareGroupHeartbeatResponse:
-    """ShareGroupHeartbeat response fields; `assignment` None: not sent (unchanged)."""
-
-    error_code: int = NONE
-    error_message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    assignment: tuple[TopicPartitions, ...] | None = None
-
-
-class _Reject(Exception):
-    """A heartbeat refused with an error code; nothing was written."""
-
-    def __init__(self, error_code: int, message: str) -> None:
-        super().__init__(message)
-        self.error_code = error_code
-        self.message = message
-
-
 def member_id_error(member_id: str) -> str | None:
     """Why a client-chosen member id is refused (INVALID_REQUEST), or None when it is fine."""
     if not member_id:
@@ -110,7 +89,7 @@ def _validate(req: ShareGroupHeartbeatRequest) -> None:
     if problem is None and req.member_epoch < LEAVE_GROUP_MEMBER_EPOCH:
         problem = f"MemberEpoch {req.member_epoch} is invalid."
     if problem is not None:
-        raise _Reject(INVALID_REQUEST, problem)
+        raise GroupRequestRejected(INVALID_REQUEST, problem)
 
 
 def metadata_hash(topics: dict[str, tuple[uuid.UUID, int]]) -> int:
@@ -206,8 +185,8 @@ class ShareGroupOperations:
                 records, response = self._leave(req)
             else:
                 records, response = self._heartbeat(req, topics)
-        except _Reject as reject:
-            error = ShareGroupHeartbeatResponse(error_code=reject.error_code, error_message=reject.message)
+        except GroupRequestRejected as reject:
+            error = GroupHeartbeatResponse(error_code=reject.error_code, error_message=reject.message)
             return CoordinatorResult(replay=False).respond(token, error)
         result = self._write(records).respond(token, response)
         key = (req.group_id, req.member_id)
@@ -217,14 +196,14 @@ class ShareGroupOperations:
             self.timers.schedule(key, now + self._session_timeout_ms(req.group_id))
         return result
 
-    def _leave(self, req: ShareGroupHeartbeatRequest) -> tuple[list[ShareGroupRecord], ShareGroupHeartbeatResponse]:
+    def _leave(self, req: ShareGroupHeartbeatRequest) -> tuple[list[ShareGroupRecord], GroupHeartbeatResponse]:
         """Epoch -1: the member's records are tombstoned and the group epoch moves on."""
         group = self.groups.get(req.group_id)
         if group is None:
-            raise _Reject(GROUP_ID_NOT_FOUND, f"Share group {req.group_id} not found.")
+            raise GroupRequestRejected(GROUP_ID_NOT_FOUND, f"Share group {req.group_id} not found.")
         if req.member_id not in group.members:
-            raise _Reject(UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group {req.group_id}.")
-        response = ShareGroupHeartbeatResponse(member_id=req.member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH)
+            raise GroupRequestRejected(UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group {req.group_id}.")
+        response = GroupHeartbeatResponse(member_id=req.member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH)
         return self._remove_member(group, req.member_id), response
 
     @staticmethod
@@ -234,20 +213,20 @@ class ShareGroupOperations:
                 metadata_record(group.group_id, group.group_epoch + 1, group.metadata_hash)]
 
     def _heartbeat(self, req: ShareGroupHeartbeatRequest,
-                   topics: TopicsImage) -> tuple[list[ShareGroupRecord], ShareGroupHeartbeatResponse]:
+                   topics: TopicsImage) -> tuple[list[ShareGroupRecord], GroupHeartbeatResponse]:
         """Join or heartbeat: update the member, then the group epoch, then the target
         assignment; the member's epoch and partitions then jump to the target's."""
         group = self.groups.get(req.group_id)
         if group is None:
             if req.member_epoch != 0:
-                raise _Reject(GROUP_ID_NOT_FOUND, f"Share group {req.group_id} not found.")
+                raise GroupRequestRejected(GROUP_ID_NOT_FOUND, f"Share group {req.group_id} not found.")
             group = ShareGroup(req.group_id)  # created by replaying its first records
         member = group.members.get(req.member_id)
         if member is None:
             if req.member_epoch != 0:
-                raise _Reject(UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group {req.group_id}.")
+                raise GroupRequestRejected(UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group {req.group_id}.")
             if len(group.members) >= self.config.max_size:
-                raise _Reject(GROUP_MAX_SIZE_REACHED, f"The share group has reached its maximum capacity of "
+                raise GroupRequestRejected(GROUP_MAX_SIZE_REACHED, f"The share group has reached its maximum capacity of "
                                                       f"{self.config.max_size} members.")
             member = ShareGroupMember(req.member_id)
             new_member = True
@@ -290,7 +269,7 @@ class ShareGroupOperations:
         records.extend(self._initialized_topics(group, subscribed))  # last, as Kafka's comes after
         send_assignment = (req.member_epoch == 0 or req.subscribed_topic_names is not None
                            or reconciled.assigned_partitions != member.assigned_partitions)
-        response = ShareGroupHeartbeatResponse(
+        response = GroupHeartbeatResponse(
             member_id=req.member_id, member_epoch=reconciled.member_epoch,
             heartbeat_interval_ms=self._heartbeat_interval_ms(group.group_id),
             assignment=topic_partitions_of(reconciled.assigned_partitions) if send_assignment else None)
@@ -369,10 +348,10 @@ def _check_epoch(member: ShareGroupMember, epoch: int) -> None:
     if epoch == 0 or epoch == member.member_epoch:
         return
     if epoch > member.member_epoch:
-        raise _Reject(FENCED_MEMBER_EPOCH, f"The share group member's epoch ({epoch}) is ahead of the "
+        raise GroupRequestRejected(FENCED_MEMBER_EPOCH, f"The share group member's epoch ({epoch}) is ahead of the "
                                            f"coordinator's ({member.member_epoch}); it must rejoin.")
     if epoch != member.previous_member_epoch:
-        raise _Reject(FENCED_MEMBER_EPOCH, f"The share group member's epoch ({epoch}) is behind the "
+        raise GroupRequestRejected(FENCED_MEMBER_EPOCH, f"The share group member's epoch ({epoch}) is behind the "
                                            f"coordinator's ({member.member_epoch}) and is not its previous "
                                            f"one ({member.previous_member_epoch}); it must rejoin.")
 

@@ -10,12 +10,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ..coordinator.consumer_group_ops import (
-    ConsumerGroupHeartbeatRequest,
-    ConsumerGroupHeartbeatResponse,
-    TopicsImage,
-)
-from ..coordinator.share_group_ops import ShareGroupHeartbeatResponse
+from ..coordinator.consumer_group_ops import ConsumerGroupHeartbeatRequest, TopicsImage
+from ..coordinator.group_heartbeat import GroupHeartbeatResponse
 from ..protocol.errors import Error
 from ..records.consumer_group_records import TopicPartitions
 from ..security.authorization import Op, Res, access
@@ -114,7 +110,7 @@ def describe_failure(group_id: str, code: int) -> Body:
             "assignment_epoch": 0, "assignor_name": "", "members": ()}
 
 
-def shape_heartbeat(response: ConsumerGroupHeartbeatResponse | ShareGroupHeartbeatResponse) -> Body:
+def shape_heartbeat(response: GroupHeartbeatResponse) -> Body:
     """The sans-IO response as the wire's body (ConsumerGroupHeartbeat's and ShareGroupHeartbeat's
     share these fields)."""
     assignment = None if response.assignment is None else {"topic_partitions": [

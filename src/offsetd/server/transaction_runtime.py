@@ -24,7 +24,7 @@ from ..records.transaction_log import decode_key, encode_key
 from ..storage.partition_log import PartitionLog
 from ..transaction.result import MarkerJob, Record, TxnResult
 from ..transaction.shard import TransactionCoordinatorShard
-from .coordinator_runtime import ShardState, deliver, durable_append
+from .coordinator_runtime import ShardState, deliver
 from .group_commit import GroupCommit
 
 log = logging.getLogger("offsetd.transactions")

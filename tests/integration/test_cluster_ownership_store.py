@@ -1,0 +1,58 @@
+"""The ownership statements of cluster mode on a real PostgreSQL (storage/postgres_store.py): a
+look reads only the partitions changed since the previous look, including a change whose
+transaction began before that look and committed after it; claims and releases of many partitions
+in one statement, each claim with its leader-epoch history (issue 26)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import asyncpg
+
+from offsetd.storage.postgres_store import PostgresStore, TopicRow
+
+TOPIC = uuid.UUID(int=26)
+
+
+def test_a_look_reads_what_changed_since_the_last_one_even_a_change_committed_after_it(pg_dsn):
+    async def run() -> None:
+        store = PostgresStore(pg_dsn)
+        await store.open()
+        other = await asyncpg.connect(pg_dsn)
+        try:
+            me = uuid.uuid4()
+            await store.register(1, me, "127.0.0.1", 9092, 60_000)
+            assert await store.create_topic(TopicRow("t", TOPIC, 4, {}, False))
+            brokers, rows, horizon = await store.snapshot()
+            assert [b.node_id for b in brokers] == [1]
+            assert sorted(rows) == [(TOPIC, p, None, 0) for p in range(4)]
+
+            # A transaction that changes partition 0 begins before the next look and commits after it.
+            slow = other.transaction()
+            await slow.start()
+            await other.execute("UPDATE offsetd_partition SET epoch = epoch + 1, "
+                                "changed = pg_current_xact_id()::text::bigint WHERE partition = 0")
+            claims = await store.claim([(TOPIC, 1), (TOPIC, 2)], 1, me)
+            assert {key: (c.epoch, c.history) for key, c in claims.items()} == {
+                (TOPIC, 1): (1, ((1, 0),)), (TOPIC, 2): (1, ((1, 0),))}
+            _, rows, horizon = await store.snapshot(horizon)
+            assert {(p, owner, epoch) for _, p, owner, epoch in rows} >= {(1, 1, 1), (2, 1, 1)}
+            assert all(p != 0 for _, p, _, _ in rows)  # not committed yet: not seen
+            await slow.commit()
+            _, rows, horizon = await store.snapshot(horizon)
+            assert (TOPIC, 0, None, 1) in rows  # seen by the look after it committed
+
+            assert await store.release([((TOPIC, 1), 1), ((TOPIC, 2), 7)], 1) == 1  # 2 is not ours at 7
+            _, rows, horizon = await store.snapshot(horizon)
+            assert (TOPIC, 1, None, 1) in rows
+            claims = await store.claim([(TOPIC, 1)], 1, me)
+            assert claims[(TOPIC, 1)].history == ((1, 0), (2, 0))  # the history before it, then its own
+            _, rows, horizon = await store.snapshot(horizon)
+            assert (TOPIC, 1, 1, 2) in rows
+            assert await store.claim([(TOPIC, 3)], 1, uuid.uuid4()) == {}  # not this broker's incarnation
+        finally:
+            await other.close()
+            await store.close()
+
+    asyncio.run(run())

@@ -21,12 +21,14 @@ from typing import Any, Callable
 
 from ..broker.request_context import request_listener
 from ..broker.group_configs import GroupConfigs
+from ..broker.topic_config import log_config
 from ..broker.topics import Topic, TopicError, TopicRegistry
 from ..cluster.member import ClusterMember, Key
 from ..config import BrokerConfig
 from ..records.offsets import OFFSETS_TOPIC
 from ..storage.postgres_log import PostgresPartitionLog
 from ..storage.postgres_store import Claim, PostgresStore, TopicRow
+from ..storage.unopened_log import UnopenedLog
 from .coordinator_runtime import ShardRuntime, ShardState
 from .share_state import SHARE_STATE_TOPIC, ShareStateRuntime
 from .transaction_api import TRANSACTION_STATE_TOPIC
@@ -57,8 +59,11 @@ class ClusterTopicRegistry(TopicRegistry):
         return ""
 
     def _open(self, topic: Topic, index: int, now_ms: int) -> PostgresPartitionLog:
-        plog = PostgresPartitionLog(self._open_log(topic, index, now_ms), self.store, topic.topic_id, self.node_id,
-                                    self.serving)
+        """A partition's PostgreSQL log over a local copy opened on first use: only the brokers
+        that lead it (claim it, then read or append) make its directory and hold its files."""
+        copy = UnopenedLog(self.root, topic.name, index, log_config(topic.configs, self.config), now_ms, self.log_dir,
+                           clean=False, leader_epoch=0, sync_parent=False)
+        plog = PostgresPartitionLog(copy, self.store, topic.topic_id, self.node_id, self.serving)
         plog.on_fenced = lambda p: self.on_fenced(p)
         return plog
 

@@ -28,7 +28,7 @@ __all__ = ["UnopenedLog"]
 
 # What exists on an UnopenedLog before it opens; anything else read opens it.
 _OWN = ("topic", "partition", "config", "log_dir", "leader_epoch", "_closed", "_root", "_now_ms",
-        "_clean", "checked_empty")
+        "_clean", "_sync_parent", "checked_empty")
 
 
 class UnopenedLog(PartitionLog):
@@ -37,11 +37,13 @@ class UnopenedLog(PartitionLog):
     opened = False
 
     def __init__(self, directory: Path, topic: str, partition: int, config: LogConfig, now_ms: int,
-                 log_dir: LogDirectory, *, clean: bool, leader_epoch: int, empty: bool = False) -> None:
+                 log_dir: LogDirectory, *, clean: bool, leader_epoch: int, empty: bool = False,
+                 sync_parent: bool = True) -> None:
         """`directory` is the log directory (`log.dirs`); `clean`: the files are as a clean
         shutdown (or a creation) left them, so opening verifies nothing; `leader_epoch`: what
         Metadata announces, and the least the opened log leads at; `empty`: the directory was
-        just made (CreateTopics)."""
+        just made (CreateTopics); `sync_parent`: fsync the log directory when opening makes the
+        partition's (False for a copy whose log of record is elsewhere: cluster mode)."""
         # PartitionLog.__init__ is not called: it wants the segments this object has not read.
         self._root = directory
         self.topic = topic
@@ -52,6 +54,7 @@ class UnopenedLog(PartitionLog):
         self._closed = False
         self._now_ms = now_ms
         self._clean = clean
+        self._sync_parent = sync_parent
         self.checked_empty = empty  # no segment (preload looked): nothing to recover or retain, offsets 0
 
     @property  # type: ignore[override]
@@ -103,7 +106,7 @@ class UnopenedLog(PartitionLog):
             raise ValueError(f"log {self.topic}-{self.partition} is closed")
         try:
             loaded = PartitionLog.open(self._root, self.topic, self.partition, self.config, self._now_ms,
-                                       self.log_dir, clean=self._clean)
+                                       self.log_dir, clean=self._clean, sync_parent=self._sync_parent)
         except OSError as exc:
             raise self.log_dir.failed(exc, f"open of {self.topic}-{self.partition}") from exc
         announced = self.leader_epoch

@@ -22,7 +22,7 @@ from ..security.authorization import Access, Op, Res, access
 from .api_checks import commit_denied
 from .coordinator_runtime import ShardRuntime, ShardState, new_token
 from .futures import then
-from .group_listing import list_groups
+from . import group_listing
 
 Body = dict[str, Any]
 Reply = Body | Awaitable[Body]
@@ -438,7 +438,7 @@ class GroupApi:
 
     def list_groups(self, ctx: RequestContext, req: Any) -> Reply:
         """§1.10, in slices when there are many groups (server/group_listing.py)."""
-        return list_groups(self.broker, self.runtimes, ctx, req)
+        return group_listing.list_groups(self.broker, self.runtimes, ctx, req)
 
     def delete_groups(self, ctx: RequestContext, req: Any) -> Reply:
         """§1.5: distinct ids, batched per shard; each shard's tombstones are one atomic write."""

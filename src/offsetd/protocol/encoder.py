@@ -88,9 +88,11 @@ def _bytes_writer(flexible: bool, nullable: bool, is_string: bool) -> Writer:
     return write
 
 
-class EncodedArray(bytes):
-    """An array of entities already in wire form, count prefix included, written as it is in
-    place of a list of dicts (protocol/metadata_partitions.py)."""
+class EncodedArray(tuple):
+    """An array of entities already in wire form: bytes parts written one after another (the
+    count prefix first) in place of a list of dicts (protocol/metadata_partitions.py,
+    protocol/listed_groups.py). Parts, not one bytes: a 30 MB array made in slices is not
+    joined into a copy of itself before it is copied into the frame."""
 
 
 class _FrameBuffer(bytearray):
@@ -226,7 +228,7 @@ def entity_writer(cls: type) -> Writer:
             null = "buf.append(0)" if flexible else "buf += INT32.pack(-1)"
             size = "write_uvarint(buf, len(x) + 1)" if flexible else "buf += INT32.pack(len(x))"
             lines += ["    if x is None:", f"        {null}", "    elif x.__class__ is EncodedArray:",
-                      "        buf += x", "    else:",
+                      "        for part in x:", "            buf += part", "    else:",
                       f"        {size}", "        for item in x:", f"            w{i}(buf, item)"]
         else:  # strings, bytes, records, uuids, primitive arrays, nullable structs: a helper call
             env[f"f{i}"] = _field_writer(f, flexible, tagged=False)

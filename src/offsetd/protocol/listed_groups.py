@@ -78,4 +78,4 @@ class ListedGroups:
             write_uvarint(head, self.count + 1)
         else:
             head += INT32.pack(self.count)
-        return EncodedArray(b"".join([bytes(head), *self._chunks]))
+        return EncodedArray((bytes(head), *self._chunks))

@@ -14,7 +14,7 @@ import pytest
 from coordinator_helpers import PREPARING_CONNECT, STABLE_CONSUMER, Harness, build_group
 
 from offsetd.coordinator.consumer_group_ops import ConsumerGroupHeartbeatRequest, TopicsImage
-from offsetd.protocol.encoder import encode_response
+from offsetd.protocol.encoder import SplitFrame, encode_response
 from offsetd.server.coordinator_runtime import ShardState
 from offsetd.server.group_listing import list_groups
 
@@ -23,13 +23,13 @@ COORDINATOR_LOAD_IN_PROGRESS = 14  # §0
 TYPES = ("classic", "consumer", "share")
 
 
-def shards(count: int, groups_each: int) -> list[Any]:
+def shards(count: int, groups_each: int, prefix: str = "") -> list[Any]:
     """Shard runtimes (state and shard: what the listing reads) with offsets-only groups."""
     runtimes = []
     for s in range(count):
         h = Harness.new()
         for g in range(groups_each):
-            h.seed_offsets(f"s{s}-g{g}", {("t", 0): 1})
+            h.seed_offsets(f"{prefix}s{s}-g{g}", {("t", 0): 1})
         runtimes.append(NS(state=ShardState.ACTIVE, shard=h.shard, harness=h))
     return runtimes
 
@@ -58,12 +58,18 @@ def drive(answer: Any, between: Any = lambda turn: None) -> tuple[dict, int]:
         between(turns)
 
 
+def wire(body: dict, version: int) -> bytes:
+    """The frame of an answer as the connection sends it (the parts of a SplitFrame in order)."""
+    frame = encode_response(LIST_GROUPS, version, 7, body)
+    return b"".join(frame.parts) if isinstance(frame, SplitFrame) else frame
+
+
 def listed(body: dict, version: int = 5) -> list[tuple[str, str, str, str]]:
     """The groups of an answer, as a client reads them (the encoded frame decoded by kio)."""
     from kio.index import load_response_schema
     from kio.serial import entity_reader
 
-    frame = encode_response(LIST_GROUPS, version, 1, body)
+    frame = wire(body, version)
     header = 5 if version >= 3 else 4  # correlation id, and tagged fields in a flexible header
     decoded = entity_reader(load_response_schema(LIST_GROUPS, version))(frame[4:], header)[0]
     return [(g.group_id, g.protocol_type, getattr(g, "group_state", ""), getattr(g, "group_type", ""))
@@ -91,7 +97,19 @@ def test_the_same_bytes_as_a_dict_per_group(version: int, slice_size: int) -> No
         answer = ask(runtimes, version, slice_size, states=states, types=types)
         body = drive(answer)[0] if asyncio.iscoroutine(answer) else answer
         want = dict_answer(runtimes, {s.lower() for s in states}, {t.lower() for t in types})
-        assert encode_response(LIST_GROUPS, version, 7, body) == encode_response(LIST_GROUPS, version, 7, want)
+        assert wire(body, version) == encode_response(LIST_GROUPS, version, 7, want)
+
+
+@pytest.mark.parametrize("version", [0, 5])
+def test_a_large_answer_goes_out_as_its_slices_the_same_bytes(version: int) -> None:
+    """A slice of 64 KB or more is a deferred chunk of a SplitFrame, sent without a copy; the
+    smaller ones (here the slices across the shards' edge) are copied into the frame between."""
+    runtimes = shards(2, 2500, prefix="a-group-id-of-some-length-")
+    body, pauses = drive(ask(runtimes, version, slice_size=2000))
+    frame = encode_response(LIST_GROUPS, version, 7, body)
+    assert isinstance(frame, SplitFrame) and pauses == 2
+    assert b"".join(frame.parts) == encode_response(LIST_GROUPS, version, 7, dict_answer(runtimes, set(), set()))
+    assert len(frame) == len(b"".join(frame.parts)) and frame.parts[0][:4] == (len(frame) - 4).to_bytes(4, "big")
 
 
 def test_at_most_a_slice_is_answered_at_once_more_pauses_after_each_slice() -> None:

@@ -36,16 +36,17 @@ from bench.workload import BenchConfig  # noqa: E402
 from bench.workload_steps import process_rss_mb  # noqa: E402
 
 
-def admin_client_list(bootstrap: str) -> tuple[float, int, int]:
-    """Child process: (seconds, groups, errors) of one AdminClient.list_consumer_groups, timed
-    after a Metadata request has connected the client."""
+def admin_client_list(bootstrap: str) -> tuple[float, float, int, int]:
+    """Child process: (started, seconds, groups, errors) of one AdminClient.list_consumer_groups,
+    timed after a Metadata request has connected the client (`time.monotonic` is one clock for
+    every process)."""
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.list_topics(timeout=60)
     started = time.monotonic()
     result = admin.list_consumer_groups(request_timeout=600).result()
-    return time.monotonic() - started, len(result.valid), len(result.errors)
+    return started, time.monotonic() - started, len(result.valid), len(result.errors)
 
 
 def raw_list(bootstrap: str, groups: int) -> tuple[float, int]:
@@ -99,13 +100,15 @@ def main() -> int:
             with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as pool:
                 start = time.monotonic()
                 try:
-                    seconds, listed, errors = pool.submit(admin_client_list, broker.bootstrap).result()
+                    start, seconds, listed, errors = pool.submit(admin_client_list, broker.bootstrap).result()
+                    end = start + seconds
                     outcome = f"{seconds * 1000:,.0f} ms, {listed:,} groups, {errors} errors"
-                except concurrent.futures.process.BrokenProcessPool:
-                    outcome = f"the client process crashed after {time.monotonic() - start:.1f} s"
-            stall, median = probe.worst(start, time.monotonic())
-            print(f"  #{run} AdminClient.list_consumer_groups: {outcome}; probe during it (client start "
-                  f"included): max {stall:.1f} ms, median {median:.1f} ms", flush=True)
+                except concurrent.futures.process.BrokenProcessPool:  # the window: from the client's start
+                    end = time.monotonic()
+                    outcome = f"the client process crashed after {end - start:.1f} s (its start included)"
+            stall, median = probe.worst(start, end)
+            print(f"  #{run} AdminClient.list_consumer_groups: {outcome}; probe during it: max {stall:.1f} ms, "
+                  f"median {median:.1f} ms", flush=True)
             time.sleep(1)
         print(f"  broker RSS {process_rss_mb(broker.pid) or 0:,.0f} MB")
     finally:

@@ -16,6 +16,7 @@ from coordinator_helpers import PREPARING_CONNECT, STABLE_CONSUMER, Harness, bui
 from offsetd.coordinator.consumer_group_ops import ConsumerGroupHeartbeatRequest, TopicsImage
 from offsetd.protocol.encoder import SplitFrame, encode_response
 from offsetd.server.coordinator_runtime import ShardState
+from offsetd.security.authorization import Op, Res
 from offsetd.server.group_listing import list_groups
 
 LIST_GROUPS = 16
@@ -41,9 +42,10 @@ def consumer_group(h: Harness, group_id: str) -> None:
     h.run(h.shard.consumer_group_heartbeat(h.token("cg"), req, 1, h.now, TopicsImage({"foo": (uuid.UUID(int=1), 2)}, 1)))
 
 
-def ask(runtimes: list[Any], version: int = 5, slice_size: int = 5000, **filters: Any) -> Any:
+def ask(runtimes: list[Any], version: int = 5, slice_size: int = 5000, broker: Any = None, **filters: Any) -> Any:
     req = NS(states_filter=filters.get("states", ()), types_filter=filters.get("types", ()))
-    return list_groups(NS(), runtimes, NS(version=version), req, slice_size)
+    return list_groups(broker or NS(), runtimes, NS(version=version, principal="User:alice", host="h"), req,
+                       slice_size)
 
 
 def drive(answer: Any, between: Any = lambda turn: None) -> tuple[dict, int]:
@@ -158,3 +160,14 @@ def test_a_loading_shard_answers_14_and_one_not_active_is_left_out() -> None:
     assert [g[0] for g in listed(ask(runtimes))] == ["s0-g0", "s0-g1"]
     runtimes[1].state = ShardState.LOADING
     assert ask(runtimes, slice_size=1) == {"error_code": COORDINATOR_LOAD_IN_PROGRESS, "groups": ()}
+
+
+def test_under_acls_only_the_groups_the_principal_may_describe_are_listed_in_every_slice() -> None:
+    """§4: without DESCRIBE on the cluster, a group the principal may not DESCRIBE is left out."""
+    class Authorizer:
+        def authorize(self, principal: str, host: str, op: Any, rtype: Any, name: str) -> bool:
+            return (principal, op, rtype) == ("User:alice", Op.DESCRIBE, Res.GROUP) and name.startswith("s1-")
+
+    runtimes = shards(3, 5)
+    body, pauses = drive(ask(runtimes, slice_size=4, broker=NS(authorizer=Authorizer())))
+    assert pauses == 3 and [g[0] for g in listed(body)] == [f"s1-g{g}" for g in range(5)]

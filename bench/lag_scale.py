@@ -2,8 +2,9 @@
 (GROUPSxTOPICSxPARTITIONS committed offsets, default 1,000,000 x 1 x 10, built once and cached as
 `bench/run.py --workloads offsets-load` builds it), its metrics listener on and
 `metrics.group.filter` choosing some groups, records produced to the data set's topics so those
-groups lag. It times /metrics scrapes and one ListGroups while a probe sends FindCoordinator every
-5 ms: the slowest probe answer while a scrape runs is how long the event loop stalled.
+groups lag. It times /metrics scrapes and one ListGroups while a probe (bench/loop_probe.py) sends
+FindCoordinator every 5 ms: the slowest probe answer while a scrape runs is how long the event
+loop stalled.
 
     .venv/bin/python bench/lag_scale.py [--load-shape 1000000x1x10] [--filter REGEX] [--scrapes 5]
 
@@ -17,7 +18,6 @@ import argparse
 import os
 import statistics
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -31,11 +31,10 @@ from kio.index import load_request_schema  # noqa: E402
 
 from bench import offsets_log  # noqa: E402
 from bench.brokers import OffsetdBroker, free_port  # noqa: E402
+from bench.loop_probe import LoopProbe, wait_for_load  # noqa: E402
 from bench.raw_client import RawConnection  # noqa: E402
 from bench.workload import BenchConfig  # noqa: E402
-from bench.workload_steps import create_topic_and_wait, percentile, process_rss_mb  # noqa: E402
-
-PROBE_INTERVAL_S = 0.005
+from bench.workload_steps import create_topic_and_wait, process_rss_mb  # noqa: E402
 
 
 class ScrapedBroker(OffsetdBroker):
@@ -54,41 +53,6 @@ class ScrapedBroker(OffsetdBroker):
     def get(self, path: str, timeout_s: float = 600.0) -> bytes:
         with urllib.request.urlopen(f"http://{self.host}:{self.metrics_port}{path}", timeout=timeout_s) as answer:
             return answer.read()
-
-
-class Probe(threading.Thread):
-    """FindCoordinator (v4, a flexible version: what raw_client decodes) every PROBE_INTERVAL_S on
-    its own connection: (sent at, seconds to the answer)."""
-
-    def __init__(self, bootstrap: str) -> None:
-        super().__init__(daemon=True)
-        self.conn = RawConnection(bootstrap, timeout=600)
-        self.body = load_request_schema(10, 4)(key_type=0, coordinator_keys=("probe",))
-        self.samples: list[tuple[float, float]] = []
-        self.stopping = threading.Event()
-
-    def run(self) -> None:
-        while not self.stopping.is_set():
-            sent = time.monotonic()
-            self.conn.call(10, 4, self.body)
-            self.samples.append((sent, time.monotonic() - sent))
-            time.sleep(PROBE_INTERVAL_S)
-
-    def worst(self, start: float, end: float) -> tuple[float, float]:
-        """(max, median) of the answers to probes sent in [start, end) (ms)."""
-        rtts = sorted(rtt * 1000 for sent, rtt in self.samples if start <= sent < end) or [0.0]
-        return rtts[-1], percentile(rtts, 50)
-
-
-def wait_for_load(broker: ScrapedBroker, timeout_s: float) -> float:
-    """Seconds from the process start until the broker logs its offsets load."""
-    log = broker.workdir / "broker.log"  # type: ignore[operator]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if b"loaded __consumer_offsets:" in log.read_bytes():
-            return time.monotonic() - broker.started_at  # type: ignore[operator]
-        time.sleep(0.5)
-    raise TimeoutError("the broker did not log its offsets load")
 
 
 def produce(bootstrap: str, spec: offsets_log.OffsetsLogSpec, records: int) -> None:
@@ -134,7 +98,7 @@ def main() -> int:
         print(f"{groups:,} groups x {topics * partitions} partitions; metrics.group.filter={args.filter!r}", flush=True)
         print(f"  load logged after {wait_for_load(broker, cfg.load_timeout_s):.1f} s", flush=True)
         produce(broker.bootstrap, spec, args.records)
-        probe = Probe(broker.bootstrap)
+        probe = LoopProbe(broker.bootstrap)
         probe.start()
         time.sleep(2)
         idle = probe.worst(0, time.monotonic())
@@ -158,8 +122,7 @@ def main() -> int:
         stall, median = probe.worst(start, end)
         print(f"  ListGroups: {len(answer.groups):,} groups in {(end - start) * 1000:,.0f} ms; "
               f"probe during it: max {stall:.1f} ms, median {median:.1f} ms")
-        probe.stopping.set()
-        probe.join()
+        probe.stop()
         print(f"  scrape wall ms after the first: median {statistics.median(walls[1:] or walls) * 1000:,.0f}; "
               f"broker RSS {process_rss_mb(broker.pid) or 0:,.0f} MB")
     finally:

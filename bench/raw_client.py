@@ -39,13 +39,17 @@ class RawConnection:
         self.correlation_id = 0
 
     def call(self, api_key: int, version: int, body: Any) -> Any:
+        return decode_response(api_key, version, self.call_raw(api_key, version, body))
+
+    def call_raw(self, api_key: int, version: int, body: Any) -> bytes:
+        """The response frame, undecoded (a bench timing the broker, not kio's reader)."""
         self.correlation_id += 1
         self.sock.sendall(encode_request(api_key, version, body, self.correlation_id))
         (size,) = struct.unpack(">i", self._read(4))
         frame = self._read(size)
         if struct.unpack_from(">i", frame)[0] != self.correlation_id:
             raise RuntimeError("response out of order")
-        return decode_response(api_key, version, frame)
+        return frame
 
     def _read(self, n: int) -> bytes:
         data = bytearray(n)

@@ -129,7 +129,7 @@ def test_describe_and_list_answer_the_consumer_group():
     assert h.shard.describe_consumer_group("nope", str)["error_code"] == GROUP_ID_NOT_FOUND
     assert (h.shard.describe_group("g")["group_state"], h.shard.describe_group("g")["error_code"]) == ("Dead", NONE)
     assert list(h.shard.list_groups()) == []
-    assert list(h.shard.list_consumer_groups()) == [("g", "Stable")]
+    assert h.shard.list_groups("consumer") == [("g", "consumer", "Stable")]
 
 
 def test_describe_groups_v6_answers_group_id_not_found_for_a_group_that_is_not_classic():

@@ -218,7 +218,7 @@ def test_shard_keeps_group_kinds_apart() -> None:
         shard.replay_raw(encode_key(key), None if value is None else encode_value(value))
     assert result.completions[0][1].member_epoch == 1
     assert shard.group_overview("q") == ("Stable", "share", 1)
-    assert list(shard.list_share_groups()) == [("q", "Stable")]
+    assert shard.list_groups("share") == [("q", "share", "Stable")]
     assert shard.describe_group("q", 6)["error_code"] == GROUP_ID_NOT_FOUND
     assert shard.describe_group("q", 5)["group_state"] == "Dead"
     described = shard.describe_share_group("q", lambda t: "?")

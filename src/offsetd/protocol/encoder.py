@@ -88,22 +88,29 @@ def _bytes_writer(flexible: bool, nullable: bool, is_string: bool) -> Writer:
     return write
 
 
-class EncodedArray(bytes):
-    """An array of entities already in wire form, count prefix included, written as it is in
-    place of a list of dicts (protocol/metadata_partitions.py)."""
+class EncodedArray(tuple):
+    """An array of entities already in wire form: bytes parts, one after another (the count
+    prefix first), in place of a list of dicts (protocol/metadata_partitions.py,
+    protocol/listed_groups.py). A part of DEFER_FROM bytes or more is not copied into the frame
+    but sent from where it lies, as a deferred chunk (SplitFrame): a 30 MB ListGroups answer
+    made in slices is neither joined nor copied before the socket takes it."""
+
+
+DEFER_FROM = 1 << 16
 
 
 class _FrameBuffer(bytearray):
     """The response being encoded, plus the deferred chunks of it: (position, chunk) of each
-    records value that is not bytes (storage's FileRecords: its bytes go out by sendfile)."""
+    records value that is not bytes (storage's FileRecords: its bytes go out by sendfile) and of
+    each large part of an EncodedArray (bytes, written to the transport as they are)."""
 
     __slots__ = ("deferred",)
 
 
 class SplitFrame:
     """An encoded response whose record bytes are sent from elsewhere: `parts` alternate the
-    encoded bytes and the deferred chunks (sized objects, e.g. storage.FileRecords) in wire
-    order; `size` is the whole frame's length, size prefix included."""
+    encoded bytes and the deferred chunks (sized objects, e.g. storage.FileRecords, or bytes of
+    an EncodedArray) in wire order; `size` is the whole frame's length, size prefix included."""
 
     __slots__ = ("parts", "size")
 
@@ -204,7 +211,7 @@ def entity_writer(cls: type) -> Writer:
     OffsetCommit, Fetch and Produce go through here)."""
     flexible: bool = cls.__flexible__
     env: dict[str, Any] = {"_to_int": _to_int, "write_uvarint": write_uvarint, "INT32": INT32,
-                           "bytearray": bytearray, "EncodedArray": EncodedArray}
+                           "bytearray": bytearray, "EncodedArray": EncodedArray, "DEFER_FROM": DEFER_FROM}
     lines = ["def write(buf, value):", "    get = value.get"]
     tagged: list[tuple[int, str, Writer]] = []
     for i, f in enumerate(dataclasses.fields(cls)):
@@ -226,7 +233,8 @@ def entity_writer(cls: type) -> Writer:
             null = "buf.append(0)" if flexible else "buf += INT32.pack(-1)"
             size = "write_uvarint(buf, len(x) + 1)" if flexible else "buf += INT32.pack(len(x))"
             lines += ["    if x is None:", f"        {null}", "    elif x.__class__ is EncodedArray:",
-                      "        buf += x", "    else:",
+                      "        for part in x:", "            if len(part) < DEFER_FROM:", "                buf += part",
+                      "            else:", "                buf.deferred.append((len(buf), part))", "    else:",
                       f"        {size}", "        for item in x:", f"            w{i}(buf, item)"]
         else:  # strings, bytes, records, uuids, primitive arrays, nullable structs: a helper call
             env[f"f{i}"] = _field_writer(f, flexible, tagged=False)
@@ -300,7 +308,8 @@ def _field_writer(f: dataclasses.Field, flexible: bool, tagged: bool) -> Writer:
 def encode_response(api_key: int, version: int, correlation_id: int, body: dict) -> bytes | SplitFrame:
     """Frame a response: size prefix, response header (v1 for flexible bodies except ApiVersions), body.
 
-    A SplitFrame when a records value is not bytes (a zero-copy Fetch: see SplitFrame)."""
+    A SplitFrame when a records value is not bytes (a zero-copy Fetch: see SplitFrame) or an
+    EncodedArray has a large part."""
     cls = response_class(api_key, version)
     buf = _FrameBuffer(b"\0\0\0\0")
     buf.deferred = deferred = []

@@ -45,4 +45,4 @@ def led_partitions(version: int, node: int, epochs: Sequence[int]) -> EncodedArr
         head += INT32.pack(len(epochs))
         pack = _V0.pack
         body = [pack(0, i, node, 1, node, 1, node) for i in range(len(epochs))]
-    return EncodedArray(bytes(head) + b"".join(body))
+    return EncodedArray((bytes(head), b"".join(body)))

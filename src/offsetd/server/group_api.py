@@ -22,6 +22,7 @@ from ..security.authorization import Access, Op, Res, access
 from .api_checks import commit_denied
 from .coordinator_runtime import ShardRuntime, ShardState, new_token
 from .futures import then
+from . import group_listing
 
 Body = dict[str, Any]
 Reply = Body | Awaitable[Body]
@@ -29,11 +30,6 @@ Reply = Body | Awaitable[Body]
 # (transactional id, producer id, producer epoch, topic, partition) -> error code (0 = the
 # partition is in the producer's ongoing transaction); may answer later (an awaitable).
 TxnVerifier = Callable[[str, int, int, str, int], "int | Awaitable[int]"]
-
-# Consumer-visible names of the ListGroups filters (case-insensitive, §1.10, reference B8).
-GROUP_TYPE_CLASSIC = "classic"
-GROUP_TYPE_CONSUMER = "consumer"
-GROUP_TYPE_SHARE = "share"
 
 
 @dataclass(frozen=True, slots=True)
@@ -441,42 +437,8 @@ class GroupApi:
         return {"groups": refused + described}
 
     def list_groups(self, ctx: RequestContext, req: Any) -> Reply:
-        """§1.10: any loading shard makes the whole answer 14; filters are case-insensitive."""
-        if any(r.state is ShardState.LOADING for r in self.runtimes):
-            return {"error_code": Error.COORDINATOR_LOAD_IN_PROGRESS, "groups": ()}
-        states = {s.lower() for s in getattr(req, "states_filter", ())}
-        acc = access(self.broker, ctx)
-        # DESCRIBE on the cluster lists every group; else only those the principal may DESCRIBE,
-        # the others left out silently (§4)
-        visible = None if acc is None or acc.cluster(Op.DESCRIBE) else \
-            (lambda group_id: acc.allows(Op.DESCRIBE, Res.GROUP, group_id))  # type: ignore[union-attr]
-        types = {t.lower() for t in getattr(req, "types_filter", ())}
-        groups = []
-        if not types or GROUP_TYPE_CLASSIC in types:
-            for runtime in self.runtimes:
-                if runtime.state is not ShardState.ACTIVE:
-                    continue
-                for group_id, protocol_type, state in runtime.shard.list_groups():
-                    if (not states or state.lower() in states) and (visible is None or visible(group_id)):
-                        groups.append({"group_id": group_id, "protocol_type": protocol_type,
-                                       "group_state": state, "group_type": GROUP_TYPE_CLASSIC})
-        if not types or GROUP_TYPE_CONSUMER in types:
-            for runtime in self.runtimes:
-                if runtime.state is not ShardState.ACTIVE:
-                    continue
-                for group_id, state in runtime.shard.list_consumer_groups():
-                    if (not states or state.lower() in states) and (visible is None or visible(group_id)):
-                        groups.append({"group_id": group_id, "protocol_type": "consumer",
-                                       "group_state": state, "group_type": GROUP_TYPE_CONSUMER})
-        if not types or GROUP_TYPE_SHARE in types:
-            for runtime in self.runtimes:
-                if runtime.state is not ShardState.ACTIVE:
-                    continue
-                for group_id, state in runtime.shard.list_share_groups():
-                    if (not states or state.lower() in states) and (visible is None or visible(group_id)):
-                        groups.append({"group_id": group_id, "protocol_type": "share",
-                                       "group_state": state, "group_type": GROUP_TYPE_SHARE})
-        return {"error_code": Error.NONE, "groups": groups}
+        """§1.10, in slices when there are many groups (server/group_listing.py)."""
+        return group_listing.list_groups(self.broker, self.runtimes, ctx, req)
 
     def delete_groups(self, ctx: RequestContext, req: Any) -> Reply:
         """§1.5: distinct ids, batched per shard; each shard's tombstones are one atomic write."""

@@ -246,9 +246,6 @@ class _MemoryStore:
     async def ending_at(self, topic_id, partition, last_offset):
         return next(((b, d) for b, last, d in self.rows if last == last_offset), None)
 
-    async def leader_epochs(self, topic_id, partition, epoch):
-        return []
-
 
 def test_cluster_mode_markers_and_takeover_rebuild_open_transactions(tmp_path: Path, clock: FakeClock) -> None:
     import asyncio
@@ -262,7 +259,7 @@ def test_cluster_mode_markers_and_takeover_rebuild_open_transactions(tmp_path: P
 
     async def scenario() -> None:
         first = PostgresPartitionLog(open_log(tmp_path / "a", clock), store, topic_id, 1, lambda: True)
-        await first.take_leadership(Claim(1, 0, 0), clock.now)
+        await first.take_leadership(Claim(1, 0, 0, ()), clock.now)
         await first.append(txn(1), clock.now)  # 0-1
         await first.append(txn(2), clock.now)  # 2-3
         await first.append(marker(1, False, coordinator_epoch=2), clock.now)  # 4
@@ -275,7 +272,7 @@ def test_cluster_mode_markers_and_takeover_rebuild_open_transactions(tmp_path: P
         assert aborted == [(1, 0)] and len(data) > 0
         # another broker, with an empty copy, takes the partition over
         second = PostgresPartitionLog(open_log(tmp_path / "b", clock), store, topic_id, 2, lambda: True)
-        await second.take_leadership(Claim(2, 5, 0), clock.now)
+        await second.take_leadership(Claim(2, 5, 0, ()), clock.now)
         assert (second.last_stable_offset, second.ongoing_transaction(2)) == (2, 2)
         assert second.aborted_transactions(0, 5) == [(1, 0)]
         assert (tmp_path / "b" / "topic-0" / f"{0:020d}.txnindex").read_bytes() == \

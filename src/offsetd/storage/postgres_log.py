@@ -116,10 +116,7 @@ class PostgresPartitionLog:
         if cache.log_end_offset != claim.next_offset:
             raise StorageError(f"{cache.topic}-{cache.partition}: caught up to {cache.log_end_offset}, PostgreSQL "
                                f"ends at {claim.next_offset}")
-        history = claim.history
-        if history is None:
-            history = tuple(await self.store.leader_epochs(self.topic_id, cache.partition, claim.epoch))
-        cache.set_epoch_history(list(history), claim.epoch)
+        cache.set_epoch_history(list(claim.history), claim.epoch)
         self._stored_start = claim.start_offset
         self.epoch = claim.epoch
 

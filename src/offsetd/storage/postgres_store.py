@@ -131,10 +131,6 @@ SELECT c.topic_id, c.partition, c.epoch, c.next_offset, c.start_offset,
        pg_notify('{NOTIFY_CHANNEL}', 'ownership')
 FROM c"""
 
-_LEADER_EPOCHS = """
-SELECT epoch, start_offset FROM offsetd_leader_epoch WHERE topic_id = $1 AND partition = $2 AND epoch <= $3
-ORDER BY epoch"""
-
 # A release tells the peers at once (the next owner claims without waiting for its heartbeat);
 # many partitions at a time, each only where this broker still owns it at the given epoch.
 _RELEASE = f"""
@@ -234,9 +230,8 @@ class Claim:
     epoch: int
     next_offset: int
     start_offset: int
-    # The leader-epoch history up to this epoch, (epoch, start offset) oldest first, when the claim
-    # read it (None: to be read with leader_epochs).
-    history: tuple[tuple[int, int], ...] | None = None
+    # The leader-epoch history up to this epoch, (epoch, start offset) oldest first.
+    history: tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,11 +358,6 @@ class PostgresStore:
         rows = await self.pool.fetch(_CLAIM, [k[0] for k in keys], [k[1] for k in keys], node_id, incarnation)
         return {(r[0], r[1]): Claim(r[2], r[3], r[4], tuple((int(e), int(o)) for e, o in r[5]) + ((r[2], r[3]),))
                 for r in rows}
-
-    @_unavailable_on_failure
-    async def leader_epochs(self, topic_id: uuid.UUID, partition: int, epoch: int) -> list[tuple[int, int]]:
-        """The partition's leader-epoch history up to `epoch`: (epoch, start offset), oldest first."""
-        return [(r[0], r[1]) for r in await self.pool.fetch(_LEADER_EPOCHS, topic_id, partition, epoch)]
 
     @_unavailable_on_failure
     async def release(self, held: list[tuple[tuple[uuid.UUID, int], int]], node_id: int) -> int:

@@ -1,5 +1,6 @@
 """Metadata's partitions written straight to wire form (protocol/metadata_partitions.py) are byte
-for byte what the generic writer makes of the same partitions as dicts, at every served version."""
+for byte what the generic writer makes of the same partitions as dicts, at every served version,
+led by several brokers or by none (cluster mode)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,9 @@ import pytest
 
 from offsetd.protocol.api_versions import ApiKey, is_supported
 from offsetd.protocol.encoder import encode_response
-from offsetd.protocol.metadata_partitions import led_partitions
+from offsetd.protocol.metadata_partitions import partitions_array
 
 NODE = 7
-EPOCHS = [0, 3, 1, 2**31 - 1, 0]
 
 
 def _body(partitions: object, no_partitions: object) -> dict:
@@ -20,10 +20,21 @@ def _body(partitions: object, no_partitions: object) -> dict:
             "topics": [topic, dict(topic, name="empty", partitions=no_partitions)]}
 
 
+LEADERS = [(NODE, 0), (-1, -1), (NODE + 1, 3), (NODE, 2**31 - 1), (-1, -1), (NODE + 2, 0)]  # -1: no leader
+
+
+def _dict(index: int, node: int, epoch: int) -> dict:
+    """A partition as the generic writer takes it (LEADER_NOT_AVAILABLE without a leader)."""
+    if node < 0:
+        return {"error_code": 5, "partition_index": index, "leader_id": -1, "leader_epoch": -1,
+                "replica_nodes": (), "isr_nodes": ()}
+    return {"error_code": 0, "partition_index": index, "leader_id": node, "leader_epoch": epoch,
+            "replica_nodes": (node,), "isr_nodes": (node,)}
+
+
 @pytest.mark.parametrize("version", [v for v in range(13) if is_supported(ApiKey.METADATA, v)])
-def test_led_partitions_encode_as_the_generic_writer_does(version: int) -> None:
-    dicts = [{"error_code": 0, "partition_index": i, "leader_id": NODE, "leader_epoch": e,
-              "replica_nodes": (NODE,), "isr_nodes": (NODE,)} for i, e in enumerate(EPOCHS)]
-    fast = _body(led_partitions(version, NODE, EPOCHS), led_partitions(version, NODE, []))
+def test_partitions_encode_as_the_generic_writer_does(version: int) -> None:
+    dicts = [_dict(i, node, epoch) for i, (node, epoch) in enumerate(LEADERS)]
+    fast = _body(partitions_array(version, LEADERS), partitions_array(version, []))
     assert encode_response(ApiKey.METADATA, version, 5, fast) == encode_response(ApiKey.METADATA, version, 5,
                                                                                   _body(dicts, []))

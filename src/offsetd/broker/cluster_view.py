@@ -30,6 +30,10 @@ class ClusterView(Protocol):
         """(node id, leader epoch) of the partition's live leader, or NO_LEADER."""
         ...
 
+    def leaders(self, topic: Any) -> list[tuple[int, int]]:
+        """leader(topic, p) of every partition p of the topic, in order (Metadata asks for all)."""
+        ...
+
     def endpoint(self, node_id: int, listener: str | None = None) -> tuple[str, int] | None:
         """Where clients of `listener` (None: the request's) reach a live broker, or None."""
         ...
@@ -57,6 +61,10 @@ class LocalView:
     def leader(self, topic: Any, partition: int) -> tuple[int, int]:
         partitions = topic.partitions if topic is not None else ()
         return self.controller_id, partitions[partition].leader_epoch if 0 <= partition < len(partitions) else -1
+
+    def leaders(self, topic: Any) -> list[tuple[int, int]]:
+        node = self.controller_id
+        return [(node, p.leader_epoch) for p in topic.partitions]
 
     def endpoint(self, node_id: int, listener: str | None = None) -> tuple[str, int] | None:
         return self._advertised(listener) if node_id == self.controller_id else None

@@ -7,36 +7,22 @@ from inspect import isawaitable
 from typing import Any
 
 from ..protocol.errors import Error
-from ..protocol.metadata_partitions import led_partitions
+from ..protocol.metadata_partitions import partitions_array
 from ..security.acl import CLUSTER_NAME
 from ..security.authorization import Access, Op, Res, access
 from .broker import Broker
-from .cluster_view import ClusterView, LocalView
+from .cluster_view import ClusterView
 from .topics import Topic, TopicError
 from .request_context import current_context
 
 
-def _partition_body(view: ClusterView, topic: Topic, index: int) -> dict[str, Any]:
-    node, epoch = view.leader(topic, index)
-    if node < 0:  # being claimed, or its owner just died: clients retry (retriable error 5)
-        return {"error_code": Error.LEADER_NOT_AVAILABLE, "partition_index": index, "leader_id": -1,
-                "leader_epoch": -1, "replica_nodes": (), "isr_nodes": ()}
-    replicas = (node,)
-    return {"error_code": Error.NONE, "partition_index": index, "leader_id": node, "leader_epoch": epoch,
-            "replica_nodes": replicas, "isr_nodes": replicas}
-
-
 def _topic_body(topic: Topic, view: ClusterView, version: int) -> dict[str, Any]:
-    if type(view) is LocalView:  # one broker leads every partition: written straight to wire form
-        partitions: Any = led_partitions(version, view.controller_id, [p.leader_epoch for p in topic.partitions])
-    else:
-        partitions = [_partition_body(view, topic, index) for index in range(len(topic.partitions))]
     return {
         "error_code": Error.NONE,
         "name": topic.name,
         "topic_id": topic.topic_id,
         "is_internal": topic.internal,
-        "partitions": partitions,
+        "partitions": partitions_array(version, view.leaders(topic)),
     }
 
 

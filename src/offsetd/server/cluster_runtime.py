@@ -196,6 +196,11 @@ class PostgresView:
         leader = self.member.leader((topic.topic_id, partition))
         return (-1, -1) if leader is None else (leader.node_id, leader.epoch)
 
+    def leaders(self, topic: Any) -> list[tuple[int, int]]:
+        leader, topic_id = self.member.leader, topic.topic_id
+        return [(-1, -1) if led is None else (led.node_id, led.epoch)
+                for led in (leader((topic_id, p)) for p in range(len(topic.partitions)))]
+
     def endpoint(self, node_id: int, listener: str | None = None) -> tuple[str, int] | None:
         row = self.member.endpoint(node_id)
         return None if row is None else row.on(request_listener(listener))

@@ -4,15 +4,16 @@ those of ACLs and SCRAM credentials: storage/postgres_security.py).
 Tables (created by the first broker, under an advisory lock so three brokers starting at once do
 not race on CREATE):
 
-* `offsetd_meta(key, value)`: `cluster.id`.
+* `offsetd_meta(key, value)`: `cluster.id`, `schema.version`.
 * `offsetd_broker(node_id, incarnation, host, port, expires_at)`: one lease per broker, judged by
   PostgreSQL's clock (`now()`), so broker clocks never matter. `incarnation` is a random id per
   process: a restarted broker takes its row over, and the old process (if it still runs) finds
   its renewals failing.
 * `offsetd_topic(name, topic_id, partitions, configs, internal)`: the topic catalogue.
 * `offsetd_group_config(group_id, configs)`: per-group configs (offsets.retention.minutes).
-* `offsetd_partition(topic_id, partition, owner, epoch, next_offset, start_offset)`: ownership.
-  `epoch` is bumped by every claim and is the leader epoch clients see.
+* `offsetd_partition(topic_id, partition, owner, epoch, next_offset, start_offset, changed)`:
+  ownership. `epoch` is bumped by every claim and is the leader epoch clients see; `changed` is
+  the id of the transaction that last changed owner or epoch (looks read only what changed).
 * `offsetd_leader_epoch(topic_id, partition, epoch, start_offset)`: the leader-epoch history
   (Kafka's `leader-epoch-checkpoint`, KIP-320), one row per claim, written by the claim itself:
   the epoch leads from the log end it found. Every broker that claims the partition next reads
@@ -45,6 +46,9 @@ log = logging.getLogger("offsetd.storage")
 
 SCHEMA_LOCK = 0x6F66667365746400  # pg_advisory_xact_lock key for creating the schema ("offsetd\0")
 NOTIFY_CHANNEL = "offsetd_cluster"  # payload: "ownership", "topics" or "group_configs"
+# offsetd_meta's `schema.version`: the SCHEMA below (with postgres_security.py's) is applied when a
+# database's differs. Raise it whenever the schema changes.
+SCHEMA_VERSION = "2"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS offsetd_meta (key text PRIMARY KEY, value text NOT NULL);
@@ -107,11 +111,17 @@ _CHANGED = "pg_current_xact_id()::text::bigint"
 # node), and only while the claimer's own lease is valid; its new epoch enters the leader-epoch
 # history in the same statement, starting at the log end, and the history before it comes back
 # with the claim. Many partitions are claimed in one statement (a broker taking over a dead one's
-# share of 100,000). It tells the peers at once, so their Metadata and FindCoordinator name the
+# share of 100,000), their rows locked in key order first, as releases lock theirs, so that two
+# brokers' statements over the same rows wait for each other instead of deadlocking. It tells the peers at once, so their Metadata and FindCoordinator name the
 # new owner while it is still catching up (its coordinator answers COORDINATOR_LOAD_IN_PROGRESS
 # meanwhile, which clients retry within 100 ms).
 _CLAIM = f"""
-WITH k AS (SELECT * FROM unnest($1::uuid[], $2::int[]) AS k (topic_id, partition)),
+WITH k AS (
+    SELECT p.topic_id, p.partition FROM offsetd_partition p
+    JOIN unnest($1::uuid[], $2::int[]) AS u (topic_id, partition)
+      ON p.topic_id = u.topic_id AND p.partition = u.partition
+    ORDER BY p.topic_id, p.partition
+    FOR UPDATE OF p),
 c AS (
     UPDATE offsetd_partition p SET owner = $3, epoch = p.epoch + 1, changed = {_CHANGED}
     FROM k
@@ -134,9 +144,16 @@ FROM c"""
 # A release tells the peers at once (the next owner claims without waiting for its heartbeat);
 # many partitions at a time, each only where this broker still owns it at the given epoch.
 _RELEASE = f"""
-WITH r AS (
+WITH k AS (
+    SELECT p.topic_id, p.partition, u.epoch FROM offsetd_partition p
+    JOIN unnest($1::uuid[], $2::int[], $4::int[]) AS u (topic_id, partition, epoch)
+      ON p.topic_id = u.topic_id AND p.partition = u.partition
+    WHERE p.owner = $3
+    ORDER BY p.topic_id, p.partition
+    FOR UPDATE OF p),
+r AS (
     UPDATE offsetd_partition p SET owner = NULL, changed = {_CHANGED}
-    FROM unnest($1::uuid[], $2::int[], $4::int[]) AS k (topic_id, partition, epoch)
+    FROM k
     WHERE p.topic_id = k.topic_id AND p.partition = k.partition AND p.owner = $3 AND p.epoch = k.epoch
     RETURNING 1)
 SELECT pg_notify('{NOTIFY_CHANNEL}', 'ownership') FROM r"""
@@ -266,6 +283,13 @@ def _rows_changed(status: str) -> int:
     return int(status.rsplit(" ", 1)[-1])
 
 
+async def _schema_version(conn: Any) -> str | None:
+    """offsetd_meta's `schema.version` (None in a new database, or one from before versions)."""
+    if await conn.fetchval("SELECT to_regclass('offsetd_meta')") is None:
+        return None
+    return await conn.fetchval("SELECT value FROM offsetd_meta WHERE key = 'schema.version'")  # type: ignore[no-any-return]
+
+
 class PostgresStore:
     """The statements of cluster mode over one asyncpg pool (postgres_security.py has the rest)."""
 
@@ -303,7 +327,13 @@ class PostgresStore:
         async with self.pool.acquire() as conn:
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", SCHEMA_LOCK)
-                await conn.execute(SCHEMA + SECURITY_SCHEMA)
+                # The DDL only when the schema is older than this code's: ALTER TABLE locks its table
+                # exclusively even when there is nothing to add, and a running broker's claim
+                # (partitions, then brokers) would deadlock with it (brokers, then partitions).
+                if await _schema_version(conn) != SCHEMA_VERSION:
+                    await conn.execute(SCHEMA + SECURITY_SCHEMA)
+                    await conn.execute("INSERT INTO offsetd_meta VALUES ('schema.version', $1) ON CONFLICT (key) "
+                                       "DO UPDATE SET value = excluded.value", SCHEMA_VERSION)
                 await conn.execute("INSERT INTO offsetd_meta VALUES ('cluster.id', $1) ON CONFLICT DO NOTHING",
                                    uuid.uuid4().hex[:22])
             return str(await conn.fetchval("SELECT value FROM offsetd_meta WHERE key = 'cluster.id'"))

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol
 
 from ..storage.postgres_store import BrokerRow, Claim, PostgresStore, StoreUnavailable, TopicRow
-from .ownership import Lease, PartitionRow, Preferences, plan
+from .ownership import Lease, PartitionRow, Plan, Preferences, plan
 
 log = logging.getLogger("offsetd.cluster")
 
@@ -38,6 +38,7 @@ CLAIM_BATCH = 1000  # partitions claimed (or released) per statement
 # Claimed partitions loaded at once: opening an empty copy takes ~0.5 ms on the event loop, so a
 # slice holds it ~50 ms and the lease renewals go out between slices.
 LOAD_SLICE = 100
+PLAN_SLICE = 10_000  # partitions planned per turn of the event loop
 
 
 class OwnerCallbacks(Protocol):
@@ -272,10 +273,11 @@ class ClusterMember:
         # partition's preferred owner) or our own lease changed since the last plan.
         complete = complete or self._planned != (live, serving)
         self._planned = (live, serving)
-        decided = plan(self.node_id, live, self._rows.values() if complete else changed, self.owned, serving,
-                       complete=complete, preferences=self._preferences)
+        decided = await self._plan(live, serving, list(self._rows.values()) if complete else changed, complete)
+        if decided.lost:
+            log.info("%d partition(s) led elsewhere now (or their topics are gone): %s", len(decided.lost),
+                     _some(decided.lost))
         for key in decided.lost:
-            log.info("partition %s/%d is led elsewhere now (or its topic is gone)", *key)
             self._lose(key)
         if decided.release:
             log.info("handing %d partition(s) over to their preferred brokers: %s", len(decided.release),
@@ -297,6 +299,26 @@ class ClusterMember:
             self._planned = None
         if decided.release or decided.disown:
             await self.store.notify("ownership")
+
+    async def _plan(self, live: tuple[int, ...], serving: bool, rows: list[PartitionRow], complete: bool) -> Plan:
+        """ownership.plan over `rows` in slices, a turn of the event loop between them (a plan over
+        100,000 partitions holds the loop for a second when the live brokers change)."""
+        if len(rows) <= PLAN_SLICE or not serving:
+            return plan(self.node_id, live, rows, self.owned, serving, complete=complete,
+                        preferences=self._preferences)
+        decided = Plan()
+        for i in range(0, len(rows), PLAN_SLICE):
+            part = plan(self.node_id, live, rows[i:i + PLAN_SLICE], self.owned, serving, complete=False,
+                        preferences=self._preferences)
+            decided.claim += part.claim
+            decided.release += part.release
+            decided.lost += part.lost
+            decided.disown += part.disown
+            await asyncio.sleep(0)
+        if complete:  # what we hold of a partition no longer in the view: its topic was deleted
+            lost = set(decided.lost)
+            decided.lost += [key for key in self.owned if key not in self._rows and key not in lost]
+        return decided
 
     def _forget_deleted(self, topic_ids: set[uuid.UUID]) -> None:
         """Drop the partitions of topics the catalogue no longer has (their rows are gone, which a
@@ -345,6 +367,7 @@ class ClusterMember:
             self.leaders[key] = Leader(self.node_id, claim.epoch)
         if not claims:
             return 0
+        log.info("claimed %d partition(s): %s", len(claims), _some(list(claims)))
         self._view_updated()
         taken = list(claims.items())
         loaded: list[bool] = []
@@ -388,8 +411,9 @@ class ClusterMember:
     def fenced(self, key: Key) -> None:
         """An append found another owner, had an unknown outcome, or the lease lapsed under it:
         forget the partition and look again soon (it is claimed again if it is still ours)."""
-        log.info("partition %s/%d given up (fenced, an uncertain append, or a lapsed lease)", *key)
-        self._lose(key)
+        if key in self.owned:  # (a lapsed lease gives every partition up at once, logged once)
+            log.info("partition %s/%d given up (fenced, an uncertain append, or a lapsed lease)", *key)
+            self._lose(key)
         self._planned = None  # its row may be unchanged (still ours): decide on every partition again
         self._wake.set()
 

@@ -57,11 +57,15 @@ def rendezvous_owner(key: Hashable, brokers: Iterable[int]) -> int | None:
     `hash`, which is salted per process)."""
     best: tuple[int, int] | None = None
     for node in brokers:
-        digest = hashlib.blake2b(f"{key!r}|{node}".encode(), digest_size=8).digest()
-        score = (int.from_bytes(digest, "big"), node)
+        score = (_score(key, node), node)
         if best is None or score > best:
             best = score
     return None if best is None else best[1]
+
+
+def _score(key: Hashable, node: int) -> int:
+    """The rendezvous score of (key, node): 64 bits of BLAKE2b over "repr(key)|node"."""
+    return int.from_bytes(hashlib.blake2b(f"{key!r}|{node}".encode(), digest_size=8).digest(), "big")
 
 
 class Lease:
@@ -90,12 +94,14 @@ class Lease:
 
 
 class Preferences:
-    """Each partition's preferred owner among one set of brokers, hashed once per set: at 100,000
-    partitions the rendezvous hashes are most of what a look at ownership costs."""
+    """Each partition's preferred owner among the live brokers, with the rendezvous scores kept per
+    (partition, broker): at 100,000 partitions the hashes are most of what a look at ownership
+    costs, and when a broker dies the survivors' scores are already known."""
 
     def __init__(self) -> None:
         self._brokers: tuple[int, ...] = ()
         self._owner: dict[Hashable, int | None] = {}
+        self._scores: dict[Hashable, dict[int, int]] = {}
 
     def owner(self, key: Hashable, brokers: tuple[int, ...]) -> int | None:
         """rendezvous_owner(key, brokers), `brokers` sorted."""
@@ -104,13 +110,25 @@ class Preferences:
         try:
             return self._owner[key]
         except KeyError:
-            owner = self._owner[key] = rendezvous_owner(key, brokers)
-            return owner
+            pass
+        scores = self._scores.get(key)
+        if scores is None:
+            scores = self._scores[key] = {}
+        best: tuple[int, int] | None = None
+        for node in brokers:
+            score = scores.get(node)
+            if score is None:
+                score = scores[node] = _score(key, node)
+            if best is None or (score, node) > best:
+                best = (score, node)
+        owner = self._owner[key] = None if best is None else best[1]
+        return owner
 
     def forget(self, keys: Iterable[Hashable]) -> None:
         """Partitions that are gone (their topic was deleted)."""
         for key in keys:
             self._owner.pop(key, None)
+            self._scores.pop(key, None)
 
 
 def plan(me: int, live: Iterable[int], rows: Iterable[PartitionRow], owned: Mapping[PartitionKey, int],

@@ -315,8 +315,9 @@ class ClusterRuntime:
         if runtime is not None:  # COORDINATOR_LOAD_IN_PROGRESS from the claim (peers name us at once)
             runtime.state = ShardState.LOADING
         await plog.take_leadership(claim, self.clock())
-        log.info("leading %s-%d at epoch %d (offsets %d-%d)", plog.topic, key[1], claim.epoch, claim.start_offset,
-                 claim.next_offset)
+        # One line per coordinator partition; data partitions are many (cluster/member.py logs each batch).
+        log.log(logging.INFO if runtime is not None else logging.DEBUG, "leading %s-%d at epoch %d (offsets %d-%d)",
+                plog.topic, key[1], claim.epoch, claim.start_offset, claim.next_offset)
         if runtime is not None:
             self._load(runtime)
         return True

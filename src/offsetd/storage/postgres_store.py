@@ -301,6 +301,9 @@ class PostgresStore:
         self.connect_args = session_attrs(dsn)  # the primary only (storage/postgres_connection.py)
         self.outage = OutageLog()
         self.pool: Any = None
+        # The lease's own connection: a renewal never waits for a free connection of the pool
+        # (a broker leading 30,000 partitions can have all of them busy with appends and claims).
+        self.lease_pool: Any = None
 
     async def open(self) -> str:
         """Connect, create the schema if missing, and return the cluster id."""
@@ -324,6 +327,9 @@ class PostgresStore:
         self.pool = await asyncpg.create_pool(self.dsn, min_size=2, max_size=self.pool_size, init=init, reset=keep,
                                               command_timeout=self.timeout_s, timeout=self.timeout_s,
                                               **self.connect_args)
+        self.lease_pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=1, init=init, reset=keep,
+                                                    command_timeout=self.timeout_s, timeout=self.timeout_s,
+                                                    **self.connect_args)
         async with self.pool.acquire() as conn:
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", SCHEMA_LOCK)
@@ -339,9 +345,10 @@ class PostgresStore:
             return str(await conn.fetchval("SELECT value FROM offsetd_meta WHERE key = 'cluster.id'"))
 
     async def close(self) -> None:
-        if self.pool is not None:
-            await self.pool.close()
-            self.pool = None
+        for pool in (self.pool, self.lease_pool):
+            if pool is not None:
+                await pool.close()
+        self.pool = self.lease_pool = None
 
     # ---------------------------------------------------------------------- brokers
 
@@ -350,16 +357,16 @@ class PostgresStore:
                        endpoints: dict[str, tuple[str, int]] | None = None) -> None:
         """Take the lease of `node_id`, with its advertised endpoint per listener name."""
         listeners = {name: [h, p] for name, (h, p) in (endpoints or {}).items()}
-        await self.pool.execute(_REGISTER, node_id, incarnation, host, port, ttl_ms, json.dumps(listeners))
+        await self.lease_pool.execute(_REGISTER, node_id, incarnation, host, port, ttl_ms, json.dumps(listeners))
 
     @_unavailable_on_failure
     async def renew(self, node_id: int, incarnation: uuid.UUID, ttl_ms: int) -> bool:
         """Extend the lease; False when another process took this node id over."""
-        return _rows_changed(await self.pool.execute(_RENEW, node_id, incarnation, ttl_ms)) == 1
+        return _rows_changed(await self.lease_pool.execute(_RENEW, node_id, incarnation, ttl_ms)) == 1
 
     @_unavailable_on_failure
     async def unregister(self, node_id: int, incarnation: uuid.UUID) -> None:
-        await self.pool.execute(_UNREGISTER, node_id, incarnation)
+        await self.lease_pool.execute(_UNREGISTER, node_id, incarnation)
 
     @_unavailable_on_failure
     async def snapshot(self, since: int | None = None) -> tuple[list[BrokerRow], list[OwnerRow], int]:

@@ -43,7 +43,8 @@ from offsetd.dev.postgres import children_of, postmaster_pid  # noqa: E402
 PREFIX = "scale"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PY_SPY = Path(os.environ.get("PY_SPY", "/tmp/pyspy/bin/py-spy"))
-_LEADING = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] INFO \S+: leading ", re.MULTILINE)
+# cluster/member.py's line per batch of claims
+_CLAIMED = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] INFO \S+: claimed (\d+) partition", re.MULTILINE)
 
 
 def _load() -> list[float]:
@@ -309,18 +310,20 @@ def _finish_py_spy(proc: subprocess.Popen[bytes] | None, out: Path, name: str, t
 
 
 def _claims_after(launcher: ClusterLauncher, since_wall: float) -> dict[str, Any]:
-    """The survivors' "leading ..." log lines after ``since_wall``: how many, the first and last
-    (seconds after it)."""
+    """The survivors' claims after ``since_wall`` ("claimed N partition(s)" lines): how many, the
+    first and last batch (seconds after it)."""
     stamps: dict[int, list[float]] = {}
+    counts: dict[int, int] = {}
     for node, broker in launcher.brokers.items():
         if not broker.alive():
             continue
-        for match in _LEADING.finditer(broker.log()):
+        for match in _CLAIMED.finditer(broker.log()):
             wall = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
             if wall >= since_wall - 0.001:
                 stamps.setdefault(node, []).append(wall - since_wall)
+                counts[node] = counts.get(node, 0) + int(match.group(2))
     every = [t for ts in stamps.values() for t in ts]
-    return {"claims_by_survivor": {str(n): len(ts) for n, ts in stamps.items()},
+    return {"claims_by_survivor": {str(n): c for n, c in counts.items()},
             "first_claim_s": round(min(every), 2) if every else None,
             "last_claim_s": round(max(every), 2) if every else None}
 

@@ -72,3 +72,23 @@ def test_a_view_that_cannot_change_answers_at_once() -> None:
     class Fixed:  # the embedded engine's view has no `changed`
         pass
     assert once_led(Fixed(), lambda: (-1, -1), lambda led: led[0] == -1) == (-1, -1)  # type: ignore[arg-type]
+
+
+def test_a_plan_over_more_partitions_than_a_slice_decides_as_one_plan(monkeypatch) -> None:
+    """ClusterMember plans 10,000 partitions per turn of the event loop: the slices together
+    decide what one plan over every partition decides."""
+    import offsetd.cluster.member as member_module
+    from offsetd.cluster.ownership import PartitionRow, plan
+
+    monkeypatch.setattr(member_module, "PLAN_SLICE", 7)
+    m = member()
+    keys = [(uuid.UUID(int=t), p) for t in range(3) for p in range(20)]
+    m._rows = {k: PartitionRow(k, [None, 1, 2, 3][i % 4], 1) for i, k in enumerate(keys)}
+    m.owned = {k: 1 for k, row in m._rows.items() if row.owner == 1}
+    m.owned[(uuid.UUID(int=9), 0)] = 1  # a partition of a deleted topic
+    rows = list(m._rows.values())
+    sliced = asyncio.run(m._plan((1, 2), True, rows, True))
+    whole = plan(1, (1, 2), rows, m.owned, True)
+    assert (sorted(sliced.claim), sorted(sliced.release), sorted(sliced.lost), sorted(sliced.disown)) == \
+        (sorted(whole.claim), sorted(whole.release), sorted(whole.lost), sorted(whole.disown))
+    assert (uuid.UUID(int=9), 0) in sliced.lost and sliced.claim

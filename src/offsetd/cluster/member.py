@@ -235,8 +235,9 @@ class ClusterMember:
             try:
                 await self.tick()
             except StoreUnavailable:
-                pass  # the store tells the log why, once a second
+                self._planned = None  # the round stopped halfway: the next decides on every partition
             except Exception as exc:
+                self._planned = None
                 log.warning("looking at partition ownership failed: %s", exc)
             self._give_up_if_expired()
 
@@ -310,14 +311,14 @@ class ClusterMember:
         for i in range(0, len(rows), PLAN_SLICE):
             part = plan(self.node_id, live, rows[i:i + PLAN_SLICE], self.owned, serving, complete=False,
                         preferences=self._preferences)
-            decided.claim += part.claim
-            decided.release += part.release
-            decided.lost += part.lost
-            decided.disown += part.disown
+            decided.claim.extend(part.claim)
+            decided.release.extend(part.release)
+            decided.lost.extend(part.lost)
+            decided.disown.extend(part.disown)
             await asyncio.sleep(0)
         if complete:  # what we hold of a partition no longer in the view: its topic was deleted
             lost = set(decided.lost)
-            decided.lost += [key for key in self.owned if key not in self._rows and key not in lost]
+            decided.lost.extend(key for key in self.owned if key not in self._rows and key not in lost)
         return decided
 
     def _forget_deleted(self, topic_ids: set[uuid.UUID]) -> None:

@@ -104,6 +104,19 @@ def test_a_new_partition_holds_no_file_until_it_is_used(tmp_path: Path, clock: F
     assert os.listdir(tmp_path / "t-0") == []
 
 
+def test_a_claimed_partition_with_nothing_in_it_opens_no_file_until_used(tmp_path: Path, clock: FakeClock) -> None:
+    """Cluster mode: the claim's leader-epoch history is kept by a log known to hold nothing, and
+    taken by the log when it opens (a broker taking 30,000 empty partitions over creates no file)."""
+    log = _unopened(tmp_path, clock, clean=False)
+    log.preload()  # the claim looks: no directory
+    assert log.checked_empty and log.log_end_offset == 0
+    log.set_epoch_history([(1, 0), (4, 0)], 5)
+    assert not log.opened and log.leader_epoch == 5 and not (tmp_path / "topic-0").exists()
+    assert log.append(batch(2), clock.now).base_offset == 0  # first use: opened, at the claim's epoch
+    assert log.opened and log.leader_epoch == 5
+    assert log.epochs.entries == [(5, 0)]  # the epochs before it led nothing (all start at 0)
+
+
 def test_a_start_reads_no_partition_directory_and_announces_the_epoch_the_log_opens_at(
         tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
     config = BrokerConfig({"log.dirs": str(tmp_path)})

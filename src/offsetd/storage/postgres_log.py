@@ -87,6 +87,8 @@ class PostgresPartitionLog:
     async def take_leadership(self, claim: Claim, now_ms: int) -> None:
         """Bring the local copy to PostgreSQL's end, then lead at the claim's epoch."""
         cache = self._cache
+        if not cache.opened:  # a copy this broker never made stays unopened: no file for an empty partition
+            cache.preload()  # type: ignore[attr-defined]
         end = cache.log_end_offset
         consistent = claim.start_offset <= end <= claim.next_offset
         if consistent and end > claim.start_offset:

@@ -28,7 +28,7 @@ __all__ = ["UnopenedLog"]
 
 # What exists on an UnopenedLog before it opens; anything else read opens it.
 _OWN = ("topic", "partition", "config", "log_dir", "leader_epoch", "_closed", "_root", "_now_ms",
-        "_clean", "_sync_parent", "checked_empty")
+        "_clean", "_sync_parent", "_history", "checked_empty")
 
 
 class UnopenedLog(PartitionLog):
@@ -55,6 +55,7 @@ class UnopenedLog(PartitionLog):
         self._now_ms = now_ms
         self._clean = clean
         self._sync_parent = sync_parent
+        self._history: tuple[list[tuple[int, int]], int] | None = None  # set_epoch_history's, until opened
         self.checked_empty = empty  # no segment (preload looked): nothing to recover or retain, offsets 0
 
     @property  # type: ignore[override]
@@ -109,12 +110,15 @@ class UnopenedLog(PartitionLog):
                                        self.log_dir, clean=self._clean, sync_parent=self._sync_parent)
         except OSError as exc:
             raise self.log_dir.failed(exc, f"open of {self.topic}-{self.partition}") from exc
-        announced = self.leader_epoch
+        announced, history = self.leader_epoch, self._history
         state = self.__dict__
         state.clear()
         state.update(loaded.__dict__)
         self.__class__ = PartitionLog  # type: ignore[assignment]
-        self.lead_next_epoch(at_least=announced)
+        if history is not None:
+            self.set_epoch_history(*history)
+        else:
+            self.lead_next_epoch(at_least=announced)
 
     def preload(self) -> None:
         """The background opener's step: open the log if its directory holds segments (their
@@ -127,6 +131,16 @@ class UnopenedLog(PartitionLog):
             self.open_now()
         else:
             self.checked_empty = True
+
+    def set_epoch_history(self, entries: list[tuple[int, int]], leader_epoch: int) -> None:
+        """Cluster mode's history of a log known to hold nothing is kept until the log opens (a
+        claimed partition with nothing in it opens no file); any other log opens now."""
+        if not self.checked_empty:
+            self.open_now()
+            self.set_epoch_history(entries, leader_epoch)  # PartitionLog's, now that it is one
+            return
+        self._history = (list(entries), leader_epoch)
+        self.leader_epoch = leader_epoch
 
     @property
     def next_leader_epoch(self) -> int:

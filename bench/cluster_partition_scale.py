@@ -1,0 +1,488 @@
+"""Issue 26's cluster measure: N partitions in a 3-broker cluster (bench/cluster_launcher.py:
+PostgreSQL + offsetd brokers). Creates them (topics of --per-topic partitions, several topics per
+CreateTopics request) and times it and the wait until every one has a live leader; times Metadata
+for all of them from a fresh AdminClient; reports each broker's RSS, open descriptors and CPU while
+idle (utime + stime from /proc: the heartbeats' and ownership ticks' cost per partition), and
+PostgreSQL's; produces to and consumes from a random 1% of the partitions; then kill -9s one
+broker and polls Metadata on a survivor until every partition is led by a live broker, against
+the target "within the lease (broker.session.timeout.ms) + 5 s", with the survivors' CPU
+meanwhile. ``--profile DIR`` records a survivor with py-spy while idle and during the takeover.
+
+    .venv/bin/python bench/cluster_partition_scale.py --partitions 10000 [--profile DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: the repository root and src importable
+    _ROOT = Path(__file__).resolve().parent.parent
+    sys.path[0:1] = [str(_ROOT), str(_ROOT / "src")]
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from bench.cluster import summarize_profile  # noqa: E402
+from bench.cluster_launcher import DATABASE, OFFSETS_TOPIC, ClusterLauncher  # noqa: E402
+from offsetd.dev.broker import BrokerProcess  # noqa: E402
+from offsetd.dev.postgres import children_of, postmaster_pid  # noqa: E402
+
+PREFIX = "scale"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PY_SPY = Path(os.environ.get("PY_SPY", "/tmp/pyspy/bin/py-spy"))
+_LEADING = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] INFO \S+: leading ", re.MULTILINE)
+
+
+def _load() -> list[float]:
+    return [round(x, 1) for x in os.getloadavg()]
+
+
+# -- /proc --------------------------------------------------------------------------------------
+
+
+def _cpu_s(pid: int, children: bool = False) -> float:
+    """utime + stime of a process so far, in seconds (0 once it is gone); with ``children``,
+    plus those of its children that exited and were waited for."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5), counted from 1 before the ')'
+    if children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / CLK_TCK
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _postgres_cpu_s(launcher: ClusterLauncher) -> float:
+    """CPU seconds of PostgreSQL so far: the postmaster, its exited backends (waited for, so in its
+    children's counters) and the running ones."""
+    assert launcher.pg is not None
+    master = postmaster_pid(launcher.pg.data_dir)
+    if master is None:
+        return 0.0
+    return _cpu_s(master, children=True) + sum(_cpu_s(pid) for pid in children_of(master))
+
+
+class ScaleLauncher(ClusterLauncher):
+    """The bench launcher with the brokers' log level chosen (INFO logs a line per claim)."""
+
+    log_level = "INFO"
+
+    def _broker(self, node: int, dsn: str, name: str = "") -> BrokerProcess:
+        broker = super()._broker(node, dsn, name)
+        broker.log_level = self.log_level
+        return broker
+
+
+class CpuWindow:
+    """CPU seconds of the brokers and of PostgreSQL between start() and stop()."""
+
+    def __init__(self, launcher: ClusterLauncher) -> None:
+        self.launcher = launcher
+        self.brokers: dict[int, int] = launcher.pids()
+        self.started = 0.0
+        self.before: dict[str, float] = {}
+
+    def _sample(self) -> dict[str, float]:
+        sample = {f"broker{node}": _cpu_s(pid) for node, pid in self.brokers.items()}
+        sample["postgres"] = _postgres_cpu_s(self.launcher)
+        return sample
+
+    def start(self) -> "CpuWindow":
+        self.started, self.before = time.monotonic(), self._sample()
+        return self
+
+    def stop(self) -> dict[str, Any]:
+        """Each one's CPU as % of one core over the window, and the window's length."""
+        elapsed = time.monotonic() - self.started
+        after = self._sample()
+        alive = self.launcher.pids()
+        result: dict[str, Any] = {"window_s": round(elapsed, 1)}
+        for name, cpu in after.items():
+            if name.startswith("broker") and int(name[6:]) not in alive:
+                continue  # killed meanwhile: its counters are gone
+            result[f"{name}_cpu_pct"] = round(100 * (cpu - self.before[name]) / elapsed, 1)
+        return result
+
+
+# -- the Kafka side ------------------------------------------------------------------------------
+
+
+def _names(partitions: int, per_topic: int) -> list[tuple[str, int]]:
+    """(topic, partition count) of the bench's topics."""
+    return [(f"{PREFIX}{i}", min(per_topic, partitions - i * per_topic))
+            for i in range((partitions + per_topic - 1) // per_topic)]
+
+
+def _create(bootstrap: str, partitions: int, per_topic: int, per_request: int,
+            timeout_s: float) -> tuple[float, int]:
+    """Create the bench's topics, ``per_request`` per CreateTopics, until done or ``timeout_s``:
+    (seconds, partitions created)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topics = _names(partitions, per_topic)
+    created = 0
+    started = time.monotonic()
+    for i in range(0, len(topics), per_request):
+        if time.monotonic() - started > timeout_s:
+            break
+        batch = [NewTopic(name, count, 1) for name, count in topics[i:i + per_request]]
+        for future in admin.create_topics(batch, operation_timeout=600, request_timeout=600).values():
+            future.result(600)
+        created += sum(count for _, count in topics[i:i + per_request])
+    return time.monotonic() - started, created
+
+
+def _leadership(admin: AdminClient, live: set[int]) -> dict[str, int]:
+    """One Metadata (all topics): the bench's partitions led by a live broker, by another
+    (dead) one, by none; and the same for ``__consumer_offsets``; the brokers listed."""
+    md = admin.list_topics(timeout=120)
+    counts = {"partitions": 0, "led_live": 0, "led_dead": 0, "leaderless": 0, "offsets_not_live": 0,
+              "brokers_listed": len(md.brokers)}
+    for name, topic in md.topics.items():
+        if name == OFFSETS_TOPIC:
+            counts["offsets_not_live"] = sum(p.leader not in live for p in topic.partitions.values())
+        if not name.startswith(PREFIX):
+            continue
+        for meta in topic.partitions.values():
+            counts["partitions"] += 1
+            if meta.leader in live:
+                counts["led_live"] += 1
+            elif meta.leader < 0:
+                counts["leaderless"] += 1
+            else:
+                counts["led_dead"] += 1
+    return counts
+
+
+def _wait_all_led(bootstrap: str, live: set[int], expected: int, timeout_s: float,
+                  pause_s: float) -> tuple[float | None, list[dict[str, Any]]]:
+    """Poll Metadata until all ``expected`` partitions and ``__consumer_offsets`` are led by
+    ``live`` brokers and only those are listed: (seconds, or None at the deadline; the polls)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    started = time.monotonic()
+    polls: list[dict[str, Any]] = []
+    while time.monotonic() - started < timeout_s:
+        try:
+            counts = _leadership(admin, live)
+        except KafkaException as exc:
+            polls.append({"t": round(time.monotonic() - started, 2), "error": str(exc)})
+            time.sleep(pause_s)
+            continue
+        took = time.monotonic() - started
+        polls.append({"t": round(took, 2), **counts})
+        if (counts["partitions"] == expected and counts["led_live"] == expected and not counts["offsets_not_live"]
+                and counts["brokers_listed"] == len(live)):
+            return took, polls
+        time.sleep(pause_s)
+    return None, polls
+
+
+def _timeline(polls: list[dict[str, Any]], every_s: float) -> list[str]:
+    """The polls, at most one per ``every_s`` (and the last), as "t: led/leaderless/dead"."""
+    kept: list[str] = []
+    last = -every_s
+    for i, poll in enumerate(polls):
+        if poll["t"] - last >= every_s or i == len(polls) - 1:
+            last = poll["t"]
+            kept.append(f"{poll['t']:.1f}s: " + (poll["error"] if "error" in poll else
+                        f"{poll['led_live']} led, {poll['leaderless']} leaderless, {poll['led_dead']} dead leader, "
+                        f"{poll['offsets_not_live']} offsets partitions not led, {poll['brokers_listed']} brokers"))
+    return kept
+
+
+def _metadata_s(bootstrap: str, expected: int) -> float:
+    """Seconds for one Metadata request naming every topic, from a fresh client."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    started = time.monotonic()
+    md = admin.list_topics(timeout=120)
+    took = time.monotonic() - started
+    got = sum(len(t.partitions) for name, t in md.topics.items() if name.startswith(PREFIX))
+    assert got == expected, f"Metadata named {got} partitions, not {expected}"
+    return took
+
+
+def _sample_round_trip(bootstrap: str, partitions: int, per_topic: int, share: float, group: str) -> float:
+    """Produce one record to each of a random ``share`` of the partitions and read them back."""
+    rng = random.Random(26)
+    sample = rng.sample(range(partitions), max(1, int(partitions * share)))
+    tps = [(f"{PREFIX}{p // per_topic}", p % per_topic) for p in sample]
+    started = time.monotonic()
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "all"})
+    failed: list[Any] = []
+    for topic, partition in tps:
+        producer.produce(topic, f"{topic}/{partition}".encode(), partition=partition,
+                         on_delivery=lambda err, _msg: err and failed.append(err))
+    left = producer.flush(300)
+    assert not failed and not left, f"{len(failed)} failed, {left} undelivered: {failed[:3]}"
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer.assign([TopicPartition(t, p, 0) for t, p in tps])
+    seen: set[tuple[str, int]] = set()
+    deadline = time.monotonic() + 300
+    while len(seen) < len(tps) and time.monotonic() < deadline:
+        for msg in consumer.consume(1000, 1.0):
+            if msg.error() is None:
+                seen.add((msg.topic(), msg.partition()))
+    consumer.close()
+    assert len(seen) == len(tps), f"read back {len(seen)} of {len(tps)} partitions"
+    return time.monotonic() - started
+
+
+# -- PostgreSQL, py-spy, the logs -----------------------------------------------------------------
+
+
+def _postgres_figures(dsn: str) -> dict[str, Any]:
+    """Rows of offsetd_partition by owner, the table's size, and the time of the ownership
+    snapshot's query (postgres_store's _PARTITIONS) fetched with asyncpg, as a broker does."""
+    import asyncpg
+
+    async def measure() -> dict[str, Any]:
+        conn = await asyncpg.connect(dsn)
+        try:
+            owners = await conn.fetch("SELECT owner, count(*) FROM offsetd_partition GROUP BY owner ORDER BY owner")
+            size = await conn.fetchval("SELECT pg_total_relation_size('offsetd_partition')")
+            times = []
+            for _ in range(3):
+                started = time.monotonic()
+                await conn.fetch("SELECT topic_id, partition, owner, epoch FROM offsetd_partition")
+                times.append(time.monotonic() - started)
+            plan = await conn.fetch("EXPLAIN (ANALYZE) SELECT topic_id, partition, owner, epoch FROM offsetd_partition")
+            executed = next((r[0] for r in plan if "Execution Time" in r[0]), "")
+            return {"offsetd_partition_rows_by_owner": {str(r[0]): r[1] for r in owners},
+                    "offsetd_partition_mb": round(size / 2**20, 1),
+                    "snapshot_query_fetch_ms_best_of_3": round(1000 * min(times), 1),
+                    "snapshot_query_server_side": executed.strip()}
+        finally:
+            await conn.close()
+
+    return asyncio.run(measure())
+
+
+def _py_spy(pid: int, out: Path, duration_s: int | None = None) -> subprocess.Popen[bytes] | None:
+    """``py-spy record`` of ``pid`` into ``out`` (raw stacks), for ``duration_s`` or until SIGINT."""
+    if not PY_SPY.exists():
+        print(f"  no py-spy at {PY_SPY}: not profiling", file=sys.stderr)
+        return None
+    env = {**os.environ, "PYTHONPATH": str(PY_SPY.parent.parent)}
+    cmd = [str(PY_SPY), "record", "--pid", str(pid), "--format", "raw", "--rate", "100", "--nonblocking",
+           "--output", str(out)]
+    if duration_s is not None:
+        cmd += ["--duration", str(duration_s)]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+
+
+def _finish_py_spy(proc: subprocess.Popen[bytes] | None, out: Path, name: str, timed: bool = False) -> None:
+    """Stop py-spy (or, ``timed``, let its --duration run out) and print the top frames."""
+    if proc is None:
+        return
+    if not timed and proc.poll() is None:
+        proc.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+    try:
+        proc.wait(120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    print(summarize_profile([out], name, top=15), file=sys.stderr, flush=True)
+
+
+def _claims_after(launcher: ClusterLauncher, since_wall: float) -> dict[str, Any]:
+    """The survivors' "leading ..." log lines after ``since_wall``: how many, the first and last
+    (seconds after it)."""
+    stamps: dict[int, list[float]] = {}
+    for node, broker in launcher.brokers.items():
+        if not broker.alive():
+            continue
+        for match in _LEADING.finditer(broker.log()):
+            wall = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            if wall >= since_wall - 0.001:
+                stamps.setdefault(node, []).append(wall - since_wall)
+    every = [t for ts in stamps.values() for t in ts]
+    return {"claims_by_survivor": {str(n): len(ts) for n, ts in stamps.items()},
+            "first_claim_s": round(min(every), 2) if every else None,
+            "last_claim_s": round(max(every), 2) if every else None}
+
+
+def _lease_expiries(launcher: ClusterLauncher) -> dict[str, int]:
+    """How often each broker judged its own lease lapsed and gave its partitions up (so far)."""
+    return {str(node): broker.log().count("lease expired (no renewal") for node, broker in launcher.brokers.items()}
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+def _idle(launcher: ClusterLauncher, seconds: float) -> dict[str, Any]:
+    """RSS, descriptors, and CPU over ``seconds`` of nothing asked of the cluster."""
+    window = CpuWindow(launcher).start()
+    time.sleep(seconds)
+    result = window.stop()
+    for node, pid in launcher.pids().items():
+        result[f"broker{node}_rss_mb"] = round(_rss_mb(pid))
+        result[f"broker{node}_open_fds"] = _fds(pid)
+    result["load_average"] = _load()
+    return result
+
+
+def _takeover(launcher: ClusterLauncher, args: argparse.Namespace, results: dict[str, Any]) -> None:
+    """kill -9 ``args.victim``; time until a survivor's Metadata shows every partition led by a
+    live broker; the survivors' CPU (and a py-spy of one) meanwhile."""
+    survivors = {node for node in launcher.pids() if node != args.victim}
+    bootstrap = ",".join(launcher.brokers[n].bootstrap for n in sorted(survivors))
+    watched = min(survivors)
+    out = args.profile / f"takeover-broker{watched}.txt" if args.profile else None
+    spy = _py_spy(launcher.brokers[watched].pid, out) if out else None
+    if spy:
+        time.sleep(1.0)  # py-spy attaches
+    window = CpuWindow(launcher).start()
+    kill_wall = time.time()
+    os.kill(launcher.brokers[args.victim].pid, signal.SIGKILL)
+    took, polls = _wait_all_led(bootstrap, survivors, args.partitions, args.takeover_timeout, args.poll_pause)
+    cpu = window.stop()
+    if out:
+        _finish_py_spy(spy, out, f"takeover, broker {watched}")
+    lease_s = launcher.ttl_ms / 1000
+    results["takeover"] = {
+        "killed": args.victim, "lease_s": lease_s, "target_s": lease_s + 5,
+        "all_led_by_live_s": None if took is None else round(took, 2),
+        "met": took is not None and took <= lease_s + 5,
+        **_claims_after(launcher, kill_wall), "cpu": cpu, "load_average": _load(),
+        "timeline": _timeline(polls, 1.0 if took is None or took < 60 else took / 30),
+    }
+
+
+def run(launcher: ClusterLauncher, args: argparse.Namespace, results: dict[str, Any]) -> None:
+    """Every step in order; ``results`` fills as they finish (a failure keeps what ran)."""
+    bootstrap = launcher.bootstrap
+    live = set(launcher.pids())
+    step = time.monotonic()
+
+    def done(what: str) -> None:
+        nonlocal step
+        print(f"  {what} ({time.monotonic() - step:.1f} s, load {_load()})", file=sys.stderr, flush=True)
+        step = time.monotonic()
+
+    results["idle_empty"] = _idle(launcher, args.idle)
+    done("idle, no partitions")
+    took, created = _create(bootstrap, args.partitions, args.per_topic, args.per_request, args.create_timeout)
+    results["create_s"], results["created_partitions"] = round(took, 1), created
+    results["load_average_after_create"] = _load()
+    results["lease_expiries_after_create"] = _lease_expiries(launcher)
+    done(f"created {created}")
+    took, polls = _wait_all_led(bootstrap, live, created, args.lead_timeout, args.lead_poll_pause)
+    results["created_to_all_led_s"] = None if took is None else round(took, 1)
+    results["lease_expiries_after_lead"] = _lease_expiries(launcher)
+    if took is None or created < args.partitions:
+        # Stuck: what the brokers do meanwhile is the finding (CPU, a profile, PostgreSQL's rows).
+        results["lead_timeline"] = _timeline(polls, args.lead_timeout / 12)
+        done("not all led")
+        results["idle_unsettled"] = _idle(launcher, args.idle)
+        if args.profile:
+            watched = min(n for n in launcher.pids() if n != args.victim)
+            out = args.profile / f"unsettled-broker{watched}.txt"
+            _finish_py_spy(_py_spy(launcher.brokers[watched].pid, out, int(args.idle)), out,
+                           f"unsettled, broker {watched}", timed=True)
+        results["postgres"] = _postgres_figures(launcher.pg.dsn(DATABASE))  # type: ignore[union-attr]
+        results["lease_expiries_at_end"] = _lease_expiries(launcher)
+        raise TimeoutError(f"{created} of {args.partitions} partitions created, and not all of those led "
+                           f"within {args.lead_timeout:.0f} s" if took is None else "creation stopped at its deadline")
+    done("all led")
+    results["metadata_ms"] = round(1000 * min(_metadata_s(bootstrap, args.partitions) for _ in range(3)))
+    results["load_average_metadata"] = _load()
+    done("metadata")
+    results["idle"] = _idle(launcher, args.idle)
+    done("idle")
+    if args.profile:
+        watched = min(n for n in launcher.pids() if n != args.victim)
+        out = args.profile / f"idle-broker{watched}.txt"
+        _finish_py_spy(_py_spy(launcher.brokers[watched].pid, out, int(args.idle)), out, f"idle, broker {watched}",
+                       timed=True)
+        done("idle profile")
+    results["postgres"] = _postgres_figures(launcher.pg.dsn(DATABASE))  # type: ignore[union-attr]
+    done("postgres figures")
+    results["sample_1pct_round_trip_s"] = round(
+        _sample_round_trip(bootstrap, args.partitions, args.per_topic, 0.01, "scale"), 1)
+    results["load_average_sample"] = _load()
+    done("1% sample")
+    _takeover(launcher, args, results)
+    results["takeover"]["lease_expiries"] = _lease_expiries(launcher)
+    done("takeover")
+    if results["takeover"]["all_led_by_live_s"] is not None:
+        survivors = ",".join(b.bootstrap for b in launcher.brokers.values() if b.alive())
+        results["sample_1pct_round_trip_after_takeover_s"] = round(
+            _sample_round_trip(survivors, args.partitions, args.per_topic, 0.01, "scale-after"), 1)
+        done("1% sample after the takeover")
+        results["idle_after_takeover"] = _idle(launcher, args.idle)
+        results["postgres_after_takeover"] = _postgres_figures(launcher.pg.dsn(DATABASE))  # type: ignore[union-attr]
+        done("idle after the takeover")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--partitions", type=int, default=100_000)
+    parser.add_argument("--per-topic", type=int, default=1000)
+    parser.add_argument("--per-request", type=int, default=5, help="topics per CreateTopics request")
+    parser.add_argument("--brokers", type=int, default=3)
+    parser.add_argument("--victim", type=int, default=3, help="node.id of the broker killed")
+    parser.add_argument("--ttl-ms", type=int, default=3000, help="broker.session.timeout.ms (the launcher's)")
+    parser.add_argument("--heartbeat-ms", type=int, default=1000, help="broker.heartbeat.interval.ms")
+    parser.add_argument("--idle", type=float, default=10.0, help="seconds of each idle window")
+    parser.add_argument("--poll-pause", type=float, default=0.2, help="seconds between Metadata polls in the takeover")
+    parser.add_argument("--lead-poll-pause", type=float, default=2.0,
+                        help="seconds between Metadata polls while waiting for the created partitions' leaders")
+    parser.add_argument("--create-timeout", type=float, default=600.0, help="stop creating topics after this")
+    parser.add_argument("--lead-timeout", type=float, default=300.0)
+    parser.add_argument("--takeover-timeout", type=float, default=300.0)
+    parser.add_argument("--log-level", default="INFO", help="the brokers' --log-level")
+    parser.add_argument("--profile", type=Path, metavar="DIR", help="py-spy a survivor while idle and during the takeover")
+    args = parser.parse_args()
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    launcher = ScaleLauncher(brokers=args.brokers, ttl_ms=args.ttl_ms, heartbeat_ms=args.heartbeat_ms)
+    launcher.startup_timeout_s = 120.0
+    launcher.log_level = args.log_level
+    # The box may be shared: the load average says how busy it was around each figure.
+    results: dict[str, Any] = {"partitions": args.partitions, "brokers": args.brokers, "ttl_ms": args.ttl_ms,
+                               "heartbeat_ms": args.heartbeat_ms, "load_average_at_start": _load()}
+    started = time.monotonic()
+    try:
+        launcher.start()
+        run(launcher, args, results)
+    except (AssertionError, TimeoutError, KafkaException) as exc:
+        results["failed"] = f"{type(exc).__name__}: {exc}"
+        results["log_tail"] = launcher.log_tail(5)
+    finally:
+        results["load_average_at_end"] = _load()
+        results["total_s"] = round(time.monotonic() - started)
+        if args.profile:  # the brokers' logs go with the workdir: keep them beside the profiles
+            for node, broker in launcher.brokers.items():
+                if broker.log_path.exists():
+                    shutil.copy(broker.log_path, args.profile / f"broker{node}.log")
+        launcher.stop()
+        results["broker_errors"] = launcher.errors[:10]
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -140,21 +140,26 @@ def _names(partitions: int, per_topic: int) -> list[tuple[str, int]]:
 
 
 def _create(bootstrap: str, partitions: int, per_topic: int, per_request: int,
-            timeout_s: float) -> tuple[float, int]:
+            timeout_s: float) -> tuple[float, int, list[str]]:
     """Create the bench's topics, ``per_request`` per CreateTopics, until done or ``timeout_s``:
-    (seconds, partitions created)."""
+    (seconds, partitions created, the errors of topics not created: the run goes on without them)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topics = _names(partitions, per_topic)
+    counts = dict(topics)
     created = 0
+    errors: list[str] = []
     started = time.monotonic()
     for i in range(0, len(topics), per_request):
         if time.monotonic() - started > timeout_s:
             break
         batch = [NewTopic(name, count, 1) for name, count in topics[i:i + per_request]]
-        for future in admin.create_topics(batch, operation_timeout=600, request_timeout=600).values():
-            future.result(600)
-        created += sum(count for _, count in topics[i:i + per_request])
-    return time.monotonic() - started, created
+        for name, future in admin.create_topics(batch, operation_timeout=600, request_timeout=600).items():
+            try:
+                future.result(600)
+                created += counts[name]
+            except KafkaException as exc:
+                errors.append(f"{time.monotonic() - started:.0f}s {name}: {exc}")
+    return time.monotonic() - started, created, errors
 
 
 def _leadership(admin: AdminClient, live: set[int]) -> dict[str, int]:
@@ -388,8 +393,10 @@ def run(launcher: ClusterLauncher, args: argparse.Namespace, results: dict[str, 
 
     results["idle_empty"] = _idle(launcher, args.idle)
     done("idle, no partitions")
-    took, created = _create(bootstrap, args.partitions, args.per_topic, args.per_request, args.create_timeout)
+    took, created, errors = _create(bootstrap, args.partitions, args.per_topic, args.per_request, args.create_timeout)
     results["create_s"], results["created_partitions"] = round(took, 1), created
+    if errors:
+        results["create_errors"] = errors[:10]
     results["load_average_after_create"] = _load()
     results["lease_expiries_after_create"] = _lease_expiries(launcher)
     done(f"created {created}")

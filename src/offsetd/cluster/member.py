@@ -31,9 +31,9 @@ Key = tuple[uuid.UUID, int]
 RETRY_MS = 100  # the next renewal after one PostgreSQL did not answer
 HANDOFF_WAIT_MS = 2000  # a stopping broker follows its released partitions' new owners this long at most
 HANDOFF_LINGER_MS = 250  # then answers a little longer: librdkafka retries 100-200 ms apart
-# A look reads only the partitions whose ownership changed since the previous one; every this often
-# it reads them all anyway (a safety net: nothing is known to need it).
-FULL_LOOK_MS = 60_000
+# Claim statements in flight at once (each of CLAIM_BATCH partitions): a broker taking over a dead
+# one's 33,000 partitions is bound by these round trips.
+CLAIMS_IN_FLIGHT = 4
 CLAIM_BATCH = 1000  # partitions claimed (or released) per statement
 # Claimed partitions loaded at once: opening an empty copy takes ~0.5 ms on the event loop, so a
 # slice holds it ~50 ms and the lease renewals go out between slices.
@@ -95,9 +95,9 @@ class ClusterMember:
         self._rows: dict[Key, PartitionRow] = {}
         self._horizon = 0  # `since` for the next look's snapshot
         self._full_wanted = True  # the next look reads every partition (the first, after a new LISTEN)
-        self._full_at = 0.0  # when the last look read every partition
         self._planned: tuple[tuple[int, ...], bool] | None = None  # (live brokers, serving) of the last plan
         self._preferences = Preferences()
+        self.view_version = 0  # bumped whenever a leader, the live brokers or what this broker holds changes
         self._wake = asyncio.Event()
         self._view = asyncio.Event()  # set (and replaced) whenever brokers or leaders change
         self._ticking = asyncio.Lock()  # one round at a time: each acts on what the last one did
@@ -175,6 +175,7 @@ class ClusterMember:
 
     def _view_updated(self) -> None:
         """Wake whoever waits in view_changed (FindCoordinator of a partition changing hands)."""
+        self.view_version += 1
         self._view.set()
         self._view = asyncio.Event()
 
@@ -293,9 +294,14 @@ class ClusterMember:
         urgent = [key for key in decided.claim if self.callbacks.urgent(key)]
         rest = [key for key in decided.claim if not self.callbacks.urgent(key)]
         claimed = 0
+        in_flight = asyncio.Semaphore(CLAIMS_IN_FLIGHT)
+
+        async def claim(keys: list[Key]) -> int:
+            async with in_flight:
+                return await self._claim(keys)
         for keys in (urgent, rest):
-            for i in range(0, len(keys), CLAIM_BATCH):
-                claimed += await self._claim(keys[i:i + CLAIM_BATCH])
+            claimed += sum(await asyncio.gather(*(claim(keys[i:i + CLAIM_BATCH])
+                                                  for i in range(0, len(keys), CLAIM_BATCH))))
         if claimed < len(decided.claim):  # some were taken by others, or our lease lapsed: decide again
             self._planned = None
         if decided.release or decided.disown:
@@ -329,16 +335,17 @@ class ClusterMember:
             for key in gone:
                 del self._rows[key]
                 self.leaders.pop(key, None)
+            self.view_version += 1
             self._preferences.forget(gone)
             self._planned = None  # a complete plan: what we led of them is lost
 
     async def _look(self) -> tuple[bool, list[PartitionRow]]:
         """Read the live brokers and the partitions changed since the last look (all of them the
-        first time, after a new LISTEN connection, and every FULL_LOOK_MS);
+        first time and after a new LISTEN connection: a NOTIFY may have been missed);
         update the view. (whether every partition was read, the rows read)."""
-        now = self.clock()
-        since = None if self._full_wanted or now - self._full_at >= FULL_LOOK_MS else self._horizon
+        since = None if self._full_wanted else self._horizon
         self._full_wanted = False
+        live_before = [b.node_id for b in self.brokers]
         brokers, rows, horizon = await self.store.snapshot(since)
         self.brokers = brokers
         read = [PartitionRow((topic_id, index), owner, epoch) for topic_id, index, owner, epoch in rows]
@@ -347,7 +354,6 @@ class ClusterMember:
             self._preferences.forget(gone)
             self._rows = {row.key: row for row in read}
             self.leaders = {row.key: Leader(row.owner, row.epoch) for row in read if row.owner is not None}
-            self._full_at = now
         else:
             for row in read:
                 self._rows[row.key] = row
@@ -356,7 +362,8 @@ class ClusterMember:
                 else:
                     self.leaders[row.key] = Leader(row.owner, row.epoch)
         self._horizon = horizon
-        self._view_updated()
+        if read or since is None or [b.node_id for b in brokers] != live_before:
+            self._view_updated()
         return since is None, read
 
     async def _claim(self, keys: list[Key]) -> int:
@@ -402,6 +409,7 @@ class ClusterMember:
             log.warning("releasing %d partition(s): %s", len(held), exc)
 
     def _lose(self, key: Key) -> None:
+        self.view_version += 1
         if self.owned.pop(key, None) is not None:
             self.callbacks.lost(key)
 
@@ -428,7 +436,10 @@ class ClusterMember:
     @brokers.setter
     def brokers(self, brokers: list[BrokerRow]) -> None:
         self._brokers = brokers
-        self._live_ids = frozenset(b.node_id for b in brokers)  # leader() asks per partition
+        live = frozenset(b.node_id for b in brokers)  # leader() asks per partition
+        if live != self._live_ids:
+            self._live_ids = live
+            self.view_version += 1
 
     def leader(self, key: Key) -> Leader | None:
         """The partition's leader if it is a live broker (never one whose lease expired)."""

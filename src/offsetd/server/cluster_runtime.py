@@ -176,6 +176,9 @@ class PostgresView:
 
     def __init__(self, member: ClusterMember) -> None:
         self.member = member
+        # leaders() per topic id, with the view it was made from: Metadata for 100,000 partitions
+        # asks for all of them, and the view changes far less often than clients ask.
+        self._leaders: dict[uuid.UUID, tuple[tuple[int, bool, int], list[tuple[int, int]]]] = {}
 
     @property
     def controller_id(self) -> int:
@@ -197,9 +200,16 @@ class PostgresView:
         return (-1, -1) if leader is None else (leader.node_id, leader.epoch)
 
     def leaders(self, topic: Any) -> list[tuple[int, int]]:
-        leader, topic_id = self.member.leader, topic.topic_id
-        return [(-1, -1) if led is None else (led.node_id, led.epoch)
-                for led in (leader((topic_id, p)) for p in range(len(topic.partitions)))]
+        member, topic_id = self.member, topic.topic_id
+        stamp = (member.view_version, member.serving(), len(topic.partitions))
+        cached = self._leaders.get(topic_id)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        leader = member.leader
+        leaders = [(-1, -1) if led is None else (led.node_id, led.epoch)
+                   for led in (leader((topic_id, p)) for p in range(len(topic.partitions)))]
+        self._leaders[topic_id] = (stamp, leaders)
+        return leaders
 
     def endpoint(self, node_id: int, listener: str | None = None) -> tuple[str, int] | None:
         row = self.member.endpoint(node_id)

@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import re
 import shutil
 import signal
@@ -32,11 +31,12 @@ if __package__ in (None, ""):  # run as a script: the repository root and src im
     _ROOT = Path(__file__).resolve().parent.parent
     sys.path[0:1] = [str(_ROOT), str(_ROOT / "src")]
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import KafkaException  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from bench.cluster import summarize_profile  # noqa: E402
 from bench.cluster_launcher import DATABASE, OFFSETS_TOPIC, ClusterLauncher  # noqa: E402
+from bench.scale_probes import fds, metadata_s, rss_mb, sample_round_trip  # noqa: E402
 from offsetd.dev.broker import BrokerProcess  # noqa: E402
 from offsetd.dev.postgres import children_of, postmaster_pid  # noqa: E402
 
@@ -65,17 +65,6 @@ def _cpu_s(pid: int, children: bool = False) -> float:
     if children:
         ticks += int(fields[13]) + int(fields[14])
     return ticks / CLK_TCK
-
-
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def _fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def _postgres_cpu_s(launcher: ClusterLauncher) -> float:
@@ -220,43 +209,6 @@ def _timeline(polls: list[dict[str, Any]], every_s: float) -> list[str]:
     return kept
 
 
-def _metadata_s(bootstrap: str, expected: int) -> float:
-    """Seconds for one Metadata request naming every topic, from a fresh client."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    started = time.monotonic()
-    md = admin.list_topics(timeout=120)
-    took = time.monotonic() - started
-    got = sum(len(t.partitions) for name, t in md.topics.items() if name.startswith(PREFIX))
-    assert got == expected, f"Metadata named {got} partitions, not {expected}"
-    return took
-
-
-def _sample_round_trip(bootstrap: str, partitions: int, per_topic: int, share: float, group: str) -> float:
-    """Produce one record to each of a random ``share`` of the partitions and read them back."""
-    rng = random.Random(26)
-    sample = rng.sample(range(partitions), max(1, int(partitions * share)))
-    tps = [(f"{PREFIX}{p // per_topic}", p % per_topic) for p in sample]
-    started = time.monotonic()
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "all"})
-    failed: list[Any] = []
-    for topic, partition in tps:
-        producer.produce(topic, f"{topic}/{partition}".encode(), partition=partition,
-                         on_delivery=lambda err, _msg: err and failed.append(err))
-    left = producer.flush(300)
-    assert not failed and not left, f"{len(failed)} failed, {left} undelivered: {failed[:3]}"
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    consumer.assign([TopicPartition(t, p, 0) for t, p in tps])
-    seen: set[tuple[str, int]] = set()
-    deadline = time.monotonic() + 300
-    while len(seen) < len(tps) and time.monotonic() < deadline:
-        for msg in consumer.consume(1000, 1.0):
-            if msg.error() is None:
-                seen.add((msg.topic(), msg.partition()))
-    consumer.close()
-    assert len(seen) == len(tps), f"read back {len(seen)} of {len(tps)} partitions"
-    return time.monotonic() - started
-
-
 # -- PostgreSQL, py-spy, the logs -----------------------------------------------------------------
 
 
@@ -347,8 +299,8 @@ def _idle(launcher: ClusterLauncher, seconds: float) -> dict[str, Any]:
     time.sleep(seconds)
     result = window.stop()
     for node, pid in launcher.pids().items():
-        result[f"broker{node}_rss_mb"] = round(_rss_mb(pid))
-        result[f"broker{node}_open_fds"] = _fds(pid)
+        result[f"broker{node}_rss_mb"] = round(rss_mb(pid))
+        result[f"broker{node}_open_fds"] = fds(pid)
     result["load_average"] = _load()
     return result
 
@@ -418,7 +370,7 @@ def run(launcher: ClusterLauncher, args: argparse.Namespace, results: dict[str, 
         raise TimeoutError(f"{created} of {args.partitions} partitions created, and not all of those led "
                            f"within {args.lead_timeout:.0f} s" if took is None else "creation stopped at its deadline")
     done("all led")
-    results["metadata_ms"] = round(1000 * min(_metadata_s(bootstrap, args.partitions) for _ in range(3)))
+    results["metadata_ms"] = round(1000 * min(metadata_s(bootstrap, args.partitions, PREFIX) for _ in range(3)))
     results["load_average_metadata"] = _load()
     done("metadata")
     results["idle"] = _idle(launcher, args.idle)
@@ -432,7 +384,7 @@ def run(launcher: ClusterLauncher, args: argparse.Namespace, results: dict[str, 
     results["postgres"] = _postgres_figures(launcher.pg.dsn(DATABASE))  # type: ignore[union-attr]
     done("postgres figures")
     results["sample_1pct_round_trip_s"] = round(
-        _sample_round_trip(bootstrap, args.partitions, args.per_topic, 0.01, "scale"), 1)
+        sample_round_trip(bootstrap, args.partitions, args.per_topic, 0.01, PREFIX, "scale"), 1)
     results["load_average_sample"] = _load()
     done("1% sample")
     _takeover(launcher, args, results)
@@ -441,7 +393,7 @@ def run(launcher: ClusterLauncher, args: argparse.Namespace, results: dict[str, 
     if results["takeover"]["all_led_by_live_s"] is not None:
         survivors = ",".join(b.bootstrap for b in launcher.brokers.values() if b.alive())
         results["sample_1pct_round_trip_after_takeover_s"] = round(
-            _sample_round_trip(survivors, args.partitions, args.per_topic, 0.01, "scale-after"), 1)
+            sample_round_trip(survivors, args.partitions, args.per_topic, 0.01, PREFIX, "scale-after"), 1)
         done("1% sample after the takeover")
         results["idle_after_takeover"] = _idle(launcher, args.idle)
         results["postgres_after_takeover"] = _postgres_figures(launcher.pg.dsn(DATABASE))  # type: ignore[union-attr]

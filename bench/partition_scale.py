@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import sys
 import tempfile
 import time
@@ -20,34 +19,13 @@ from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+    _ROOT = Path(__file__).resolve().parent.parent
+    sys.path[0:1] = [str(_ROOT), str(_ROOT / "src")]
 
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from bench.scale_probes import fds, metadata_s, rss_mb, sample_round_trip  # noqa: E402
 from offsetd.dev.broker import BrokerProcess  # noqa: E402
-
-
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def _fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def _metadata_s(bootstrap: str, expected: int) -> float:
-    """Seconds for one Metadata request naming every topic (a fresh client, as a new user's)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    started = time.monotonic()
-    md = admin.list_topics(timeout=120)
-    took = time.monotonic() - started
-    got = sum(len(t.partitions) for name, t in md.topics.items() if name.startswith("scale"))
-    assert got == expected, f"Metadata named {got} partitions, not {expected}"
-    return took
 
 
 def _create(bootstrap: str, partitions: int, per_topic: int, per_request: int) -> float:
@@ -61,32 +39,6 @@ def _create(bootstrap: str, partitions: int, per_topic: int, per_request: int) -
     return time.monotonic() - started
 
 
-def _sample_round_trip(bootstrap: str, partitions: int, per_topic: int, share: float) -> float:
-    """Produce one record to each of a random `share` of the partitions and read them back."""
-    rng = random.Random(26)
-    sample = rng.sample(range(partitions), max(1, int(partitions * share)))
-    tps = [(f"scale{p // per_topic}", p % per_topic) for p in sample]
-    started = time.monotonic()
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "all"})
-    failed: list[Any] = []
-    for topic, partition in tps:
-        producer.produce(topic, f"{topic}/{partition}".encode(), partition=partition,
-                         on_delivery=lambda err, _msg: err and failed.append(err))
-    producer.flush(120)
-    assert not failed, failed[:3]
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "scale", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(t, p, 0) for t, p in tps])
-    seen: set[tuple[str, int]] = set()
-    deadline = time.monotonic() + 300
-    while len(seen) < len(tps) and time.monotonic() < deadline:
-        for msg in consumer.consume(1000, 1.0):
-            if msg.error() is None:
-                seen.add((msg.topic(), msg.partition()))
-    consumer.close()
-    assert len(seen) == len(tps), f"read back {len(seen)} of {len(tps)} partitions"
-    return time.monotonic() - started
-
-
 def _restart_to_metadata(broker: BrokerProcess, expected: int, kill: bool) -> float:
     if kill:
         broker.kill9()
@@ -94,7 +46,7 @@ def _restart_to_metadata(broker: BrokerProcess, expected: int, kill: bool) -> fl
         broker.stop(timeout=600)
     started = time.monotonic()
     broker.start(timeout=600)
-    _metadata_s(broker.bootstrap, expected)
+    metadata_s(broker.bootstrap, expected, "scale")
     return time.monotonic() - started
 
 
@@ -116,16 +68,16 @@ def main() -> None:
                                "load_average_at_start": [round(x, 1) for x in os.getloadavg()]}
     try:
         results["create_s"] = round(_create(broker.bootstrap, args.partitions, args.per_topic, args.per_request), 1)
-        results["metadata_ms"] = round(1000 * min(_metadata_s(broker.bootstrap, args.partitions) for _ in range(3)))
-        results["rss_mb"] = round(_rss_mb(broker.pid))
-        results["open_fds"] = _fds(broker.pid)
+        results["metadata_ms"] = round(1000 * min(metadata_s(broker.bootstrap, args.partitions, "scale") for _ in range(3)))
+        results["rss_mb"] = round(rss_mb(broker.pid))
+        results["open_fds"] = fds(broker.pid)
         results["sample_1pct_round_trip_s"] = round(
-            _sample_round_trip(broker.bootstrap, args.partitions, args.per_topic, 0.01), 1)
-        results["open_fds_after_sample"] = _fds(broker.pid)
-        results["rss_mb_after_sample"] = round(_rss_mb(broker.pid))
+            sample_round_trip(broker.bootstrap, args.partitions, args.per_topic, 0.01, "scale", "scale"), 1)
+        results["open_fds_after_sample"] = fds(broker.pid)
+        results["rss_mb_after_sample"] = round(rss_mb(broker.pid))
         results["clean_restart_to_metadata_s"] = round(_restart_to_metadata(broker, args.partitions, False), 1)
         results["kill9_restart_to_metadata_s"] = round(_restart_to_metadata(broker, args.partitions, True), 1)
-        results["rss_mb_after_restart"] = round(_rss_mb(broker.pid))
+        results["rss_mb_after_restart"] = round(rss_mb(broker.pid))
         results["load_average_at_end"] = [round(x, 1) for x in os.getloadavg()]
     finally:
         if broker.alive():

@@ -31,7 +31,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 # bench/: what the workloads share imports no workload module and no runner; a workload module
 # imports no other workload module and no runner (the runners put the suite together).
 BENCH_SHARED = ("bench.workload", "bench.workload_steps", "bench.brokers", "bench.procs", "bench.clients", "bench.raw_client",
-                "bench.offsets_log", "bench.report", "bench.loop_probe")
+                "bench.offsets_log", "bench.report", "bench.loop_probe", "bench.scale_probes")
 BENCH_WORKLOADS = ("bench.workloads", "bench.abuse", "bench.eos", "bench.security", "bench.consumer_protocol",
                    "bench.share_groups")
 BENCH_RUNNERS = ("bench.run", "bench.cluster", "bench.profile_workload")

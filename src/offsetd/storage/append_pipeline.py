@@ -64,7 +64,7 @@ class AppendPipeline(Generic[W]):
         """Decide an append after every pending one and queue it; a duplicate gives its original
         AppendResult and queues nothing (see `holder`). Raises what prepare_append raises
         (ProduceError, InvalidBatch), leaving the pipeline as it was."""
-        if self._producers is None:
+        if self.idle or self._producers is None:  # the log's state is the whole truth: start from it
             self._producers = PendingProducerState(self._log.producer_state)
         producers = self._producers
         prepared = self._log.prepare_append(records, validated, leader_epoch=epoch, after=(producers, self.end))

@@ -207,7 +207,7 @@ class PostgresPartitionLog:
             if self.epoch == epoch:
                 try:
                     result = cache.apply_append(prepared, pending.now_ms)
-                except StorageError as exc:
+                except Exception as exc:  # whatever the copy does, the append is durable: answered
                     # Stored in PostgreSQL (acknowledged) but not here: this copy is behind, so the
                     # partition is given up and whoever claims it next reads it from PostgreSQL.
                     log.error("%s-%d: local copy failed after PostgreSQL stored the append: %s; giving the "

@@ -66,6 +66,17 @@ def test_offsets_follow_the_pending_appends_and_a_statement_takes_what_queued(tm
     assert pipeline.idle and pipeline.take() == [] and log.log_end_offset == 6 == pipeline.end
 
 
+def test_a_statement_takes_at_most_its_size_of_the_queue(tmp_path: Path, clock: FakeClock) -> None:
+    log = open_log(tmp_path, clock)
+    pipeline: AppendPipeline[int] = AppendPipeline(log)
+    sizes = [queue(pipeline, plain(n), clock.now).size for n in (1, 2, 3)]
+    assert [p.prepared.first for p in pipeline.take(sizes[0] + sizes[1])] == [0, 1]
+    store(log, pipeline, clock.now)
+    assert [p.prepared.first for p in pipeline.take(1)] == [3]  # one, however large
+    store(log, pipeline, clock.now)
+    assert pipeline.idle and log.log_end_offset == 6
+
+
 def test_sequences_are_judged_after_the_pending_batches(tmp_path: Path, clock: FakeClock) -> None:
     log = open_log(tmp_path, clock)
     log.append(idem(7, 0), clock.now)  # 0-1 in the log: sequences 0-1

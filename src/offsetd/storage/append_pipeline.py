@@ -22,9 +22,10 @@ from offsetd.storage.log_append import AppendResult, PreparedAppend
 from offsetd.storage.partition_log import PartitionLog
 from offsetd.storage.producer_state import PendingProducerState
 
-__all__ = ["AppendPipeline", "PendingAppend"]
+__all__ = ["AppendPipeline", "PendingAppend", "STATEMENT_BYTES"]
 
 W = TypeVar("W")
+STATEMENT_BYTES = 8 * 1024 * 1024  # appends stored by one statement, at most (unless one is larger)
 
 
 @dataclass(slots=True)
@@ -82,11 +83,18 @@ class AppendPipeline(Generic[W]):
                 return pending
         return None
 
-    def take(self) -> list[PendingAppend[W]]:
-        """The queued appends become the statement in flight (none: nothing to store)."""
+    def take(self, max_bytes: int = STATEMENT_BYTES) -> list[PendingAppend[W]]:
+        """The queued appends, oldest first, up to `max_bytes` (at least one), become the statement
+        in flight (none: nothing to store); a statement stays well within the store's timeout."""
         if self.in_flight:
             raise ValueError("a statement is already in flight")
-        self.in_flight, self.queued = self.queued, []
+        size, count = 0, 0
+        for pending in self.queued:
+            size += pending.prepared.size
+            if count and size > max_bytes:
+                break
+            count += 1
+        self.in_flight, self.queued = self.queued[:count], self.queued[count:]
         return self.in_flight
 
     def stored(self) -> list[PendingAppend[W]]:

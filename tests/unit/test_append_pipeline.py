@@ -177,6 +177,11 @@ async def _leading(tmp_path: Path, clock: FakeClock, store: GatedStore) -> tuple
     return plog, fenced
 
 
+def send(plog: PostgresPartitionLog, records: bytes, now: int) -> "asyncio.Future[AppendResult]":
+    """Start an append (the first of an idle log stores its statement in its own await)."""
+    return asyncio.ensure_future(plog.append(records, now))
+
+
 async def _turns(n: int = 3) -> None:
     for _ in range(n):
         await asyncio.sleep(0)
@@ -186,11 +191,11 @@ def test_appends_wait_for_their_own_statement_and_queue_into_one(tmp_path: Path,
     async def scenario() -> None:
         store = GatedStore()
         plog, _ = await _leading(tmp_path, clock, store)
-        first = plog.append(plain(2), clock.now)
+        first = send(plog, plain(2), clock.now)
         await _turns()
-        later = [plog.append(idem(4, 0), clock.now), plog.append(idem(4, 2), clock.now),
-                 plog.append(plain(1), clock.now)]
-        retry = plog.append(idem(4, 0), clock.now)  # a duplicate of a batch not stored yet
+        later = [send(plog, idem(4, 0), clock.now), send(plog, idem(4, 2), clock.now),
+                 send(plog, plain(1), clock.now)]
+        retry = send(plog, idem(4, 0), clock.now)  # a duplicate of a batch not stored yet
         await _turns()
         assert len(store.statements) == 1 and not first.done()
         assert store.release() == [(0, 1)]
@@ -213,12 +218,12 @@ def test_a_failed_statement_refuses_it_and_everything_queued(tmp_path: Path, clo
     async def scenario() -> None:
         store = GatedStore()
         plog, fenced = await _leading(tmp_path, clock, store)
-        stored = plog.append(plain(1), clock.now)
+        stored = send(plog, plain(1), clock.now)
         await _turns()
         store.release()
-        in_flight = plog.append(plain(2), clock.now)
+        in_flight = send(plog, plain(2), clock.now)
         await _turns()
-        queued = [plog.append(plain(1), clock.now), plog.append(idem(8, 0), clock.now)]
+        queued = [send(plog, plain(1), clock.now), send(plog, idem(8, 0), clock.now)]
         store.release(error)
         await _turns()
         assert stored.result().base_offset == 0
@@ -229,7 +234,7 @@ def test_a_failed_statement_refuses_it_and_everything_queued(tmp_path: Path, clo
         assert (plog.leader, fenced, len(store.statements)) == (False, [plog], 2)
         assert plog.log_end_offset == 1  # the copy holds only what was stored
         with pytest.raises(NotLeader):
-            plog.append(plain(1), clock.now)
+            send(plog, plain(1), clock.now)
 
     asyncio.run(scenario())
 
@@ -239,9 +244,9 @@ def test_lost_leadership_refuses_the_queue_and_a_new_claim_waits_for_the_stateme
     async def scenario() -> None:
         store = GatedStore()
         plog, _ = await _leading(tmp_path, clock, store)
-        in_flight = plog.append(plain(2), clock.now)
+        in_flight = send(plog, plain(2), clock.now)
         await _turns()
-        queued = plog.append(plain(1), clock.now)
+        queued = send(plog, plain(1), clock.now)
         plog.lose_leadership()
         claim = asyncio.ensure_future(plog.take_leadership(Claim(2, 2, 0, ((1, 0), (2, 2))), clock.now))
         await _turns()

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from offsetd.records.batch import InvalidBatch, iter_batches
 from offsetd.storage.append_pipeline import AppendPipeline, PendingAppend
@@ -58,10 +58,11 @@ class PostgresPartitionLog:
         self._serving = serving  # the broker's lease is valid (its local deadline not passed)
         self.epoch: int | None = None  # the leader epoch while this broker owns the partition
         self._stored_start = 0  # the log start offset PostgreSQL has (retention moves it)
-        # Appends decided but not yet stored (one statement in flight, the rest queued behind it),
-        # and the task storing them while there are any.
+        # Appends decided but not yet stored (one statement in flight, the rest queued behind it);
+        # whether someone (an appender's task, or one of its own) is storing them; drain()'s wait.
         self._pipeline: AppendPipeline[asyncio.Future[AppendResult]] = AppendPipeline(cache)
-        self._storing: asyncio.Future[None] | None = None
+        self._storing = False
+        self._stopped: asyncio.Future[None] | None = None
         # Called when PostgreSQL says another broker owns the partition now.
         self.on_fenced: Callable[["PostgresPartitionLog"], None] = lambda plog: None
 
@@ -135,18 +136,20 @@ class PostgresPartitionLog:
     async def drain(self) -> None:
         """Wait until the statement in flight (if any) is stored or fenced; appends queued behind
         it are refused once this broker no longer leads at their epoch."""
-        storing = self._storing
-        if storing is not None:
-            await asyncio.wait({storing})
+        if self._storing:
+            if self._stopped is None:
+                self._stopped = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._stopped)
 
     # ------------------------------------------------------------------- writes
 
     def append(self, records: bytes | bytearray | memoryview, now_ms: int, validated: Any = None, *,
-               leader_epoch: int | None = None, sync: bool = False) -> "asyncio.Future[AppendResult]":
+               leader_epoch: int | None = None, sync: bool = False) -> Awaitable[AppendResult]:
         """Decide the append now (after every append still being stored, storage/append_pipeline.py),
-        store it in PostgreSQL with whatever is queued with it, then in the local copy; a future of
-        the AppendResult, set once PostgreSQL's COMMIT returned. Refusals (ProduceError,
-        InvalidBatch, NotLeader) are raised at once."""
+        store it in PostgreSQL with whatever is queued with it, then in the local copy; an awaitable
+        of the AppendResult, answered once PostgreSQL's COMMIT returned. Refusals (ProduceError,
+        InvalidBatch, NotLeader) are raised at once. When nothing is being stored, the caller's
+        own await stores the statement (no task to wait for: a loop turn sooner each way)."""
         epoch = self._check_leader()
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
         decided = self._pipeline.prepare(bytes(records), validated, epoch, now_ms, future)
@@ -157,14 +160,23 @@ class PostgresPartitionLog:
             else:  # still being stored: answered when it is
                 holder.waiter.add_done_callback(lambda done: _copy_outcome(done, future, decided))
             return future
-        if self._storing is None:
-            self._storing = asyncio.ensure_future(self._store_pending())
-        return future
+        if self._storing:
+            return future
+        self._storing = True
+        return self._store_own(future)
 
-    async def _store_pending(self) -> None:
-        """Store the queued appends, one statement at a time, until none are left (see the module
-        docstring); on a failure every pending append is refused and the partition given up."""
+    async def _store_own(self, mine: "asyncio.Future[AppendResult]") -> AppendResult:
+        """Store the statement holding `mine` in the caller's task (what queued behind it goes on
+        in a task of its own), then answer."""
+        await self._store_pending(mine)
+        return mine.result()
+
+    async def _store_pending(self, until: "asyncio.Future[AppendResult] | None" = None) -> None:
+        """Store the queued appends, one statement at a time, until none are left or, with
+        `until`, until that one is answered (see the module docstring); on a failure every
+        pending append is refused and the partition given up."""
         pipeline, cache = self._pipeline, self._cache
+        handed_over = False
         try:
             while statement := pipeline.take():
                 epoch = statement[0].epoch
@@ -192,10 +204,21 @@ class PostgresPartitionLog:
                     self._give_up(epoch)
                     _refuse(pipeline.fail(), exc)
                     break
+                except asyncio.CancelledError:  # the storing task stopped: the outcome is unknown too
+                    self._give_up(epoch)
+                    raise
                 self._stored(pipeline.stored(), epoch)
+                if until is not None and until.done() and not pipeline.idle:
+                    handed_over = True
+                    asyncio.ensure_future(self._store_pending())
+                    return
         finally:
-            self._storing = None
-            _refuse(pipeline.fail(), StorageError(f"{cache.topic}-{cache.partition}: appends abandoned"))
+            if not handed_over:
+                self._storing = False
+                _refuse(pipeline.fail(), StorageError(f"{cache.topic}-{cache.partition}: appends abandoned"))
+                stopped, self._stopped = self._stopped, None
+                if stopped is not None and not stopped.done():
+                    stopped.set_result(None)
 
     def _stored(self, appends: "list[PendingAppend[asyncio.Future[AppendResult]]]", epoch: int) -> None:
         """PostgreSQL committed `appends`: into the local copy in offset order (while this broker

@@ -5,9 +5,9 @@ COMMIT with synchronous_commit=on is the durability point, and only then is the 
 acknowledged), then written to a local PartitionLog in this broker's `log.dirs` without fsync. A
 partition has one statement in flight; appends arriving meanwhile are decided at once against the
 log as it will be (storage/append_pipeline.py) and go together as the next statement, so a busy
-partition stores many appends per round trip. A statement that fails refuses everything pending. Reads, time lookups, the time index and compaction
-planning use that local copy, exactly as the embedded engine does, so Fetch and the coordinator's
-load cost what they cost on one node. The copy is always a prefix of the PostgreSQL log: nothing is
+partition stores many appends per round trip. A statement that fails refuses everything pending.
+Reads, time lookups, the time index and compaction planning use that local copy, exactly as the
+embedded engine does, so Fetch and the coordinator's load cost what they cost on one node. The copy is always a prefix of the PostgreSQL log: nothing is
 written to it that PostgreSQL did not commit first, and what is stored at an offset changes only by
 compaction (the leader's cleaner rewrites a range of its copy, and then the same range's rows).
 

@@ -237,8 +237,8 @@ class _MemoryStore:
     def __init__(self) -> None:
         self.rows: list[tuple[int, int, bytes]] = []
 
-    async def append(self, topic_id, partition, node_id, epoch, base_offset, last_offset, data) -> None:
-        self.rows.append((base_offset, last_offset, bytes(data)))
+    async def append(self, topic_id, partition, node_id, epoch, appends) -> None:
+        self.rows.extend((base, last, bytes(data)) for base, last, data in appends)
 
     async def read(self, topic_id, partition, offset, limit=500):
         return [r for r in self.rows if r[1] >= offset][:limit]

@@ -6,6 +6,7 @@ a response body dict. The server owns sockets and timers and tells the broker th
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Callable
 
 from ..config import BrokerConfig
@@ -49,6 +50,9 @@ class Broker:
         # in the producer's open transaction? Asked before its first transactional batch (the
         # transaction coordinator's answer; None: not checked).
         self.txn_verifier: Callable[[str, int, int, str, int], int] | None = None
+        # Per partition log, resolved once the last append waiting for a verification is decided:
+        # appends to that partition arriving meanwhile are decided after it (broker/produce.py).
+        self.verifying: dict[Any, asyncio.Future[None]] = {}
         # security/acl.py's Authorizer when authorizer.class.name is set (server/security_api.py
         # replaces it when the ACLs change); None: authorization off, everything allowed.
         self.authorizer: Any = None

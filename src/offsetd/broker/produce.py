@@ -63,10 +63,14 @@ class _Appends:
                 records = up_convert(records)
             headers = validate_batches(records, partition_log.config.max_message_bytes)
             verdict = self._verify(partition_log, topic, index, headers[0]) if headers[0].is_transactional else 0
-            if isawaitable(verdict):  # cluster mode: the coordinator is another broker
+            prior = broker.verifying.get(partition_log)
+            if isawaitable(verdict) or prior is not None:  # cluster mode: the coordinator is another broker
+                # Decided once verified, and after the appends to the partition waiting before it
+                # (a connection's Produces may be handled while earlier ones wait: never reordered).
                 self.pending = True
-                return asyncio.ensure_future(self._append_verified(verdict, entry, partition_log, topic, index,
-                                                                   records, headers))
+                decided = broker.verifying[partition_log] = asyncio.get_running_loop().create_future()
+                return asyncio.ensure_future(self._append_verified(verdict, prior, decided, entry, partition_log,
+                                                                   topic, index, records, headers))
             self._check(verdict, topic, index, headers[0])
             result = partition_log.append(records, self.now_ms, validated=headers)
         except _REFUSED as exc:
@@ -94,11 +98,20 @@ class _Appends:
             raise ProduceError(error, f"{topic}-{index} is not part of the open transaction of "
                                       f"{self.transactional_id!r} (producer {header.producer_id})")
 
-    async def _append_verified(self, verdict: Any, entry: dict[str, Any], partition_log: Any, topic: str,
-                               index: int, records: bytes, headers: list[Any]) -> dict[str, Any]:
+    async def _append_verified(self, verdict: Any, prior: "asyncio.Future[None] | None",
+                               decided: "asyncio.Future[None]", entry: dict[str, Any], partition_log: Any,
+                               topic: str, index: int, records: bytes, headers: list[Any]) -> dict[str, Any]:
         try:
-            self._check(await verdict, topic, index, headers[0])
-            result = partition_log.append(records, self.now_ms, validated=headers)
+            try:
+                if prior is not None:
+                    await asyncio.shield(prior)
+                self._check(await verdict if isawaitable(verdict) else verdict, topic, index, headers[0])
+                result = partition_log.append(records, self.now_ms, validated=headers)
+            finally:
+                if not decided.done():
+                    decided.set_result(None)
+                if self.broker.verifying.get(partition_log) is decided:
+                    del self.broker.verifying[partition_log]
             if isawaitable(result):
                 result = await result
         except _REFUSED as exc:

@@ -3,9 +3,11 @@
 Responses on a connection are written in request order (Kafka's guarantee). Most handlers answer
 synchronously from `data_received`; a handler that must wait returns a coroutine. A waiting
 request normally holds back the rest of the connection, as Kafka mutes a channel with a request
-in flight, so every request sees the effects of the ones before it. The exception is a run of
-OffsetCommits: they are queued to the coordinator back to back (so librdkafka's pipelined async
-commits share one fsync), and the first request of any other kind waits for them all.
+in flight, so every request sees the effects of the ones before it. The exceptions are a run of
+OffsetCommits and a run of Produces: they are queued to the coordinator, or decided by their
+partition logs, back to back (so librdkafka's pipelined async commits share one fsync, and in
+cluster mode a producer's requests waiting for PostgreSQL share its statements,
+storage/append_pipeline.py), and the first request of any other kind waits for them all.
 
 Zero-copy Fetch: a response whose records are file ranges (a SplitFrame of FileRecords) is sent
 with sendfile(2) from the segment files, its encoded parts by the transport between them. What
@@ -42,8 +44,11 @@ log = logging.getLogger("offsetd.server")
 
 _SIZE = struct.Struct(">i")
 MAX_QUEUED = 128  # frames read ahead before we stop reading the socket
-MAX_PIPELINED = 1024  # commits awaiting durability on one connection
-OFFSET_COMMIT = 8  # the only request kind that may overtake-wait (see the module docstring)
+PRODUCE = 0
+OFFSET_COMMIT = 8
+# The request kinds that may be handled while others of their kind wait (see the module
+# docstring), and how many may wait at once on one connection.
+PIPELINED = {OFFSET_COMMIT: 1024, PRODUCE: 16}
 
 # A response's parts ready to send: encoded bytes, or (fd, position, length) of a file range.
 Pieces = deque[Any]
@@ -89,7 +94,7 @@ class Connection(asyncio.Protocol):
         self._buf = bytearray()
         self._queue: deque[bytes] = deque()
         self._inflight: deque[asyncio.Future[Any]] = deque()  # waiting responses, request order
-        self._pipelining = False  # the requests in flight are all OffsetCommits
+        self._pipelining = -1  # the api key of every request in flight when they are all of a PIPELINED kind
         self._write_paused = False
         self._read_paused = False
         self._closed = False
@@ -200,8 +205,8 @@ class Connection(asyncio.Protocol):
         queue = self._queue
         while queue and not self._write_paused and not self._closed and not self._muted:
             frame = queue[0]
-            commit = len(frame) >= 2 and frame[0] == 0 and frame[1] == OFFSET_COMMIT
-            if self._inflight and not (commit and self._pipelining and len(self._inflight) < MAX_PIPELINED):
+            kind = frame[1] if len(frame) >= 2 and frame[0] == 0 and frame[1] in PIPELINED else -1
+            if self._inflight and not (kind == self._pipelining >= 0 and len(self._inflight) < PIPELINED[kind]):
                 break  # wait for the requests in flight
             queue.popleft()
             try:
@@ -227,7 +232,7 @@ class Connection(asyncio.Protocol):
                 else:
                     self._write_split(result)  # type: ignore[arg-type]
                 continue
-            self._pipelining = commit
+            self._pipelining = kind
             task = asyncio.ensure_future(result)
             self._inflight.append(task)
             task.add_done_callback(self._answered)

@@ -306,16 +306,19 @@ class PartitionLog(DeferredAppends):
         *,
         leader_epoch: int | None = None,
         replica: bool = False,
+        after: "tuple[ProducerStateManager, int] | None" = None,
     ) -> "PreparedAppend | AppendResult":
         """The first half of append(): validation, producer rules and offset assignment, with
         no I/O (storage/log_append.py). A duplicate gives its original AppendResult. The PostgreSQL
         engine stores `PreparedAppend.data()` before apply_append() writes it here; nothing may be
         appended in between (apply_append checks). `replica`: batches copied from the log of record
-        (already accepted there), so producer rules are not judged again, only recorded."""
+        (already accepted there), so producer rules are not judged again, only recorded. `after`:
+        (producer state, log end) of appends decided but not yet applied (the PostgreSQL engine's
+        pipeline): this one is decided as if they were in the log."""
         self._check_open()
-        return prepare_append(records, validated, self._producers, self.config.max_message_bytes,
-                              self.log_start_offset, self.log_end_offset, leader_epoch=leader_epoch,
-                              replica=replica)
+        producers, end = after if after is not None else (self._producers, self.log_end_offset)
+        return prepare_append(records, validated, producers, self.config.max_message_bytes,
+                              self.log_start_offset, end, leader_epoch=leader_epoch, replica=replica)
 
     def apply_append(self, prepared: "PreparedAppend", now_ms: int, *, sync: bool = False) -> AppendResult:
         """The second half of append(): roll if due, write, index, fsync when asked, and only then

@@ -1,10 +1,13 @@
 """The PostgreSQL engine's partition log: PostgreSQL holds the log, a local segment log caches it.
 
-An append is stored in PostgreSQL first (one fenced statement, storage/postgres_store.py; its
-COMMIT with synchronous_commit=on is the durability point), then written to a local PartitionLog
-in this broker's `log.dirs` without fsync. Reads, time lookups, the time index and compaction
-planning use that local copy, exactly as the embedded engine does, so Fetch and the coordinator's
-load cost what they cost on one node. The copy is always a prefix of the PostgreSQL log: nothing is
+An append is stored in PostgreSQL first (a fenced statement, storage/postgres_store.py; its
+COMMIT with synchronous_commit=on is the durability point, and only then is the append
+acknowledged), then written to a local PartitionLog in this broker's `log.dirs` without fsync. A
+partition has one statement in flight; appends arriving meanwhile are decided at once against the
+log as it will be (storage/append_pipeline.py) and go together as the next statement, so a busy
+partition stores many appends per round trip. A statement that fails refuses everything pending.
+Reads, time lookups, the time index and compaction planning use that local copy, exactly as the
+embedded engine does, so Fetch and the coordinator's load cost what they cost on one node. The copy is always a prefix of the PostgreSQL log: nothing is
 written to it that PostgreSQL did not commit first, and what is stored at an offset changes only by
 compaction (the leader's cleaner rewrites a range of its copy, and then the same range's rows).
 
@@ -25,9 +28,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from offsetd.records.batch import InvalidBatch, iter_batches
+from offsetd.storage.append_pipeline import AppendPipeline, PendingAppend
 from offsetd.storage.log_dir import NotLeader, StorageError
 from offsetd.storage.log_append import AppendResult, PreparedAppend
 from offsetd.storage.log_read import OffsetOutOfRange
@@ -54,7 +58,11 @@ class PostgresPartitionLog:
         self._serving = serving  # the broker's lease is valid (its local deadline not passed)
         self.epoch: int | None = None  # the leader epoch while this broker owns the partition
         self._stored_start = 0  # the log start offset PostgreSQL has (retention moves it)
-        self._lock = asyncio.Lock()  # appends go to PostgreSQL one at a time, in offset order
+        # Appends decided but not yet stored (one statement in flight, the rest queued behind it);
+        # whether someone (an appender's task, or one of its own) is storing them; drain()'s wait.
+        self._pipeline: AppendPipeline[asyncio.Future[AppendResult]] = AppendPipeline(cache)
+        self._storing = False
+        self._stopped: asyncio.Future[None] | None = None
         # Called when PostgreSQL says another broker owns the partition now.
         self.on_fenced: Callable[["PostgresPartitionLog"], None] = lambda plog: None
 
@@ -85,7 +93,9 @@ class PostgresPartitionLog:
     # ---------------------------------------------------------------- ownership
 
     async def take_leadership(self, claim: Claim, now_ms: int) -> None:
-        """Bring the local copy to PostgreSQL's end, then lead at the claim's epoch."""
+        """Bring the local copy to PostgreSQL's end, then lead at the claim's epoch (after the
+        statement of an earlier epoch still in flight, if any, is answered)."""
+        await self.drain()
         cache = self._cache
         if not cache.opened:  # a copy this broker never made stays unopened: no file for an empty partition
             cache.preload()  # type: ignore[attr-defined]
@@ -126,55 +136,119 @@ class PostgresPartitionLog:
         self.epoch = None
 
     async def drain(self) -> None:
-        """Wait until the append in flight (if any) is stored or fenced."""
-        async with self._lock:
-            pass
+        """Wait until the statement in flight (if any) is stored or fenced; appends queued behind
+        it are refused once this broker no longer leads at their epoch."""
+        if self._storing:
+            if self._stopped is None:
+                self._stopped = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._stopped)
 
     # ------------------------------------------------------------------- writes
 
     def append(self, records: bytes | bytearray | memoryview, now_ms: int, validated: Any = None, *,
-               leader_epoch: int | None = None, sync: bool = False) -> "asyncio.Future[AppendResult] | Any":
-        """Store in PostgreSQL, then in the local copy; an awaitable of the AppendResult (the
-        embedded engine returns the result itself)."""
-        self._check_leader()
-        return self._append(bytes(records), now_ms, validated)
+               leader_epoch: int | None = None, sync: bool = False) -> Awaitable[AppendResult]:
+        """Decide the append now (after every append still being stored, storage/append_pipeline.py),
+        store it in PostgreSQL with whatever is queued with it, then in the local copy; an awaitable
+        of the AppendResult, answered once PostgreSQL's COMMIT returned. Refusals (ProduceError,
+        InvalidBatch, NotLeader) are raised at once. When nothing is being stored, the caller's
+        own await stores the statement (no task to wait for: a loop turn sooner each way)."""
+        epoch = self._check_leader()
+        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+        decided = self._pipeline.prepare(bytes(records), validated, epoch, now_ms, future)
+        if isinstance(decided, AppendResult):  # an idempotent producer's retry of a batch it sent before
+            holder = self._pipeline.holder(decided)
+            if holder is None:
+                future.set_result(decided)
+            else:  # still being stored: answered when it is
+                holder.waiter.add_done_callback(lambda done: _copy_outcome(done, future, decided))
+            return future
+        if self._storing:
+            return future
+        self._storing = True
+        return self._store_own(future)
 
-    async def _append(self, records: bytes, now_ms: int, validated: Any) -> AppendResult:
-        async with self._lock:
-            epoch = self._check_leader()
-            cache = self._cache
-            prepared = cache.prepare_append(records, validated, leader_epoch=epoch)
-            if isinstance(prepared, AppendResult):
-                return prepared  # an idempotent producer's retry of a stored batch
-            try:
-                await self.store.append(self.topic_id, cache.partition, self.node_id, epoch, prepared.first,
-                                        prepared.next_offset - 1, prepared.data())
-            except Fenced as exc:
-                log.warning("%s-%d: %s; giving the partition up", cache.topic, cache.partition, exc)
-                self.epoch = None
-                self.on_fenced(self)
-                raise NotLeader(str(exc)) from None
-            except StoreUnavailable as exc:
-                # Not acknowledged (the client retries), but it may have committed: this copy can
-                # no longer tell where the log ends, so the partition is claimed again, which
-                # reads PostgreSQL's end first.
-                # (info: the store tells the log about the outage itself, once a second)
-                log.info("%s-%d: append of offsets %d-%d has an unknown outcome (%s); claiming the "
-                         "partition again", cache.topic, cache.partition, prepared.first,
-                         prepared.next_offset - 1, exc)
-                self.epoch = None
-                self.on_fenced(self)
-                raise
-            try:
-                return cache.apply_append(prepared, now_ms)
-            except StorageError as exc:
-                # Stored in PostgreSQL (acknowledged) but not here: this copy is behind, so the
-                # partition is given up and whoever claims it next reads it from PostgreSQL.
-                log.error("%s-%d: local copy failed after PostgreSQL stored the append: %s; giving the "
-                          "partition up", cache.topic, cache.partition, exc)
-                self.epoch = None
-                self.on_fenced(self)
-                return AppendResult(prepared.first, prepared.next_offset - 1, -1, cache.log_start_offset)
+    async def _store_own(self, mine: "asyncio.Future[AppendResult]") -> AppendResult:
+        """Store the statement holding `mine` in the caller's task (what queued behind it goes on
+        in a task of its own), then answer."""
+        await self._store_pending(mine)
+        return mine.result()
+
+    async def _store_pending(self, until: "asyncio.Future[AppendResult] | None" = None) -> None:
+        """Store the queued appends, one statement at a time, until none are left or, with
+        `until`, until that one is answered (see the module docstring); on a failure every
+        pending append is refused and the partition given up."""
+        pipeline, cache = self._pipeline, self._cache
+        handed_over = False
+        try:
+            while statement := pipeline.take():
+                epoch = statement[0].epoch
+                if self.epoch != epoch or any(p.epoch != epoch for p in statement):
+                    _refuse(pipeline.fail(), NotLeader(f"broker {self.node_id} no longer leads {cache.topic}-"
+                                                       f"{cache.partition} at epoch {epoch}"))
+                    break
+                first, last = statement[0].prepared.first, statement[-1].prepared.next_offset - 1
+                try:
+                    await self.store.append(self.topic_id, cache.partition, self.node_id, epoch,
+                                            [(p.prepared.first, p.prepared.next_offset - 1, p.prepared.data())
+                                             for p in statement])
+                except Fenced as exc:
+                    log.warning("%s-%d: %s; giving the partition up", cache.topic, cache.partition, exc)
+                    self._give_up(epoch)
+                    _refuse(pipeline.fail(), NotLeader(str(exc)))
+                    break
+                except StoreUnavailable as exc:
+                    # Not acknowledged (the clients retry), but it may have committed: this copy can
+                    # no longer tell where the log ends, so the partition is claimed again, which
+                    # reads PostgreSQL's end first.
+                    # (info: the store tells the log about the outage itself, once a second)
+                    log.info("%s-%d: append of offsets %d-%d has an unknown outcome (%s); claiming the "
+                             "partition again", cache.topic, cache.partition, first, last, exc)
+                    self._give_up(epoch)
+                    _refuse(pipeline.fail(), exc)
+                    break
+                except asyncio.CancelledError:  # the storing task stopped: the outcome is unknown too
+                    self._give_up(epoch)
+                    raise
+                self._stored(pipeline.stored(), epoch)
+                if until is not None and until.done() and not pipeline.idle:
+                    handed_over = True
+                    asyncio.ensure_future(self._store_pending())
+                    return
+        finally:
+            if not handed_over:
+                self._storing = False
+                _refuse(pipeline.fail(), StorageError(f"{cache.topic}-{cache.partition}: appends abandoned"))
+                stopped, self._stopped = self._stopped, None
+                if stopped is not None and not stopped.done():
+                    stopped.set_result(None)
+
+    def _stored(self, appends: "list[PendingAppend[asyncio.Future[AppendResult]]]", epoch: int) -> None:
+        """PostgreSQL committed `appends`: into the local copy in offset order (while this broker
+        still leads at their epoch: else a new claim reads them from PostgreSQL), then answered."""
+        cache = self._cache
+        for pending in appends:
+            prepared = pending.prepared
+            result = None
+            if self.epoch == epoch:
+                try:
+                    result = cache.apply_append(prepared, pending.now_ms)
+                except Exception as exc:  # whatever the copy does, the append is durable: answered
+                    # Stored in PostgreSQL (acknowledged) but not here: this copy is behind, so the
+                    # partition is given up and whoever claims it next reads it from PostgreSQL.
+                    log.error("%s-%d: local copy failed after PostgreSQL stored the append: %s; giving the "
+                              "partition up", cache.topic, cache.partition, exc)
+                    self._give_up(epoch)
+            if result is None:
+                result = AppendResult(prepared.first, prepared.next_offset - 1, -1, cache.log_start_offset)
+            if not pending.waiter.done():
+                pending.waiter.set_result(result)
+
+    def _give_up(self, epoch: int) -> None:
+        """Stop leading (if still at `epoch`) and tell the cluster member, which claims it again
+        if it is still ours."""
+        if self.epoch == epoch:
+            self.epoch = None
+            self.on_fenced(self)
 
     def apply_retention(self, now_ms: int) -> int:
         """Retention runs on the leader's copy; what it deleted is then dropped from PostgreSQL
@@ -252,3 +326,23 @@ def _prepared(cache: PartitionLog, data: bytes) -> PreparedAppend:
     prepared = cache.prepare_append(data, headers, replica=True)
     assert isinstance(prepared, PreparedAppend)  # replicas are never judged duplicates
     return prepared
+
+
+def _refuse(appends: "list[PendingAppend[asyncio.Future[AppendResult]]]", error: Exception) -> None:
+    """Answer appends that were not stored (or whose outcome is unknown) with `error`."""
+    for pending in appends:
+        if not pending.waiter.done():
+            pending.waiter.set_exception(error)
+
+
+def _copy_outcome(done: "asyncio.Future[AppendResult]", future: "asyncio.Future[AppendResult]",
+                  duplicate: AppendResult) -> None:
+    """A duplicate's answer once the append it repeats is answered: its offsets, or that append's error."""
+    if future.done():
+        return
+    if done.cancelled():
+        future.set_exception(StorageError("the append this one repeats was abandoned"))
+    elif done.exception() is not None:
+        future.set_exception(done.exception())  # type: ignore[arg-type]
+    else:
+        future.set_result(duplicate)

@@ -19,14 +19,16 @@ not race on CREATE):
   the epoch leads from the log end it found. Every broker that claims the partition next reads
   the same history, so OffsetForLeaderEpoch answers the same after a failover.
 * `offsetd_batch(topic_id, partition, base_offset, last_offset, epoch, bytes)`: one row per
-  append: the magic-v2 batches exactly as the log holds them (base offsets and leader epoch
-  patched), opaque, so `__consumer_offsets` stays byte-exact. `bytes` is STORAGE EXTERNAL: batches
-  are compressed by their producers, or tiny, and pglz would only cost CPU.
+  append (a statement may store several): the magic-v2 batches exactly as the log holds them
+  (base offsets and leader epoch patched), opaque, so `__consumer_offsets` stays byte-exact.
+  `bytes` is STORAGE EXTERNAL: batches are compressed by their producers, or tiny, and pglz would
+  only cost CPU.
 
-Fencing: an append is one autocommit statement that moves `next_offset` only where owner, epoch
-and `next_offset` are what the appender believes; when they are not, it inserts nothing (0 rows)
-and the appender has lost the partition. No transaction is held across requests: a frozen broker
-idle in a transaction would keep its row locks and block the next claim.
+Fencing: an append (or several following one another, stored together) is one autocommit
+statement that moves `next_offset` only where owner, epoch and `next_offset` are what the appender
+believes; when they are not, it inserts nothing (0 rows) and the appender has lost the partition.
+No transaction is held across requests: a frozen broker idle in a transaction would keep its row
+locks and block the next claim.
 """
 
 from __future__ import annotations
@@ -158,6 +160,7 @@ r AS (
     RETURNING 1)
 SELECT pg_notify('{NOTIFY_CHANNEL}', 'ownership') FROM r"""
 
+# One append, offsets $5-$6 (a partition's usual statement: cheaper to plan and run than _APPENDS).
 _APPEND = """
 WITH p AS (
     UPDATE offsetd_partition SET next_offset = $6 + 1
@@ -165,6 +168,17 @@ WITH p AS (
     RETURNING 1)
 INSERT INTO offsetd_batch (topic_id, partition, base_offset, last_offset, epoch, bytes)
 SELECT $1, $2, $5, $6, $4, $7 FROM p"""
+
+# Appends following one another from $5 (base offsets $6, last offsets $7, bytes $8): one row
+# each, and the partition's end moves once, from the first base to after the last offset.
+_APPENDS = """
+WITH p AS (
+    UPDATE offsetd_partition SET next_offset = ($7::bigint[])[cardinality($7::bigint[])] + 1
+    WHERE topic_id = $1 AND partition = $2 AND owner = $3 AND epoch = $4 AND next_offset = $5
+    RETURNING 1)
+INSERT INTO offsetd_batch (topic_id, partition, base_offset, last_offset, epoch, bytes)
+SELECT $1, $2, a.base_offset, a.last_offset, $4, a.bytes
+FROM p, unnest($6::bigint[], $7::bigint[], $8::bytea[]) AS a (base_offset, last_offset, bytes)"""
 
 _READ = """
 SELECT base_offset, last_offset, bytes FROM offsetd_batch
@@ -407,12 +421,19 @@ class PostgresStore:
     # ------------------------------------------------------------------------- log
 
     @_unavailable_on_failure
-    async def append(self, topic_id: uuid.UUID, partition: int, node_id: int, epoch: int, base_offset: int,
-                     last_offset: int, data: bytes) -> None:
-        """Store one append; Fenced when this broker no longer owns the partition at `epoch` (or
-        the partition's end is not `base_offset`): then nothing was written."""
-        status = await self.pool.execute(_APPEND, topic_id, partition, node_id, epoch, base_offset, last_offset, data)
-        if _rows_changed(status) != 1:
+    async def append(self, topic_id: uuid.UUID, partition: int, node_id: int, epoch: int,
+                     appends: list[tuple[int, int, bytes]]) -> None:
+        """Store `appends` (base offset, last offset, bytes), each following the one before, in one
+        statement; Fenced when this broker no longer owns the partition at `epoch` (or the
+        partition's end is not the first base offset): then nothing was written."""
+        base_offset = appends[0][0]
+        if len(appends) == 1:
+            status = await self.pool.execute(_APPEND, topic_id, partition, node_id, epoch, *appends[0])
+        else:
+            status = await self.pool.execute(_APPENDS, topic_id, partition, node_id, epoch, base_offset,
+                                             [a[0] for a in appends], [a[1] for a in appends],
+                                             [a[2] for a in appends])
+        if _rows_changed(status) != len(appends):
             raise Fenced(f"partition {topic_id}/{partition}: not owned by broker {node_id} at epoch {epoch} "
                          f"with its log ending at {base_offset}")
 

@@ -42,6 +42,7 @@ __all__ = [
     "BatchMetadata",
     "ProducerEntry",
     "ProducerStateManager",
+    "PendingProducerState",
 ]
 
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
@@ -99,6 +100,11 @@ class ProducerEntry:
     def last_seq(self) -> int | None:
         """Sequence of the last appended record, None when no batch is remembered."""
         return self.batches[-1].last_seq if self.batches else None
+
+    def copy(self) -> "ProducerEntry":
+        """An independent copy (PendingProducerState changes it, the log's entry stays)."""
+        return ProducerEntry(self.epoch, deque(self.batches, maxlen=NUM_BATCHES_TO_RETAIN), self.last_timestamp,
+                             self.coordinator_epoch, self.txn_first_offset)
 
     def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
         """The remembered batch with exactly this epoch and sequence range, if any."""
@@ -364,3 +370,32 @@ class ProducerStateManager:
             self.producers[int(pid)] = entry
             if entry.txn_first_offset >= 0:
                 self.ongoing[int(pid)] = entry.txn_first_offset
+
+
+class PendingProducerState(ProducerStateManager):
+    """The producer state as it will be once the appends still being stored are in the log
+    (cluster mode: appends queued behind statements in flight, storage/append_pipeline.py):
+    a producer's entry is copied from the log's `base` when a pending append first names it,
+    and every pending append is committed here as soon as it is decided, so the next one's
+    sequence, epoch and transaction checks (and its duplicate search) see it. The log's own
+    state is committed only after the store acknowledged."""
+
+    def __init__(self, base: ProducerStateManager) -> None:
+        super().__init__()
+        self._base = base
+
+    def validate(
+        self, headers: Iterable[BatchHeader], first_offset: int,
+        data: bytes | bytearray | memoryview | None = None,
+    ) -> tuple[list[PendingBatch], BatchMetadata | None]:
+        """ProducerStateManager.validate, on the log's entries with the pending appends applied."""
+        headers = list(headers)
+        for h in headers:
+            pid = h.producer_id
+            if pid >= 0 and pid not in self.producers:
+                entry = self._base.producers.get(pid)
+                if entry is not None:
+                    self.producers[pid] = entry.copy()
+                    if entry.txn_first_offset >= 0:
+                        self.ongoing[pid] = entry.txn_first_offset
+        return super().validate(headers, first_offset, data)

@@ -85,11 +85,7 @@ def main() -> int:
     cfg = BenchConfig(load_groups=groups, load_topics=topics, load_partitions=partitions)
     spec = offsets_log.OffsetsLogSpec(groups=groups, topics=topics, partitions=partitions,
                                       records_per_batch=cfg.load_records_per_batch)
-    cache = Path(cfg.cache_dir)
-    data = offsets_log.load_cached(spec, cache)
-    if data is None:
-        print(f"building {spec.records:,} commit records in {cache / spec.cache_key} (once)", flush=True)
-        data = offsets_log.build(spec, cache, os.cpu_count() or 1, cfg.load_build_timeout_s)
+    data = offsets_log.ensure(spec, Path(cfg.cache_dir), os.cpu_count() or 1, cfg.load_build_timeout_s)
     broker = ScrapedBroker(args.filter)
     broker.seed = data.copy_into
     broker.startup_timeout_s = cfg.load_timeout_s

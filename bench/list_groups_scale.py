@@ -73,11 +73,7 @@ def main() -> int:
     cfg = BenchConfig()
     spec = offsets_log.OffsetsLogSpec(groups=args.groups, topics=1, partitions=1,
                                       records_per_batch=cfg.load_records_per_batch)
-    cache = Path(cfg.cache_dir)
-    data = offsets_log.load_cached(spec, cache)
-    if data is None:
-        print(f"building {spec.records:,} commit records in {cache / spec.cache_key} (once)", flush=True)
-        data = offsets_log.build(spec, cache, os.cpu_count() or 1, cfg.load_build_timeout_s)
+    data = offsets_log.ensure(spec, Path(cfg.cache_dir), os.cpu_count() or 1, cfg.load_build_timeout_s)
     broker = OffsetdBroker()
     broker.seed = data.copy_into
     broker.startup_timeout_s = cfg.load_timeout_s

@@ -263,5 +263,9 @@ def build(spec: OffsetsLogSpec, cache_root: Path, workers: int, timeout_s: float
 def ensure(
     spec: OffsetsLogSpec, cache_root: Path, workers: int, timeout_s: float
 ) -> OffsetsLogData:
-    """The cached data set for ``spec``, building it first if needed."""
-    return load_cached(spec, cache_root) or build(spec, cache_root, workers, timeout_s)
+    """The cached data set for ``spec``, building it first if needed (said on stdout: it takes a while)."""
+    data = load_cached(spec, cache_root)
+    if data is None:
+        print(f"building {spec.records:,} commit records in {cache_root / spec.cache_key} (once)", flush=True)
+        data = build(spec, cache_root, workers, timeout_s)
+    return data

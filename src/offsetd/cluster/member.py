@@ -345,7 +345,7 @@ class ClusterMember:
         update the view. (whether every partition was read, the rows read)."""
         since = None if self._full_wanted else self._horizon
         self._full_wanted = False
-        live_before = [b.node_id for b in self.brokers]
+        live_before = self._live_ids
         brokers, rows, horizon = await self.store.snapshot(since)
         self.brokers = brokers
         read = [PartitionRow((topic_id, index), owner, epoch) for topic_id, index, owner, epoch in rows]
@@ -362,7 +362,7 @@ class ClusterMember:
                 else:
                     self.leaders[row.key] = Leader(row.owner, row.epoch)
         self._horizon = horizon
-        if read or since is None or [b.node_id for b in brokers] != live_before:
+        if read or since is None or self._live_ids != live_before:
             self._view_updated()
         return since is None, read
 

@@ -289,23 +289,34 @@ class ClusterMember:
             log.info("setting %d partition(s) free (recorded as ours, not held): %s", len(decided.disown),
                      _some([key for key, _ in decided.disown]))
             await self.store.release(decided.disown, self.node_id)
-        # Coordinator partitions first: groups wait on them, and their copies are caught up without
-        # competing with data partitions' (each batch of claims loads concurrently).
-        urgent = [key for key in decided.claim if self.callbacks.urgent(key)]
-        rest = [key for key in decided.claim if not self.callbacks.urgent(key)]
-        claimed = 0
-        in_flight = asyncio.Semaphore(CLAIMS_IN_FLIGHT)
-
-        async def claim(keys: list[Key]) -> int:
-            async with in_flight:
-                return await self._claim(keys)
-        for keys in (urgent, rest):
-            claimed += sum(await asyncio.gather(*(claim(keys[i:i + CLAIM_BATCH])
-                                                  for i in range(0, len(keys), CLAIM_BATCH))))
+        claimed = await self._claim_all(decided.claim)
         if claimed < len(decided.claim):  # some were taken by others, or our lease lapsed: decide again
             self._planned = None
         if decided.release or decided.disown:
             await self.store.notify("ownership")
+
+    async def _claim_all(self, keys: list[Key]) -> int:
+        """Claim and load `keys`, CLAIM_BATCH per statement, CLAIMS_IN_FLIGHT statements at once;
+        how many were taken. Coordinator partitions first: groups wait on them, and their copies
+        are caught up without competing with data partitions'."""
+        urgent = [key for key in keys if self.callbacks.urgent(key)]
+        rest = [key for key in keys if not self.callbacks.urgent(key)]
+        claimed = 0
+        in_flight = asyncio.Semaphore(CLAIMS_IN_FLIGHT)
+
+        async def claim(batch: list[Key]) -> int:
+            async with in_flight:
+                return await self._claim(batch)
+        for group in (urgent, rest):
+            # Every batch finishes before the round ends, even when one fails: a round that ended
+            # with claims still in flight let the next round claim (and load) them a second time.
+            done = await asyncio.gather(*(claim(group[i:i + CLAIM_BATCH]) for i in range(0, len(group), CLAIM_BATCH)),
+                                        return_exceptions=True)
+            failure = next((result for result in done if isinstance(result, BaseException)), None)
+            if failure is not None:
+                raise failure
+            claimed += sum(done)  # type: ignore[arg-type]
+        return claimed
 
     async def _plan(self, live: tuple[int, ...], serving: bool, rows: list[PartitionRow], complete: bool) -> Plan:
         """ownership.plan over `rows` in slices, a turn of the event loop between them (a plan over
@@ -387,11 +398,22 @@ class ClusterMember:
         return len(claims)
 
     async def _gain(self, key: Key, claim: Claim) -> bool:
-        try:
-            return await self.callbacks.gained(key, claim)
-        except Exception:
-            log.exception("loading partition %s/%d after claiming it failed", *key)
-            return False
+        """Load a claimed partition. PostgreSQL not answering (a timeout while thousands load at
+        once, a restart) is tried again while the partition is still ours at this epoch (a load
+        resumes where it stopped); any other failure hands the partition back."""
+        delay_ms = RETRY_MS
+        while True:
+            try:
+                return await self.callbacks.gained(key, claim)
+            except StoreUnavailable as exc:
+                if self.owned.get(key) != claim.epoch or not self.serving():
+                    log.warning("loading partition %s/%d after claiming it: %s", *key, exc)
+                    return False
+            except Exception:
+                log.exception("loading partition %s/%d after claiming it failed", *key)
+                return False
+            await asyncio.sleep(delay_ms / 1000)
+            delay_ms = min(2 * delay_ms, self.heartbeat_ms)
 
     async def _release(self, keys: list[Key]) -> None:
         """Drain and give up `keys` (graceful: peers claim them at once, no lease wait)."""

@@ -246,9 +246,9 @@ def _unavailable_on_failure(method: Callable[..., Awaitable[T]]) -> Callable[...
         except StoreUnavailable as exc:
             self.outage.failed(str(exc))
             raise
-        except Exception as exc:
-            self.outage.failed(f"{type(exc).__name__}: {exc}")
-            raise StoreUnavailable(f"PostgreSQL: {type(exc).__name__}: {exc}") from exc
+        except Exception as exc:  # named by statement: a timeout's message is empty
+            self.outage.failed(f"{method.__name__}: {type(exc).__name__}: {exc}")
+            raise StoreUnavailable(f"PostgreSQL ({method.__name__}): {type(exc).__name__}: {exc}") from exc
         self.outage.answered()
         return result
     return wrapper

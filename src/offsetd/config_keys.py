@@ -314,6 +314,9 @@ SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
                        "local (one node), or postgresql://… (cluster mode: logs, catalogue and ownership in "
                        "PostgreSQL; log.dirs caches the partitions this broker leads; several hosts, "
                        "h1:p1,h2:p2, for a primary and its standbys: only the primary is written to)."),
+    "storage.connections": (_parse_int(2, 1000), "8",
+                            "Cluster mode: PostgreSQL connections a broker keeps for appends, claims and "
+                            "reads (its lease renews on one more of its own)."),
     "broker.session.timeout.ms": (_parse_int(100, INT32_MAX), "9000",
                                   "Cluster mode: a broker's lease; a broker not renewing it within this long "
                                   "loses its partitions (KRaft's name and default)."),

@@ -189,7 +189,7 @@ class KafkaServer:
             self.broker = Broker(config, clock())
             self._add_runtimes(self._offsets_topic(), owned=True)
         else:  # cluster mode: topics, ownership and shards arrive in start() (_join_cluster)
-            self._store = PostgresStore(config.get("storage.engine"),
+            self._store = PostgresStore(config.get("storage.engine"), pool_size=config.get("storage.connections"),
                                         timeout_s=config.get("broker.session.timeout.ms") / 1000)
             self._topics = ClusterTopicRegistry(config, self._store, lambda: self.cluster is not None
                                                 and self.cluster.serving())

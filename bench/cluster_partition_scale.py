@@ -305,6 +305,27 @@ def _idle(launcher: ClusterLauncher, seconds: float) -> dict[str, Any]:
     return result
 
 
+def _led_by(bootstrap: str, node: int) -> int:
+    """How many of the bench's partitions ``node`` leads (one Metadata)."""
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=120)
+    return sum(meta.leader == node for name, topic in md.topics.items() if name.startswith(PREFIX)
+               for meta in topic.partitions.values())
+
+
+def _rejoin(launcher: ClusterLauncher, args: argparse.Namespace) -> dict[str, Any]:
+    """Start the killed broker again and wait until it leads its share once more (the survivors
+    hand its preferred partitions back): the count it leads unchanged over three polls."""
+    started = time.monotonic()
+    launcher.restart(args.victim, timeout_s=args.takeover_timeout)
+    counts: list[int] = []
+    while time.monotonic() - started < args.takeover_timeout:
+        counts.append(_led_by(launcher.bootstrap, args.victim))
+        if len(counts) >= 3 and counts[-1] > 0 and counts[-1] == counts[-2] == counts[-3]:
+            break
+        time.sleep(args.lead_poll_pause)
+    return {"rejoined_s": round(time.monotonic() - started, 1), "victim_leads": counts[-1] if counts else 0}
+
+
 def _takeover(launcher: ClusterLauncher, args: argparse.Namespace, results: dict[str, Any]) -> None:
     """kill -9 ``args.victim``; time until a survivor's Metadata shows every partition led by a
     live broker; the survivors' CPU (and a py-spy of one) meanwhile."""
@@ -390,6 +411,17 @@ def run(launcher: ClusterLauncher, args: argparse.Namespace, results: dict[str, 
     _takeover(launcher, args, results)
     results["takeover"]["lease_expiries"] = _lease_expiries(launcher)
     done("takeover")
+    for _ in range(1, args.takeovers):  # again: the victim back, leading its share, then killed
+        first = results["takeover"]
+        if first["all_led_by_live_s"] is None:
+            break
+        rejoined = _rejoin(launcher, args)
+        done(f"victim back, leading {rejoined['victim_leads']}")
+        _takeover(launcher, args, results)
+        results.setdefault("takeovers_again", []).append({**rejoined, **results["takeover"],
+                                                          "lease_expiries": _lease_expiries(launcher)})
+        results["takeover"] = first
+        done("takeover again")
     if results["takeover"]["all_led_by_live_s"] is not None:
         survivors = ",".join(b.bootstrap for b in launcher.brokers.values() if b.alive())
         results["sample_1pct_round_trip_after_takeover_s"] = round(
@@ -416,6 +448,8 @@ def main() -> None:
     parser.add_argument("--create-timeout", type=float, default=600.0, help="stop creating topics after this")
     parser.add_argument("--lead-timeout", type=float, default=300.0)
     parser.add_argument("--takeover-timeout", type=float, default=300.0)
+    parser.add_argument("--takeovers", type=int, default=1,
+                        help="kill -9s of the victim, each after it came back and led its share again")
     parser.add_argument("--log-level", default="INFO", help="the brokers' --log-level")
     parser.add_argument("--profile", type=Path, metavar="DIR", help="py-spy a survivor while idle and during the takeover")
     args = parser.parse_args()

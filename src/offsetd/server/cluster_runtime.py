@@ -62,7 +62,7 @@ class ClusterTopicRegistry(TopicRegistry):
         """A partition's PostgreSQL log over a local copy opened on first use: only the brokers
         that lead it (claim it, then read or append) make its directory and hold its files."""
         copy = UnopenedLog(self.root, topic.name, index, log_config(topic.configs, self.config), now_ms, self.log_dir,
-                           clean=False, leader_epoch=0, sync_parent=False)
+                           clean=False, leader_epoch=0, sync_parent=False, durable=False)
         plog = PostgresPartitionLog(copy, self.store, topic.topic_id, self.node_id, self.serving)
         plog.on_fenced = lambda p: self.on_fenced(p)
         return plog

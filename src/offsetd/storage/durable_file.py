@@ -21,8 +21,10 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_durably(path: Path, data: bytes | str) -> None:
-    """Atomically and durably replace `path` with `data` (str is written as UTF-8)."""
+def write_durably(path: Path, data: bytes | str, *, durable: bool = True) -> None:
+    """Atomically and durably replace `path` with `data` (str is written as UTF-8). `durable`
+    False leaves out the two fsyncs: atomic still (the old content or the new after a crash of
+    the process), for a file a power loss may take back (a cache of state kept elsewhere)."""
     raw = data.encode("utf-8") if isinstance(data, str) else data
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -30,8 +32,10 @@ def write_durably(path: Path, data: bytes | str) -> None:
         view = memoryview(raw)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)

@@ -259,10 +259,11 @@ def read_epoch_checkpoint(pdir: Path, log_start_offset: int, log_end_offset: int
     return cache, newest
 
 
-def write_epoch_checkpoint(pdir: Path, cache: LeaderEpochCache) -> bool:
-    """Persist the leader-epoch history; False (logged) when it could not be written."""
+def write_epoch_checkpoint(pdir: Path, cache: LeaderEpochCache, *, durable: bool = True) -> bool:
+    """Persist the leader-epoch history (fsynced unless not `durable`); False (logged) when it
+    could not be written."""
     try:
-        _write_durably(pdir / CHECKPOINT_FILE, cache.to_checkpoint())
+        _write_durably(pdir / CHECKPOINT_FILE, cache.to_checkpoint(), durable=durable)
     except OSError as exc:  # written again at the next change or new epoch
         log.warning("%s: %s not written: %s", pdir, CHECKPOINT_FILE, exc)
         (pdir / (CHECKPOINT_FILE + ".tmp")).unlink(missing_ok=True)

@@ -55,6 +55,7 @@ class PartitionLog(DeferredAppends):
     # Its directory has been read (storage/unopened_log.py's UnopenedLog says False until then).
     opened = True
     needs_recovery = False  # an opened log was verified as it opened
+    durable = True  # its checkpoints are fsynced (open's `durable`: False for cluster mode's copies)
 
     def __init__(
         self,
@@ -103,7 +104,7 @@ class PartitionLog(DeferredAppends):
     @classmethod
     def open(
         cls, directory: Path, topic: str, partition: int, config: LogConfig, now_ms: int,
-        log_dir: LogDirectory | None = None, *, clean: bool = False, sync_parent: bool = True,
+        log_dir: LogDirectory | None = None, *, clean: bool = False, sync_parent: bool = True, durable: bool = True,
     ) -> "PartitionLog":
         """Open (or create) `<directory>/<topic>-<partition>/` and recover it.
 
@@ -113,14 +114,16 @@ class PartitionLog(DeferredAppends):
         missing/corrupt indexes of older segments are rebuilt. `now_ms` seeds segment ages.
         `clean`: the broker shut down cleanly, nothing is verified (storage/log_loader.py).
         `sync_parent` False: the caller fsyncs `directory` itself before appending (a new topic's
-        partitions share one fsync).
+        partitions share one fsync). `durable` False: a copy whose log of record is elsewhere
+        (cluster mode: PostgreSQL), whose epoch checkpoint and new directory need no fsync.
         """
         pdir = Path(directory) / f"{topic}-{partition}"
         loaded = load_log(pdir, config, now_ms, clean, sync_parent)
         segments, producers = loaded.segments, loaded.producers
         plog = cls(pdir, topic, partition, config, segments, producers, log_dir, loaded.transactions)
         plog._recovery_point = loaded.recovery_point
-        plog._dir_unsynced = loaded.fresh
+        plog.durable = durable
+        plog._dir_unsynced = loaded.fresh and durable
         plog._advance_recovery_point()
         plog.epochs, plog._newest_saved_epoch = read_epoch_checkpoint(pdir, plog.log_start_offset,
                                                                       plog.log_end_offset)
@@ -163,7 +166,7 @@ class PartitionLog(DeferredAppends):
         return max(self._newest_saved_epoch + 1, self.leader_epoch)
 
     def _save_epochs(self) -> None:
-        self._epochs_unsaved = not write_epoch_checkpoint(self.dir, self.epochs)
+        self._epochs_unsaved = not write_epoch_checkpoint(self.dir, self.epochs, durable=self.durable)
         if not self._epochs_unsaved:
             self._newest_saved_epoch = max(self._newest_saved_epoch, self.epochs.latest_epoch)
 

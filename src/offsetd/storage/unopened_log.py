@@ -28,7 +28,7 @@ __all__ = ["UnopenedLog"]
 
 # What exists on an UnopenedLog before it opens; anything else read opens it.
 _OWN = ("topic", "partition", "config", "log_dir", "leader_epoch", "_closed", "_root", "_now_ms",
-        "_clean", "_sync_parent", "_history", "checked_empty")
+        "_clean", "_sync_parent", "_durable", "_history", "checked_empty")
 
 
 class UnopenedLog(PartitionLog):
@@ -38,12 +38,13 @@ class UnopenedLog(PartitionLog):
 
     def __init__(self, directory: Path, topic: str, partition: int, config: LogConfig, now_ms: int,
                  log_dir: LogDirectory, *, clean: bool, leader_epoch: int, empty: bool = False,
-                 sync_parent: bool = True) -> None:
+                 sync_parent: bool = True, durable: bool = True) -> None:
         """`directory` is the log directory (`log.dirs`); `clean`: the files are as a clean
         shutdown (or a creation) left them, so opening verifies nothing; `leader_epoch`: what
         Metadata announces, and the least the opened log leads at; `empty`: the directory was
         just made (CreateTopics); `sync_parent`: fsync the log directory when opening makes the
-        partition's (False for a copy whose log of record is elsewhere: cluster mode)."""
+        partition's (False for a copy whose log of record is elsewhere: cluster mode); `durable`:
+        PartitionLog.open's (False for such a copy too)."""
         # PartitionLog.__init__ is not called: it wants the segments this object has not read.
         self._root = directory
         self.topic = topic
@@ -55,6 +56,7 @@ class UnopenedLog(PartitionLog):
         self._now_ms = now_ms
         self._clean = clean
         self._sync_parent = sync_parent
+        self._durable = durable
         self._history: tuple[list[tuple[int, int]], int] | None = None  # set_epoch_history's, until opened
         self.checked_empty = empty  # no segment (preload looked): nothing to recover or retain, offsets 0
 
@@ -107,7 +109,8 @@ class UnopenedLog(PartitionLog):
             raise ValueError(f"log {self.topic}-{self.partition} is closed")
         try:
             loaded = PartitionLog.open(self._root, self.topic, self.partition, self.config, self._now_ms,
-                                       self.log_dir, clean=self._clean, sync_parent=self._sync_parent)
+                                       self.log_dir, clean=self._clean, sync_parent=self._sync_parent,
+                                       durable=self._durable)
         except OSError as exc:
             raise self.log_dir.failed(exc, f"open of {self.topic}-{self.partition}") from exc
         announced, history = self.leader_epoch, self._history

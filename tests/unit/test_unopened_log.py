@@ -117,6 +117,24 @@ def test_a_claimed_partition_with_nothing_in_it_opens_no_file_until_used(tmp_pat
     assert log.epochs.entries == [(5, 0)]  # the epochs before it led nothing (all start at 0)
 
 
+def test_a_copy_whose_log_of_record_is_elsewhere_writes_its_checkpoints_without_fsync(
+        tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cluster mode's copies (durable=False): a takeover of partitions holding data wrote each one's
+    epoch checkpoint with two fsyncs on the event loop; PostgreSQL keeps that history anyway."""
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    copy = UnopenedLog(tmp_path, "topic", 0, CONFIG, clock.now, LogDirectory(tmp_path), clean=False,
+                       leader_epoch=0, sync_parent=False, durable=False)
+    copy.set_epoch_history([(1, 0), (3, 0)], 3)
+    assert copy.append(batch(2), clock.now).base_offset == 0
+    assert not copy.durable and synced == []
+    assert log_loader.read_epoch_checkpoint(tmp_path / "topic-0", 0, 2)[0].entries == [(3, 0)]
+    of_record = _unopened(tmp_path / "one-node", clock, clean=False)
+    of_record.append(batch(2), clock.now)
+    assert of_record.durable and synced  # the embedded engine's logs fsync theirs
+
+
 def test_a_start_reads_no_partition_directory_and_announces_the_epoch_the_log_opens_at(
         tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
     config = BrokerConfig({"log.dirs": str(tmp_path)})

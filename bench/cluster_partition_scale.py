@@ -42,7 +42,7 @@ from offsetd.dev.postgres import children_of, postmaster_pid  # noqa: E402
 
 PREFIX = "scale"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-PY_SPY = Path(os.environ.get("PY_SPY", "/tmp/pyspy/bin/py-spy"))
+PY_SPY = Path(os.environ.get("PY_SPY", Path(sys.executable).parent / "py-spy"))  # the bench extra's
 # cluster/member.py's line per batch of claims
 _CLAIMED = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] INFO \S+: claimed (\d+) partition", re.MULTILINE)
 
@@ -244,12 +244,11 @@ def _py_spy(pid: int, out: Path, duration_s: int | None = None) -> subprocess.Po
     if not PY_SPY.exists():
         print(f"  no py-spy at {PY_SPY}: not profiling", file=sys.stderr)
         return None
-    env = {**os.environ, "PYTHONPATH": str(PY_SPY.parent.parent)}
     cmd = [str(PY_SPY), "record", "--pid", str(pid), "--format", "raw", "--rate", "100", "--nonblocking",
            "--output", str(out)]
     if duration_s is not None:
         cmd += ["--duration", str(duration_s)]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def _finish_py_spy(proc: subprocess.Popen[bytes] | None, out: Path, name: str, timed: bool = False) -> None:

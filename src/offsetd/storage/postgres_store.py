@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, TypeVar
 
 from offsetd.storage.log_dir import StorageError
+from offsetd.storage.postgres_appends import AppendBatcher, Fenced
+from offsetd.storage.postgres_appends import rows_changed as _rows_changed
 from offsetd.storage.postgres_connection import OneLineErrors, OutageLog, check_writable, session_attrs
 from offsetd.storage.postgres_security import SECURITY_SCHEMA
 
@@ -161,25 +163,6 @@ r AS (
 SELECT pg_notify('{NOTIFY_CHANNEL}', 'ownership') FROM r"""
 
 # One append, offsets $5-$6 (a partition's usual statement: cheaper to plan and run than _APPENDS).
-_APPEND = """
-WITH p AS (
-    UPDATE offsetd_partition SET next_offset = $6 + 1
-    WHERE topic_id = $1 AND partition = $2 AND owner = $3 AND epoch = $4 AND next_offset = $5
-    RETURNING 1)
-INSERT INTO offsetd_batch (topic_id, partition, base_offset, last_offset, epoch, bytes)
-SELECT $1, $2, $5, $6, $4, $7 FROM p"""
-
-# Appends following one another from $5 (base offsets $6, last offsets $7, bytes $8): one row
-# each, and the partition's end moves once, from the first base to after the last offset.
-_APPENDS = """
-WITH p AS (
-    UPDATE offsetd_partition SET next_offset = ($7::bigint[])[cardinality($7::bigint[])] + 1
-    WHERE topic_id = $1 AND partition = $2 AND owner = $3 AND epoch = $4 AND next_offset = $5
-    RETURNING 1)
-INSERT INTO offsetd_batch (topic_id, partition, base_offset, last_offset, epoch, bytes)
-SELECT $1, $2, a.base_offset, a.last_offset, $4, a.bytes
-FROM p, unnest($6::bigint[], $7::bigint[], $8::bytea[]) AS a (base_offset, last_offset, bytes)"""
-
 _READ = """
 SELECT base_offset, last_offset, bytes FROM offsetd_batch
 WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 ORDER BY base_offset LIMIT $4"""
@@ -220,10 +203,6 @@ WHERE b.topic_id = $1 AND b.partition = $2 AND b.last_offset < $5"""
 
 
 OwnerRow = tuple[uuid.UUID, int, "int | None", int]  # (topic id, partition, owner, epoch)
-
-
-class Fenced(Exception):
-    """The partition's owner or epoch in PostgreSQL is not the caller's any more."""
 
 
 class StoreUnavailable(StorageError):
@@ -292,11 +271,6 @@ class BrokerRow:
         return self.endpoints.get(listener) or (self.host, self.port)
 
 
-def _rows_changed(status: str) -> int:
-    """asyncpg's command tag ('INSERT 0 1', 'UPDATE 3', 'DELETE 0') -> rows affected."""
-    return int(status.rsplit(" ", 1)[-1])
-
-
 async def _schema_version(conn: Any) -> str | None:
     """offsetd_meta's `schema.version` (None in a new database, or one from before versions)."""
     if await conn.fetchval("SELECT to_regclass('offsetd_meta')") is None:
@@ -318,6 +292,7 @@ class PostgresStore:
         # The lease's own connection: a renewal never waits for a free connection of the pool
         # (a broker leading 30,000 partitions can have all of them busy with appends and claims).
         self.lease_pool: Any = None
+        self._appends = AppendBatcher(lambda: self.pool)
 
     async def open(self) -> str:
         """Connect, create the schema if missing, and return the cluster id."""
@@ -423,19 +398,11 @@ class PostgresStore:
     @_unavailable_on_failure
     async def append(self, topic_id: uuid.UUID, partition: int, node_id: int, epoch: int,
                      appends: list[tuple[int, int, bytes]]) -> None:
-        """Store `appends` (base offset, last offset, bytes), each following the one before, in one
-        statement; Fenced when this broker no longer owns the partition at `epoch` (or the
-        partition's end is not the first base offset): then nothing was written."""
-        base_offset = appends[0][0]
-        if len(appends) == 1:
-            status = await self.pool.execute(_APPEND, topic_id, partition, node_id, epoch, *appends[0])
-        else:
-            status = await self.pool.execute(_APPENDS, topic_id, partition, node_id, epoch, base_offset,
-                                             [a[0] for a in appends], [a[1] for a in appends],
-                                             [a[2] for a in appends])
-        if _rows_changed(status) != len(appends):
-            raise Fenced(f"partition {topic_id}/{partition}: not owned by broker {node_id} at epoch {epoch} "
-                         f"with its log ending at {base_offset}")
+        """Store `appends` (base offset, last offset, bytes), each following the one before, with
+        the other partitions' appends of this loop turn in one statement (postgres_appends.py);
+        Fenced when this broker no longer owns the partition at `epoch` (or the partition's end
+        is not the first base offset): then nothing of it was written."""
+        await self._appends.append(topic_id, partition, node_id, epoch, appends)
 
     @_unavailable_on_failure
     async def replace_range(self, topic_id: uuid.UUID, partition: int, node_id: int, epoch: int, start: int,

@@ -7,11 +7,12 @@ counts and turn them into metrics. Everything here is picklable and module-level
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from offsetd.dev.proc_stats import cpu_s as process_cpu_s
 
 if TYPE_CHECKING:  # imported for real inside the children (see the functions below)
     from multiprocessing.synchronize import Barrier
@@ -50,19 +51,6 @@ class ConsumeResult:
     #: The broker process' CPU time (user + system, all threads) over ``elapsed_s``; None
     #: when no broker pid was given or /proc is not readable.
     broker_cpu_s: float | None = None
-
-
-def process_cpu_s(pid: int | None) -> float | None:
-    """User + system CPU seconds of process ``pid`` so far (every thread), from
-    /proc/<pid>/stat; None without a pid or off Linux."""
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 def produce(

@@ -37,11 +37,11 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from bench.cluster import summarize_profile  # noqa: E402
 from bench.cluster_launcher import DATABASE, OFFSETS_TOPIC, ClusterLauncher  # noqa: E402
 from bench.scale_probes import fds, metadata_s, rss_mb, sample_round_trip  # noqa: E402
+from offsetd.dev.proc_stats import cpu_s  # noqa: E402
 from offsetd.dev.broker import BrokerProcess  # noqa: E402
 from offsetd.dev.postgres import children_of, postmaster_pid  # noqa: E402
 
 PREFIX = "scale"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 PY_SPY = Path(os.environ.get("PY_SPY", Path(sys.executable).parent / "py-spy"))  # the bench extra's
 # cluster/member.py's line per batch of claims
 _CLAIMED = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] INFO \S+: claimed (\d+) partition", re.MULTILINE)
@@ -55,16 +55,8 @@ def _load() -> list[float]:
 
 
 def _cpu_s(pid: int, children: bool = False) -> float:
-    """utime + stime of a process so far, in seconds (0 once it is gone); with ``children``,
-    plus those of its children that exited and were waited for."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    ticks = int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5), counted from 1 before the ')'
-    if children:
-        ticks += int(fields[13]) + int(fields[14])
-    return ticks / CLK_TCK
+    """offsetd.dev.proc_stats.cpu_s, 0 once the process is gone."""
+    return cpu_s(pid, children=children) or 0.0
 
 
 def _postgres_cpu_s(launcher: ClusterLauncher) -> float:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
 import sys
@@ -31,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from console_browser import Browser  # noqa: E402
 
 from offsetd.dev.broker import BrokerProcess  # noqa: E402
+from offsetd.dev.proc_stats import cpu_s  # noqa: E402
 
 _LISTENING = re.compile(r"metrics listening on (http://127\.0\.0\.1:\d+)")
 GROUP = "bench-console"
@@ -38,9 +38,8 @@ TOPIC = "bench-console-orders"
 
 
 def cpu_ms(pid: int) -> float:
-    """User + system CPU time of a process so far (ms), from /proc/PID/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+    """User + system CPU time of a process so far (ms)."""
+    return 1000 * (cpu_s(pid) or 0.0)
 
 
 def fill(bootstrap: str, partitions: int, rounds: int, per_round: int) -> int:

@@ -36,7 +36,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime
-import os
 import re
 import selectors
 import shutil
@@ -53,6 +52,7 @@ from bench.procs import ChildError, run_in_children, start_barrier
 from bench.raw_client import RawConnection, encode_request
 from bench.workload import BenchConfig, Metric, Workload, WorkloadFailed
 from bench.workload_steps import create_topic_and_wait, percentile
+from offsetd.dev.proc_stats import cpu_s
 
 GROUP = "kip848"
 NOT_APPLICABLE = "offsetd only: Tansu does not serve KIP-848; the classic side runs on offsetd"
@@ -211,13 +211,6 @@ class LoadResult:
     broker_cpu_s: float | None = None
 
 
-def _cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (its /proc/<pid>/stat)."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def heartbeat_load(bootstrap: str, members: list[tuple[str, str, int]], connections: int, window: int,
                    rate_per_s: float | None, warmup_s: float, duration_s: float, barrier: Any,
                    broker_pid: int | None) -> LoadResult:
@@ -327,12 +320,12 @@ def heartbeat_load(bootstrap: str, members: list[tuple[str, str, int]], connecti
         drain()
         barrier.wait(60)
         counting = True
-        cpu0 = _cpu_seconds(broker_pid) if broker_pid else None
+        cpu0 = (cpu_s(broker_pid) or 0.0) if broker_pid else None
         began = time.perf_counter()
         run_for(duration_s)
         res.elapsed_s = time.perf_counter() - began
         if broker_pid and cpu0 is not None:
-            res.broker_cpu_s = _cpu_seconds(broker_pid) - cpu0
+            res.broker_cpu_s = (cpu_s(broker_pid) or 0.0) - cpu0
         counting = False
         drain()
     finally:

@@ -3,26 +3,16 @@ bench/partition_scale.py; cluster: bench/cluster_partition_scale.py)."""
 
 from __future__ import annotations
 
-import os
 import random
 import time
-from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from offsetd.dev.proc_stats import open_fds as fds
+from offsetd.dev.proc_stats import rss_mb
 
-def rss_mb(pid: int) -> float:
-    """The process's resident set, MB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def fds(pid: int) -> int:
-    """The process's open descriptors."""
-    return len(os.listdir(f"/proc/{pid}/fd"))
+__all__ = ["fds", "metadata_s", "rss_mb", "sample_round_trip"]
 
 
 def metadata_s(bootstrap: str, expected: int, prefix: str) -> float:

@@ -3,12 +3,13 @@ commit and probe latencies, the counts), the verdict that they stayed flat, and 
 
 from __future__ import annotations
 
-import os
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from load import Interval
+
+from offsetd.dev.proc_stats import cpu_s, open_fds, rss_mb
 
 # What "flat" allows between the first samples after warm-up and the end of the run.
 RSS_GROWTH = 0.15           # RSS may grow by 15 % ...
@@ -18,16 +19,8 @@ LATENCY_FACTOR = 2.0        # p99 of the last third ≤ 2× the first third's ..
 LATENCY_SLACK_MS = 10.0     # ... + 10 ms
 
 
-def _proc_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def _proc_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return cpu_s(pid) or 0.0
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -65,8 +58,8 @@ class Sampler:
         self._cpu = cpu
         return Sample(
             minute=round(minute, 2),
-            rss_mb={name: round(_proc_rss_mb(pid), 1) for name, pid in self.pids.items()},
-            fds={name: len(os.listdir(f"/proc/{pid}/fd")) for name, pid in self.pids.items()},
+            rss_mb={name: round(rss_mb(pid), 1) for name, pid in self.pids.items()},
+            fds={name: open_fds(pid) for name, pid in self.pids.items()},
             cpu_pct=pct,
             commit_p50_ms=round(percentile(clients.commit_ms, 50), 2),
             commit_p99_ms=round(percentile(clients.commit_ms, 99), 2),

@@ -43,7 +43,7 @@ class CleanerLoop:
                 if not topic.partitions or not topic.partitions[0].config.compacts:
                     continue
                 for index, plog in enumerate(list(topic.partitions)):
-                    if not plog.config.compacts or plog.closed or not plog.opened or not plog.leader:
+                    if plog.closed or not plog.opened or not plog.leader:
                         continue  # cluster mode: only the leader cleans (and PostgreSQL follows it)
                     owner = self.runtimes[index] if topic.name == OFFSETS_TOPIC else None
                     try:

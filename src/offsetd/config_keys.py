@@ -331,6 +331,9 @@ SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
     "log.roll.ms": (_parse_int(1), "604800000", "Segment age before a roll."),
     "log.retention.ms": (_parse_int(-1), "604800000", "Delete segments older than this (-1: never)."),
     "log.retention.bytes": (_parse_int(-1), "-1", "Delete old segments above this size (-1: never)."),
+    "log.local.retention.bytes": (_parse_int(-2), "268435456",
+                                  "Cluster mode: a new owner copies at most this much of a log's tail from "
+                                  "PostgreSQL and reads the rest from there (-2: log.retention.bytes, -1: all)."),
     "log.retention.check.interval.ms": (_parse_int(1), "300000", "How often retention runs."),
     "log.flush.interval.messages": (_parse_int(1), str(LONG_MAX), "fsync after this many messages."),
     "log.flush.interval.ms": (_parse_int(1), "", "fsync dirty logs this often (default: never)."),

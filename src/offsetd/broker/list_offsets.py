@@ -18,6 +18,7 @@ from typing import Any
 
 from ..protocol.errors import Error
 from ..records.batch import InvalidBatch
+from ..storage.cold_range import NotLoaded
 from ..security.authorization import Op, Res, access
 from .broker import NO_LEADER_EPOCH, Broker
 from .list_offsets_v0 import handle_list_offsets_v0
@@ -67,6 +68,9 @@ def handle_list_offsets(broker: Broker, req: Any, version: int, now_ms: int) -> 
                         found = plog.max_timestamp()
                     else:
                         found = plog.offset_for_timestamp(p.timestamp)
+                except NotLoaded:  # cluster mode: the append is being read from PostgreSQL; clients retry
+                    entry["error_code"] = Error.OFFSET_NOT_AVAILABLE
+                    found = None
                 except InvalidBatch as exc:  # a stored batch that cannot be decoded (Kafka: CORRUPT_MESSAGE)
                     entry["error_code"] = exc.error_code
                     found = None

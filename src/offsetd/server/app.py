@@ -320,6 +320,7 @@ class KafkaServer:
                                          l.name: (self.config.advertised_for(l.name).host,
                                                   self.config.advertised_for(l.name).port) for l in self.listeners})
         self._topics.on_fenced = lambda plog: self.cluster.fenced((plog.topic_id, plog.partition))  # type: ignore[union-attr]
+        self._topics.on_cold_loaded = self._appended  # type: ignore[attr-defined]
         self.broker.cluster = PostgresView(self.cluster)
         await self.cluster.start(self._accept_clients)
         if self._topics.get(OFFSETS_TOPIC) is None:

@@ -52,6 +52,8 @@ class ClusterTopicRegistry(TopicRegistry):
         self.node_id: int = config.get("node.id")
         self.on_fenced: Callable[[PostgresPartitionLog], None] = lambda plog: None
         self.on_deleted: Callable[[Topic], None] = lambda topic: None
+        # Appends only PostgreSQL held were read for a Fetch (storage/cold_range.py): wake its long poll.
+        self.on_cold_loaded: Callable[[str, int], None] = lambda topic, partition: None
         super().__init__(config, 0)
 
     def _load(self, now_ms: int) -> str:
@@ -63,8 +65,11 @@ class ClusterTopicRegistry(TopicRegistry):
         that lead it (claim it, then read or append) make its directory and hold its files."""
         copy = UnopenedLog(self.root, topic.name, index, log_config(topic.configs, self.config), now_ms, self.log_dir,
                            clean=False, leader_epoch=0, sync_parent=False, durable=False)
-        plog = PostgresPartitionLog(copy, self.store, topic.topic_id, self.node_id, self.serving)
+        # Internal topics' readers (the coordinators' loads) read all of the log from the copy.
+        plog = PostgresPartitionLog(copy, self.store, topic.topic_id, self.node_id, self.serving,
+                                    tail_only=not (topic.internal or topic.name.startswith("__")))
         plog.on_fenced = lambda p: self.on_fenced(p)
+        plog.on_cold_loaded = lambda: self.on_cold_loaded(topic.name, index)
         return plog
 
     def sync(self, rows: list[TopicRow], now_ms: int) -> None:

@@ -15,6 +15,9 @@ class LogConfig:
     segment_ms: int = 604800000  # log.roll.ms / segment.ms
     retention_ms: int = 604800000  # log.retention.ms / retention.ms (-1 = unlimited)
     retention_bytes: int = -1  # log.retention.bytes / retention.bytes (-1 = unlimited)
+    # log.local.retention.bytes / local.retention.bytes: cluster mode, how much of a log a new
+    # owner copies from PostgreSQL (-2 = retention_bytes, -1 = all; storage/cold_range.py)
+    local_retention_bytes: int = -2
     flush_interval_messages: int = 2**63 - 1  # log.flush.interval.messages
     # log.flush.interval.ms: None = never by time; the shell runs the timer and calls flush().
     flush_interval_ms: int | None = None

@@ -21,6 +21,10 @@ OffsetForLeaderEpoch and Fetch's epoch checks read.
 Transactions: markers and transactional batches are appends like any other, so the copy's
 producer state (open transactions, LSO, `.txnindex`) follows every append, including those
 copied while catching up; the LSO, aborted transactions and producers are the copy's.
+
+A log larger than `local.retention.bytes` is copied from its tail only (not `__` topics, nor
+compacted ones, whose readers and cleaner need all of it): what lies below stays in PostgreSQL
+and is known by its batch headers, served a chunk at a time (storage/cold_range.py).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from typing import Any, Awaitable, Callable
 
 from offsetd.records.batch import InvalidBatch, iter_batches
 from offsetd.storage.append_pipeline import AppendPipeline, PendingAppend
+from offsetd.storage.cold_range import ColdRange, NotLoaded, needs_whole, scan_headers, tail_start
+from offsetd.storage.log_config import LogConfig
 from offsetd.storage.log_dir import NotLeader, StorageError
 from offsetd.storage.log_append import AppendResult, PreparedAppend
 from offsetd.storage.log_read import OffsetOutOfRange
@@ -50,7 +56,7 @@ class PostgresPartitionLog:
     (reads and everything else are the local copy's, see the module docstring)."""
 
     def __init__(self, cache: PartitionLog, store: PostgresStore, topic_id: uuid.UUID, node_id: int,
-                 serving: Callable[[], bool]) -> None:
+                 serving: Callable[[], bool], *, tail_only: bool = True) -> None:
         self._cache = cache
         self.store = store
         self.topic_id = topic_id
@@ -65,6 +71,13 @@ class PostgresPartitionLog:
         self._stopped: asyncio.Future[None] | None = None
         # Called when PostgreSQL says another broker owns the partition now.
         self.on_fenced: Callable[["PostgresPartitionLog"], None] = lambda plog: None
+        # The log's start that only PostgreSQL holds, when the copy kept the tail (cold_range.py);
+        # may the copy keep the tail only (not for internal topics); the load of a chunk in flight;
+        # called when a chunk arrived (the broker's Fetch long polls read again).
+        self._cold: ColdRange | None = None
+        self._tail_only = tail_only
+        self._cold_loading: asyncio.Task[None] | None = None
+        self.on_cold_loaded: Callable[[], None] = lambda: None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._cache, name)
@@ -99,8 +112,11 @@ class PostgresPartitionLog:
         cache = self._cache
         if not cache.opened:  # a copy this broker never made stays unopened: no file for an empty partition
             cache.preload()  # type: ignore[attr-defined]
+        self._cold = None
         end = cache.log_end_offset
-        consistent = claim.start_offset <= end <= claim.next_offset
+        # A copy that starts above PostgreSQL's start is a tail an earlier leadership kept: what
+        # it knew of the rest is gone with that process, so it is read again.
+        consistent = cache.log_start_offset <= claim.start_offset <= end <= claim.next_offset
         if consistent and end > claim.start_offset:
             stored = await self.store.ending_at(self.topic_id, cache.partition, end - 1)
             try:
@@ -112,6 +128,7 @@ class PostgresPartitionLog:
                      cache.topic, cache.partition, cache.log_start_offset, end, claim.start_offset,
                      claim.next_offset)
             cache.truncate_fully_and_start_at(claim.start_offset)
+        cold = await self._copy_tail_only(claim, now_ms) if claim.next_offset > cache.log_end_offset else None
         offset = cache.log_end_offset
         while offset < claim.next_offset:
             rows = await self.store.read(self.topic_id, cache.partition, offset, SYNC_ROWS)
@@ -130,7 +147,34 @@ class PostgresPartitionLog:
                                f"ends at {claim.next_offset}")
         cache.set_epoch_history(list(claim.history), claim.epoch)
         self._stored_start = claim.start_offset
+        self._cold = cold
         self.epoch = claim.epoch
+
+    async def _copy_tail_only(self, claim: Claim, now_ms: int) -> ColdRange | None:
+        """When the log past the copy's end is larger than local.retention.bytes (and the topic
+        may be kept so): restart the copy empty at the tail's first append, with the producer
+        state as of there, and return the range left in PostgreSQL (cold_range.py); else None."""
+        cache = self._cache
+        keep = local_retention_bytes(cache.config)
+        if keep < 0 or not self._tail_only or cache.config.compacts:
+            return None
+        heads = await self.store.heads(self.topic_id, cache.partition, cache.log_end_offset)
+        start = tail_start([(base, last, size) for base, last, size, _ in heads], keep)
+        if start is None:
+            return None
+        below = [row for row in heads if row[0] < start]
+        whole = {}
+        for row in below:
+            if needs_whole(row):
+                read = await self.store.read(self.topic_id, cache.partition, row[0], 1)
+                whole[row[0]] = read[0][2]
+        producers, cold = scan_headers(below, claim.start_offset, start, now_ms, whole)
+        cache.truncate_fully_and_start_at(start)
+        cache.producer_state.load_snapshot(producers.to_snapshot())
+        log.info("%s-%d: copying the tail [%d, %d) only; [%d, %d) stays in PostgreSQL (%d bytes, %d producers, "
+                 "%d aborted transactions)", cache.topic, cache.partition, start, claim.next_offset,
+                 claim.start_offset, start, cold.size_bytes, len(producers.producers), len(cold.aborted))
+        return cold
 
     def lose_leadership(self) -> None:
         self.epoch = None
@@ -252,16 +296,29 @@ class PostgresPartitionLog:
 
     def apply_retention(self, now_ms: int) -> int:
         """Retention runs on the leader's copy; what it deleted is then dropped from PostgreSQL
-        too (fenced by the epoch, in the background). Other brokers leave their copies alone."""
+        too (fenced by the epoch, in the background). Other brokers leave their copies alone.
+        The range only PostgreSQL holds goes first; the copy's segments only once it is gone."""
         if not self.leader:
             return 0
-        removed = self._cache.apply_retention(now_ms)
-        if self._cache.log_start_offset > self._stored_start:
-            asyncio.ensure_future(self._advance_start())
+        cache, cold = self._cache, self._cold
+        if cold is not None:
+            start = cold.retained_start(cache.config, now_ms, cache.size_bytes)
+            if start > cold.start:
+                log.info("retention moved the log start of %s-%d to %d (PostgreSQL only below %d)",
+                         cache.topic, cache.partition, start, cold.end)
+                cold.advance(start)
+                asyncio.ensure_future(self._advance_start(min(start, cold.end)))
+            if cold.start < cold.end:
+                cache.producer_state.expire(now_ms, cache.config.producer_id_expiration_ms)
+                return 0
+            self._cold = None
+        removed = cache.apply_retention(now_ms)
+        if cache.log_start_offset > self._stored_start:
+            asyncio.ensure_future(self._advance_start(cache.log_start_offset))
         return removed
 
-    async def _advance_start(self) -> None:
-        epoch, start = self.epoch, self._cache.log_start_offset
+    async def _advance_start(self, start: int) -> None:
+        epoch = self.epoch
         if epoch is None:
             return
         try:
@@ -303,17 +360,107 @@ class PostgresPartitionLog:
             log.warning("%s-%d: storing the cleaned offsets %d-%d in PostgreSQL: %s", cache.topic, cache.partition,
                         start, end, exc)
 
-    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True) -> Any:
+    # -------------------------------------------------------------------- reads
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._cold.start if self._cold is not None else self._cache.log_start_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """As the copy's, but an open transaction may have begun below the copy (cold_range.py)."""
+        first = self._cache.producer_state.first_unstable_offset()
+        end = self._cache.log_end_offset
+        return end if first is None else max(min(first, end), self.log_start_offset)
+
+    def _cold_range(self, offset: int) -> ColdRange | None:
+        """The range only PostgreSQL holds, when `offset` falls in it."""
         self._check_leader()
+        cold = self._cold
+        if cold is None or offset >= cold.end:
+            return None
+        if offset < cold.start:
+            raise OffsetOutOfRange(f"offset {offset} is below the log start {cold.start}")
+        return cold
+
+    def _read_cold(self, cold: ColdRange, offset: int, max_bytes: int, min_one_batch: bool,
+                   max_offset: int | None = None) -> tuple[bytes, int]:
+        """(appends, the offset after them) from the loaded chunks; (b"", offset) when not loaded
+        yet: the chunk is loaded (and the next one, reading ahead), then the long polls wake."""
+        read = cold.read(offset, max_bytes, min_one_batch, max_offset)
+        if read is None:
+            self._load_cold(offset)
+            return b"", offset
+        ahead = cold.next_to_load(offset)
+        if ahead is not None:
+            self._load_cold(ahead)
+        return read
+
+    def _load_cold(self, offset: int) -> None:
+        if self._cold_loading is None and self._cold is not None:
+            self._cold_loading = asyncio.ensure_future(self._load_chunk(self._cold, offset))
+
+    async def _load_chunk(self, cold: ColdRange, offset: int) -> None:
+        try:
+            asked = cold.to_load(offset)
+            if asked is not None:
+                cold.loaded(await self.store.read(self.topic_id, self._cache.partition, *asked))
+                self.on_cold_loaded()
+        except StorageError as exc:  # the next read asks again
+            log.warning("%s-%d: reading offset %d from PostgreSQL: %s", self._cache.topic, self._cache.partition,
+                        offset, exc)
+        finally:
+            self._cold_loading = None
+
+    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True) -> Any:
+        cold = self._cold_range(offset)
+        if cold is not None:
+            return self._read_cold(cold, offset, max_bytes, min_one_batch)[0]
         return self._cache.read(offset, max_bytes, min_one_batch=min_one_batch)
 
-    def read_file(self, offset: int, max_bytes: int, **options: Any) -> Any:
-        self._check_leader()
-        return self._cache.read_file(offset, max_bytes, **options)
+    def read_file(self, offset: int, max_bytes: int, *, min_one_batch: bool = True, **options: Any) -> Any:
+        cold = self._cold_range(offset)
+        if cold is not None:
+            return self._read_cold(cold, offset, max_bytes, min_one_batch)[0]
+        return self._cache.read_file(offset, max_bytes, min_one_batch=min_one_batch, **options)
 
-    def read_committed(self, offset: int, max_bytes: int, **options: Any) -> Any:
+    def read_committed(self, offset: int, max_bytes: int, *, min_one_batch: bool = True, **options: Any) -> Any:
+        cold = self._cold_range(offset)
+        if cold is None:
+            return self._cache.read_committed(offset, max_bytes, min_one_batch=min_one_batch, **options)
+        data, upper = self._read_cold(cold, offset, max_bytes, min_one_batch, self.last_stable_offset)
+        if not data:
+            return data, []
+        # Aborted transactions ended below the copy, and those ended in it that began below it.
+        return data, cold.aborted_transactions(offset, upper) + self._cache.aborted_transactions(offset, upper)
+
+    def offset_for_timestamp(self, ts: int) -> tuple[int, int] | None:
+        """ListOffsets by time: the range only PostgreSQL holds first (NotLoaded while the append
+        it needs is read), then the copy."""
         self._check_leader()
-        return self._cache.read_committed(offset, max_bytes, **options)
+        cold = self._cold
+        if cold is not None:
+            try:
+                found = cold.offset_for_timestamp(ts)
+            except NotLoaded:
+                self._load_cold(next(b for b, t in zip(cold.bases, cold.max_timestamps) if t >= ts))
+                raise
+            if found is not None:
+                return found
+        return self._cache.offset_for_timestamp(ts)
+
+    def max_timestamp(self) -> tuple[int, int]:
+        self._check_leader()
+        copied = self._cache.max_timestamp()
+        cold = self._cold
+        if cold is not None and cold.max_timestamp() >= 0 and cold.max_timestamp() >= copied[1]:
+            return self.offset_for_timestamp(cold.max_timestamp()) or copied
+        return copied
+
+
+def local_retention_bytes(config: LogConfig) -> int:
+    """How much of a log a new owner copies (local.retention.bytes; -2: retention.bytes; -1: all)."""
+    return config.retention_bytes if config.local_retention_bytes == -2 else config.local_retention_bytes
 
 
 def _prepared(cache: PartitionLog, data: bytes) -> PreparedAppend:

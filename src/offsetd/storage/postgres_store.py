@@ -40,6 +40,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, TypeVar
 
+from offsetd.storage.cold_range import HEAD_BYTES, HeaderRow
 from offsetd.storage.log_dir import StorageError
 from offsetd.storage.postgres_appends import AppendBatcher, Fenced
 from offsetd.storage.postgres_appends import rows_changed as _rows_changed
@@ -182,6 +183,14 @@ ORDER BY base_offset DESC LIMIT 1"""
 _BATCH_MAX_TIMESTAMPS = """
 SELECT base_offset, substring(bytes from 36 for 8) FROM offsetd_batch WHERE topic_id = $1 AND partition = $2
 ORDER BY base_offset"""
+
+# The appends of a partition from an offset on, by their heads (storage/cold_range.py): the whole
+# bytes of short ones (a marker), else the first $4 (a substring of an EXTERNAL column reads only
+# that slice), and every append's size.
+_HEADS = """
+SELECT base_offset, last_offset, octet_length(bytes),
+       CASE WHEN octet_length(bytes) <= $4 THEN bytes ELSE substring(bytes from 1 for $4) END
+FROM offsetd_batch WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 ORDER BY base_offset"""
 
 _AT_LAST_OFFSET = """
 SELECT base_offset, bytes FROM offsetd_batch WHERE topic_id = $1 AND partition = $2 AND last_offset = $3"""
@@ -428,6 +437,13 @@ class PostgresStore:
         """Appends holding offsets >= `offset`, oldest first: (base offset, last offset, bytes)."""
         rows = await self.pool.fetch(_READ, topic_id, partition, offset, limit)
         return [(r[0], r[1], r[2]) for r in rows]
+
+    @_unavailable_on_failure
+    async def heads(self, topic_id: uuid.UUID, partition: int, offset: int) -> list[HeaderRow]:
+        """(base offset, last offset, size, first HEAD_BYTES bytes) of the appends holding offsets
+        >= `offset`, oldest first (cold_range.py)."""
+        rows = await self.pool.fetch(_HEADS, topic_id, partition, offset, HEAD_BYTES)
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
 
     @_unavailable_on_failure
     async def partition_offsets(self) -> list[tuple[str, int, int, int, int | None]]:

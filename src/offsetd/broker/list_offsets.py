@@ -10,11 +10,16 @@ Leader epochs (v4+, KIP-320): a `current_leader_epoch` other than -1 is checked 
 leader's (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH, broker.serving_partition). The answer's
 `leader_epoch` is, as Kafka's: the leader's epoch for LATEST, the epoch holding the log start for
 EARLIEST (-1 when the history does not reach back to it), the epoch that wrote the record found
-otherwise (storage/leader_epoch_cache.py)."""
+otherwise (storage/leader_epoch_cache.py).
+
+Cluster mode: a record only PostgreSQL holds (storage/cold_range.py) is read from there first; the
+answer waits for it (librdkafka's offsetsForTimes does not retry OFFSET_NOT_AVAILABLE), and says
+OFFSET_NOT_AVAILABLE only if PostgreSQL did not give it after a few reads."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, Awaitable
 
 from ..protocol.errors import Error
 from ..records.batch import InvalidBatch
@@ -26,6 +31,7 @@ from .request_context import current_context
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 READ_COMMITTED = 1
+COLD_READS = 3  # reads from PostgreSQL a ListOffsets waits for before OFFSET_NOT_AVAILABLE
 
 
 def denied_topics(broker: Broker, req: Any) -> set[str]:
@@ -35,13 +41,31 @@ def denied_topics(broker: Broker, req: Any) -> set[str]:
     return set() if acc is None else acc.denied(Op.DESCRIBE, Res.TOPIC, {t.name for t in req.topics})
 
 
-def handle_list_offsets(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any]:
-    """Offsets by timestamp: -1 latest, -2 earliest, -3 max timestamp, else the time index."""
+def handle_list_offsets(broker: Broker, req: Any, version: int, now_ms: int) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+    """Offsets by timestamp: -1 latest, -2 earliest, -3 max timestamp, else the time index; the
+    answer later when a record must be read from PostgreSQL first (module docstring)."""
     if version == 0:  # an array of up to max_num_offsets offsets per partition
         return handle_list_offsets_v0(broker, req, now_ms, denied_topics(broker, req))
+    denied = denied_topics(broker, req)
+    loads: list[Awaitable[None]] = []
+    body = _answer(broker, req, denied, loads)
+    return _after_loads(broker, req, denied, loads) if loads else body
+
+
+async def _after_loads(broker: Broker, req: Any, denied: set[str], loads: list[Awaitable[None]]) -> dict[str, Any]:
+    for _ in range(COLD_READS):
+        await asyncio.gather(*loads, return_exceptions=True)
+        loads = []
+        body = _answer(broker, req, denied, loads)
+        if not loads:
+            break
+    return body
+
+
+def _answer(broker: Broker, req: Any, denied: set[str], loads: list[Awaitable[None]]) -> dict[str, Any]:
+    """The answer as the logs stand; a read from PostgreSQL a partition started goes to `loads`."""
     committed = getattr(req, "isolation_level", 0) == READ_COMMITTED  # v1 has none: uncommitted
     topics = []
-    denied = denied_topics(broker, req)
     for topic_req in req.topics:
         partitions = []
         for p in topic_req.partitions:
@@ -68,7 +92,9 @@ def handle_list_offsets(broker: Broker, req: Any, version: int, now_ms: int) -> 
                         found = plog.max_timestamp()
                     else:
                         found = plog.offset_for_timestamp(p.timestamp)
-                except NotLoaded:  # cluster mode: the append is being read from PostgreSQL; clients retry
+                except NotLoaded as exc:  # cluster mode: the append is being read from PostgreSQL
+                    if exc.loading is not None:
+                        loads.append(exc.loading)
                     entry["error_code"] = Error.OFFSET_NOT_AVAILABLE
                     found = None
                 except InvalidBatch as exc:  # a stored batch that cannot be decoded (Kafka: CORRUPT_MESSAGE)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 from array import array
 from dataclasses import dataclass, field
+from typing import Any
 
 from offsetd.records.batch import BATCH_HEADER_SIZE, InvalidBatch, iter_batches, parse_header
 from offsetd.records.compression import batch_record_timestamps
@@ -45,8 +46,12 @@ HeaderRow = tuple[int, int, int, bytes]
 
 
 class NotLoaded(Exception):
-    """A lookup needs an append of the range that is not loaded yet: the owner is loading it
-    (ListOffsets answers OFFSET_NOT_AVAILABLE, which clients retry)."""
+    """A lookup needs an append of the range that is not loaded yet; `loading`: the owner's read
+    of it from PostgreSQL, to wait for before asking again (ListOffsets does)."""
+
+    def __init__(self, message: str, loading: Any = None) -> None:
+        super().__init__(message)
+        self.loading = loading
 
 
 def tail_start(rows: list[tuple[int, int, int]], keep_bytes: int) -> int | None:

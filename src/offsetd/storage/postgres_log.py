@@ -396,9 +396,11 @@ class PostgresPartitionLog:
             self._load_cold(ahead)
         return read
 
-    def _load_cold(self, offset: int) -> None:
+    def _load_cold(self, offset: int) -> "asyncio.Task[None] | None":
+        """Read the chunk from `offset` (unless a read is in flight): that read."""
         if self._cold_loading is None and self._cold is not None:
             self._cold_loading = asyncio.ensure_future(self._load_chunk(self._cold, offset))
+        return self._cold_loading
 
     async def _load_chunk(self, cold: ColdRange, offset: int) -> None:
         try:
@@ -442,8 +444,8 @@ class PostgresPartitionLog:
         if cold is not None:
             try:
                 found = cold.offset_for_timestamp(ts)
-            except NotLoaded:
-                self._load_cold(next(b for b, t in zip(cold.bases, cold.max_timestamps) if t >= ts))
+            except NotLoaded as exc:
+                exc.loading = self._load_cold(next(b for b, t in zip(cold.bases, cold.max_timestamps) if t >= ts))
                 raise
             if found is not None:
                 return found

@@ -2,9 +2,10 @@
 data. A 2-broker cluster (bench/cluster_launcher.py: PostgreSQL + offsetd brokers); a topic of
 --partitions partitions with --mb MB each (10 kB records, produced by confluent-kafka) and the
 topic's local.retention.bytes set to --local-bytes (-1: the new owner copies everything); then
-kill -9 the broker leading most of them and time until every one of its partitions answers
-ListOffsets on the survivor (it answers only once its copy is loaded), then a consumer reading
-the first 10 MB of one of them from offset 0 (below the copy when it kept the tail).
+kill -9 the broker leading most of them and time until the survivor leads every one of its
+partitions (its log line after each copy: the copy's own time and when it ended after the kill),
+then a consumer reading the first 10 MB of one of them from offset 0 (below the copy when it kept
+the tail: read from PostgreSQL).
 
     .venv/bin/python bench/cluster_tail_takeover.py --partitions 2 --mb 300 --local-bytes 67108864
 """
@@ -18,6 +19,7 @@ import re
 import signal
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +27,15 @@ if __package__ in (None, ""):  # run as a script: the repository root and src im
     _ROOT = Path(__file__).resolve().parent.parent
     sys.path[0:1] = [str(_ROOT), str(_ROOT / "src")]
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from bench.cluster_partition_scale import ScaleLauncher  # noqa: E402
 
 TOPIC = "takeover"
 RECORD = 10_000
+_LOADED = re.compile(r"^\[(\S+ \S+)\] INFO \S+: takeover-(\d+): copied offsets (\d+)-(\d+) from PostgreSQL in ([\d.]+) s",
+                     re.MULTILINE)
 _TAIL_LINE = re.compile(r"copying the tail \[(\d+), (\d+)\) only; \[(\d+), (\d+)\) stays in PostgreSQL \((\d+) bytes")
 
 
@@ -57,14 +61,6 @@ def _produce(bootstrap: str, partitions: int, mb: int) -> float:
 def _leaders(bootstrap: str) -> dict[int, int]:
     md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(TOPIC, timeout=30)
     return {p: meta.leader for p, meta in md.topics[TOPIC].partitions.items()}
-
-
-def _answers(consumer: Consumer, partition: int) -> bool:
-    try:
-        consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=1, cached=False)
-        return True
-    except KafkaException:
-        return False
 
 
 def _first_mb(bootstrap: str, partition: int, mb: int) -> float:
@@ -97,19 +93,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         victim = max(set(leaders.values()), key=lambda n: sum(v == n for v in leaders.values()))
         moved = [p for p, n in leaders.items() if n == victim]
         survivor = next(n for n in launcher.pids() if n != victim)
-        consumer = Consumer({"bootstrap.servers": launcher.brokers[survivor].bootstrap, "group.id": "bench-probe"})
-        killed = time.monotonic()
+        killed = time.time()
         os.kill(launcher.brokers[victim].pid, signal.SIGKILL)
-        served: dict[int, float] = {}
-        while len(served) < len(moved) and time.monotonic() - killed < args.timeout:
-            for p in moved:
-                if p not in served and _answers(consumer, p):
-                    served[p] = round(time.monotonic() - killed, 2)
-            time.sleep(0.05)
-        consumer.close()
-        results.update(killed=victim, partitions_moved=len(moved), served_s=served,
-                       all_served_s=max(served.values()) if len(served) == len(moved) else None,
-                       lease_s=args.ttl_ms / 1000)
+        log_path = launcher.brokers[survivor].log_path
+
+        def copies() -> list[dict[str, Any]]:
+            return [{"partition": int(m[2]), "offsets": f"{m[3]}-{m[4]}", "copy_s": float(m[5]),
+                     "led_after_kill_s": round(datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f").timestamp() - killed, 2)}
+                    for m in _LOADED.finditer(log_path.read_text()) if int(m[2]) in moved]
+        while len(copies()) < len(moved) and time.time() - killed < args.timeout:
+            time.sleep(0.2)
+        done = copies()
+        results.update(killed=victim, partitions_moved=len(moved), copies=done, lease_s=args.ttl_ms / 1000,
+                       all_led_s=max(c["led_after_kill_s"] for c in done) if len(done) == len(moved) else None)
         results["tails"] = [dict(zip(("copy_from", "copy_to", "pg_from", "pg_to", "pg_bytes"), map(int, m.groups())))
                             for m in _TAIL_LINE.finditer(launcher.brokers[survivor].log_path.read_text())]
         results["read_first_10_mb_s"] = round(_first_mb(launcher.brokers[survivor].bootstrap, moved[0], 10), 2)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from typing import Any, Awaitable, Callable
 
@@ -49,6 +50,7 @@ log = logging.getLogger("offsetd.storage")
 
 SYNC_ROWS = 500  # appends read per statement while catching up
 CLEANED_CHUNK_BYTES = 4 * 1024 * 1024  # cleaned batches read per step before they are stored
+LOAD_LOGGED_S = 0.5  # a claim's copy that took this long is logged (with its offsets and time)
 
 
 class PostgresPartitionLog:
@@ -109,6 +111,7 @@ class PostgresPartitionLog:
         """Bring the local copy to PostgreSQL's end, then lead at the claim's epoch (after the
         statement of an earlier epoch still in flight, if any, is answered)."""
         await self.drain()
+        started = time.monotonic()
         cache = self._cache
         if not cache.opened:  # a copy this broker never made stays unopened: no file for an empty partition
             cache.preload()  # type: ignore[attr-defined]
@@ -129,7 +132,7 @@ class PostgresPartitionLog:
                      claim.next_offset)
             cache.truncate_fully_and_start_at(claim.start_offset)
         cold = await self._copy_tail_only(claim, now_ms) if claim.next_offset > cache.log_end_offset else None
-        offset = cache.log_end_offset
+        offset = copied_from = cache.log_end_offset
         while offset < claim.next_offset:
             rows = await self.store.read(self.topic_id, cache.partition, offset, SYNC_ROWS)
             if not rows:
@@ -149,6 +152,10 @@ class PostgresPartitionLog:
         self._stored_start = claim.start_offset
         self._cold = cold
         self.epoch = claim.epoch
+        took = time.monotonic() - started
+        if took >= LOAD_LOGGED_S or cold is not None:
+            log.info("%s-%d: copied offsets %d-%d from PostgreSQL in %.2f s; leading at epoch %d", cache.topic,
+                     cache.partition, copied_from, claim.next_offset - 1, took, claim.epoch)
 
     async def _copy_tail_only(self, claim: Claim, now_ms: int) -> ColdRange | None:
         """When the log past the copy's end is larger than local.retention.bytes (and the topic

@@ -239,3 +239,26 @@ def test_retention_drops_what_only_postgresql_holds_before_the_copy(tmp_path: Pa
     assert tail.apply_retention(clock.advance(10 * 3_600_000)) >= 1
     run(asyncio.sleep(0))
     assert tail._cold is None and tail.log_start_offset == tail.log_end_offset == store.start == 80
+
+
+def test_a_leader_keeps_its_copy_to_local_retention_and_serves_the_rest_from_postgresql(
+        tmp_path: Path, clock: FakeClock) -> None:
+    store = MemoryStore()
+    config = LogConfig(segment_bytes=8000, local_retention_bytes=20_000)
+    leader = owner(tmp_path / "leader", store, clock, config)
+    run(leader.take_leadership(store.claim(1), clock.now))
+    run(history(leader, clock))
+    full = owner(tmp_path / "full", store, clock, LogConfig(), tail_only=False)
+    run(full.take_leadership(store.claim(2), clock.now))
+    before = [read_all(leader, committed) for committed in (False, True)]
+
+    assert leader.apply_retention(clock.now) == 0
+    run(asyncio.sleep(0))
+    copy = leader._cache
+    assert 0 < copy.log_start_offset and copy.size_bytes <= 20_000 + 8000  # whole segments go
+    assert leader.log_start_offset == store.start == 0  # PostgreSQL keeps every append
+    assert [read_all(leader, committed) for committed in (False, True)] == before
+    assert before == [read_all(full, committed) for committed in (False, True)]
+    assert leader.last_stable_offset == full.last_stable_offset
+    leader.apply_retention(clock.now)  # again: nothing more to move, nothing lost
+    assert read_all(leader, True) == before[1]

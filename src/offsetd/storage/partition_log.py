@@ -514,7 +514,7 @@ class PartitionLog(DeferredAppends):
             return 0
         deleted = retention_deletions(self._segments, self.config, now_ms)
         for _ in range(deleted):
-            self._delete_oldest_segment(now_ms)
+            self.delete_oldest_segment(now_ms)
         if deleted:
             log.info(
                 "retention deleted %d segment(s) of %s-%d; log start offset now %d",
@@ -525,7 +525,7 @@ class PartitionLog(DeferredAppends):
             )
         return deleted
 
-    def _delete_oldest_segment(self, now_ms: int) -> None:
+    def delete_oldest_segment(self, now_ms: int) -> None:
         """Remove the first segment (rolling first if it is the active one)."""
         if len(self._segments) == 1:
             self.roll(now_ms)

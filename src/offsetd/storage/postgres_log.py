@@ -30,6 +30,7 @@ and is known by its batch headers, served a chunk at a time (storage/cold_range.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -42,6 +43,7 @@ from offsetd.storage.log_config import LogConfig
 from offsetd.storage.log_dir import NotLeader, StorageError
 from offsetd.storage.log_append import AppendResult, PreparedAppend
 from offsetd.storage.log_read import OffsetOutOfRange
+from offsetd.storage.log_retention import retention_deletions
 from offsetd.storage.partition_log import PartitionLog
 from offsetd.storage.postgres_store import Claim, Fenced, PostgresStore, StoreUnavailable
 from offsetd.storage.transactions import validate_log_batches
@@ -308,6 +310,7 @@ class PostgresPartitionLog:
         if not self.leader:
             return 0
         cache, cold = self._cache, self._cold
+        removed = 0
         if cold is not None:
             start = cold.retained_start(cache.config, now_ms, cache.size_bytes)
             if start > cold.start:
@@ -315,14 +318,41 @@ class PostgresPartitionLog:
                          cache.topic, cache.partition, start, cold.end)
                 cold.advance(start)
                 asyncio.ensure_future(self._advance_start(min(start, cold.end)))
-            if cold.start < cold.end:
-                cache.producer_state.expire(now_ms, cache.config.producer_id_expiration_ms)
-                return 0
-            self._cold = None
-        removed = cache.apply_retention(now_ms)
-        if cache.log_start_offset > self._stored_start:
-            asyncio.ensure_future(self._advance_start(cache.log_start_offset))
+            if cold.start >= cold.end:
+                self._cold = cold = None
+        if cold is None:
+            removed = cache.apply_retention(now_ms)
+            if cache.log_start_offset > self._stored_start:
+                asyncio.ensure_future(self._advance_start(cache.log_start_offset))
+        else:
+            cache.producer_state.expire(now_ms, cache.config.producer_id_expiration_ms)
+        self._keep_tail(now_ms)
         return removed
+
+    def _keep_tail(self, now_ms: int) -> None:
+        """local.retention.bytes while leading: the copy's oldest sealed segments past it leave the
+        copy (their headers and aborted transactions join the range only PostgreSQL holds, which
+        still has their appends), as Kafka's tiered storage deletes uploaded local segments."""
+        cache = self._cache
+        keep = local_retention_bytes(cache.config)
+        if keep < 0 or not self._tail_only or cache.config.compacts:
+            return
+        segments = cache.segments
+        local = dataclasses.replace(cache.config, retention_ms=-1, retention_bytes=keep)
+        count = min(retention_deletions(segments, local, now_ms), len(segments) - 1)  # never the active one
+        if count <= 0:
+            return
+        cold = self._cold or ColdRange(cache.log_start_offset, cache.log_start_offset)
+        for seg in segments[:count]:
+            for _, h in seg.iter_headers():
+                cold.add(h.base_offset, h.last_offset, h.size, h.max_timestamp)
+            cold.aborted += cache.transactions.entries(seg.base_offset)
+        cold.end = segments[count].base_offset
+        self._cold = cold
+        for _ in range(count):
+            cache.delete_oldest_segment(now_ms)
+        log.info("%s-%d: the copy keeps offsets from %d (local.retention.bytes %d); [%d, %d) is read from PostgreSQL",
+                 cache.topic, cache.partition, cold.end, keep, cold.start, cold.end)
 
     async def _advance_start(self, start: int) -> None:
         epoch = self.epoch

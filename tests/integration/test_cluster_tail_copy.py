@@ -6,6 +6,8 @@ ListOffsets by time finds records only PostgreSQL holds."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import time
 
 import kafka
@@ -125,3 +127,34 @@ def test_a_new_owner_copies_the_tail_and_clients_still_read_everything(pg_dsn, c
 
     everything = _read_uncommitted_kafka_python(cluster.bootstrap, len(committed) + len(aborted) + 1)
     assert everything == sorted(committed + aborted) + [b"open"]
+
+
+def test_a_leader_keeps_its_copy_to_local_retention_and_kcat_reads_everything(pg_dsn, cluster_factory) -> None:
+    """The copy's oldest segments past local.retention.bytes leave it at a retention check; kcat
+    (librdkafka, read_committed) and kafka-python then read every record from offset 0."""
+    cluster = cluster_factory(pg_dsn, size=1, overrides={**FAST, "log.retention.check.interval.ms": "300"})
+    wait_settled(cluster, 1)
+    create_topic(cluster.bootstrap, "trimmed", 1, {"local.retention.bytes": "30000", "segment.bytes": "20000"})
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "linger.ms": 2,
+                         "batch.size": 4000})  # batches of ~12 records: many segments of 20 kB
+    values = [b"%05d-" % i + VALUE for i in range(600)]  # ~190 kB
+    for value in values:
+        producer.produce("trimmed", value, partition=0)
+    assert producer.flush(30) == 0
+    broker = cluster.broker(cluster.live_node_ids()[0])
+    wait_for(lambda: "trimmed-0: the copy keeps offsets from" in broker.log(), timeout=30,
+             message="the copy kept to local.retention.bytes")
+    out = subprocess.run([shutil.which("kcat") or "kcat", "-C", "-b", cluster.bootstrap, "-t", "trimmed", "-p", "0",
+                          "-o", "beginning", "-e", "-X", "isolation.level=read_committed", "-f", "%s\\n"],
+                         capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr.decode()
+    assert out.stdout.split(b"\n")[:-1] == values
+    consumer = kafka.KafkaConsumer(bootstrap_servers=cluster.bootstrap, api_version=(2, 0, 0),
+                                   enable_auto_commit=False, consumer_timeout_ms=30_000)
+    consumer.assign([kafka.TopicPartition("trimmed", 0)])
+    consumer.seek(kafka.TopicPartition("trimmed", 0), 0)
+    try:
+        read = [m.value for _, m in zip(values, consumer)]
+    finally:
+        consumer.close()
+    assert read == values

@@ -52,9 +52,11 @@ def broker_overrides(config: ClusterChaosConfig) -> dict[str, str]:
             "group.initial.rebalance.delay.ms": "0",
             "group.consumer.min.session.timeout.ms": "6000", "group.consumer.session.timeout.ms": "10000",
             "group.consumer.min.heartbeat.interval.ms": "1000", "group.consumer.heartbeat.interval.ms": "1000",
-            # A new owner copies only the last 16 kB of a data partition: every takeover past the
-            # first seconds reads the rest by its headers and serves it from PostgreSQL (cold_range.py).
-            "log.local.retention.bytes": "16384",
+            # A new owner copies only the last 16 kB of a data partition, and a leader keeps its copy
+            # to that (segments of 16 kB, looked at every 2 s): every takeover past the first seconds
+            # reads the rest by its headers and serves it from PostgreSQL (cold_range.py).
+            "log.local.retention.bytes": "16384", "log.segment.bytes": "16384",
+            "log.retention.check.interval.ms": "2000",
             **config.overrides}
 
 

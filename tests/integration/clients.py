@@ -92,3 +92,20 @@ class _ListHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(record.getMessage())
+
+
+def poll_values(consumer, expected: int, timeout: float = 30.0, linger: float = 1.0) -> list[bytes]:
+    """Record values a confluent-kafka Consumer polls until `expected` arrived (or `timeout`),
+    then for `linger` seconds more: anything beyond `expected` is a duplicate or aborted data."""
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while len(values) < expected and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and not message.error():
+            values.append(message.value())
+    end = time.monotonic() + linger
+    while time.monotonic() < end:
+        message = consumer.poll(0.2)
+        if message is not None and not message.error():
+            values.append(message.value())
+    return values

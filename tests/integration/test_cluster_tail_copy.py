@@ -13,7 +13,7 @@ import time
 import kafka
 from broker_process import wait_for
 from confluent_kafka import Consumer, Producer, TopicPartition
-from integration.clients import create_topic
+from integration.clients import create_topic, poll_values
 from integration.cluster_helpers import FAST, leader_of, wait_settled
 
 TOPIC = "tail"
@@ -52,21 +52,10 @@ def _read_committed(bootstrap: str, expected: int) -> list[bytes]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tail-committed", "enable.auto.commit": False,
                          "isolation.level": "read_committed", "log_level": 0})
     consumer.assign([TopicPartition(TOPIC, 0, 0)])
-    values: list[bytes] = []
-    deadline = time.monotonic() + 60
     try:
-        while len(values) < expected and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and not message.error():
-                values.append(message.value())
-        end = time.monotonic() + 1.0  # anything more would be aborted data
-        while time.monotonic() < end:
-            message = consumer.poll(0.2)
-            if message is not None and not message.error():
-                values.append(message.value())
+        return poll_values(consumer, expected, timeout=60)
     finally:
         consumer.close()
-    return values
 
 
 def _read_uncommitted_kafka_python(bootstrap: str, count: int) -> list[bytes]:

@@ -10,7 +10,7 @@ import time
 from broker_process import wait_for
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from integration.clients import create_topic
+from integration.clients import create_topic, poll_values
 from integration.cluster_helpers import FAST, leader_of, wait_settled
 from kio.index import load_request_schema
 from raw_client import RawClient
@@ -35,22 +35,10 @@ def _read_committed(bootstrap: str, topic: str, expected: int, group: str) -> li
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
                          "isolation.level": "read_committed", "enable.auto.commit": False})
     consumer.subscribe([topic])
-    values: list[bytes] = []
-    deadline = time.monotonic() + 30
     try:
-        while len(values) < expected and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and not message.error():
-                values.append(message.value())
-        # anything beyond `expected` would be a duplicate or aborted data: look a little longer
-        end = time.monotonic() + 1.0
-        while time.monotonic() < end:
-            message = consumer.poll(0.2)
-            if message is not None and not message.error():
-                values.append(message.value())
+        return poll_values(consumer, expected)
     finally:
         consumer.close()
-    return values
 
 
 def _committed(bootstrap: str, group: str, topic: str) -> int:

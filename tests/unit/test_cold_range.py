@@ -262,3 +262,32 @@ def test_a_leader_keeps_its_copy_to_local_retention_and_serves_the_rest_from_pos
     assert leader.last_stable_offset == full.last_stable_offset
     leader.apply_retention(clock.now)  # again: nothing more to move, nothing lost
     assert read_all(leader, True) == before[1]
+
+
+def test_a_copy_behind_the_tail_is_replaced_and_everything_below_is_replayed(tmp_path: Path, clock: FakeClock) -> None:
+    """A broker whose good copy ends below the tail's start (it led before, then others wrote a
+    lot): the tail's producer state and range cover the whole log, not only what the copy lacked,
+    and retention (7 days, no size limit) moves nothing. (Chaos seed 11 once lost the log's first
+    505 offsets this way: the headers were read from the copy's end.)"""
+    store = MemoryStore()
+    writer = owner(tmp_path / "writer", store, clock, LogConfig())
+    run(writer.take_leadership(store.claim(1), clock.now))
+    append(writer, idem(5, 0, T0), clock.now)
+    for i in range(10):
+        append(writer, build_batch(records(4, T0 + i)), clock.now)
+    config = LogConfig(local_retention_bytes=3000)
+    behind = owner(tmp_path / "behind", store, clock, LogConfig())
+    run(behind.take_leadership(store.claim(2), clock.now))  # a full copy of offsets 0-44
+    behind._cache.config = config
+    for i in range(30):
+        append(writer, build_batch(records(4, T0 + 100 + i)), clock.now)
+    run(behind.take_leadership(store.claim(3), clock.now))
+    assert behind._cache.log_start_offset > 45 and behind.log_start_offset == 0
+    assert behind._cold.bases[0] == 0 and behind._cold.start == 0
+    assert append(behind, idem(5, 0, T0), clock.now).duplicate  # producer 5's batch at 0-4 is known
+    full = owner(tmp_path / "full", store, clock, LogConfig(), tail_only=False)
+    run(full.take_leadership(store.claim(4), clock.now))
+    behind.apply_retention(clock.now)
+    run(asyncio.sleep(0))
+    assert store.start == 0 and behind.log_start_offset == 0
+    assert read_all(behind, False) == read_all(full, False)

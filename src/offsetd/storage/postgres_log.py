@@ -117,6 +117,9 @@ class PostgresPartitionLog:
         cache = self._cache
         if not cache.opened:  # a copy this broker never made stays unopened: no file for an empty partition
             cache.preload()  # type: ignore[attr-defined]
+        # Not leading while the copy is rewritten: no append, read or retention meets it half made
+        # (retention would take a tail's start for the log start and delete below it).
+        self.epoch = None
         self._cold = None
         end = cache.log_end_offset
         # A copy that starts above PostgreSQL's start is a tail an earlier leadership kept: what
@@ -167,9 +170,11 @@ class PostgresPartitionLog:
         keep = local_retention_bytes(cache.config)
         if keep < 0 or not self._tail_only or cache.config.compacts:
             return None
-        heads = await self.store.heads(self.topic_id, cache.partition, cache.log_end_offset)
+        # Every append from the log start: those below the tail are replayed from their headers
+        # whatever the copy held (a copy that already holds the tail is kept).
+        heads = await self.store.heads(self.topic_id, cache.partition, claim.start_offset)
         start = tail_start([(base, last, size) for base, last, size, _ in heads], keep)
-        if start is None:
+        if start is None or start <= cache.log_end_offset:
             return None
         below = [row for row in heads if row[0] < start]
         whole = {}
@@ -417,7 +422,7 @@ class PostgresPartitionLog:
         if cold is None or offset >= cold.end:
             return None
         if offset < cold.start:
-            raise OffsetOutOfRange(f"offset {offset} is below the log start {cold.start}")
+            raise OffsetOutOfRange(offset, cold.start, self._cache.log_end_offset)
         return cold
 
     def _read_cold(self, cold: ColdRange, offset: int, max_bytes: int, min_one_batch: bool,

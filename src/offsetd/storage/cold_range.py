@@ -236,6 +236,7 @@ class ColdRange:
         i, n = 0, len(self.bases)
         while i < n and self.lasts[i] < self.start:
             i += 1
+        first = i
         if config.retention_ms >= 0:
             while i < n and 0 <= self.max_timestamps[i] < now_ms - config.retention_ms:
                 i += 1
@@ -244,6 +245,8 @@ class ColdRange:
             while i < n and excess - self.sizes[i] >= 0:
                 excess -= self.sizes[i]
                 i += 1
+        if i == first:  # nothing expired: the start stays, whatever the index begins with
+            return self.start
         return self.end if i >= n else max(self.bases[i], self.start)
 
     def advance(self, start: int) -> None:

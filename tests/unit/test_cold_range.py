@@ -17,8 +17,10 @@ from offsetd.records.control import build_marker_batch
 from offsetd.storage import PartitionLog
 from offsetd.storage.cold_range import HEAD_BYTES, NotLoaded, tail_start
 from offsetd.storage.log_config import LogConfig
+from offsetd.storage.log_dir import LogDirectory
 from offsetd.storage.postgres_log import PostgresPartitionLog
 from offsetd.storage.postgres_store import Claim
+from offsetd.storage.unopened_log import UnopenedLog
 
 
 class MemoryStore:
@@ -291,3 +293,15 @@ def test_a_copy_behind_the_tail_is_replaced_and_everything_below_is_replayed(tmp
     run(asyncio.sleep(0))
     assert store.start == 0 and behind.log_start_offset == 0
     assert read_all(behind, False) == read_all(full, False)
+
+
+def test_retention_leaves_an_empty_partitions_unopened_copy_without_files(tmp_path: Path, clock: FakeClock) -> None:
+    """A broker leading 30,000 empty partitions: a retention check (local.retention.bytes
+    included) opens none of their copies."""
+    store = MemoryStore()
+    copy = UnopenedLog(tmp_path, "t", 0, LogConfig(local_retention_bytes=1000), clock.now, LogDirectory(tmp_path),
+                       clean=False, leader_epoch=0, durable=False)
+    plog = PostgresPartitionLog(copy, store, uuid.uuid4(), 1, lambda: True)
+    run(plog.take_leadership(store.claim(1), clock.now))
+    assert plog.apply_retention(clock.now) == 0
+    assert not copy.opened and not (tmp_path / "t-0").exists()

@@ -340,8 +340,8 @@ class PostgresPartitionLog:
         still has their appends), as Kafka's tiered storage deletes uploaded local segments."""
         cache = self._cache
         keep = local_retention_bytes(cache.config)
-        if keep < 0 or not self._tail_only or cache.config.compacts:
-            return
+        if keep < 0 or not self._tail_only or cache.config.compacts or not cache.opened:
+            return  # (an empty partition's copy stays unopened: no files for 100,000 idle partitions)
         segments = cache.segments
         local = dataclasses.replace(cache.config, retention_ms=-1, retention_bytes=keep)
         count = min(retention_deletions(segments, local, now_ms), len(segments) - 1)  # never the active one

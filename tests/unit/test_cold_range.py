@@ -297,11 +297,12 @@ def test_a_copy_behind_the_tail_is_replaced_and_everything_below_is_replayed(tmp
 
 def test_retention_leaves_an_empty_partitions_unopened_copy_without_files(tmp_path: Path, clock: FakeClock) -> None:
     """A broker leading 30,000 empty partitions: a retention check (local.retention.bytes
-    included) opens none of their copies."""
+    included) and the offsets the lag views ask open none of their copies."""
     store = MemoryStore()
     copy = UnopenedLog(tmp_path, "t", 0, LogConfig(local_retention_bytes=1000), clock.now, LogDirectory(tmp_path),
                        clean=False, leader_epoch=0, durable=False)
     plog = PostgresPartitionLog(copy, store, uuid.uuid4(), 1, lambda: True)
     run(plog.take_leadership(store.claim(1), clock.now))
     assert plog.apply_retention(clock.now) == 0
+    assert (plog.log_start_offset, plog.last_stable_offset, plog.log_end_offset) == (0, 0, 0)
     assert not copy.opened and not (tmp_path / "t-0").exists()

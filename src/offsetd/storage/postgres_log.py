@@ -410,10 +410,13 @@ class PostgresPartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        """As the copy's, but an open transaction may have begun below the copy (cold_range.py)."""
+        """The copy's, but with a range below it an open transaction may have begun there
+        (cold_range.py). (An unopened copy answers without opening: the lag views ask them all.)"""
+        if self._cold is None:
+            return self._cache.last_stable_offset
         first = self._cache.producer_state.first_unstable_offset()
         end = self._cache.log_end_offset
-        return end if first is None else max(min(first, end), self.log_start_offset)
+        return end if first is None else max(min(first, end), self._cold.start)
 
     def _cold_range(self, offset: int) -> ColdRange | None:
         """The range only PostgreSQL holds, when `offset` falls in it."""

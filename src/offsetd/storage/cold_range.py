@@ -84,7 +84,10 @@ def scan_headers(rows: list[HeaderRow], start: int, end: int, now_ms: int,
                 max_ts = max(max_ts, h.max_timestamp)
                 marker = None
                 if h.is_control and h.producer_id >= 0:
-                    marker = parse_marker(data, pos)
+                    try:
+                        marker = parse_marker(data, pos)
+                    except InvalidBatch:  # as the copy's own scan: a malformed marker ends nothing
+                        marker = None
                 aborted = state.update(h, h.base_offset, h.max_timestamp if h.max_timestamp >= 0 else now_ms, marker)
                 if aborted is not None:
                     cold.aborted.append(aborted)

@@ -15,7 +15,7 @@ from storage_helpers import T0, FakeClock, clock  # noqa: F401 (clock: fixture)
 from offsetd.records.batch import build_batch, iter_batches
 from offsetd.records.control import build_marker_batch
 from offsetd.storage import PartitionLog
-from offsetd.storage.cold_range import HEAD_BYTES, NotLoaded, tail_start
+from offsetd.storage.cold_range import HEAD_BYTES, ChunkBudget, ColdRange, NotLoaded, tail_start
 from offsetd.storage.log_config import LogConfig
 from offsetd.storage.log_dir import LogDirectory
 from offsetd.storage.postgres_log import PostgresPartitionLog
@@ -306,3 +306,19 @@ def test_retention_leaves_an_empty_partitions_unopened_copy_without_files(tmp_pa
     assert plog.apply_retention(clock.now) == 0
     assert (plog.log_start_offset, plog.last_stable_offset, plog.log_end_offset) == (0, 0, 0)
     assert not copy.opened and not (tmp_path / "t-0").exists()
+
+
+def test_every_partitions_chunks_stay_under_one_budget() -> None:
+    """Consumers replaying many partitions from their start: the chunks loaded longest ago go
+    once all partitions' together pass the budget; a dropped chunk is read again when asked."""
+    budget = ChunkBudget(max_bytes=10_000)
+    ranges = [ColdRange(0, 100, budget=budget) for _ in range(4)]
+    for cold in ranges:
+        cold.add(0, 9, 4000, -1)
+        cold.loaded([(0, 9, bytes(4000))])
+    assert budget.size <= 10_000
+    assert [bool(c.chunks) for c in ranges] == [False, False, True, True]  # the oldest two dropped
+    assert ranges[0].read(0, 10_000, True) is None and ranges[0].to_load(0) == (0, 1)
+    assert ranges[3].read(5, 10_000, True) == (bytes(4000), 10)
+    ranges[3].release()
+    assert budget.size == 4000 and not ranges[3].chunks

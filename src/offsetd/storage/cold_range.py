@@ -13,8 +13,9 @@ has no matching copy of) does not copy all of it: it copies the appends of the l
 * per append: offsets, size and largest timestamp, for retention, ListOffsets and reads.
 
 Reads below S are answered from appends read from PostgreSQL a chunk at a time and kept here
-(`chunk`, at most CHUNKS of them): a read of an offset not yet loaded answers no records, and the
-owner loads the chunk and wakes the long poll, which reads again. Retention drops this range's
+(`chunks`, at most CHUNKS of them, and every partition's under one ChunkBudget, the oldest loaded
+going first): a read of an offset not yet loaded answers no records, and the owner loads the chunk
+and wakes the long poll, which reads again. Retention drops this range's
 oldest appends before it touches the copy. Pure code: the PostgreSQL engine
 (storage/postgres_log.py) does the I/O.
 """
@@ -32,7 +33,8 @@ from offsetd.records.control import parse_marker
 from offsetd.storage.log_config import LogConfig
 from offsetd.storage.producer_state import AbortedTxn, ProducerStateManager
 
-__all__ = ["ColdRange", "HeaderRow", "HEAD_BYTES", "NotLoaded", "needs_whole", "scan_headers", "tail_start"]
+__all__ = ["ChunkBudget", "ColdRange", "HeaderRow", "HEAD_BYTES", "NotLoaded", "needs_whole", "scan_headers",
+           "tail_start"]
 
 # What PostgreSQL returns of an append to scan it: the v2 batch header, or the whole append when it
 # is no longer than this (a transaction marker is ~78 bytes; its record tells COMMIT from ABORT).
@@ -40,6 +42,7 @@ HEAD_BYTES = 160
 MAGIC_AT = 16  # byte of a batch header holding its magic (records v0/v1 have no producer fields)
 CHUNK_BYTES = 4 * 1024 * 1024  # appends read from PostgreSQL per load
 CHUNKS = 2  # chunks kept per partition (the one being read and the one after it)
+BUDGET_BYTES = 256 * 1024 * 1024  # chunks kept in all, whatever the partitions being read
 
 HeaderRow = tuple[int, int, int, bytes]
 """(base offset, last offset, size in bytes, its first HEAD_BYTES bytes) of one stored append."""
@@ -108,6 +111,37 @@ def needs_whole(row: HeaderRow) -> bool:
         return True
 
 
+Chunk = tuple[list[int], list[tuple[int, int, bytes]]]
+"""Loaded appends: (their base offsets, the appends (base, last, bytes)), oldest first."""
+
+
+class ChunkBudget:
+    """Every partition's loaded chunks under one size (a group replaying 1,000 partitions from
+    their start must not hold 1,000 partitions' chunks): past it, the chunks loaded longest ago
+    are dropped (read again from PostgreSQL if asked again)."""
+
+    def __init__(self, max_bytes: int = BUDGET_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self.size = 0
+        self._held: dict[int, tuple["ColdRange", Chunk, int]] = {}  # insertion order: oldest first
+
+    def add(self, owner: "ColdRange", chunk: Chunk) -> None:
+        size = sum(len(a[2]) for a in chunk[1])
+        self._held[id(chunk)] = (owner, chunk, size)
+        self.size += size
+        while self.size > self.max_bytes and len(self._held) > 1:
+            old_owner, old, _ = self._held[next(iter(self._held))]
+            old_owner.drop(old)
+
+    def forget(self, chunk: Chunk) -> None:
+        held = self._held.pop(id(chunk), None)
+        if held is not None:
+            self.size -= held[2]
+
+
+SHARED_BUDGET = ChunkBudget()  # the process's (one broker per process)
+
+
 @dataclass
 class ColdRange:
     """Offsets [start, end) of a partition: in PostgreSQL only (module docstring)."""
@@ -119,8 +153,9 @@ class ColdRange:
     lasts: array = field(default_factory=lambda: array("q"))
     sizes: array = field(default_factory=lambda: array("q"))
     max_timestamps: array = field(default_factory=lambda: array("q"))
-    # Loaded appends, per chunk: (base offsets, appends), oldest chunk first.
-    chunks: list[tuple[list[int], list[tuple[int, int, bytes]]]] = field(default_factory=list)
+    # Loaded appends, per chunk, oldest chunk first; the budget they count against.
+    chunks: list[Chunk] = field(default_factory=list)
+    budget: ChunkBudget = field(default_factory=lambda: SHARED_BUDGET)
 
     def add(self, base: int, last: int, size: int, max_timestamp: int) -> None:
         self.bases.append(base)
@@ -197,12 +232,26 @@ class ColdRange:
         return after
 
     def loaded(self, appends: list[tuple[int, int, bytes]]) -> None:
-        """Keep appends read from PostgreSQL (oldest first); the oldest chunk goes past CHUNKS."""
+        """Keep appends read from PostgreSQL (oldest first); the oldest chunk goes past CHUNKS
+        (and whichever the budget drops)."""
         appends = [a for a in appends if a[0] < self.end and a[1] >= self.start]
         if not appends:
             return
-        self.chunks.append(([a[0] for a in appends], appends))
-        del self.chunks[:-CHUNKS]
+        chunk: Chunk = ([a[0] for a in appends], appends)
+        self.chunks.append(chunk)
+        while len(self.chunks) > CHUNKS:
+            self.drop(self.chunks[0])
+        self.budget.add(self, chunk)
+
+    def drop(self, chunk: Chunk) -> None:
+        """Forget a loaded chunk."""
+        self.chunks = [c for c in self.chunks if c is not chunk]
+        self.budget.forget(chunk)
+
+    def release(self) -> None:
+        """The range is no longer used (leadership lost, all of it retained away): its chunks go."""
+        for chunk in list(self.chunks):
+            self.drop(chunk)
 
     # --------------------------------------------------------------- lookups
 
@@ -260,4 +309,5 @@ class ColdRange:
             for column in (self.bases, self.lasts, self.sizes, self.max_timestamps):
                 del column[:keep]
         self.aborted = [a for a in self.aborted if a.last_offset >= self.start]
-        self.chunks = [c for c in self.chunks if c[1][-1][1] >= self.start]
+        for chunk in [c for c in self.chunks if c[1][-1][1] < self.start]:
+            self.drop(chunk)

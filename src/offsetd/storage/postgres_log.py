@@ -120,7 +120,9 @@ class PostgresPartitionLog:
         # Not leading while the copy is rewritten: no append, read or retention meets it half made
         # (retention would take a tail's start for the log start and delete below it).
         self.epoch = None
-        self._cold = None
+        if self._cold is not None:
+            self._cold.release()
+            self._cold = None
         end = cache.log_end_offset
         # A copy that starts above PostgreSQL's start is a tail an earlier leadership kept: what
         # it knew of the rest is gone with that process, so it is read again.
@@ -324,6 +326,7 @@ class PostgresPartitionLog:
                 cold.advance(start)
                 asyncio.ensure_future(self._advance_start(min(start, cold.end)))
             if cold.start >= cold.end:
+                cold.release()
                 self._cold = cold = None
         if cold is None:
             removed = cache.apply_retention(now_ms)

@@ -30,6 +30,7 @@ class MemoryStore:
         self.rows: list[tuple[int, int, bytes]] = []
         self.start = 0
         self.reads = 0
+        self.head_reads = 0
 
     async def append(self, topic_id, partition, node_id, epoch, appends) -> None:
         self.rows.extend(appends)
@@ -39,6 +40,7 @@ class MemoryStore:
         return [r for r in self.rows if r[1] >= offset][:limit]
 
     async def heads(self, topic_id, partition, offset):
+        self.head_reads += 1
         return [(b, last, len(d), d if len(d) <= HEAD_BYTES else d[:HEAD_BYTES]) for b, last, d in self.rows
                 if last >= offset]
 
@@ -322,3 +324,20 @@ def test_every_partitions_chunks_stay_under_one_budget() -> None:
     assert ranges[3].read(5, 10_000, True) == (bytes(4000), 10)
     ranges[3].release()
     assert budget.size == 4000 and not ranges[3].chunks
+
+
+def test_a_partition_with_little_in_it_is_copied_in_one_read_without_its_headers(tmp_path: Path,
+                                                                                 clock: FakeClock) -> None:
+    store = MemoryStore()
+    writer = owner(tmp_path / "writer", store, clock, LogConfig())
+    run(writer.take_leadership(store.claim(1), clock.now))
+    for i in range(10):
+        append(writer, build_batch(records(4, T0 + i)), clock.now)
+    small = owner(tmp_path / "small", store, clock, LogConfig(local_retention_bytes=100_000))
+    reads = store.reads
+    run(small.take_leadership(store.claim(2), clock.now))
+    assert (store.reads - reads, store.head_reads) == (1, 0) and small._cold is None
+    assert small.log_end_offset == 40
+    big = owner(tmp_path / "big", store, clock, LogConfig(local_retention_bytes=3000))
+    run(big.take_leadership(store.claim(3), clock.now))
+    assert store.head_reads == 1 and big._cold is not None

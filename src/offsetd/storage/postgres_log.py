@@ -138,10 +138,12 @@ class PostgresPartitionLog:
                      cache.topic, cache.partition, cache.log_start_offset, end, claim.start_offset,
                      claim.next_offset)
             cache.truncate_fully_and_start_at(claim.start_offset)
-        cold = await self._copy_tail_only(claim, now_ms) if claim.next_offset > cache.log_end_offset else None
+        cold, rows = (await self._copy_tail_only(claim, now_ms) if claim.next_offset > cache.log_end_offset
+                      else (None, None))
         offset = copied_from = cache.log_end_offset
         while offset < claim.next_offset:
-            rows = await self.store.read(self.topic_id, cache.partition, offset, SYNC_ROWS)
+            if rows is None:
+                rows = await self.store.read(self.topic_id, cache.partition, offset, SYNC_ROWS)
             if not rows:
                 break
             for base, last, data in rows:
@@ -152,6 +154,7 @@ class PostgresPartitionLog:
                                        f"where {offset} was expected")
                 cache.apply_append(_prepared(cache, data), now_ms)  # base > offset: compacted away
                 offset = last + 1
+            rows = None
         if cache.log_end_offset != claim.next_offset:
             raise StorageError(f"{cache.topic}-{cache.partition}: caught up to {cache.log_end_offset}, PostgreSQL "
                                f"ends at {claim.next_offset}")
@@ -164,20 +167,25 @@ class PostgresPartitionLog:
             log.info("%s-%d: copied offsets %d-%d from PostgreSQL in %.2f s; leading at epoch %d", cache.topic,
                      cache.partition, copied_from, claim.next_offset - 1, took, claim.epoch)
 
-    async def _copy_tail_only(self, claim: Claim, now_ms: int) -> ColdRange | None:
+    async def _copy_tail_only(self, claim: Claim, now_ms: int) -> tuple[ColdRange | None, list[Any] | None]:
         """When the log past the copy's end is larger than local.retention.bytes (and the topic
         may be kept so): restart the copy empty at the tail's first append, with the producer
-        state as of there, and return the range left in PostgreSQL (cold_range.py); else None."""
+        state as of there, and return the range left in PostgreSQL (cold_range.py). Else no
+        range, and the appends from the copy's end when one read held all of them (a partition
+        with little in it costs the one read it always did, not a look at its headers too)."""
         cache = self._cache
         keep = local_retention_bytes(cache.config)
         if keep < 0 or not self._tail_only or cache.config.compacts:
-            return None
+            return None, None
+        rest = await self.store.read(self.topic_id, cache.partition, cache.log_end_offset, SYNC_ROWS)
+        if len(rest) < SYNC_ROWS and sum(len(row[2]) for row in rest) <= keep:
+            return None, rest
         # Every append from the log start: those below the tail are replayed from their headers
         # whatever the copy held (a copy that already holds the tail is kept).
         heads = await self.store.heads(self.topic_id, cache.partition, claim.start_offset)
         start = tail_start([(base, last, size) for base, last, size, _ in heads], keep)
         if start is None or start <= cache.log_end_offset:
-            return None
+            return None, None
         below = [row for row in heads if row[0] < start]
         whole = {}
         for row in below:
@@ -190,7 +198,7 @@ class PostgresPartitionLog:
         log.info("%s-%d: copying the tail [%d, %d) only; [%d, %d) stays in PostgreSQL (%d bytes, %d producers, "
                  "%d aborted transactions)", cache.topic, cache.partition, start, claim.next_offset,
                  claim.start_offset, start, cold.size_bytes, len(producers.producers), len(cold.aborted))
-        return cold
+        return cold, None
 
     def lose_leadership(self) -> None:
         self.epoch = None

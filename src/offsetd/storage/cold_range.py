@@ -31,6 +31,7 @@ from offsetd.records.batch import BATCH_HEADER_SIZE, InvalidBatch, iter_batches,
 from offsetd.records.compression import batch_record_timestamps
 from offsetd.records.control import parse_marker
 from offsetd.storage.log_config import LogConfig
+from offsetd.storage.log_retention import expired_prefix
 from offsetd.storage.producer_state import AbortedTxn, ProducerStateManager
 
 __all__ = ["ChunkBudget", "ColdRange", "HeaderRow", "HEAD_BYTES", "NotLoaded", "needs_whole", "scan_headers",
@@ -285,20 +286,15 @@ class ColdRange:
         whole log exceeds retention.bytes; `end` when all of it goes."""
         if not config.deletes:
             return self.start
-        i, n = 0, len(self.bases)
-        while i < n and self.lasts[i] < self.start:
-            i += 1
-        first = i
-        if config.retention_ms >= 0:
-            while i < n and 0 <= self.max_timestamps[i] < now_ms - config.retention_ms:
-                i += 1
-        if config.retention_bytes >= 0:
-            excess = sum(self.sizes[i:]) + tail_bytes - config.retention_bytes
-            while i < n and excess - self.sizes[i] >= 0:
-                excess -= self.sizes[i]
-                i += 1
-        if i == first:  # nothing expired: the start stays, whatever the index begins with
+        first, n = bisect.bisect_right(self.lasts, self.start - 1), len(self.bases)  # (appends below the start)
+        sizes, stamps = self.sizes, self.max_timestamps
+        # An append without a timestamp (records v0/v1) never expires by time.
+        expired = expired_prefix(n - first, lambda i: sizes[first + i],
+                                 lambda i: stamps[first + i] if stamps[first + i] >= 0 else now_ms, config, now_ms,
+                                 after_bytes=tail_bytes)
+        if not expired:  # the start stays, whatever the index begins with
             return self.start
+        i = first + expired
         return self.end if i >= n else max(self.bases[i], self.start)
 
     def advance(self, start: int) -> None:

@@ -124,6 +124,27 @@ def run(coro):
     return asyncio.get_event_loop().run_until_complete(coro)
 
 
+def settle() -> None:
+    """Until the work a log started in the background (its retention statement) is done."""
+    async def go() -> None:
+        while any(t is not asyncio.current_task() and not t.done() for t in asyncio.all_tasks()):
+            await asyncio.sleep(0)
+    run(go())
+
+
+def leading(path: Path, store: MemoryStore, clock: FakeClock) -> PostgresPartitionLog:
+    """The partition's first owner, leading (it copies everything)."""
+    plog = owner(path, store, clock, LogConfig())
+    run(plog.take_leadership(store.claim(1), clock.now))
+    return plog
+
+
+def append_plain(plog: PostgresPartitionLog, clock: FakeClock, count: int, *, from_ts: int = T0, step: int = 1) -> None:
+    """`count` appends of 4 records without a producer id, the i-th stamped from_ts + i * step."""
+    for i in range(count):
+        append(plog, build_batch(records(4, from_ts + i * step)), clock.now)
+
+
 def append(plog: PostgresPartitionLog, records: bytes, now: int):
     async def go():
         return await plog.append(records, now)
@@ -147,8 +168,7 @@ def test_tail_start_keeps_at_most_the_bytes_asked_and_always_the_last_append() -
 
 def test_a_tail_only_owner_judges_and_serves_as_one_that_copied_everything(tmp_path: Path, clock: FakeClock) -> None:
     store = MemoryStore()
-    first = owner(tmp_path / "first", store, clock, LogConfig())
-    run(first.take_leadership(store.claim(1), clock.now))
+    first = leading(tmp_path / "first", store, clock)
     story = run(history(first, clock))
     total = sum(len(d) for _, _, d in store.rows)
 
@@ -188,11 +208,9 @@ def test_a_tail_only_owner_judges_and_serves_as_one_that_copied_everything(tmp_p
 def test_a_producer_last_seen_below_the_copy_has_its_retry_judged_a_duplicate(tmp_path: Path,
                                                                                clock: FakeClock) -> None:
     store = MemoryStore()
-    first = owner(tmp_path / "first", store, clock, LogConfig())
-    run(first.take_leadership(store.claim(1), clock.now))
+    first = leading(tmp_path / "first", store, clock)
     append(first, idem(5, 0, T0), clock.now)  # offsets 0-4
-    for i in range(30):
-        append(first, build_batch(records(4, T0 + i)), clock.now)
+    append_plain(first, clock, 30)
     tail = owner(tmp_path / "tail", store, clock, LogConfig(local_retention_bytes=4000))
     run(tail.take_leadership(store.claim(2), clock.now))
     assert tail._cache.log_start_offset > 5
@@ -206,10 +224,8 @@ def test_a_producer_last_seen_below_the_copy_has_its_retry_judged_a_duplicate(tm
 def test_a_read_below_the_copy_answers_nothing_until_its_chunk_is_loaded_and_wakes_the_poll(
         tmp_path: Path, clock: FakeClock) -> None:
     store = MemoryStore()
-    first = owner(tmp_path / "first", store, clock, LogConfig())
-    run(first.take_leadership(store.claim(1), clock.now))
-    for i in range(20):
-        append(first, build_batch(records(4, T0 + i)), clock.now)
+    first = leading(tmp_path / "first", store, clock)
+    append_plain(first, clock, 20)
     tail = owner(tmp_path / "tail", store, clock, LogConfig(local_retention_bytes=3000))
     woken: list[int] = []
     tail.on_cold_loaded = lambda: woken.append(1)
@@ -226,22 +242,20 @@ def test_a_read_below_the_copy_answers_nothing_until_its_chunk_is_loaded_and_wak
 
 def test_retention_drops_what_only_postgresql_holds_before_the_copy(tmp_path: Path, clock: FakeClock) -> None:
     store = MemoryStore()
-    first = owner(tmp_path / "first", store, clock, LogConfig())
-    run(first.take_leadership(store.claim(1), clock.now))
-    for i in range(20):
-        append(first, build_batch(records(4, T0 + 1000 * i)), clock.now)
+    first = leading(tmp_path / "first", store, clock)
+    append_plain(first, clock, 20, step=1000)
     size = len(store.rows[0][2])
     config = LogConfig(local_retention_bytes=5 * size, retention_bytes=12 * size)
     tail = owner(tmp_path / "tail", store, clock, config)
     run(tail.take_leadership(store.claim(2), clock.now))
     copy_start = tail._cache.log_start_offset
     assert tail.apply_retention(clock.now) == 0
-    run(asyncio.sleep(0))
+    settle()
     assert tail.log_start_offset == store.start == 8 * 4 < copy_start  # 12 appends kept: 7 below, 5 copied
     # Past retention.ms: what is left below the copy goes, then the copy's own segments.
     tail._cache.config = dataclasses.replace(config, retention_ms=3_600_000, retention_bytes=-1)
     assert tail.apply_retention(clock.advance(10 * 3_600_000)) >= 1
-    run(asyncio.sleep(0))
+    settle()
     assert tail._cold is None and tail.log_start_offset == tail.log_end_offset == store.start == 80
 
 
@@ -257,7 +271,7 @@ def test_a_leader_keeps_its_copy_to_local_retention_and_serves_the_rest_from_pos
     before = [read_all(leader, committed) for committed in (False, True)]
 
     assert leader.apply_retention(clock.now) == 0
-    run(asyncio.sleep(0))
+    settle()
     copy = leader._cache
     assert 0 < copy.log_start_offset and copy.size_bytes <= 20_000 + 8000  # whole segments go
     assert leader.log_start_offset == store.start == 0  # PostgreSQL keeps every append
@@ -274,17 +288,14 @@ def test_a_copy_behind_the_tail_is_replaced_and_everything_below_is_replayed(tmp
     and retention (7 days, no size limit) moves nothing. (Chaos seed 11 once lost the log's first
     505 offsets this way: the headers were read from the copy's end.)"""
     store = MemoryStore()
-    writer = owner(tmp_path / "writer", store, clock, LogConfig())
-    run(writer.take_leadership(store.claim(1), clock.now))
+    writer = leading(tmp_path / "writer", store, clock)
     append(writer, idem(5, 0, T0), clock.now)
-    for i in range(10):
-        append(writer, build_batch(records(4, T0 + i)), clock.now)
+    append_plain(writer, clock, 10)
     config = LogConfig(local_retention_bytes=3000)
     behind = owner(tmp_path / "behind", store, clock, LogConfig())
     run(behind.take_leadership(store.claim(2), clock.now))  # a full copy of offsets 0-44
     behind._cache.config = config
-    for i in range(30):
-        append(writer, build_batch(records(4, T0 + 100 + i)), clock.now)
+    append_plain(writer, clock, 30, from_ts=T0 + 100)
     run(behind.take_leadership(store.claim(3), clock.now))
     assert behind._cache.log_start_offset > 45 and behind.log_start_offset == 0
     assert behind._cold.bases[0] == 0 and behind._cold.start == 0
@@ -292,7 +303,7 @@ def test_a_copy_behind_the_tail_is_replaced_and_everything_below_is_replayed(tmp
     full = owner(tmp_path / "full", store, clock, LogConfig(), tail_only=False)
     run(full.take_leadership(store.claim(4), clock.now))
     behind.apply_retention(clock.now)
-    run(asyncio.sleep(0))
+    settle()
     assert store.start == 0 and behind.log_start_offset == 0
     assert read_all(behind, False) == read_all(full, False)
 
@@ -329,10 +340,8 @@ def test_every_partitions_chunks_stay_under_one_budget() -> None:
 def test_a_partition_with_little_in_it_is_copied_in_one_read_without_its_headers(tmp_path: Path,
                                                                                  clock: FakeClock) -> None:
     store = MemoryStore()
-    writer = owner(tmp_path / "writer", store, clock, LogConfig())
-    run(writer.take_leadership(store.claim(1), clock.now))
-    for i in range(10):
-        append(writer, build_batch(records(4, T0 + i)), clock.now)
+    writer = leading(tmp_path / "writer", store, clock)
+    append_plain(writer, clock, 10)
     small = owner(tmp_path / "small", store, clock, LogConfig(local_retention_bytes=100_000))
     reads = store.reads
     run(small.take_leadership(store.claim(2), clock.now))

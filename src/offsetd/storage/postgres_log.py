@@ -510,9 +510,9 @@ class PostgresPartitionLog:
     def max_timestamp(self) -> tuple[int, int]:
         self._check_leader()
         copied = self._cache.max_timestamp()
-        cold = self._cold
-        if cold is not None and cold.max_timestamp() >= 0 and cold.max_timestamp() >= copied[1]:
-            return self.offset_for_timestamp(cold.max_timestamp()) or copied
+        below = -1 if self._cold is None else self._cold.max_timestamp()
+        if below >= 0 and below >= copied[1]:  # ties go to the earliest record, as Kafka's
+            return self.offset_for_timestamp(below) or copied
         return copied
 
 

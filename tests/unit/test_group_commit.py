@@ -308,7 +308,7 @@ class PowerLoss:
         for name in ("fsync", "fdatasync"):  # on the loop (closing, rolling) and on threads
             monkeypatch.setattr(os, name, self._keeping(getattr(os, name)))
         if group_commit._aio is not None:  # native AIO: kept when the kernel said it completed
-            monkeypatch.setattr(group_commit._aio, "fdatasync", self._keeping_aio(group_commit._aio.fdatasync))
+            monkeypatch.setattr(group_commit._aio, "submit", self._keeping_aio(group_commit._aio.submit))
 
     def _content(self, fd: int) -> tuple[str, bytes | None]:
         path = os.readlink(f"/proc/self/fd/{fd}")
@@ -327,24 +327,22 @@ class PowerLoss:
             self._keep(path, content)
         return sync
 
-    def _keeping_aio(self, submit: Callable[[int], "asyncio.Future[None]"]) -> Callable[[int], Any]:
-        def fdatasync(fd: int) -> "asyncio.Future[None]":
+    def _keeping_aio(self, submit: Callable[[int, Callable[[OSError | None], None]], None]) -> Callable[..., None]:
+        def slow_submit(fd: int, on_done: Callable[[OSError | None], None]) -> None:
             path, content = self._content(fd)
-            completed, slow = submit(fd), asyncio.get_running_loop().create_future()
 
-            def kept() -> None:
-                self._keep(path, content)
-                slow.set_result(None)
+            def done(error: OSError | None) -> None:
+                if error is not None:
+                    on_done(error)
+                    return
 
-            def done(f: "asyncio.Future[None]") -> None:
-                if f.exception() is not None:
-                    slow.set_exception(f.exception())  # type: ignore[arg-type]
-                else:
-                    asyncio.get_running_loop().call_later(0.002, kept)
+                def kept() -> None:
+                    self._keep(path, content)
+                    on_done(None)
+                asyncio.get_running_loop().call_later(0.002, kept)
 
-            completed.add_done_callback(done)
-            return slow
-        return fdatasync
+            submit(fd, done)
+        return slow_submit
 
     def cut(self) -> None:
         for path in self.directory.rglob("*.log"):
@@ -411,9 +409,13 @@ def test_native_aio_fsyncs_complete_and_refusals_go_to_a_thread(tmp_path: Path,
     async def main() -> None:
         for fd in fds:
             os.pwrite(fd, b"x" * 100, 0)
-        assert await asyncio.gather(*(aio.fdatasync(fd) for fd in fds)) == [None] * len(fds)
+        outcomes: list[OSError | None] = []
+        for fd in fds:
+            aio.submit(fd, outcomes.append)
+        await until(lambda: len(outcomes) == len(fds), "the fsyncs' completions")
+        assert outcomes == [None] * len(fds)
         with pytest.raises(OSError):
-            aio.fdatasync(read_end)
+            aio.submit(read_end, outcomes.append)
 
     try:
         asyncio.run(main())
@@ -424,10 +426,10 @@ def test_native_aio_fsyncs_complete_and_refusals_go_to_a_thread(tmp_path: Path,
     group_commit = GroupCommit(aio=True)
     assert group_commit._aio is not None
 
-    def refused(fd: int) -> Any:
+    def refused(fd: int, on_done: Any) -> None:
         raise OSError(errno.EAGAIN, "the context is full")
 
-    monkeypatch.setattr(group_commit._aio, "fdatasync", refused)
+    monkeypatch.setattr(group_commit._aio, "submit", refused)
     plog = open_log(tmp_path / "log")
     try:
         assert asyncio.run(group_commit.append(plog, batch("a"), T0)).base_offset == 0

@@ -16,6 +16,7 @@ import ctypes
 import errno
 import itertools
 import os
+from typing import Callable
 
 __all__ = ["AioFsync"]
 
@@ -47,7 +48,7 @@ class _Timespec(ctypes.Structure):
 
 
 class AioFsync:
-    """One AIO context and its eventfd; `fdatasync(fd)` gives a future of the fsync's outcome."""
+    """One AIO context and its eventfd; `submit(fd, on_done)` calls back with the fsync's outcome."""
 
     def __init__(self, depth: int = 128) -> None:
         numbers = _SYSCALLS.get(os.uname().machine) if os.name == "posix" and hasattr(os, "eventfd") else None
@@ -63,7 +64,8 @@ class AioFsync:
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._events = (_IoEvent * depth)()
         self._ids = itertools.count(1)
-        self._waiting: dict[int, asyncio.Future[None]] = {}  # request id -> its future
+        # request id -> its completion callback and the loop that submitted it
+        self._waiting: dict[int, tuple[Callable[[OSError | None], None], asyncio.AbstractEventLoop]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         # One iocb for every submission: io_submit copies it into the kernel's request (the
         # iocb's address only comes back in the completion event), so it is reused at once.
@@ -74,9 +76,12 @@ class AioFsync:
         self._getevents_args = (ctypes.c_long(self._getevents), self._ctx, ctypes.c_long(0), ctypes.c_long(depth),
                                 self._events, ctypes.byref(self._no_wait))
 
-    def fdatasync(self, fd: int) -> "asyncio.Future[None]":
+    def submit(self, fd: int, on_done: Callable[[OSError | None], None]) -> None:
         """Submit an fdatasync of `fd` (in order after every write already made to it); raises
-        OSError when the kernel refuses it (EAGAIN: as many in flight as the context holds)."""
+        OSError when the kernel refuses it (EAGAIN: as many in flight as the context holds).
+        on_done(None, or the OSError) is called straight from the reading of its completion, not
+        a turn of the event loop later as a future's callback would be (under load a turn serves
+        dozens of requests, so each turn a reply waits for costs milliseconds)."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._watch(loop)
@@ -86,9 +91,7 @@ class AioFsync:
         iocb.aio_fildes = fd
         if self._syscall(*self._submit_args) != 1:
             raise _last_error("io_submit")
-        future = loop.create_future()
-        self._waiting[request] = future
-        return future
+        self._waiting[request] = (on_done, loop)
 
     def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """Read completions on `loop` (a new loop replaces the previous one: tests run several)."""
@@ -98,7 +101,7 @@ class AioFsync:
         self._loop = loop
 
     def _reap(self) -> None:
-        """Complete the futures of every finished fsync (the eventfd said some are)."""
+        """Call back every finished fsync (the eventfd said some are)."""
         try:
             os.eventfd_read(self._efd)
         except BlockingIOError:
@@ -111,13 +114,13 @@ class AioFsync:
                     continue
                 raise _last_error("io_getevents")
             for event in events[:count]:
-                future = self._waiting.pop(event.data)
-                if future.done() or future.get_loop().is_closed():
+                on_done, loop = self._waiting.pop(event.data)
+                if loop.is_closed():  # an earlier loop's (tests run several)
                     continue
-                if event.res < 0:
-                    future.set_exception(OSError(-event.res, os.strerror(-event.res)))
-                else:
-                    future.set_result(None)
+                try:
+                    on_done(None if event.res >= 0 else OSError(-event.res, os.strerror(-event.res)))
+                except Exception as exc:  # one completion's failure must not lose the others'
+                    loop.call_exception_handler({"message": "fsync completion failed", "exception": exc})
             if count < self._depth:
                 return
 

@@ -538,7 +538,7 @@ class KafkaServer:
             return None
         if isinstance(body, dict):
             return encode_response(api_key, version, correlation_id, body)
-        if isinstance(body, asyncio.Future):
+        if asyncio.isfuture(body):
             return then(body, lambda reply: encode_response(api_key, version, correlation_id, reply))
         return self._encode_later(api_key, version, correlation_id, body)
 

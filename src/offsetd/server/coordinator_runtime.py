@@ -36,6 +36,10 @@ from .group_commit import GroupCommit
 
 log = logging.getLogger("offsetd.coordinator")
 
+# What to replay once an append is durable, per batch in log order: (producer id, a marker's
+# commit flag or None, [(key, value, replay?)]).
+Plan = list[tuple[int, bool | None, list[tuple[bytes, bytes | None, bool]]]]
+
 LOAD_CHUNK_BYTES = 5 * 1024 * 1024  # offsets.load.buffer.size
 SWEEP_CHUNK = 1000  # groups examined per event-loop turn by the retention sweep
 
@@ -66,6 +70,8 @@ class ShardRuntime:
         self.load_time_ms = 0.0
         self.records_loaded = 0
         self._queue: list[CoordinatorResult] = []
+        self._drained: list[CoordinatorResult] = []  # taken from the queue, not written yet
+        self._drained_generation = 0
         self._writing = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_deadline: int | None = None
@@ -199,9 +205,9 @@ class ShardRuntime:
             deliver(result)
         else:
             self._queue.append(result)
-            if not self._writing:
+            if not self._writing:  # the next turn writes what this one queued, as one batch
                 self._writing = True
-                asyncio.ensure_future(self._write_loop())
+                asyncio.get_running_loop().call_soon(self._write_queued)
         self._reschedule()
 
     def exclusive(self, fn: Callable[[], Any]) -> "asyncio.Future[Any]":
@@ -230,35 +236,38 @@ class ShardRuntime:
         self.submit(marker.respond(token, _no_body))
         return token
 
-    async def _write_loop(self) -> None:
+    def _write_queued(self) -> None:
+        """Write the queue unit by unit (a marker alone, else every result up to the next marker)
+        until one must wait for its append: its completion carries on from there."""
         try:
-            while self._queue or self._exclusive:
+            while True:
                 while self._exclusive:
                     _run_into(*self._exclusive.pop(0))
-                if not self._queue:
-                    break
-                batch, self._queue = self._queue, []
-                generation = self.generation
-                while batch:
-                    # one append: a marker alone, else every result up to the next marker
-                    cut = 1 if batch[0].marker is not None else next(
-                        (i for i, r in enumerate(batch) if r.marker is not None), len(batch))
-                    unit, batch = batch[:cut], batch[cut:]
-                    if not await self._write(unit, batch, generation):
-                        break
-        finally:
+                if not self._drained:
+                    if not self._queue:
+                        self._writing = False
+                        return
+                    self._drained, self._queue = self._queue, []
+                    self._drained_generation = self.generation
+                batch = self._drained
+                cut = 1 if batch[0].marker is not None else next(
+                    (i for i, r in enumerate(batch) if r.marker is not None), len(batch))
+                unit, self._drained = batch[:cut], batch[cut:]
+                if not self._write(unit, self._drained_generation):
+                    return
+        except BaseException:
             self._writing = False
+            raise
 
-    async def _write(self, unit: list[CoordinatorResult], rest: list[CoordinatorResult], generation: int) -> bool:
+    def _write(self, unit: list[CoordinatorResult], generation: int) -> bool:
         """Append the records of `unit` (plain results grouped into one batch, each
-        transactional result and marker a batch of its own, in order), replay them and deliver.
-        False when the write failed (its results, `rest` and the queue are answered, the shard
-        rebuilt), except for a marker the log refused: only that one fails."""
+        transactional result and marker a batch of its own, in order); True when it is finished
+        already, False when its completion goes on (`_written`) or a rebuild owns the writer."""
         now = self.clock()
         parts: list[bytes] = []
         # per batch of the append, in log order: (producer id, marker commit flag or None,
         # [(key, value, replay?)]) - what to replay once it is durable
-        plan: list[tuple[int, bool | None, list[tuple[bytes, bytes | None, bool]]]] = []
+        plan: Plan = []
         plain: list[tuple[bytes, bytes | None, bool]] = []
         for result in unit:
             if result.marker is not None:
@@ -283,45 +292,74 @@ class ShardRuntime:
         if plain:
             parts.append(build_batch([(k, v, now, []) for k, v, _ in plain]))
             plan.append((-1, None, plain))
-        base_offset = 0  # a real log's AppendResult says; only test stand-ins return nothing
+        outcome: object = None
+        if parts:
+            # Atomic: batches and fsync, or nothing (undone back to the last good end).
+            # Cluster mode's log answers later: after PostgreSQL's COMMIT.
+            data, headers = b"".join(parts), [parse_header(part) for part in parts]
+            try:
+                if self.fsync and self.group_commit is not None:
+                    outcome = self.group_commit.start(
+                        self.plog, data, now, lambda done: self._written(unit, generation, plan, done), headers)
+                    if outcome is None:
+                        return False  # _written goes on from the fsync's completion
+                else:
+                    outcome = self.plog.append(data, now, headers, sync=self.fsync)
+                    if isawaitable(outcome):
+                        asyncio.ensure_future(outcome).add_done_callback(
+                            lambda done: self._written(unit, generation, plan, append_outcome(done)))
+                        return False
+            except Exception as exc:
+                outcome = exc
+        return self._finish(unit, generation, plan, outcome)
+
+    def _written(self, unit: list[CoordinatorResult], generation: int, plan: Plan, outcome: object) -> None:
+        """A unit's append completed (`outcome`: its AppendResult or the exception): finish it
+        and write what queued up meanwhile."""
         try:
-            if parts:
-                # Atomic: batches and fsync, or nothing (undone back to the last good end).
-                # Cluster mode's log answers later: after PostgreSQL's COMMIT.
-                appended = durable_append(self.plog, b"".join(parts), now, self.fsync, self.group_commit,
-                                          [parse_header(part) for part in parts])
-                if isawaitable(appended):
-                    appended = await appended
-                if isinstance(appended, AppendResult):
-                    base_offset = appended.base_offset
-        except Exception as exc:
-            error = CoordinatorWriteError.from_exception(exc)
-            if unit[0].marker is not None and isinstance(exc, ProduceError) and self.plog.leader:
+            go_on = self._finish(unit, generation, plan, outcome)
+        except BaseException:
+            self._writing = False
+            raise
+        if go_on:
+            self._write_queued()
+
+    def _finish(self, unit: list[CoordinatorResult], generation: int, plan: Plan, outcome: object) -> bool:
+        """Replay a durable unit and answer its requests, or fail them and everything queued when
+        the write failed (except a marker the log refused: only that one fails); False when the
+        writer must stop (a rebuild from the log owns it and carries on)."""
+        if isinstance(outcome, BaseException):
+            if not isinstance(outcome, Exception):  # cancelled: the loop is shutting down
+                self._writing = False
+                return False
+            error = CoordinatorWriteError.from_exception(outcome)
+            if unit[0].marker is not None and isinstance(outcome, ProduceError) and self.plog.leader:
                 _fail(unit, error)  # refused before anything was written: nothing else changed
                 return True
             # Every queued result was decided on state the failed write had changed.
-            failed, self._queue = unit + rest + self._queue, []
+            failed, self._queue, self._drained = unit + self._drained + self._queue, [], []
             _fail(failed, error)
             if self.plog.log_dir.offline:
-                self._fail(f"its log directory is offline ({exc})")
+                self._fail(f"its log directory is offline ({outcome})")
             elif generation != self.generation or self.state is ShardState.UNLOADED:
                 pass  # unloaded meanwhile: nothing to rebuild here
             elif not self.plog.leader:  # fenced: another broker owns the partition now
                 self.unload()
             else:
                 log.error("__consumer_offsets-%d: write failed: %s; answered %d requests with error %d, "
-                          "rebuilding its groups and offsets from the log", self.shard.partition, exc,
+                          "rebuilding its groups and offsets from the log", self.shard.partition, outcome,
                           sum(len(r.completions) for r in failed), error.error_code)
-                await self._reload()
-            return False
+                asyncio.ensure_future(self._reload()).add_done_callback(lambda _: self._write_queued())
+                return False
+            return True
+        base_offset = outcome.base_offset if isinstance(outcome, AppendResult) else 0  # test stand-ins: nothing
         if generation == self.generation:  # else unloaded while writing: durable, not ours
             self._replay(plan, base_offset)
         for result in unit:
             deliver(result)
         return True
 
-    def _replay(self, plan: list[tuple[int, bool | None, list[tuple[bytes, bytes | None, bool]]]],
-                offset: int) -> None:
+    def _replay(self, plan: Plan, offset: int) -> None:
         """Replay durable batches written from `plan`, the first at log `offset`."""
         shard = self.shard
         for producer_id, commit, records in plan:
@@ -364,6 +402,13 @@ def _run_into(fn: Callable[[], Any], future: "asyncio.Future[Any]") -> None:
         future.set_result(fn())
     except Exception as exc:
         future.set_exception(exc)
+
+
+def append_outcome(done: "asyncio.Future[Any]") -> object:
+    """A finished append's result, or the exception it raised (CancelledError when cancelled)."""
+    if done.cancelled():
+        return asyncio.CancelledError()
+    return done.exception() or done.result()
 
 
 def _no_body() -> None:

@@ -297,11 +297,11 @@ class GroupApi:
                     for p in parts]} for t, parts in (groups[0][1] or [])]}
             return {"error_code": err, "topics": _fetch_topics(rows)}
 
-        if all(not isinstance(a, asyncio.Future) for a in answers):
+        if all(not asyncio.isfuture(a) for a in answers):
             return shape(answers)
 
         async def wait_all() -> Body:
-            return shape([await a if isinstance(a, asyncio.Future) else a for a in answers])
+            return shape([await a if asyncio.isfuture(a) else a for a in answers])
 
         return wait_all()
 
@@ -526,7 +526,7 @@ def _rows_then(answer: Any, fn: Callable[[list[Any]], list[Any]]) -> Any:
     when it has no error."""
     def apply(result: tuple[int, list[Any]]) -> tuple[int, list[Any]]:
         return result if result[0] else (result[0], fn(result[1]))
-    return then(answer, apply) if isinstance(answer, asyncio.Future) else apply(answer)
+    return then(answer, apply) if asyncio.isfuture(answer) else apply(answer)
 
 
 def _fetch_topics(rows: list[tuple[str, list[tuple[int, int, int, str, int]]]]) -> list[Body]:

@@ -61,8 +61,18 @@ class GroupCommit:
         pending = plog.begin_append(records, now_ms, validated)
         if isinstance(pending, AppendResult):
             return pending
+        synced: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def settle(error: BaseException | None) -> None:
+            if synced.done():
+                return
+            if error is None:
+                synced.set_result(None)
+            else:
+                synced.set_exception(error)
         try:
-            await self._submit(pending)
+            self._submit(pending, settle)
+            await synced
         except OSError as exc:
             return plog.finish_append(pending, exc)
         except asyncio.CancelledError:  # the loop is shutting down: the batch is not acknowledged
@@ -76,23 +86,18 @@ class GroupCommit:
         """append() without a coroutine, for a writer that is a chain of callbacks: the
         AppendResult at once for a duplicate (raises what begin_append raises), else None and
         later on_durable(the AppendResult, or the exception append() would have raised), called
-        from the fsync's completion. `validated`: the headers of the writer's own batches (as
-        for PartitionLog.append), which are then not checked again."""
+        straight from the fsync's completion (native AIO; a thread's: one turn later).
+        `validated`: the headers of the writer's own batches (as for PartitionLog.append), which
+        are then not checked again."""
         pending = plog.begin_append(records, now_ms, validated)
         if isinstance(pending, AppendResult):
             return pending
-        try:
-            synced = self._submit(pending)
-        except BaseException:
-            plog.abandon_append(pending)
-            raise
 
-        def finished(future: "asyncio.Future[None]") -> None:
-            if future.cancelled():  # the loop is shutting down: the batch is not acknowledged
+        def finished(error: BaseException | None) -> None:
+            if isinstance(error, asyncio.CancelledError):  # shutting down: the batch is not acknowledged
                 plog.abandon_append(pending)
-                on_durable(asyncio.CancelledError())
+                on_durable(error)
                 return
-            error = future.exception()
             try:
                 appended = plog.finish_append(pending, error if isinstance(error, OSError) else None)
             except Exception as exc:
@@ -100,27 +105,35 @@ class GroupCommit:
                 return
             on_durable(appended if error is None or isinstance(error, OSError) else error)
 
-        synced.add_done_callback(finished)
+        try:
+            self._submit(pending, finished)
+        except BaseException:
+            plog.abandon_append(pending)
+            raise
         return None
 
-    def _submit(self, pending: PendingAppend) -> "asyncio.Future[None]":
-        """Start the fdatasync of the pending batch's segment: native AIO, or a thread when AIO
-        refuses it; a future of its outcome. The segment's descriptor is the file pool's, which
-        the loop may close at any later pool call."""
+    def _submit(self, pending: PendingAppend, on_done: Callable[[BaseException | None], None]) -> None:
+        """Start the fdatasync of the pending batch's segment; on_done(None, or its exception)
+        when it completes: straight from native AIO's completion, or one turn after a thread
+        ran it where AIO refuses it. The segment's descriptor is the file pool's, which the loop
+        may close at any later pool call."""
         fd = pending.segment.file.fileno()
         if self._aio is not None:
             try:
-                return self._aio.fdatasync(fd)  # once submitted, the kernel holds its own reference
+                self._aio.submit(fd, on_done)  # once submitted, the kernel holds its own reference
+                return
             except OSError as exc:  # EAGAIN (the context is full), or a file AIO cannot sync
                 log.debug("fsync on a thread: %s", exc)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix="fsync")
         dup = os.dup(fd)  # the thread's own: the loop may close the pooled one meanwhile (an eviction)
         try:
-            return asyncio.get_running_loop().run_in_executor(self._pool, _sync_and_close, dup)
+            synced = asyncio.get_running_loop().run_in_executor(self._pool, _sync_and_close, dup)
         except BaseException:
             os.close(dup)
             raise
+        synced.add_done_callback(
+            lambda f: on_done(asyncio.CancelledError() if f.cancelled() else f.exception()))
 
     def stop(self) -> None:
         """Let the fsyncs in flight finish (shutdown; their appends are not taken in afterwards)."""

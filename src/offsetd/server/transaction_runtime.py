@@ -24,7 +24,7 @@ from ..records.transaction_log import decode_key, encode_key
 from ..storage.partition_log import PartitionLog
 from ..transaction.result import MarkerJob, Record, TxnResult
 from ..transaction.shard import TransactionCoordinatorShard
-from .coordinator_runtime import ShardState, deliver
+from .coordinator_runtime import ShardState, append_outcome, deliver
 from .group_commit import GroupCommit
 
 log = logging.getLogger("offsetd.transactions")
@@ -236,7 +236,7 @@ class TxnShardRuntime:
                 outcome = self.plog.append(data, now, [parse_header(data)], sync=sync)
                 if isawaitable(outcome):  # cluster mode: after PostgreSQL's COMMIT
                     asyncio.ensure_future(outcome).add_done_callback(
-                        lambda done: self._written(batch, records, generation, _outcome(done)))
+                        lambda done: self._written(batch, records, generation, append_outcome(done)))
                     return False
         except Exception as exc:
             outcome = exc
@@ -389,13 +389,6 @@ def _records(batch: list[TxnResult]) -> list[Record]:
 def _settle(watcher: "asyncio.Future[None]") -> None:
     if not watcher.done():
         watcher.set_result(None)
-
-
-def _outcome(done: "asyncio.Future[Any]") -> object:
-    """A finished append's result, or the exception it raised (CancelledError when cancelled)."""
-    if done.cancelled():
-        return asyncio.CancelledError()
-    return done.exception() or done.result()
 
 
 def _deliver_all(results: list[TxnResult]) -> None:

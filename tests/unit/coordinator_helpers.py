@@ -27,7 +27,7 @@ from offsetd.coordinator.classic_group_ops import JoinRequest
 from offsetd.coordinator.shard import GroupCoordinatorShard
 from offsetd.records.consumer_protocol import encode_consumer_subscription
 from offsetd.records.offset_commit_value import OffsetCommitValue
-from offsetd.records.offsets import GroupMetadataKey, OffsetCommitKey
+from offsetd.records.offsets import GroupMetadataKey, OffsetCommitKey, decode_key, decode_value
 
 # ------------------------------------------------------------------------------------------
 # §0 error codes (the numbers, from the reference's table)
@@ -88,10 +88,19 @@ def apply(shard: GroupCoordinatorShard, result: CoordinatorResult) -> dict[Hasha
     (after they are durable), then deliver the completions. Returns token -> response."""
     if result.replay:
         for key, value in result.records:
-            shard.replay(key, value)
+            if isinstance(key, bytes):  # encoded by the commit path
+                shard.replay_raw(key, value)
+            else:
+                shard.replay(key, value)
     tokens = [token for token, _ in result.completions]
     assert len(tokens) == len(set(tokens)), f"a token was completed twice: {tokens}"
     return {token: resolve(response) for token, response in result.completions}
+
+
+def decoded(records: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """A result's records as key and value objects (the commit path gives them encoded)."""
+    return [(decode_key(k), None if v is None else decode_value(decode_key(k), v)) if isinstance(k, bytes) else (k, v)
+            for k, v in records]
 
 
 def make_config(**overrides: Any) -> GroupCoordinatorConfig:
@@ -118,7 +127,7 @@ class Harness:
         return f"{prefix}-{next(self._seq)}"
 
     def run(self, result: CoordinatorResult) -> dict[Hashable, Any]:
-        self.log.extend(result.records)
+        self.log.extend(decoded(result.records))
         return apply(self.shard, result)
 
     def advance(self, ms: int) -> int:

@@ -21,6 +21,7 @@ from offsetd.records.batch import (
     TRANSACTIONAL_MASK,
     InvalidBatch,
     build_batch,
+    build_coordinator_batch,
     decode_records,
     iter_batches,
     parse_header,
@@ -106,6 +107,19 @@ def test_build_batch_idempotent_fields_match_kafka_python() -> None:
         RECORDS, producer_id=4242, producer_epoch=3, base_sequence=17, partition_leader_epoch=0
     )
     assert ours == kp_batch(producer_id=4242, producer_epoch=3, base_sequence=17)
+
+
+@pytest.mark.parametrize("producer_id, producer_epoch, attributes", [(-1, -1, 0), (4242, 3, TRANSACTIONAL_MASK)])
+def test_coordinator_batches_are_build_batch_s_bytes(producer_id: int, producer_epoch: int, attributes: int) -> None:
+    """The commit path's lean builder writes exactly what build_batch writes for its records (one
+    timestamp, no headers, tombstones, a value of two-byte varint length), plain or transactional."""
+    records = [(b"k1", b"v1", True), (b"key2", None, True), (b"k" * 200, b"v" * 20_000, False)]
+    ours = build_coordinator_batch(records, 1_700_000_000_000, producer_id, producer_epoch, attributes)
+    assert ours == build_batch([(k, v, 1_700_000_000_000, []) for k, v, _ in records], producer_id=producer_id,
+                               producer_epoch=producer_epoch, attributes=attributes)
+    assert [(r.key, r.value) for r in decode_records(ours)] == [(k, v) for k, v, _ in records]
+    with pytest.raises(ValueError):
+        build_coordinator_batch([], 0)
 
 
 def test_parse_header_of_kafka_python_batch() -> None:

@@ -12,11 +12,11 @@ from coordinator_helpers import (
     PREPARING_CONSUMER, SESSION_MS, STABLE_CONSUMER, SUBSCRIBED,
     COORDINATOR_NOT_AVAILABLE, FENCED_INSTANCE_ID, GROUP_ID_NOT_FOUND, ILLEGAL_GENERATION,
     INVALID_GROUP_ID, NONE, OFFSET_METADATA_TOO_LARGE, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID,
-    GroupInfo, Harness, build_group, form_group, stabilize,
+    GroupInfo, Harness, build_group, form_group, stabilize, decoded,
 )
 from offsetd.coordinator.group import GroupState
 from offsetd.records.offset_commit_value import OffsetCommitValue
-from offsetd.records.offsets import GroupMetadataKey, OffsetCommitKey
+from offsetd.records.offsets import GroupMetadataKey, OffsetCommitKey, encode_key, encode_value
 
 # ------------------------------------------------------------------------------------------
 # §1.1 result matrix (classic/simple), verbatim.
@@ -95,7 +95,7 @@ def test_offset_commit_result_matrix(situation, column, version):
 
     assert errors == {(SUBSCRIBED, 0): expected, (SUBSCRIBED, 1): expected}
     if expected == NONE:
-        assert [k for k, _ in result.records] == [OffsetCommitKey("g", SUBSCRIBED, 0),
+        assert [k for k, _ in decoded(result.records)] == [OffsetCommitKey("g", SUBSCRIBED, 0),
                                                   OffsetCommitKey("g", SUBSCRIBED, 1)]
         assert (h.offset("g", SUBSCRIBED, 0), h.offset("g", SUBSCRIBED, 1)) == (100, 101)
     else:
@@ -191,7 +191,7 @@ def test_offset_metadata_too_large_is_per_partition(metadata, expected):
     offsets = [("t", 0, 10, -1, "fine"), ("t", 1, 11, -1, metadata), ("t", 2, 12, -1, None)]
     errors, _, result = h.commit("g", offsets)
     assert errors == {("t", 0): NONE, ("t", 1): expected, ("t", 2): NONE}
-    written = [k.partition for k, _ in result.records]
+    written = [k.partition for k, _ in decoded(result.records)]
     assert written == ([0, 1, 2] if expected == NONE else [0, 2])
     assert h.offset("g", "t", 0) == 10 and h.offset("g", "t", 2) == 12
     assert h.offset("g", "t", 1) == (11 if expected == NONE else -1)
@@ -219,13 +219,13 @@ def test_commit_records(situation, retention_ms, expire):
     assert errors == {("t", 0): NONE, ("t", 1): NONE, ("u", 7): NONE}
     now = h.now
     assert result.replay is True
-    assert result.records == [
+    assert decoded(result.records) == [
         (OffsetCommitKey("g", "t", 0), OffsetCommitValue(42, epoch, "meta", now, expire(now))),
         (OffsetCommitKey("g", "t", 1), OffsetCommitValue(-5, -1, "", now, expire(now))),
         (OffsetCommitKey("g", "u", 7), OffsetCommitValue(0, -1, "", now, expire(now))),
     ]
-    assert [type(k) for k, _ in result.records] == [OffsetCommitKey] * 3
-    assert all(type(v) is OffsetCommitValue for _, v in result.records)
+    # encoded once by the commit path, as the log holds them: v3, or v1 with an expire timestamp
+    assert [(k, v) for k, v in result.records] == [(encode_key(k), encode_value(v)) for k, v in decoded(result.records)]
     # and, replayed, they read back through OffsetFetch
     assert h.shard.fetch_offsets("g", [("t", [0, 1]), ("u", [7])]) == [
         ("t", [(0, 42, epoch, "meta"), (1, -5, -1, "")]), ("u", [(7, 0, -1, "")])]

@@ -27,7 +27,7 @@ from coordinator_helpers import (
     STABLE_CONSUMER_UNPARSABLE, SUBSCRIBED,
     GROUP_SUBSCRIBED_TO_TOPIC, NONE,
     Harness, build_group, connect_protocols, consumer_protocols, form_group, make_config,
-    replay_into_fresh_shard, stabilize,
+    replay_into_fresh_shard, stabilize, decoded,
 )
 from offsetd.coordinator.result import CoordinatorResult
 from offsetd.coordinator.shard import GroupCoordinatorShard
@@ -409,7 +409,7 @@ def test_commit_with_retention_time_stores_value_v1_and_expires_then(version: in
     h = Harness.new()
     errors, _, result = h.commit(G, [("t", 0, 42, -1, None)], retention_ms=90 * MINUTE, version=version)
     assert errors == {("t", 0): NONE}
-    [(key, value)] = result.records
+    [(key, value)] = decoded(result.records)
     assert value.expire_timestamp == h.now + 90 * MINUTE and value.commit_timestamp == h.now
     assert encode_value(value)[:2] == b"\x00\x01"
     check_expiry(h, G, {("t", 0): h.now + 90 * MINUTE}, removed=True)

@@ -18,7 +18,7 @@ from coordinator_helpers import (
     COMPLETING_CONSUMER, COORDINATOR_NOT_AVAILABLE, DEAD_GROUP, EMPTY, EMPTY_CONSUMER, EMPTY_SIMPLE,
     FENCED_INSTANCE_ID, ILLEGAL_GENERATION, INVALID_GROUP_ID, MISSING, NONE, OFFSET_METADATA_TOO_LARGE,
     PREPARING_CONSUMER, STABLE_CONSUMER, SUBSCRIBED, UNKNOWN_MEMBER_ID,
-    GroupInfo, Harness, build_group, form_group, make_config, resolve, stabilize,
+    GroupInfo, Harness, build_group, form_group, make_config, resolve, stabilize, decoded,
 )
 from offsetd.coordinator.result import CoordinatorResult
 from offsetd.coordinator.shard import GroupCoordinatorShard
@@ -54,8 +54,9 @@ class TxnHarness(Harness):
         return base
 
     def run(self, result: CoordinatorResult) -> dict[Hashable, Any]:
-        self.log.extend(result.records)
-        encoded = [(encode_key(k), None if v is None else encode_value(v)) for k, v in result.records]
+        self.log.extend(decoded(result.records))
+        encoded = [(k, v) if isinstance(k, bytes) else (encode_key(k), None if v is None else encode_value(v))
+                   for k, v in result.records]
         if encoded:
             pid = result.producer_id
             txn = dict(producer_id=pid, producer_epoch=result.producer_epoch, base_sequence=-1,

@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Callable, Hashable, Iterable
 
-from ..records.offset_commit_value import OffsetCommitValue, decode_offset_commit_value
-from ..records.offsets import GroupMetadataKey, OffsetCommitKey, decode_key, encode_key
+from ..records.offset_commit_value import OffsetCommitValue, decode_offset_commit_value, offset_commit_value_bytes
+from ..records.offsets import GroupMetadataKey, OffsetCommitKey, decode_key, encode_key, offset_commit_key
 from .config import GroupCoordinatorConfig
 from .errors import (
     COORDINATOR_NOT_AVAILABLE, GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC, ILLEGAL_GENERATION,
@@ -134,19 +134,20 @@ class OffsetOperations:
         expire = now + retention_time_ms if retention_time_ms != -1 else -1
         errors: dict[TopicPartition, int] = {}
         limit = self.config.metadata_max_bytes
+        records, written = result.records, self.table.written
+        # The hot path of every commit: records go out encoded (no key or value objects), each
+        # key marked written in the table at once.
         for topic, partition, offset, epoch, metadata, *stamp in offsets:
-            if metadata_length(metadata) > limit:
+            if metadata and metadata_length(metadata) > limit:
                 errors[(topic, partition)] = OFFSET_METADATA_TOO_LARGE
                 continue
             errors[(topic, partition)] = NONE
             # an OffsetCommit v1 commit timestamp (a 6th element) replaces now unless it is -1 (§1.1 step 11)
             committed_at = stamp[0] if stamp and stamp[0] != -1 else now
-            result.records.append((OffsetCommitKey(group_id, topic, partition), OffsetCommitValue(
-                offset=offset, leader_epoch=epoch, metadata=metadata or "", commit_timestamp=committed_at,
-                expire_timestamp=expire)))
-        for key, _ in result.records:
-            self.table.written(encode_key(key))
-        self.counters.offset_commits += len(result.records)
+            key = offset_commit_key(group_id, topic, partition)
+            written(key)
+            records.append((key, offset_commit_value_bytes(offset, epoch, metadata, committed_at, expire)))
+        self.counters.offset_commits += len(records)
         self._expiry_warned.discard(group_id)
         return result.respond(token, errors)
 

@@ -13,7 +13,9 @@ from ..records.offsets import GroupMetadataKey, OffsetCommitKey
 
 Key = OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey
 Value = OffsetCommitValue | GroupMetadataValue | ConsumerGroupValue | None  # None: tombstone
-Record = tuple[Key, Value]
+# (key, value) objects, or the pair already encoded (OffsetCommit's records: the commit path
+# encodes each once, and the shell appends the bytes as they are)
+Record = tuple[Key, Value] | tuple[bytes, bytes | None]
 
 # A response body (a dict, or an operation's response dataclass such as the consumer-group
 # heartbeat's), or a function computing it at delivery time (a read that must see the state after

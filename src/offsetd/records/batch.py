@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from crc32c import crc32c
 
@@ -371,8 +371,36 @@ def build_batch(
                         _encode_headers(headers) if headers else b"\x00"))
         chunks.append(v(len(rec)))
         chunks.append(rec)
+    return _sealed(chunks, len(records), base_ts, max_ts, base_offset, producer_id, producer_epoch, base_sequence,
+                   attributes, partition_leader_epoch)
+
+
+def build_coordinator_batch(records: Sequence[tuple[bytes, bytes | None] | tuple[bytes, bytes | None, Any]],
+                            timestamp: int, producer_id: int = -1, producer_epoch: int = -1,
+                            attributes: int = 0) -> bytes:
+    """build_batch for a coordinator's own records, on the commit path: (key, value or None, ...)
+    tuples (items past the second ignored), every record at `timestamp`, no headers, offsets
+    from 0, no sequence."""
+    if not records:
+        raise ValueError("build_coordinator_batch needs at least one record")
+    v = _varint
+    chunks: list[bytes] = []
+    for delta, record in enumerate(records):
+        key, value = record[0], record[1]
+        # attributes 0, timestampDelta 0, offsetDelta, key, value, no headers
+        if value is None:
+            rec = b"".join((b"\x00\x00", v(delta), v(len(key)), key, _NULL, b"\x00"))
+        else:
+            rec = b"".join((b"\x00\x00", v(delta), v(len(key)), key, v(len(value)), value, b"\x00"))
+        chunks.append(v(len(rec)))
+        chunks.append(rec)
+    return _sealed(chunks, len(records), timestamp, timestamp, 0, producer_id, producer_epoch, -1, attributes, -1)
+
+
+def _sealed(chunks: list[bytes], count: int, base_ts: int, max_ts: int, base_offset: int, producer_id: int,
+            producer_epoch: int, base_sequence: int, attributes: int, partition_leader_epoch: int) -> bytes:
+    """The batch of encoded records `chunks`: header fields, then the CRC over them."""
     body = b"".join(chunks)
-    count = len(records)
     crc_part = _CRC_PART.pack(
         attributes, count - 1, base_ts, max_ts, producer_id, producer_epoch, base_sequence, count
     ) + body

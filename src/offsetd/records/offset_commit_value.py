@@ -19,12 +19,14 @@ from offsetd.records.coordinator_serde import (
     write_string,
 )
 
-__all__ = ["OffsetCommitValue", "encode_offset_commit_value", "decode_offset_commit_value"]
+__all__ = ["OffsetCommitValue", "encode_offset_commit_value", "decode_offset_commit_value", "offset_commit_value_bytes"]
 
 # Precompiled structs. Names spell the format: h int16, i int32, q int64.
 _hqih = struct.Struct(">hqih")  # value v3: version, offset, leaderEpoch, metadata length
 _hqi = struct.Struct(">hqi")  # value v4 prefix: version, offset, leaderEpoch
 _qq = struct.Struct(">qq")
+_hq = struct.Struct(">hq")  # value v0-v2 prefix: version, offset
+_hqihq = struct.Struct(">hqihq")  # value v3 with empty metadata: version, offset, leaderEpoch, 0, commitTimestamp
 _h_unpack = INT16.unpack_from
 _q_unpack = INT64.unpack_from
 _hqih_unpack = _hqih.unpack_from
@@ -52,18 +54,35 @@ class OffsetCommitValue(NamedTuple):
 # ---------------------------------------------------------------------------------------------
 
 
+def offset_commit_value_bytes(offset: int, leader_epoch: int, metadata: str | None, commit_timestamp: int,
+                              expire_timestamp: int = -1) -> bytes:
+    """An OffsetCommit value as the coordinator writes it: v3, or v1 when an expire timestamp is
+    set. The commit path calls this per committed partition, without an OffsetCommitValue."""
+    if expire_timestamp != -1:
+        return _value_v1(offset, metadata, commit_timestamp, expire_timestamp)
+    return _value_v3(offset, leader_epoch, metadata, commit_timestamp)
+
+
+def _value_v3(offset: int, leader_epoch: int, metadata: str | None, commit_timestamp: int) -> bytes:
+    if not metadata:  # the usual commit: one pack, the empty string's length included
+        return _hqihq.pack(3, offset, leader_epoch, 0, commit_timestamp)
+    return b"".join((_hqi.pack(3, offset, leader_epoch), write_string(metadata), INT64.pack(commit_timestamp)))
+
+
+def _value_v1(offset: int, metadata: str | None, commit_timestamp: int, expire_timestamp: int) -> bytes:
+    # v1 has no leader epoch: it is dropped, as Kafka does.
+    return b"".join((_hq.pack(1, offset), write_string(metadata or ""), _qq.pack(commit_timestamp, expire_timestamp)))
+
+
 def encode_offset_commit_value(v: OffsetCommitValue, version: int | None = None) -> bytes:
     """Serialize at `version`; None picks v3, or v1 when an expire timestamp is set."""
     if version is None:
-        version = 1 if v.expire_timestamp != -1 else 3
-    md = v.metadata if v.metadata is not None else ""
+        return offset_commit_value_bytes(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp)
     if version == 3:
-        return b"".join((_hqi.pack(3, v.offset, v.leader_epoch), write_string(md), INT64.pack(v.commit_timestamp)))
+        return _value_v3(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp)
     if version == 1:
-        # v1 has no leader epoch: it is dropped, as Kafka does.
-        return b"".join(
-            (INT16.pack(1), INT64.pack(v.offset), write_string(md), _qq.pack(v.commit_timestamp, v.expire_timestamp))
-        )
+        return _value_v1(v.offset, v.metadata, v.commit_timestamp, v.expire_timestamp)
+    md = v.metadata if v.metadata is not None else ""
     if version == 0 or version == 2:
         return b"".join((INT16.pack(version), INT64.pack(v.offset), write_string(md), INT64.pack(v.commit_timestamp)))
     if version == 4:

@@ -50,6 +50,7 @@ __all__ = [
     "java_string_hash",
     "partition_for",
     "OffsetCommitKey",
+    "offset_commit_key",
     "GroupMetadataKey",
     "UnknownRecordKey",
     "encode_key",
@@ -133,16 +134,17 @@ RecordKey = Union[OffsetCommitKey, GroupMetadataKey]
 
 
 @lru_cache(maxsize=65536)  # consumers commit the same partitions again and again
-def _offset_commit_key_bytes(key: OffsetCommitKey) -> bytes:
+def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
+    """An OffsetCommit key (version 1); the commit path calls this without an OffsetCommitKey."""
     # int16 version 1 | string group | string topic | int32 partition
-    return b"".join((b"\x00\x01", write_string(key.group), write_string(key.topic), INT32.pack(key.partition)))
+    return b"".join((b"\x00\x01", write_string(group), write_string(topic), INT32.pack(partition)))
 
 
 def encode_key(key: RecordKey | consumer_group_records.ConsumerGroupKey | share_group_records.ShareGroupKey) -> bytes:
     """OffsetCommitKey -> key version 1; GroupMetadataKey -> key version 2; a consumer- or
     share-group key -> its record type (consumer_group_records.py, share_group_records.py)."""
     if type(key) is OffsetCommitKey:
-        return _offset_commit_key_bytes(key)
+        return offset_commit_key(key.group, key.topic, key.partition)
     if type(key) is GroupMetadataKey:
         # int16 version 2 | string group
         return b"\x00\x02" + write_string(key.group)

@@ -25,7 +25,7 @@ from ..coordinator.shard import GroupCoordinatorShard
 from ..coordinator.write_errors import (
     COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR, NOT_LEADER_OR_FOLLOWER, CoordinatorWriteError,
 )
-from ..records.batch import TRANSACTIONAL_MASK, BatchHeader, build_batch, iter_batches, parse_header
+from ..records.batch import TRANSACTIONAL_MASK, BatchHeader, build_coordinator_batch, iter_batches, parse_header
 from ..records.control import build_marker_batch
 from ..records.offsets import encode_key, encode_value
 from ..records.scan import scan_key_values
@@ -275,22 +275,22 @@ class ShardRuntime:
                 parts.append(build_marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now))
                 plan.append((producer_id, commit, []))
                 continue
-            encoded = [(encode_key(k), None if v is None else encode_value(v), result.replay)
-                       for k, v in result.records]
+            replay = result.replay
+            encoded = [(k, v, replay) if k.__class__ is bytes else
+                       (encode_key(k), None if v is None else encode_value(v), replay) for k, v in result.records]
             if result.producer_id < 0:
                 plain.extend(encoded)
                 continue
             if encoded:
                 if plain:
-                    parts.append(build_batch([(k, v, now, []) for k, v, _ in plain]))
+                    parts.append(build_coordinator_batch(plain, now))
                     plan.append((-1, None, plain))
                     plain = []
-                parts.append(build_batch([(k, v, now, []) for k, v, _ in encoded], producer_id=result.producer_id,
-                                         producer_epoch=result.producer_epoch, base_sequence=-1,
-                                         attributes=TRANSACTIONAL_MASK))
+                parts.append(build_coordinator_batch(encoded, now, result.producer_id, result.producer_epoch,
+                                                     TRANSACTIONAL_MASK))
                 plan.append((result.producer_id, None, encoded))
         if plain:
-            parts.append(build_batch([(k, v, now, []) for k, v, _ in plain]))
+            parts.append(build_coordinator_batch(plain, now))
             plan.append((-1, None, plain))
         outcome: object = None
         if parts:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from ..broker.broker import Broker
 from ..config import BrokerConfig
 from ..protocol.errors import Error
-from ..records.batch import build_batch, decode_records, iter_batches
+from ..records.batch import build_coordinator_batch, decode_records, iter_batches
 from ..records.offsets import partition_for
 from ..records.share_state_records import StateBatch
 from ..share.shard import Record, ShareCoordinatorShard, SharePartitionKey, SharePartitionState
@@ -142,7 +142,7 @@ class ShareStateRuntime:
             generation = self.generation
             now = self.clock()
             try:
-                appended = durable_append(self.plog, build_batch([(k, v, now, []) for k, v in records]), now,
+                appended = durable_append(self.plog, build_coordinator_batch(records, now), now,
                                           self.fsync, self.group_commit)
                 if isawaitable(appended):
                     await appended

@@ -19,7 +19,7 @@ from inspect import isawaitable
 from typing import Any, Awaitable, Callable, Iterable
 
 from ..coordinator.write_errors import NOT_LEADER_OR_FOLLOWER, CoordinatorWriteError
-from ..records.batch import build_batch, decode_records, iter_batches, parse_header
+from ..records.batch import build_coordinator_batch, decode_records, iter_batches, parse_header
 from ..records.transaction_log import decode_key, encode_key
 from ..storage.partition_log import PartitionLog
 from ..transaction.result import MarkerJob, Record, TxnResult
@@ -224,7 +224,7 @@ class TxnShardRuntime:
         outcome: object
         try:
             now = self.clock()
-            data = build_batch([(k, v, now, []) for k, v in records])
+            data = build_coordinator_batch(records, now)
             sync = self.fsync and any(result.durable for result in batch)
             if sync and self.group_commit is not None:
                 outcome = self.group_commit.start(self.plog, data, now,

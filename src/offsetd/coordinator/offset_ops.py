@@ -137,13 +137,17 @@ class OffsetOperations:
         records, written = result.records, self.table.written
         # The hot path of every commit: records go out encoded (no key or value objects), each
         # key marked written in the table at once.
-        for topic, partition, offset, epoch, metadata, *stamp in offsets:
+        for row in offsets:
+            if len(row) == 5:
+                topic, partition, offset, epoch, metadata = row
+                committed_at = now
+            else:  # an OffsetCommit v1 commit timestamp replaces now unless it is -1 (§1.1 step 11)
+                topic, partition, offset, epoch, metadata, stamp = row
+                committed_at = now if stamp == -1 else stamp
             if metadata and metadata_length(metadata) > limit:
                 errors[(topic, partition)] = OFFSET_METADATA_TOO_LARGE
                 continue
             errors[(topic, partition)] = NONE
-            # an OffsetCommit v1 commit timestamp (a 6th element) replaces now unless it is -1 (§1.1 step 11)
-            committed_at = stamp[0] if stamp and stamp[0] != -1 else now
             key = offset_commit_key(group_id, topic, partition)
             written(key)
             records.append((key, offset_commit_value_bytes(offset, epoch, metadata, committed_at, expire)))

@@ -40,6 +40,8 @@ log = logging.getLogger("offsetd.coordinator")
 # commit flag or None, [(key, value, replay?)]).
 Plan = list[tuple[int, bool | None, list[tuple[bytes, bytes | None, bool]]]]
 
+LATER = object()  # append_then's answer when the append's outcome comes later, by callback
+
 LOAD_CHUNK_BYTES = 5 * 1024 * 1024  # offsets.load.buffer.size
 SWEEP_CHUNK = 1000  # groups examined per event-loop turn by the retention sweep
 
@@ -295,22 +297,11 @@ class ShardRuntime:
         outcome: object = None
         if parts:
             # Atomic: batches and fsync, or nothing (undone back to the last good end).
-            # Cluster mode's log answers later: after PostgreSQL's COMMIT.
-            data, headers = b"".join(parts), [parse_header(part) for part in parts]
-            try:
-                if self.fsync and self.group_commit is not None:
-                    outcome = self.group_commit.start(
-                        self.plog, data, now, lambda done: self._written(unit, generation, plan, done), headers)
-                    if outcome is None:
-                        return False  # _written goes on from the fsync's completion
-                else:
-                    outcome = self.plog.append(data, now, headers, sync=self.fsync)
-                    if isawaitable(outcome):
-                        asyncio.ensure_future(outcome).add_done_callback(
-                            lambda done: self._written(unit, generation, plan, append_outcome(done)))
-                        return False
-            except Exception as exc:
-                outcome = exc
+            outcome = append_then(self.plog, b"".join(parts), now, self.fsync, self.group_commit,
+                                  [parse_header(part) for part in parts],
+                                  lambda done: self._written(unit, generation, plan, done))
+            if outcome is LATER:
+                return False  # _written goes on from the append's completion
         return self._finish(unit, generation, plan, outcome)
 
     def _written(self, unit: list[CoordinatorResult], generation: int, plan: Plan, outcome: object) -> None:
@@ -404,13 +395,6 @@ def _run_into(fn: Callable[[], Any], future: "asyncio.Future[Any]") -> None:
         future.set_exception(exc)
 
 
-def append_outcome(done: "asyncio.Future[Any]") -> object:
-    """A finished append's result, or the exception it raised (CancelledError when cancelled)."""
-    if done.cancelled():
-        return asyncio.CancelledError()
-    return done.exception() or done.result()
-
-
 def _no_body() -> None:
     """A marker write's response: nothing, once it is durable and replayed."""
     return None
@@ -421,6 +405,32 @@ def _fail(results: list[CoordinatorResult], error: CoordinatorWriteError) -> Non
         for token, _ in result.completions:
             if not token.done():
                 token.set_exception(error)
+
+
+def append_then(plog: PartitionLog, records: bytes, now_ms: int, sync: bool, group_commit: GroupCommit | None,
+                validated: list[BatchHeader], on_outcome: Callable[[object], None]) -> object:
+    """Append a coordinator's batch (fsynced when `sync`) for a writer that is a chain of
+    callbacks: its outcome (the AppendResult, or the exception) now, or LATER and
+    on_outcome(outcome) when it completes - the fsync off the loop through `group_commit`, or
+    (cluster mode) PostgreSQL's COMMIT. `validated`: the batches' headers, not checked again."""
+    try:
+        if sync and group_commit is not None:
+            duplicate = group_commit.start(plog, records, now_ms, on_outcome, validated)
+            return LATER if duplicate is None else duplicate
+        appended = plog.append(records, now_ms, validated, sync=sync)
+        if isawaitable(appended):
+            asyncio.ensure_future(appended).add_done_callback(lambda done: on_outcome(_outcome(done)))
+            return LATER
+        return appended
+    except Exception as exc:
+        return exc
+
+
+def _outcome(done: "asyncio.Future[Any]") -> object:
+    """A finished append's result, or the exception it raised (CancelledError when cancelled)."""
+    if done.cancelled():
+        return asyncio.CancelledError()
+    return done.exception() or done.result()
 
 
 def durable_append(plog: PartitionLog, records: bytes, now_ms: int, sync: bool,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from inspect import isawaitable
 from typing import Any, Awaitable, Callable, Iterable
 
 from ..coordinator.write_errors import NOT_LEADER_OR_FOLLOWER, CoordinatorWriteError
@@ -24,7 +23,7 @@ from ..records.transaction_log import decode_key, encode_key
 from ..storage.partition_log import PartitionLog
 from ..transaction.result import MarkerJob, Record, TxnResult
 from ..transaction.shard import TransactionCoordinatorShard
-from .coordinator_runtime import ShardState, append_outcome, deliver
+from .coordinator_runtime import LATER, ShardState, append_then, deliver
 from .group_commit import GroupCommit
 
 log = logging.getLogger("offsetd.transactions")
@@ -221,25 +220,13 @@ class TxnShardRuntime:
         """Append one batch; True when it is finished already (no fsync, or it failed at once)."""
         records = _records(batch)
         generation = self.generation
-        outcome: object
-        try:
-            now = self.clock()
-            data = build_coordinator_batch(records, now)
-            sync = self.fsync and any(result.durable for result in batch)
-            if sync and self.group_commit is not None:
-                outcome = self.group_commit.start(self.plog, data, now,
-                                                  lambda done: self._written(batch, records, generation, done),
-                                                  [parse_header(data)])
-                if outcome is None:
-                    return False  # _written goes on when the fsync completes
-            else:
-                outcome = self.plog.append(data, now, [parse_header(data)], sync=sync)
-                if isawaitable(outcome):  # cluster mode: after PostgreSQL's COMMIT
-                    asyncio.ensure_future(outcome).add_done_callback(
-                        lambda done: self._written(batch, records, generation, append_outcome(done)))
-                    return False
-        except Exception as exc:
-            outcome = exc
+        now = self.clock()
+        data = build_coordinator_batch(records, now)
+        outcome = append_then(self.plog, data, now, self.fsync and any(result.durable for result in batch),
+                              self.group_commit, [parse_header(data)],
+                              lambda done: self._written(batch, records, generation, done))
+        if outcome is LATER:
+            return False  # _written goes on from the append's completion
         return self._finish(batch, records, generation, outcome)
 
     def _written(self, batch: list[TxnResult], records: list[Record], generation: int, outcome: object) -> None:

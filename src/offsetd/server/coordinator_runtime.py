@@ -353,17 +353,21 @@ class ShardRuntime:
     def _replay(self, plan: Plan, offset: int) -> None:
         """Replay durable batches written from `plan`, the first at log `offset`."""
         shard = self.shard
+        replay_raw = shard.table.replay  # what shard.replay_raw calls, without its frame per record
         for producer_id, commit, records in plan:
             if commit is not None:
                 shard.replay_marker(producer_id, commit)
                 offset += 1
                 continue
+            if producer_id < 0:
+                for key, value, replay in records:
+                    if replay:
+                        replay_raw(key, value)
+                offset += len(records)
+                continue
             for key, value, replay in records:
                 if replay:
-                    if producer_id < 0:
-                        shard.replay_raw(key, value)
-                    else:
-                        shard.replay_transactional(producer_id, key, value, offset)
+                    shard.replay_transactional(producer_id, key, value, offset)
                 offset += 1
 
     # ------------------------------------------------------------------------ timers

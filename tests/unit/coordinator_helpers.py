@@ -99,8 +99,12 @@ def apply(shard: GroupCoordinatorShard, result: CoordinatorResult) -> dict[Hasha
 
 def decoded(records: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
     """A result's records as key and value objects (the commit path gives them encoded)."""
-    return [(decode_key(k), None if v is None else decode_value(decode_key(k), v)) if isinstance(k, bytes) else (k, v)
-            for k, v in records]
+    return [_decoded(k, v) if isinstance(k, bytes) else (k, v) for k, v in records]
+
+
+def _decoded(key: bytes, value: bytes | None) -> tuple[Any, Any]:
+    k = decode_key(key)
+    return k, None if value is None else decode_value(k, value)
 
 
 def make_config(**overrides: Any) -> GroupCoordinatorConfig:

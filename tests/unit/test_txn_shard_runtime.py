@@ -3,19 +3,14 @@
 batch in flight, what queues meanwhile goes next), Complete* is installed as soon as the markers
 are under way while the id's records wait until they are written, its record lingers to go with
 the id's next write, which supersedes it; a failed fsync fails the requests and rebuilds the
-shard from the log. With answer_when_written, AddPartitionsToTxn is answered before its fsync and
-the id is unsynced (verification waits) until the fsync completes, or fails and the shard is
-rebuilt without the partition."""
+shard from the log."""
 
 from __future__ import annotations
 
 import asyncio
 import errno
 import os
-import threading
-from inspect import isawaitable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Awaitable, Callable
 
 import pytest
@@ -26,7 +21,6 @@ from offsetd.records.transaction_log import decode_key, decode_value
 from offsetd.server.coordinator_runtime import ShardState, new_token
 from offsetd.server.group_commit import GroupCommit
 from offsetd.server.transaction_runtime import APPLIED_LINGER_S, TxnShardRuntime
-from offsetd.server.txn_verification import PartitionVerifier
 from offsetd.storage import LogConfig, PartitionLog
 from offsetd.transaction.config import TransactionConfig
 from offsetd.transaction.metadata import TxnState
@@ -43,10 +37,9 @@ class Shell:
     """A shard, its runtime (group commit on threads) and its partition log in a directory;
     marker jobs are recorded and reported written at once."""
 
-    def __init__(self, path: Path, group_commit: GroupCommit, early: bool = False) -> None:
+    def __init__(self, path: Path, group_commit: GroupCommit) -> None:
         self.path = path
         self.group_commit = group_commit
-        self.early = early
         self.jobs: list[MarkerJob] = []
         self.plog = PartitionLog.open(path, "__transaction_state", 0,
                                       LogConfig(cleanup_policy="compact", preallocate=True), NOW)
@@ -55,7 +48,7 @@ class Shell:
     def _runtime(self) -> TxnShardRuntime:
         shard = TransactionCoordinatorShard(0, TransactionConfig(), iter(range(100, 200)).__next__)
         return TxnShardRuntime(shard, self.plog, fsync=True, clock=lambda: NOW, markers=self._markers,
-                               group_commit=self.group_commit, answer_when_written=self.early)
+                               group_commit=self.group_commit)
 
     def _markers(self, job: MarkerJob, _still: Callable[[], bool]) -> Awaitable[None] | None:
         self.jobs.append(job)
@@ -197,88 +190,5 @@ def test_a_failed_fsync_fails_the_request_and_rebuilds_the_shard_from_the_log(
                        and shell.meta().pending is None)
         assert shell.meta().state is S.ONGOING
         assert shell.jobs == []
-
-    asyncio.run(scenario())
-
-
-class HeldFsync:
-    """os.fdatasync that waits (on its thread) until released, then syncs or fails."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.release = threading.Event()
-        self.error: OSError | None = None
-        real = os.fdatasync
-
-        def held(fd: int) -> None:
-            assert self.release.wait(WAIT_S), "fsync never released"
-            if self.error is not None:
-                raise self.error
-            real(fd)
-
-        monkeypatch.setattr(os, "fdatasync", held)
-
-
-def test_an_added_partition_is_answered_once_written_and_unsynced_until_its_fsync(
-        tmp_path: Path, group_commit: GroupCommit, monkeypatch: pytest.MonkeyPatch) -> None:
-    async def scenario() -> None:
-        shell = Shell(tmp_path, group_commit, early=True)
-        await shell.runtime.load()
-        shard = shell.runtime.shard
-        init = await shell.call(lambda t: shard.init_producer_id(t, TXN, 60_000, -1, -1, 3, NOW))
-        pid, epoch = init["producer_id"], init["producer_epoch"]
-        fsync = HeldFsync(monkeypatch)
-        added = shell.call(lambda t: shard.add_partitions(t, TXN, pid, epoch, [("t", 0)], 3, NOW))
-        # answered with the record written and its fsync held: the shard's state has it already,
-        # readers of the log do not yet (the partition's end moves once the record is durable)
-        assert await asyncio.wait_for(added, WAIT_S) == {("t", 0): 0}
-        assert shell.states() == ["EMPTY"]
-        assert shell.meta().state is S.ONGOING and shell.meta().partitions == {("t", 0)}
-        synced = shell.runtime.unsynced(TXN)
-        assert synced is not None and not synced.done() and shell.runtime.unsynced("other") is None
-        # the partition's first transactional batch is verified only once the record is durable
-        side = SimpleNamespace(verify_partitions=True, markers=SimpleNamespace(remote=None),
-                               runtime_for=lambda _id: shell.runtime, coordinator_node=lambda _id: 0)
-        verdict = PartitionVerifier(side).verify(TXN, pid, epoch, "t", 0)
-        assert isawaitable(verdict)
-        verified = asyncio.ensure_future(verdict)
-        await asyncio.sleep(0.01)
-        assert not verified.done()
-        fsync.release.set()
-        assert await asyncio.wait_for(verified, WAIT_S) == 0
-        assert synced.done() and shell.runtime.unsynced(TXN) is None
-        # EndTxn (not early) is answered only after its own fsync
-        fsync = HeldFsync(monkeypatch)
-        ended = shell.call(lambda t: shard.end_txn(t, TXN, pid, epoch, True, 3, NOW))
-        await asyncio.sleep(0.01)
-        assert not ended.done() and shell.runtime.unsynced(TXN) is None
-        fsync.release.set()
-        assert await asyncio.wait_for(ended, WAIT_S) == {"error_code": 0}
-        assert shell.states() == ["EMPTY", "ONGOING", "PREPARE_COMMIT"]
-
-    asyncio.run(scenario())
-
-
-def test_a_failed_fsync_after_an_early_answer_rebuilds_the_shard_without_the_partition(
-        tmp_path: Path, group_commit: GroupCommit, monkeypatch: pytest.MonkeyPatch) -> None:
-    async def scenario() -> None:
-        shell = Shell(tmp_path, group_commit, early=True)
-        await shell.runtime.load()
-        shard = shell.runtime.shard
-        init = await shell.call(lambda t: shard.init_producer_id(t, TXN, 60_000, -1, -1, 3, NOW))
-        pid, epoch = init["producer_id"], init["producer_epoch"]
-        fsync = HeldFsync(monkeypatch)
-        added = shell.call(lambda t: shard.add_partitions(t, TXN, pid, epoch, [("t", 0)], 3, NOW))
-        assert await asyncio.wait_for(added, WAIT_S) == {("t", 0): 0}
-        synced = shell.runtime.unsynced(TXN)
-        assert synced is not None
-        fsync.error = OSError(errno.EIO, "injected")
-        fsync.release.set()
-        await asyncio.wait_for(asyncio.shield(synced), WAIT_S)
-        # the write is undone and the shard rebuilt from the log: the partition is not in the
-        # transaction, so a transactional batch for it is refused rather than left hanging
-        await wait_for(lambda: shell.runtime.state is ShardState.ACTIVE and TXN in shell.runtime.shard.transactions)
-        assert shell.meta().state is S.EMPTY and shell.runtime.unsynced(TXN) is None
-        assert shard.verify_partitions(TXN, pid, epoch, [("t", 0)]) != {("t", 0): 0}
-        assert shell.states() == ["EMPTY"]
 
     asyncio.run(scenario())

@@ -209,8 +209,8 @@ class KafkaServer:
         self.txn_api = TransactionApi(self.broker, config, self.group_api, clock,
                                       MarkerWriter(self.broker, self.runtimes, clock),
                                       local=config.get("storage.engine") == "local", group_commit=self.group_commit)
-        self.broker.txn_verifier = self.txn_api.verifier.verify
-        self.group_api.txn_verifier = self.txn_api.verifier.verify_offsets
+        self.broker.txn_verifier = self.txn_api.verify
+        self.group_api.txn_verifier = self.txn_api.verify_offsets
         # KIP-932 share groups: membership, the leaders' side and the share coordinator
         self.shares = ShareServer(self.broker, config, clock, self.group_api, self.consumer_group_api,
                                   local=self.txn_api.local, group_commit=self.group_commit)

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from inspect import isawaitable
 from typing import Any, Awaitable, Callable
 
 from ..broker.broker import Broker
 from ..broker.cluster_view import once_led
 from ..broker.produce import handle_init_producer_id
 from ..config import BrokerConfig
+from ..protocol.api_versions import ApiKey
 from ..protocol.errors import Error
 from ..records.offsets import OFFSETS_TOPIC, partition_for
 from ..security.authorization import Access, Op, Res, access
@@ -29,13 +31,22 @@ from .futures import then
 from .group_api import GroupApi, RequestContext, reply_when_durable, write_failure
 from .group_commit import GroupCommit
 from .transaction_markers import MarkerWriter
-from .transaction_runtime import CONCURRENT_WAIT_S, TxnShardRuntime, state_error
-from .txn_verification import PartitionVerifier
+from .transaction_runtime import TxnShardRuntime, state_error
 
 log = logging.getLogger("offsetd.transactions")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
+# How long an operation answered CONCURRENT_TRANSACTIONS without a write waits for the id's state to
+# move on (the previous transaction's markers and Complete*, usually a millisecond or two) and runs
+# again, before the answer goes out: clients would otherwise sit out a retry back-off (librdkafka:
+# 100 ms) after every transaction that begins right after the last one ended.
+CONCURRENT_WAIT_S = 1.0
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE = 0, 1, 2
+
+# A coordinator that cannot answer a verification right now: the append is retried by the
+# producer (Kafka's leaders answer NOT_ENOUGH_REPLICAS then).
+VERIFY_UNAVAILABLE = {code: Error.NOT_ENOUGH_REPLICAS for code in (
+    Error.COORDINATOR_LOAD_IN_PROGRESS, Error.COORDINATOR_NOT_AVAILABLE, Error.NOT_COORDINATOR)}
 
 Body = dict[str, Any]
 Reply = Body | Awaitable[Body]
@@ -74,20 +85,16 @@ class TransactionApi:
         self.runtimes: list[TxnShardRuntime] = []
         self.create_state_topic: Callable[[], None] = self._create_locally
         self.verify_partitions = config.get("transaction.partition.verification.enable")
-        self.verifier = PartitionVerifier(self)
 
     # ---------------------------------------------------------------- the state log
 
     def add_runtimes(self, topic: Any, *, owned: bool) -> None:
         """One shard runtime per `__transaction_state` partition (cluster mode: unowned at first)."""
         fsync = self.config.get("offsets.topic.fsync.enable")
-        # answered before the fsync only where verification makes what depends on it wait for it
-        early = bool(self.local and fsync and self.group_commit is not None and self.verify_partitions)
         for index, plog in enumerate(topic.partitions):
             shard = TransactionCoordinatorShard(index, self.txn_config, self.broker.producer_ids.allocate)
             self.runtimes.append(TxnShardRuntime(shard, plog, fsync=fsync, clock=self.clock, owned=owned,
-                                                 markers=self.markers.run, group_commit=self.group_commit,
-                                                 answer_when_written=early))
+                                                 markers=self.markers.run, group_commit=self.group_commit))
 
     def open_existing(self) -> None:
         """Single node at start-up: serve `__transaction_state` if an earlier run created it."""
@@ -110,11 +117,6 @@ class TransactionApi:
         if not self.runtimes:
             return None
         return self.runtimes[partition_for(transactional_id, len(self.runtimes))]
-
-    def coordinator_node(self, transactional_id: str) -> int:
-        """The broker leading the id's `__transaction_state` partition (-1: none)."""
-        return self.broker.cluster.leader(self.broker.topics.get(TRANSACTION_STATE_TOPIC),
-                                          partition_for(transactional_id, len(self.runtimes)))[0]
 
     def stop(self) -> None:
         for runtime in self.runtimes:
@@ -457,6 +459,85 @@ class TransactionApi:
                                    "active_producers": [] if error else plog.producers()})
             topics.append({"name": topic.name, "partitions": partitions})
         return {"topics": topics}
+
+    # --------------------------------------------------------------------- verification
+
+    def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
+               partition: int) -> int | Awaitable[int]:
+        """Is (topic, partition) part of the producer's open transaction? Asked before a
+        partition's first transactional batch (A4) and before a TxnOffsetCommit; a coordinator on
+        another broker (cluster mode) is asked with AddPartitionsToTxn v4 VerifyOnly."""
+        if not self.verify_partitions:
+            return Error.NONE
+        runtime = self.runtime_for(transactional_id)
+        if runtime is not None and not runtime.plog.leader and self.markers.remote is not None:
+            return self._verify_remote(transactional_id, producer_id, producer_epoch, topic, partition)
+        error = state_error(runtime)
+        if error:
+            return VERIFY_UNAVAILABLE.get(error, error)
+        code = self._verify_now(runtime, transactional_id, producer_id, producer_epoch, topic, partition)  # type: ignore
+        if code == Error.CONCURRENT_TRANSACTIONS:  # another write of the id in flight (AddOffsetsToTxn...)
+            return self._verify_when_settled(runtime, transactional_id, producer_id, producer_epoch,  # type: ignore
+                                             topic, partition)
+        return code
+
+    @staticmethod
+    def _verify_now(runtime: TxnShardRuntime, transactional_id: str, producer_id: int, producer_epoch: int,
+                    topic: str, partition: int) -> int:
+        return runtime.shard.verify_partitions(transactional_id, producer_id, producer_epoch,
+                                               [(topic, partition)]).get((topic, partition), Error.NONE)
+
+    async def _verify_when_settled(self, runtime: TxnShardRuntime, transactional_id: str, producer_id: int,
+                                   producer_epoch: int, topic: str, partition: int) -> int:
+        """verify() once the id's write in flight is replayed (as _when_settled does for operations)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CONCURRENT_WAIT_S
+        while True:  # checked before each wait: the write may have been replayed before this ran
+            error = state_error(runtime)
+            if error:
+                return VERIFY_UNAVAILABLE.get(error, error)
+            code = self._verify_now(runtime, transactional_id, producer_id, producer_epoch, topic, partition)
+            if code != Error.CONCURRENT_TRANSACTIONS or loop.time() >= deadline:
+                return code
+            await runtime.changed(transactional_id, deadline - loop.time())
+
+    async def _verify_remote(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
+                             partition: int) -> int:
+        node = self.broker.cluster.leader(self.broker.topics.get(TRANSACTION_STATE_TOPIC),
+                                          partition_for(transactional_id, len(self.runtimes)))[0]
+        if node < 0:
+            return Error.NOT_ENOUGH_REPLICAS
+        body = {"transactions": [{"transactional_id": transactional_id, "producer_id": producer_id,
+                                  "producer_epoch": producer_epoch, "verify_only": True,
+                                  "topics": [{"name": topic, "partitions": [partition]}]}]}
+        try:
+            response = await self.markers.remote_request(node, ApiKey.ADD_PARTITIONS_TO_TXN, 4, body)
+        # EOFError: asyncio's IncompleteReadError, the peer closed the connection before it answered
+        # (killed or restarted since it was opened); it failed the client's request with an internal error
+        except (OSError, EOFError, asyncio.TimeoutError):
+            return Error.NOT_ENOUGH_REPLICAS
+        if response.error_code:
+            return VERIFY_UNAVAILABLE.get(int(response.error_code), int(response.error_code))
+        codes = [int(p.partition_error_code) for txn in response.results_by_transaction
+                 for t in txn.topic_results for p in t.results_by_partition]
+        code = codes[0] if codes else Error.UNKNOWN_SERVER_ERROR
+        return VERIFY_UNAVAILABLE.get(code, code)
+
+    def verify_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
+                       partition: int) -> int | Awaitable[int]:
+        """verify() for TxnOffsetCommit, whose clients (v0-3) know INVALID_TXN_STATE, not
+        TRANSACTION_ABORTABLE (A5), and COORDINATOR_NOT_AVAILABLE rather than NOT_ENOUGH_REPLICAS."""
+        verdict = self.verify(transactional_id, producer_id, producer_epoch, topic, partition)
+        if isawaitable(verdict):
+            async def mapped() -> int:
+                return _for_offsets(await verdict)  # type: ignore[misc]
+            return mapped()
+        return _for_offsets(verdict)  # type: ignore[arg-type]
+
+
+def _for_offsets(error: int) -> int:
+    return {Error.TRANSACTION_ABORTABLE: Error.INVALID_TXN_STATE,
+            Error.NOT_ENOUGH_REPLICAS: Error.COORDINATOR_NOT_AVAILABLE}.get(error, error)
 
 
 def _concurrent(result: TxnResult) -> bool:

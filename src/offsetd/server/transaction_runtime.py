@@ -3,10 +3,6 @@
 The same shape as coordinator_runtime.ShardRuntime: results queue up while a write is in flight and
 go out as one record batch (append, fsync off the loop through server/group_commit.py, replay,
 then answer); loading replays the partition.
-With `answer_when_written` (single node, fsync through group commit, partition verification on), a
-batch holding an AddPartitionsToTxn / AddOffsetsToTxn write is replayed as soon as it is written and
-those requests are answered before the fsync; `unsynced()` tells verification to wait for the fsync,
-so no transactional batch or TxnOffsetCommit depends on a record a power loss could take back.
 What is particular to transactions: a result may carry marker jobs (reference A7). They run once
 the Prepare* record that asked for them is durable — after the EndTxn answer went out. The shard
 installs Complete* at once, so the id's next transaction does not wait for the markers; but until
@@ -19,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable
 
 from ..coordinator.write_errors import NOT_LEADER_OR_FOLLOWER, CoordinatorWriteError
 from ..records.batch import build_coordinator_batch, decode_records, iter_batches, parse_header
@@ -36,11 +32,6 @@ LOAD_CHUNK_BYTES = 5 * 1024 * 1024  # transaction.state.log.load.buffer.size
 # How long records installed already (Complete*) wait for another write of the partition to be
 # appended with (usually the id's next transaction's first write, which supersedes them).
 APPLIED_LINGER_S = 0.01
-# How long an operation (or a verification) answered CONCURRENT_TRANSACTIONS without a write waits for the id's state to
-# move on (the previous transaction's markers and Complete*, usually a millisecond or two) and runs
-# again, before the answer goes out: clients would otherwise sit out a retry back-off (librdkafka:
-# 100 ms) after every transaction that begins right after the last one ended.
-CONCURRENT_WAIT_S = 1.0
 # A marker job that raised is run again after this long (its transactional id's records wait).
 MARKERS_RETRY_S = 1.0
 
@@ -55,7 +46,7 @@ class TxnShardRuntime:
 
     def __init__(self, shard: TransactionCoordinatorShard, plog: PartitionLog, *, fsync: bool,
                  clock: Callable[[], int], markers: MarkerRunner, owned: bool = True,
-                 group_commit: GroupCommit | None = None, answer_when_written: bool = False) -> None:
+                 group_commit: GroupCommit | None = None) -> None:
         self.shard = shard
         self.plog = plog
         self.fsync = fsync
@@ -74,12 +65,6 @@ class TxnShardRuntime:
         # record of the id may reach the log before every marker is (see _start_markers)
         self._holds: dict[bytes, asyncio.Future[None]] = {}
         self._held_back: list[TxnResult] = []  # queued results of held ids, in queue order
-        self.answer_when_written = answer_when_written
-        # the batch in flight that was replayed (and its early requests answered) when written:
-        # its fsync's future, which verification of its transactional ids waits for
-        self._early: list[TxnResult] | None = None
-        self._synced: asyncio.Future[None] | None = None
-        self._unsynced_ids: set[str] = set()
 
     @property
     def partition(self) -> int:
@@ -136,18 +121,10 @@ class TxnShardRuntime:
                 if not watcher.done():
                     watcher.set_result(None)
 
-    def unsynced(self, transactional_id: str) -> "asyncio.Future[None] | None":
-        """A future that resolves once the id's last record is durable; None when it is already
-        (only a batch replayed before its fsync, see answer_when_written, leaves one)."""
-        if self._synced is not None and transactional_id in self._unsynced_ids:
-            return self._synced
-        return None
-
     def unload(self) -> None:
         """Another broker coordinates these transactions now (cluster mode): fail queued work with
         NOT_COORDINATOR and forget the state (the new owner loads it from the log)."""
         self._wake(list(self._watchers))
-        self._settle_early()
         self.generation += 1
         self.state = ShardState.UNLOADED
         self._cancel_timer()
@@ -249,38 +226,8 @@ class TxnShardRuntime:
                               self.group_commit, [parse_header(data)],
                               lambda done: self._written(batch, records, generation, done))
         if outcome is LATER:
-            if self.answer_when_written and any(result.early for result in batch):
-                self._answer_written(batch, records)
             return False  # _written goes on from the append's completion
         return self._finish(batch, records, generation, outcome)
-
-    def _answer_written(self, batch: list[TxnResult], records: list[Record]) -> None:
-        """The batch is in the log, its fsync in flight: replay it now (the shard's state is the
-        log's, as a later decision must see it) and answer its early requests; the rest are
-        answered in _finish, once durable. Until then verification of its ids waits (unsynced)."""
-        self._replay(batch, records)
-        self._early = batch
-        self._synced = asyncio.get_running_loop().create_future()
-        self._unsynced_ids = {decode_key(key) for key, _ in records}  # type: ignore[misc]
-        for result in batch:
-            if result.early:
-                deliver(result)
-
-    def _replay(self, batch: list[TxnResult], records: list[Record]) -> None:
-        replay = self.shard.replay
-        for result in batch:
-            if not result.applied:
-                for key, value in result.records:
-                    replay(key, value)
-        if self._watchers:
-            self._wake({decode_key(key) for key, _ in records})
-
-    def _settle_early(self) -> None:
-        """The early batch's fsync completed (or failed, or the shard moved): wake whatever
-        waits for its durability, which asks the shard again."""
-        synced, self._synced, self._early, self._unsynced_ids = self._synced, None, None, set()
-        if synced is not None and not synced.done():
-            synced.set_result(None)
 
     def _written(self, batch: list[TxnResult], records: list[Record], generation: int, outcome: object) -> None:
         """A batch's append completed (`outcome`: its AppendResult or the exception): finish it
@@ -296,15 +243,6 @@ class TxnShardRuntime:
     def _finish(self, batch: list[TxnResult], records: list[Record], generation: int, outcome: object) -> bool:
         """Replay a durable batch and answer its requests, or fail them and everything queued
         when the write failed; False when the writer must stop (a rebuild from the log owns it)."""
-        replayed = batch is self._early
-        try:
-            return self._finish_batch(batch, records, generation, outcome, replayed)
-        finally:
-            if replayed:
-                self._settle_early()
-
-    def _finish_batch(self, batch: list[TxnResult], records: list[Record], generation: int, outcome: object,
-                      replayed: bool) -> bool:
         if isinstance(outcome, BaseException):
             failed, self._queue, self._held_back = batch + self._held_back + self._queue, [], []
             _fail(failed, CoordinatorWriteError.from_exception(outcome))
@@ -322,8 +260,13 @@ class TxnShardRuntime:
         if generation != self.generation:
             _deliver_all(batch)  # durable, but this broker no longer coordinates them
             return True
-        if not replayed:
-            self._replay(batch, records)
+        replay = self.shard.replay
+        for result in batch:
+            if not result.applied:
+                for key, value in result.records:
+                    replay(key, value)
+        if self._watchers:
+            self._wake({decode_key(key) for key, _ in records})
         for result in batch:
             deliver(result)
             if result.markers:

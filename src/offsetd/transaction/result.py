@@ -39,11 +39,6 @@ class TxnResult:
     # a moment to go with the next write, and may leave out one that a later record of the same
     # batch supersedes (same key: the transactional id's next state).
     applied: bool = False
-    # True: the requests may be answered once the records are written, before their fsync
-    # (AddPartitionsToTxn / AddOffsetsToTxn), where the shell makes whatever depends on them wait
-    # for their durability instead: the first transactional batch of a partition and a
-    # TxnOffsetCommit (verification), and EndTxn (its Prepare* follows them in the log).
-    early: bool = False
 
     def respond(self, token: Hashable, response: Response) -> "TxnResult":
         self.completions.append((token, response))

@@ -297,7 +297,6 @@ class TransactionCoordinatorShard:
             target = meta.transit(S.ONGOING, now, partitions=meta.partitions | wanted, start_timestamp=start,
                                   client_transaction_version=2 if version >= 4 else 0)
             self._write(meta, target, result)
-            result.early = True
         code = map_fenced(error, "add_partitions", version)
         return result.respond(token, {tp: code for tp in partitions})
 

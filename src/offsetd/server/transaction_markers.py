@@ -26,6 +26,7 @@ from ..storage.log_dir import NotLeader, StorageError
 from ..storage.producer_state import ProduceError
 from ..transaction.result import MarkerJob
 from .coordinator_runtime import ShardRuntime, ShardState
+from .futures import then
 from .peer_client import PeerClient
 
 log = logging.getLogger("offsetd.transactions")
@@ -68,7 +69,8 @@ class MarkerWriter:
             runtime = self.group_runtimes[partition]
             if runtime.state is not ShardState.ACTIVE:
                 return Error.NOT_LEADER_OR_FOLLOWER
-            return _offsets_marker(runtime.write_marker(producer_id, producer_epoch, commit, coordinator_epoch))
+            return then(runtime.write_marker(producer_id, producer_epoch, commit, coordinator_epoch),
+                        _written_code, _offsets_marker_error)
         plog = self.broker.topics.partition(topic, partition)
         if plog is None:
             return Error.UNKNOWN_TOPIC_OR_PARTITION
@@ -101,11 +103,42 @@ class MarkerWriter:
     def run(self, job: MarkerJob, still_coordinator: Callable[[], bool]) -> Awaitable[None] | None:
         """Write every marker of `job`: None when each went in at once (data partitions of the
         local engine), else an awaitable that completes when all are written (or their partitions
-        are gone), or when this broker stopped coordinating the transaction."""
+        are gone), or when this broker stopped coordinating the transaction. Where the only wait
+        is for futures (a `__consumer_offsets` marker of this broker's), it is a future completed
+        by their callbacks, without a task; a marker to retry or to send to another broker takes
+        the coroutine (_rest)."""
         first = {(topic, partition): self._write(job, topic, partition) for topic, partition in job.partitions}
-        if all(isinstance(code, int) and code in _WRITTEN for code in first.values()):
-            return None
+        waits = [code for code in first.values() if not isinstance(code, int)]
+        if not any(isinstance(code, int) and code not in _WRITTEN for code in first.values()):
+            if not waits:
+                return None
+            if all(asyncio.isfuture(code) for code in waits):
+                return self._when_written(job, still_coordinator, first, waits)
         return self._rest(job, still_coordinator, first)
+
+    def _when_written(self, job: MarkerJob, still_coordinator: Callable[[], bool],
+                      first: dict[tuple[str, int], int | Awaitable[int]], waits: list[Any]) -> "asyncio.Future[None]":
+        """A future that completes when every future of `waits` has given a written code; when one
+        did not, the rest goes on in _rest (its retries), whose end completes the future."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        left = [len(waits)]
+
+        def settled(_: Any) -> None:
+            left[0] -= 1
+            if left[0] or done.done():
+                return
+            if any(code.cancelled() for code in waits):  # the loop is shutting down
+                done.cancel()
+                return
+            if all(code.exception() is None and code.result() in _WRITTEN for code in waits):
+                done.set_result(None)
+                return
+            retried = asyncio.ensure_future(self._rest(job, still_coordinator, first))
+            retried.add_done_callback(lambda task: _chain(task, done))
+
+        for code in waits:
+            code.add_done_callback(settled)
+        return done
 
     async def _rest(self, job: MarkerJob, still_coordinator: Callable[[], bool],
                     first: dict[tuple[str, int], int | Awaitable[int]]) -> None:
@@ -159,10 +192,25 @@ class MarkerWriter:
         return error
 
 
-async def _offsets_marker(written: Awaitable[None]) -> int:
-    """The error code of a marker written through a group coordinator shard."""
-    try:
-        await written
-    except CoordinatorWriteError as exc:
-        return Error.NOT_LEADER_OR_FOLLOWER if exc.error_code in _COORDINATOR_MOVED else exc.error_code
+def _written_code(_: object) -> int:
     return Error.NONE
+
+
+def _offsets_marker_error(exc: BaseException) -> int | None:
+    """The error code of a marker a group coordinator shard could not write (None: the
+    exception passes through)."""
+    if isinstance(exc, CoordinatorWriteError):
+        return Error.NOT_LEADER_OR_FOLLOWER if exc.error_code in _COORDINATOR_MOVED else exc.error_code
+    return None
+
+
+def _chain(task: "asyncio.Future[None]", done: "asyncio.Future[None]") -> None:
+    """Complete `done` as `task` completed."""
+    if done.done():
+        return
+    if task.cancelled():
+        done.cancel()
+    elif task.exception() is not None:
+        done.set_exception(task.exception())  # type: ignore[arg-type]
+    else:
+        done.set_result(None)

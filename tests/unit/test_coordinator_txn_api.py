@@ -29,6 +29,9 @@ INVALID_GROUP_ID, INVALID_TXN_STATE, UNSTABLE_OFFSET_COMMIT = 24, 48, 88
 class _Topics:
     """The broker's topic registry, as GroupApi asks it: topic "t" has partitions 0-3."""
 
+    def get(self, topic: str) -> object | None:
+        return NS(partitions=[object()] * 4) if topic == "t" else None
+
     def partition(self, topic: str, partition: int) -> object | None:
         return object() if topic == "t" and 0 <= partition < 4 else None
 

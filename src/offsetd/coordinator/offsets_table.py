@@ -61,6 +61,11 @@ class OffsetsTable:
                 self._on_pending_key(key, value)
         self.store(key, value)
 
+    def replay_all(self, records: list[tuple[bytes, Optional[bytes]]]) -> None:
+        """replay() of each record in order (the commit path's batch: the loop compiled too)."""
+        for key, value in records:
+            self.replay(key, value)
+
     def store(self, key: bytes, value: Optional[bytes]) -> None:
         """Set (or, for None, remove) one OffsetCommit entry; `key` is a version-1 key."""
         raw_group = key[4 : 4 + (key[2] << 8 | key[3])]  # int16 length, then the group id

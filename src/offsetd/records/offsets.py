@@ -94,6 +94,7 @@ def java_string_hash(s: str) -> int:
     return h - 0x100000000 if h & 0x80000000 else h
 
 
+@lru_cache(maxsize=1 << 16)  # asked on every request of a group (or transactional id): the hash is a Python loop
 def partition_for(group_id: str, num_partitions: int = DEFAULT_NUM_PARTITIONS) -> int:
     """`__consumer_offsets` partition of a group: Kafka `Utils.abs(hashCode) % n` (MIN_VALUE -> 0)."""
     if num_partitions <= 0:

@@ -37,8 +37,9 @@ from .group_commit import GroupCommit
 log = logging.getLogger("offsetd.coordinator")
 
 # What to replay once an append is durable, per batch in log order: (producer id, a marker's
-# commit flag or None, [(key, value, replay?)]).
-Plan = list[tuple[int, bool | None, list[tuple[bytes, bytes | None, bool]]]]
+# commit flag or None, the batch's encoded (key, value) records, and per result whose records they
+# are, in order, (how many, replay them?)).
+Plan = list[tuple[int, bool | None, list[tuple[bytes, bytes | None]], list[tuple[int, bool]]]]
 
 LATER = object()  # append_then's answer when the append's outcome comes later, by callback
 
@@ -267,33 +268,31 @@ class ShardRuntime:
         already, False when its completion goes on (`_written`) or a rebuild owns the writer."""
         now = self.clock()
         parts: list[bytes] = []
-        # per batch of the append, in log order: (producer id, marker commit flag or None,
-        # [(key, value, replay?)]) - what to replay once it is durable
-        plan: Plan = []
-        plain: list[tuple[bytes, bytes | None, bool]] = []
+        plan: Plan = []  # what to replay once the append is durable
+        plain: list[tuple[bytes, bytes | None]] = []
+        plain_runs: list[tuple[int, bool]] = []
         for result in unit:
             if result.marker is not None:
                 producer_id, producer_epoch, commit, coordinator_epoch = result.marker
                 parts.append(build_marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now))
-                plan.append((producer_id, commit, []))
+                plan.append((producer_id, commit, [], []))
                 continue
-            replay = result.replay
-            encoded = [(k, v, replay) if k.__class__ is bytes else
-                       (encode_key(k), None if v is None else encode_value(v), replay) for k, v in result.records]
+            encoded = _encoded(result.records)
             if result.producer_id < 0:
                 plain.extend(encoded)
+                plain_runs.append((len(encoded), result.replay))
                 continue
             if encoded:
                 if plain:
                     parts.append(build_coordinator_batch(plain, now))
-                    plan.append((-1, None, plain))
-                    plain = []
+                    plan.append((-1, None, plain, plain_runs))
+                    plain, plain_runs = [], []
                 parts.append(build_coordinator_batch(encoded, now, result.producer_id, result.producer_epoch,
                                                      TRANSACTIONAL_MASK))
-                plan.append((result.producer_id, None, encoded))
+                plan.append((result.producer_id, None, encoded, [(len(encoded), result.replay)]))
         if plain:
             parts.append(build_coordinator_batch(plain, now))
-            plan.append((-1, None, plain))
+            plan.append((-1, None, plain, plain_runs))
         outcome: object = None
         if parts:
             # Atomic: batches and fsync, or nothing (undone back to the last good end).
@@ -353,22 +352,28 @@ class ShardRuntime:
     def _replay(self, plan: Plan, offset: int) -> None:
         """Replay durable batches written from `plan`, the first at log `offset`."""
         shard = self.shard
-        replay_raw = shard.table.replay  # what shard.replay_raw calls, without its frame per record
-        for producer_id, commit, records in plan:
+        for producer_id, commit, records, runs in plan:
             if commit is not None:
                 shard.replay_marker(producer_id, commit)
                 offset += 1
                 continue
             if producer_id < 0:
-                for key, value, replay in records:
-                    if replay:
-                        replay_raw(key, value)
+                if all(replay for _, replay in runs):  # the usual batch: commits only
+                    shard.table.replay_all(records)  # what shard.replay_raw calls, in compiled code
+                else:
+                    start = 0
+                    for count, replay in runs:
+                        if replay:
+                            shard.table.replay_all(records[start:start + count])
+                        start += count
                 offset += len(records)
                 continue
-            for key, value, replay in records:
-                if replay:
+            if runs[0][1]:
+                for key, value in records:
                     shard.replay_transactional(producer_id, key, value, offset)
-                offset += 1
+                    offset += 1
+            else:
+                offset += len(records)
 
     # ------------------------------------------------------------------------ timers
 
@@ -397,6 +402,16 @@ def _run_into(fn: Callable[[], Any], future: "asyncio.Future[Any]") -> None:
         future.set_result(fn())
     except Exception as exc:
         future.set_exception(exc)
+
+
+def _encoded(records: list[Any]) -> list[tuple[bytes, bytes | None]]:
+    """A result's records as (key, value) bytes: commits come encoded already (the usual case:
+    returned as they are), the other records as key and value objects."""
+    for key, _ in records:
+        if key.__class__ is not bytes:
+            return [(k, v) if k.__class__ is bytes else (encode_key(k), None if v is None else encode_value(v))
+                    for k, v in records]
+    return records
 
 
 def _no_body() -> None:

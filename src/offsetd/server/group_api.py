@@ -226,18 +226,23 @@ class GroupApi:
         denied by authorization first, else unknown (UNKNOWN_TOPIC_OR_PARTITION, §1.1)."""
         known: list[tuple[Any, ...]] = []
         errors: dict[tuple[str, int], int] = {}
+        registry = self.broker.topics
         for topic in topics:
+            name = topic.name
+            refused = denied.get(name) if denied else None
+            found = registry.get(name)
+            count = len(found.partitions) if found is not None else 0  # the topic looked up once, not per partition
             for p in topic.partitions:
-                if denied and topic.name in denied:
-                    errors[(topic.name, p.partition_index)] = denied[topic.name]
-                elif self.broker.topics.partition(topic.name, p.partition_index) is None:
-                    errors[(topic.name, p.partition_index)] = Error.UNKNOWN_TOPIC_OR_PARTITION
+                index = p.partition_index
+                if refused is not None:
+                    errors[(name, index)] = refused
+                elif not 0 <= index < count:
+                    errors[(name, index)] = Error.UNKNOWN_TOPIC_OR_PARTITION
                 elif stamped:
-                    known.append((topic.name, p.partition_index, p.committed_offset, -1, p.committed_metadata,
-                                  p.commit_timestamp))
+                    known.append((name, index, p.committed_offset, -1, p.committed_metadata, p.commit_timestamp))
                 else:
-                    known.append((topic.name, p.partition_index, p.committed_offset,
-                                  getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+                    known.append((name, index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                                  p.committed_metadata))
         return known, errors
 
     def offset_commit(self, ctx: RequestContext, req: Any) -> Reply:

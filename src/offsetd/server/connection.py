@@ -108,6 +108,9 @@ class Connection(asyncio.Protocol):
         self._frame_started: float | None = None  # when the incomplete frame in _buf began
         self._sock_fd = -1  # the socket for sendfile; -1: none (TLS, not a socket, no sendfile)
         self._sending: asyncio.Task[None] | None = None  # the rest of a zero-copy response
+        # Responses after the first of a loop turn, written together at the head of the next (_send)
+        self._out: list[bytes] = []
+        self._corked = False
 
     # ------------------------------------------------------------------ asyncio callbacks
 
@@ -147,6 +150,7 @@ class Connection(asyncio.Protocol):
             self._sending.cancel()
         self._queue.clear()
         self._inflight.clear()
+        self._out.clear()
         self.server.connections.discard(self)
         self.server.connection_closed(self)
         if self.host is not None:
@@ -222,7 +226,7 @@ class Connection(asyncio.Protocol):
                     done.set_result(result)
                     self._inflight.append(done)
                 else:
-                    self.transport.write(result)  # type: ignore[union-attr]
+                    self._send(result)
                 continue
             if result.__class__ is SplitFrame:
                 if self._inflight:  # as bytes above: it waits for its turn
@@ -264,8 +268,30 @@ class Connection(asyncio.Protocol):
                 if response.__class__ is SplitFrame:
                     self._write_split(response)  # a send left in flight heads the line now
                 else:
-                    self.transport.write(response)  # type: ignore[union-attr]
+                    self._send(response)
         self._process()
+
+    def _send(self, response: bytes) -> None:
+        """Write a response: the first of a loop turn at once; the later ones of the same turn
+        are joined and written by one call at the head of the next turn. One fsync can answer
+        hundreds of pipelined commits at once, which then cost one send, not one each."""
+        if self._corked:
+            self._out.append(response)
+            return
+        self.transport.write(response)  # type: ignore[union-attr]
+        self._corked = True
+        asyncio.get_running_loop().call_soon(self._uncork)
+
+    def _uncork(self) -> None:
+        self._corked = False
+        self._flush_out()
+
+    def _flush_out(self) -> None:
+        """Write the responses _send held back (before anything else is written, and at close)."""
+        if self._out and not self._closed and self.transport is not None:
+            out = self._out
+            self._out = []
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     # ------------------------------------------------------------------ zero-copy sends
 
@@ -273,6 +299,7 @@ class Connection(asyncio.Protocol):
         """Send a response with file ranges: what the socket takes now, synchronously; the rest
         by a task put at the head of the in-flight line (every later response waits for it)."""
         self._active = True
+        self._flush_out()  # the responses before it go first
         pieces: Pieces = deque()
         try:
             if self._sock_fd < 0:  # no sendfile here: read the ranges, one write
@@ -381,6 +408,7 @@ class Connection(asyncio.Protocol):
         if self._closed:
             return
         _closes.log(level, "closing connection from %s: %s", self.peer, reason)
+        self._flush_out()  # answered before the close: they still go out (the transport flushes its buffer)
         self._closed = True
         self._queue.clear()
         if self._sending is not None:

@@ -19,7 +19,9 @@
 
   Each loop runs ``EosConfig.duration_s`` after a first, untimed, round (joining the group,
   ``init_transactions``). Figures: transactions/s and records/s of each loop, and the
-  transactional loop's records/s as a share of the plain loop's. Checked after the timed
+  transactional loop's records/s as a share of the plain loop's; the broker's CPU per
+  transaction and per plain round (/proc), and the transactional loop's own CPU per transaction
+  (its process: Python and librdkafka), the part of a round no broker can remove. Checked after the timed
   section: a read_committed consumer of the output sees every processed record exactly once
   (keys unique, count = records processed) with the value transformed, and the group's
   committed offsets add up to the records processed.
@@ -97,12 +99,23 @@ class LoopResult:
     #: of the round (produce, offsets, commit).
     consume_s: float = 0.0
     commit_s: float = 0.0
+    #: CPU (user + system) of the loop's own process over the timed rounds: Python and
+    #: librdkafka's threads, the part of a round no broker can take away.
+    client_cpu_s: float = 0.0
     #: Timed rounds that took longer than SLOW_ROUND_S (e.g. a client's retry back-off).
     slow_rounds: int = 0
     #: Start of the process to the end of the first round; the read-back (seconds).
     warmup_s: float = 0.0
     read_back_s: float = 0.0
     errors: list[str] = field(default_factory=list)
+
+
+def _process_cpu_s() -> float:
+    """This process' CPU time, all its threads (user + system, seconds)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _transform(value: bytes) -> bytes:
@@ -209,6 +222,7 @@ def process_loop(bootstrap: str, in_topic: str, out_topic: str, partitions: int,
                 if time.monotonic() > go_deadline:
                     raise RuntimeError("no go signal from the harness")
                 time.sleep(0.02)  # waiting for a file: no client traffic to block on
+        cpu_start = _process_cpu_s()
         start = time.perf_counter()
         end = start + duration_s if duration_s is not None else float("inf")
         while time.perf_counter() < end and (rounds is None or result.rounds < rounds):
@@ -219,6 +233,7 @@ def process_loop(bootstrap: str, in_topic: str, out_topic: str, partitions: int,
             result.records += n
             result.total_records += n
         result.elapsed_s = time.perf_counter() - start
+        result.client_cpu_s = _process_cpu_s() - cpu_start
         if ready_path:
             open(ready_path + ".done", "w").close()
         committed = consumer.committed([tp for tp in consumer.assignment()], timeout=verify_timeout_s)
@@ -382,6 +397,9 @@ def eos_workload(ecfg: EosConfig, bootstrap: str, broker_name: str,
         if before is not None and after is not None:
             metrics[f"eos_broker_cpu_ms_per_{kind}"] = Metric(
                 f"eos: broker CPU per {label}", "ms", 1000 * (after - before) / max(res.rounds, 1), False)
+    metrics["eos_client_cpu_ms_per_txn"] = Metric(
+        "eos: client CPU per transaction (the loop's process)", "ms",
+        1000 * txn.client_cpu_s / max(txn.rounds, 1), False)
     return metrics
 
 

@@ -7,30 +7,13 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-from types import SimpleNamespace
 from typing import Any, Callable
+
+from connection_helpers import FakeServer
 
 from offsetd.server.connection import Connection
 
 METADATA, OFFSET_COMMIT = 3, 8
-
-
-class _Server:
-    """What Connection needs of KafkaServer: each request frame (its first two bytes an api key)
-    is answered by `answers[key]()` (bytes now, or a future)."""
-
-    def __init__(self, answers: dict[int, Callable[[], Any]]) -> None:
-        self.answers = answers
-        self.max_request_bytes = 1 << 20
-        self.trace = False
-        self.connections: set[Connection] = set()
-        self.guard = SimpleNamespace(admit=lambda host: None, release=lambda host: None)
-
-    def dispatch(self, conn: Connection, frame: bytes) -> Any:
-        return self.answers[frame[1]]()
-
-    def connection_closed(self, conn: Connection) -> None:
-        pass
 
 
 def _framed(payload: bytes) -> bytes:
@@ -43,7 +26,7 @@ async def _connected(answers: dict[int, Callable[[], Any]]) -> tuple[Connection,
     loop = asyncio.get_running_loop()
     ours, theirs = socket.socketpair()
     theirs.setblocking(False)
-    transport, conn = await loop.connect_accepted_socket(lambda: Connection(_Server(answers)), ours)
+    transport, conn = await loop.connect_accepted_socket(lambda: Connection(FakeServer(answers, key=lambda frame: frame[1])), ours)
     writes: list[bytes] = []
     real = transport.write
 

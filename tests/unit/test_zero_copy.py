@@ -9,10 +9,10 @@ import os
 import socket
 import struct
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Callable
 
 import pytest
+from connection_helpers import FakeServer
 from kio.index import load_response_schema
 from kio.serial import entity_reader
 
@@ -121,21 +121,6 @@ def test_descriptors_held_are_capped_and_given_back(tmp_path: Path, monkeypatch:
 # ------------------------------------------------------------------ Connection over a socket pair
 
 
-class _Server:
-    """What Connection needs of KafkaServer; dispatch answers each request frame by its first
-    byte's entry in `answers` (a callable giving the response)."""
-
-    def __init__(self, answers: dict[int, Callable[[], Any]]) -> None:
-        self.answers = answers
-        self.max_request_bytes = 1 << 20
-        self.trace = False
-        self.connections: set[Connection] = set()
-        self.guard = SimpleNamespace(admit=lambda host: None, release=lambda host: None)
-
-    def dispatch(self, conn: Connection, frame: bytes) -> Any:
-        return self.answers[frame[0]]()
-
-
 def _read_all(sock: socket.socket, n: int) -> bytes:
     chunks, got = [], 0
     while got < n:
@@ -154,7 +139,7 @@ async def _serve(answers: dict[int, Callable[[], Any]], requests: list[int], exp
     loop = asyncio.get_running_loop()
     ours, theirs = socket.socketpair()
     ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
-    server = _Server(answers)
+    server = FakeServer(answers)
     transport, conn = await loop.connect_accepted_socket(lambda: Connection(server), ours)
     if not sendfile:
         conn._sock_fd = -1  # as a transport without a plain socket (TLS) would be

@@ -225,8 +225,9 @@ class Connection(asyncio.Protocol):
                     done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
                     done.set_result(result)
                     self._inflight.append(done)
-                else:
-                    self._send(result)
+                else:  # answered at once: written at once, after any held back (not joined: see _send)
+                    self._flush_out()
+                    self.transport.write(result)  # type: ignore[union-attr]
                 continue
             if result.__class__ is SplitFrame:
                 if self._inflight:  # as bytes above: it waits for its turn
@@ -272,9 +273,12 @@ class Connection(asyncio.Protocol):
         self._process()
 
     def _send(self, response: bytes) -> None:
-        """Write a response: the first of a loop turn at once; the later ones of the same turn
-        are joined and written by one call at the head of the next turn. One fsync can answer
-        hundreds of pipelined commits at once, which then cost one send, not one each."""
+        """Write a response that waited (a commit's fsync, a long poll): the first of a loop turn
+        at once; the later ones of the same turn are joined and written by one call at the head
+        of the next turn. One fsync can answer hundreds of pipelined commits at once, which then
+        cost one send, not one each. Responses answered at once go out at once (_process): joining
+        a client's burst of FindCoordinator and Metadata answers left librdkafka's consumers
+        re-querying their coordinator for seconds after a disk-full (`make test`'s chaos run)."""
         if self._corked:
             self._out.append(response)
             return

@@ -1,7 +1,7 @@
-"""server.Connection's writes over a real socket pair: of the responses that waited (a commit's
-fsync), the first of a loop turn goes out at once and the later ones of the same turn are joined
-and written by one call at the head of the next turn, in request order, and before a close;
-responses answered at once are written at once."""
+"""server.Connection's writes over a real socket pair: of the answers to pipelined OffsetCommits
+(one fsync answers many), the first of a loop turn goes out at once and the later ones of the same
+turn are joined and written by one call at the head of the next turn, in request order, and before
+a close; responses answered at once are written at once."""
 
 from __future__ import annotations
 

@@ -268,17 +268,21 @@ class Connection(asyncio.Protocol):
                               int.from_bytes(head[4:8], "big"), len(response))
                 if response.__class__ is SplitFrame:
                     self._write_split(response)  # a send left in flight heads the line now
-                else:
+                elif self._pipelining == OFFSET_COMMIT:  # a run of commits: one fsync answers many
                     self._send(response)
+                else:
+                    self._flush_out()
+                    self.transport.write(response)  # type: ignore[union-attr]
         self._process()
 
     def _send(self, response: bytes) -> None:
-        """Write a response that waited (a commit's fsync, a long poll): the first of a loop turn
-        at once; the later ones of the same turn are joined and written by one call at the head
-        of the next turn. One fsync can answer hundreds of pipelined commits at once, which then
-        cost one send, not one each. Responses answered at once go out at once (_process): joining
-        a client's burst of FindCoordinator and Metadata answers left librdkafka's consumers
-        re-querying their coordinator for seconds after a disk-full (`make test`'s chaos run)."""
+        """Write the answer of a pipelined OffsetCommit: the first of a loop turn at once; the
+        later ones of the same turn are joined and written by one call at the head of the next
+        turn. One fsync can answer hundreds of pipelined commits at once, which then cost one send,
+        not one each. Every other response goes out as soon as it is answered: joining a client's
+        burst of FindCoordinator and Metadata answers left librdkafka consumers re-querying their
+        coordinator for seconds after a disk-full (`make test`'s chaos run), and librdkafka's
+        producers and transactions gain nothing from it."""
         if self._corked:
             self._out.append(response)
             return

@@ -2,7 +2,7 @@
 brokers or clients on the box: the store's own statements (storage/postgres_appends.py) on its own
 schema, one partition, one statement at a time as a partition's log sends them, against a fresh
 `LocalPostgres` (fsync and synchronous_commit on). Prints MB/s, statements/s and PostgreSQL's CPU
-(utime + stime of its processes, /proc) per MB and per statement, for appends of --sizes bytes,
+(utime + stime of that server's processes, /proc) per MB and per statement, for appends of --sizes bytes,
 --per appends per statement.
 
     .venv/bin/python bench/pg_append_cost.py --sizes 16000 46000 200000 --per 1 2 4 --mb 100
@@ -25,29 +25,22 @@ if __package__ in (None, ""):  # run as a script: make src importable
 
 import asyncpg  # noqa: E402
 
-from offsetd.dev.postgres import LocalPostgres  # noqa: E402
+from offsetd.dev.postgres import LocalPostgres, children_of, postmaster_pid  # noqa: E402
+from offsetd.dev.proc_stats import cpu_s  # noqa: E402
 from offsetd.storage import postgres_appends, postgres_store  # noqa: E402
 
 
-def postgres_cpu_s() -> float:
-    """utime + stime of every process whose command line names postgres (seconds)."""
-    total = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"postgres" not in f.read():
-                    continue
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+def postgres_cpu_s(pg: LocalPostgres) -> float:
+    """CPU seconds of this server so far: the postmaster, its exited backends (waited for, so in
+    its children's counters) and the running ones (as bench/cluster_partition_scale.py counts)."""
+    master = postmaster_pid(pg.data_dir)
+    if master is None:
+        return 0.0
+    return (cpu_s(master, children=True) or 0.0) + sum(cpu_s(pid) or 0.0 for pid in children_of(master))
 
 
-async def measure(port: int, size: int, per: int, mb: int) -> str:
-    conn = await asyncpg.connect(host="127.0.0.1", port=port, user="postgres", database="postgres")
+async def measure(pg: LocalPostgres, size: int, per: int, mb: int) -> str:
+    conn = await asyncpg.connect(host="127.0.0.1", port=pg.port, user="postgres", database="postgres")
     try:
         await conn.execute(postgres_store.SCHEMA)
         topic_id = uuid.uuid4()
@@ -57,7 +50,7 @@ async def measure(port: int, size: int, per: int, mb: int) -> str:
         data = os.urandom(size // 2).hex().encode()  # as bench/clients.py's produce values: hex, no codec
         statements = max(1, mb * 1_000_000 // size // per)
         offset = 0
-        cpu0, began = postgres_cpu_s(), time.perf_counter()
+        cpu0, began = postgres_cpu_s(pg), time.perf_counter()
         for _ in range(statements):
             appends = [(offset + 10 * i, offset + 10 * i + 9, data) for i in range(per)]
             if per == 1:
@@ -69,7 +62,7 @@ async def measure(port: int, size: int, per: int, mb: int) -> str:
                     [a[2] for a in appends])
                 assert len(stored) == per, stored
             offset += 10 * per
-        elapsed, cpu = time.perf_counter() - began, postgres_cpu_s() - cpu0
+        elapsed, cpu = time.perf_counter() - began, postgres_cpu_s(pg) - cpu0
         stored_mb = statements * per * size / 1e6
         return (f"appends of {size:>8,} B, {per} per statement: {stored_mb / elapsed:6.1f} MB/s, "
                 f"{statements / elapsed:6.0f} statements/s, PostgreSQL {cpu / elapsed:4.2f} cores, "
@@ -88,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         for per in args.per:
             pg = LocalPostgres().start()
             try:
-                print(asyncio.run(measure(pg.port, size, per, args.mb)), flush=True)
+                print(asyncio.run(measure(pg, size, per, args.mb)), flush=True)
             finally:
                 pg.close()
     return 0

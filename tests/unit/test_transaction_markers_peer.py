@@ -94,8 +94,11 @@ def test_a_local_offsets_marker_is_waited_for_without_a_task(monkeypatch) -> Non
         # a shard that was loading: the marker is written again, and then the job is done
         pending = writer.run(job, lambda: True)
         shard.writes[1].set_exception(CoordinatorWriteError(Error.COORDINATOR_LOAD_IN_PROGRESS, "loading"))
-        while len(shard.writes) < 3:
-            await asyncio.sleep(0)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5
+        while len(shard.writes) < 3:  # the retry writes the marker again
+            assert loop.time() < deadline, f"{len(shard.writes)} marker writes"
+            await asyncio.sleep(0.001)
         assert not pending.done()
         shard.writes[2].set_result(None)
         await asyncio.wait_for(pending, 5)

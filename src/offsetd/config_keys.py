@@ -365,6 +365,10 @@ SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
     "offsets.topic.replication.factor": (_parse_int(1, 1), "1", "Only 1 (single node)."),
     "offsets.topic.segment.bytes": (_parse_int(14, INT32_MAX), "104857600", "Segment size of __consumer_offsets."),
     "offsets.topic.fsync.enable": (_parse_bool, "true", "fsync __consumer_offsets before acknowledging a commit."),
+    "coordinator.journal.bytes": (_parse_int(0, INT32_MAX), "67108864",
+                                  "The coordinators' journal in log.dirs: one fdatasync makes the writes of every "
+                                  "coordinator partition durable; it rolls (fsyncing their segments) past this size. "
+                                  "0: an fdatasync per partition written."),
     "offsets.retention.minutes": (_parse_int(1), "10080", "Offsets retention (KIP-211)."),
     "offsets.retention.check.interval.ms": (_parse_int(1), "600000", "How often offsets expire."),
     "offset.metadata.max.bytes": (_parse_int(0, INT32_MAX), "4096", "Longest commit metadata."),

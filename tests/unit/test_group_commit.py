@@ -26,6 +26,7 @@ from offsetd.server.aio_fsync import AioFsync
 from offsetd.server.coordinator_runtime import ShardRuntime, new_token
 from offsetd.server.group_commit import GroupCommit
 from offsetd.storage import LogConfig, PartitionLog, file_pool, partition_log
+from offsetd.storage.coordinator_journal import journal_paths, read_journals, restore_journaled
 from offsetd.storage.file_pool import FilePool, PooledFile
 from offsetd.storage.log_dir import StorageError
 
@@ -54,10 +55,12 @@ def group_commit() -> Any:
     gc.stop()
 
 
-@pytest.fixture(params=["aio", "threads"])
-def any_group_commit(request: pytest.FixtureRequest) -> Any:
-    """Group commit through native AIO (where the kernel allows it), and on threads."""
-    gc = GroupCommit(aio=request.param == "aio")
+@pytest.fixture(params=["aio", "threads", "journal"])
+def any_group_commit(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """Group commit through native AIO (where the kernel allows it), on threads, and through the
+    coordinators' journal in `tmp_path` (native AIO; small, so that it rolls to new files often)."""
+    gc = GroupCommit(aio=request.param != "threads",
+                     journal=tmp_path if request.param == "journal" else None, journal_bytes=256 << 10)
     yield gc
     gc.stop()
 
@@ -386,6 +389,10 @@ def test_every_acknowledged_commit_survives_a_power_loss(tmp_path: Path, any_gro
 
     asyncio.run(main())
     restarted = [Shard(tmp_path, p, group_commit) for p in range(8)]
+    if group_commit.journal is not None:  # as the broker's start-up does (broker/topics.py)
+        restored = restore_journaled({f"{TOPIC}-{s.runtime.shard.partition}": s.plog for s in restarted},
+                                     read_journals(journal_paths(tmp_path)), T0)
+        assert group_commit.journal.rounds > 0 and restored > 0  # the power loss cut something off
 
     async def load() -> None:
         for shard in restarted:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from ..config import BrokerConfig
+from ..storage.coordinator_journal import journal_paths, read_journals, restore_journaled
 from ..storage.clean_shutdown import clear_clean_shutdown, mark_clean_shutdown, was_clean_shutdown
 from ..storage.durable_file import fsync_dir, write_durably
 from ..storage.log_config import LogConfig
@@ -99,13 +100,16 @@ class TopicRegistry:
         catalogue = self.root / CATALOGUE
         self._clean = was_clean_shutdown(self.root)
         epochs = read_next_epochs(self.root) if self._clean else {}
+        journals = journal_paths(self.root)  # the coordinators' appends a power loss may have cut off
+        internal: dict[str, PartitionLog] = {}
         if catalogue.exists():
             for entry in json.loads(catalogue.read_text(encoding="utf-8")):
                 topic = Topic(entry["name"], uuid.UUID(entry["id"]), dict(entry["configs"]),
                               internal=entry.get("internal", False))
                 count = entry["partitions"]
-                if topic.internal:
-                    topic.partitions = [self._open(topic, p, now_ms) for p in range(count)]
+                if topic.internal:  # led once the journal is restored into them (below)
+                    topic.partitions = [self._open_log(topic, p, now_ms) for p in range(count)]
+                    internal.update((f"{topic.name}-{p}", plog) for p, plog in enumerate(topic.partitions))
                 else:
                     known = epochs.get(topic.name)
                     if known is not None and len(known) != count:
@@ -115,6 +119,12 @@ class TopicRegistry:
                                                        next_epoch_on_disk(f"{self.root}/{topic.name}-{p}"))
                                         for p in range(count)]
                 self._add(topic)
+        if journals:
+            restore_journaled(internal, read_journals(journals), now_ms)
+        for plog in internal.values():
+            plog.lead_next_epoch()
+        for path in journals:  # what they held is in the fsynced logs now
+            path.unlink()
         log.info("%s: %d partition(s) known, opened on first use%s", self.root,
                  sum(len(t.partitions) for t in self._by_name.values()),
                  " (shut down cleanly: none needs recovery)" if self._clean else "")

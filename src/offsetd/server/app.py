@@ -183,10 +183,12 @@ class KafkaServer:
         self.cluster: ClusterMember | None = None
         size_open_files(config)  # before any log is opened
         # The coordinators' fsyncs, off the event loop (cluster mode: PostgreSQL makes writes durable).
-        self.group_commit = (GroupCommit() if config.get("storage.engine") == "local"
-                             and config.get("offsets.topic.fsync.enable") else None)
+        self.group_commit: GroupCommit | None = None
         if config.get("storage.engine") == "local":
-            self.broker = Broker(config, clock())
+            self.broker = Broker(config, clock())  # restores the coordinators' journal into their logs
+            if config.get("offsets.topic.fsync.enable"):
+                journal = config.get("coordinator.journal.bytes")
+                self.group_commit = GroupCommit(journal=config.log_dir if journal else None, journal_bytes=journal)
             self._add_runtimes(self._offsets_topic(), owned=True)
         else:  # cluster mode: topics, ownership and shards arrive in start() (_join_cluster)
             self._store = PostgresStore(config.get("storage.engine"), pool_size=config.get("storage.connections"),

@@ -22,6 +22,7 @@ import asyncio
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Callable
 
 from ..records.batch import BatchHeader
@@ -29,6 +30,7 @@ from ..storage.deferred_append import PendingAppend
 from ..storage.log_append import AppendResult
 from ..storage.partition_log import PartitionLog
 from .aio_fsync import AioFsync
+from .journal_commit import JOURNAL_BYTES, Done, JournalCommit
 
 __all__ = ["GroupCommit"]
 
@@ -43,7 +45,10 @@ class GroupCommit:
     """Durable appends to the local partition logs of the coordinators, their fsyncs off the loop:
     through native AIO (server/aio_fsync.py) when `aio` and the kernel allows it, else on threads."""
 
-    def __init__(self, threads: int = FSYNC_THREADS, *, aio: bool = True) -> None:
+    def __init__(self, threads: int = FSYNC_THREADS, *, aio: bool = True, journal: Path | None = None,
+                 journal_bytes: int = JOURNAL_BYTES) -> None:
+        """`journal`: the log directory whose coordinators' journal makes the appends durable
+        (server/journal_commit.py), one fdatasync a round; None: each segment is fdatasync'ed."""
         self._aio: AioFsync | None = None
         if aio:
             try:
@@ -52,6 +57,8 @@ class GroupCommit:
                 log.info("fsyncs of the coordinators on threads (native AIO: %s)", exc)
         self._threads = threads
         self._pool: ThreadPoolExecutor | None = None
+        self.journal = (JournalCommit(journal, self._sync, self._sync_segment, journal_bytes)
+                        if journal is not None else None)
 
     async def append(self, plog: PartitionLog, records: bytes, now_ms: int,
                      validated: list[BatchHeader] | None = None) -> AppendResult:
@@ -61,24 +68,24 @@ class GroupCommit:
         pending = plog.begin_append(records, now_ms, validated)
         if isinstance(pending, AppendResult):
             return pending
-        synced: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        synced: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 
-        def settle(error: BaseException | None) -> None:
+        def settle(error: BaseException | None, segment_synced: bool) -> None:
             if synced.done():
                 return
             if error is None:
-                synced.set_result(None)
+                synced.set_result(segment_synced)
             else:
                 synced.set_exception(error)
         try:
-            self._submit(pending, settle)
-            await synced
+            self._submit(plog, pending, settle)
+            segment_synced = await synced
         except OSError as exc:
             return plog.finish_append(pending, exc)
         except asyncio.CancelledError:  # the loop is shutting down: the batch is not acknowledged
             plog.abandon_append(pending)
             raise
-        return plog.finish_append(pending)
+        return plog.finish_append(pending, segment_synced=segment_synced)
 
     def start(self, plog: PartitionLog, records: bytes, now_ms: int,
               on_durable: Callable[[AppendResult | BaseException], None],
@@ -93,31 +100,42 @@ class GroupCommit:
         if isinstance(pending, AppendResult):
             return pending
 
-        def finished(error: BaseException | None) -> None:
+        def finished(error: BaseException | None, segment_synced: bool) -> None:
             if isinstance(error, asyncio.CancelledError):  # shutting down: the batch is not acknowledged
                 plog.abandon_append(pending)
                 on_durable(error)
                 return
             try:
-                appended = plog.finish_append(pending, error if isinstance(error, OSError) else None)
+                appended = plog.finish_append(pending, error if isinstance(error, OSError) else None,
+                                              segment_synced=segment_synced)
             except Exception as exc:
                 on_durable(exc)
                 return
             on_durable(appended if error is None or isinstance(error, OSError) else error)
 
         try:
-            self._submit(pending, finished)
+            self._submit(plog, pending, finished)
         except BaseException:
             plog.abandon_append(pending)
             raise
         return None
 
-    def _submit(self, pending: PendingAppend, on_done: Callable[[BaseException | None], None]) -> None:
-        """Start the fdatasync of the pending batch's segment; on_done(None, or its exception)
-        when it completes: straight from native AIO's completion, or one turn after a thread
-        ran it where AIO refuses it. The segment's descriptor is the file pool's, which the loop
-        may close at any later pool call."""
-        fd = pending.segment.file.fileno()
+    def _submit(self, plog: PartitionLog, pending: PendingAppend, on_done: Done) -> None:
+        """Make the pending batch durable: through the journal, else its segment's fdatasync."""
+        if self.journal is not None:
+            self.journal.submit(plog, pending, on_done)
+        else:
+            self._sync_segment(pending, on_done)
+
+    def _sync_segment(self, pending: PendingAppend, on_done: Done) -> None:
+        """Start the fdatasync of the pending batch's segment; on_done(None, or its exception;
+        True) when it completes. The segment's descriptor is the file pool's, which the loop may
+        close at any later pool call."""
+        self._sync(pending.segment.file.fileno(), lambda error: on_done(error, True))
+
+    def _sync(self, fd: int, on_done: Callable[[BaseException | None], None]) -> None:
+        """Start an fdatasync of `fd`; on_done(None, or its exception) when it completes: straight
+        from native AIO's completion, or one turn after a thread ran it where AIO refuses it."""
         if self._aio is not None:
             try:
                 self._aio.submit(fd, on_done)  # once submitted, the kernel holds its own reference
@@ -137,6 +155,8 @@ class GroupCommit:
 
     def stop(self) -> None:
         """Let the fsyncs in flight finish (shutdown; their appends are not taken in afterwards)."""
+        if self.journal is not None:
+            self.journal.close()
         if self._aio is not None:
             self._aio.close()
         if self._pool is not None:

@@ -60,10 +60,13 @@ class DeferredAppends:
         self._pending = PendingAppend(prepared, segment, now_ms)
         return self._pending
 
-    def finish_append(self, pending: "PendingAppend", error: OSError | None = None) -> AppendResult:
+    def finish_append(self, pending: "PendingAppend", error: OSError | None = None, *,
+                      segment_synced: bool = True) -> AppendResult:
         """The rest of begin_append once its fsync returned, or raised `error` (or an fsync of the
         file by the pool, when it closed the descriptor meanwhile, failed): the batch joins the log
-        and the log end moves, or it is cut off and StorageError raised (as append)."""
+        and the log end moves, or it is cut off and StorageError raised (as append).
+        `segment_synced` False: a copy was made durable elsewhere (the coordinators' journal,
+        storage/coordinator_journal.py) and the segment file stays to be fsynced."""
         if pending is not self._pending:
             raise ValueError(f"{self.dir}: finishing an append that is not the one awaiting its fsync")
         self._pending = None
@@ -78,7 +81,8 @@ class DeferredAppends:
             segment.add_written(prepared.size, prepared.batches, pending.now_ms)
         except OSError as exc:
             self._undo(segment, mark, exc)
-        segment.dirty = False  # the fsync began after every write to the file
+        if segment_synced:
+            segment.dirty = False  # the fsync began after every write to the file
         self._unflushed_messages = 0
         return self._advance(prepared, pending.now_ms)
 

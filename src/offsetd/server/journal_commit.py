@@ -1,0 +1,133 @@
+"""Rounds of the coordinators' journal (storage/coordinator_journal.py): the appends of every
+coordinator partition, made durable by one fdatasync of one file per round.
+
+The first append while no round is in flight starts one at once (its entry written, the journal's
+fdatasync submitted off the loop); appends arriving meanwhile queue and go together as the next
+round when it completes (classic group commit, across partitions). The journal rolls to a new file
+once it passes `journal.bytes`: first every segment written since the old file began is
+fdatasync'ed, then the old file is removed. Where the journal cannot take an entry (no zero-filled
+space left and none to be had: a full disk) the round's appends fall back to fdatasyncs of their
+own segments, and nothing half-written enters the journal; a write or fdatasync of the journal
+that fails takes the log directory offline (an entry may be in it, so its offsets must not be
+written again).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from pathlib import Path
+from typing import Callable
+
+from ..storage.coordinator_journal import JournalFile, encode_entry, next_sequence
+from ..storage.deferred_append import PendingAppend
+from ..storage.partition_log import PartitionLog
+from ..storage.segment import Segment
+
+__all__ = ["JournalCommit", "JOURNAL_BYTES"]
+
+log = logging.getLogger("offsetd.server")
+
+#: Roll to a new journal file (fsyncing the segments written meanwhile) once past this size.
+JOURNAL_BYTES = 64 << 20
+
+Done = Callable[[BaseException | None, bool], None]
+"""An append's completion: (None or the error, whether its segment itself was fsynced)."""
+Sync = Callable[[int, Callable[[BaseException | None], None]], None]
+"""Start an fdatasync of a descriptor off the loop; call back with None or the error."""
+
+
+class JournalCommit:
+    """One journal file being written, and at most one round of it being fsynced."""
+
+    def __init__(self, root: Path, sync: Sync, fallback: Callable[[PendingAppend, Done], None],
+                 journal_bytes: int = JOURNAL_BYTES) -> None:
+        self._root = root
+        self._sync = sync  # the journal's fdatasync (native AIO, or a thread)
+        self._fallback = fallback  # the append's own segment fsynced instead
+        self._bytes = journal_bytes
+        self._file: JournalFile | None = None
+        self._sequence = next_sequence(root)
+        self._entries: list[bytes] = []  # the next round
+        self._waiting: list[tuple[PendingAppend, Done]] = []
+        self._syncing = False
+        self._written: dict[int, Segment] = {}  # segments written since the current file began
+        self.rounds = 0  # fdatasyncs of the journal (tests, metrics)
+
+    def submit(self, plog: PartitionLog, pending: PendingAppend, on_done: Done) -> None:
+        """Journal a begin_append'ed batch; on_done once its round is durable (or failed)."""
+        self._entries.append(encode_entry(plog.dir.name.encode(), pending.prepared.parts))
+        self._waiting.append((pending, on_done))
+        if not self._syncing:
+            self._round()
+
+    def _round(self) -> None:
+        """Write the queued entries and start their fdatasync."""
+        entries, waiting = self._entries, self._waiting
+        self._entries, self._waiting = [], []
+        data = b"".join(entries)
+        try:
+            if self._file is None or self._file.position >= self._bytes:
+                self._roll()
+            assert self._file is not None
+            self._file.reserve(len(data))
+        except OSError as exc:  # nothing of this round was written to the journal
+            log.warning("coordinator journal: %s; %d append(s) fsync their own segments", exc, len(waiting))
+            for pending, on_done in waiting:
+                self._fallback(pending, on_done)
+            return
+        for pending, _ in waiting:
+            self._written[id(pending.segment)] = pending.segment
+        try:
+            self._file.write(data)
+            self._syncing = True
+            self._sync(self._file.fileno(), lambda error: self._synced(waiting, error))
+        except OSError as exc:
+            self._syncing = False
+            self._synced(waiting, exc)
+
+    def _synced(self, waiting: list[tuple[PendingAppend, Done]], error: BaseException | None) -> None:
+        """A round's fdatasync completed: answer its appends, then start the next round."""
+        self.rounds += 1
+        for _, on_done in waiting:
+            on_done(_offline(error) if isinstance(error, OSError) else error, False)
+        self._syncing = False
+        if self._entries:
+            self._round()
+
+    def _roll(self) -> None:
+        """A new journal file; the segments the old one covers are fsynced first, then it goes."""
+        old, written = self._file, self._written
+        self._file = JournalFile(self._root, self._sequence)
+        self._sequence += 1
+        self._written = {}
+        if old is None:
+            return
+        try:
+            for segment in written.values():
+                _sync_segment(segment)
+        except OSError as exc:  # the old file stays for the next start-up to restore from
+            log.error("coordinator journal: fsyncing the segments of %s failed (%s); keeping it", old.path, exc)
+            old.close()
+            return
+        old.remove()
+
+    def close(self) -> None:
+        """Shutdown: close the file (kept: the next start-up restores what the segments lack)."""
+        if self._file is not None:
+            self._file.close()
+
+
+def _sync_segment(segment: Segment) -> None:
+    """fdatasync a segment's log file if written since its last one, unless its owner closed it
+    (then it was fsynced, or deleted: cleaned or removed)."""
+    if not segment.file.closed:
+        try:
+            segment.file.sync()
+        except FileNotFoundError:
+            pass
+
+
+def _offline(error: OSError) -> OSError:
+    """A journal write or fdatasync that failed, as an error that takes the log directory offline."""
+    return OSError(errno.EIO, f"coordinator journal: {error.strerror or error}")

@@ -1,0 +1,184 @@
+"""The coordinators' journal: one file in the log directory that makes the appends of every
+coordinator partition durable with one fdatasync (group commit across partitions, issue 24).
+
+A coordinator batch (`__consumer_offsets`, `__transaction_state`, `__share_group_state`) is written
+to its segment as before, and a copy of it is appended to the journal; only the journal is
+fdatasync'ed before the batch is acknowledged. One sequential write and one device flush serve
+however many partitions a round wrote to (16 partitions on this project's VM: 0.13 ms for the
+journal against 1.1 ms for 16 fdatasyncs at once). The segments are fsynced when the journal rolls
+to its next file (server/group_commit.py) and when their logs are flushed or closed; only then is
+the older file removed. At start-up, before the coordinators load their partitions, `restore`
+appends to each log the journaled batches its active segment lost (a power loss keeps only what
+was fsynced), and the files are removed.
+
+Files: `coordinator-journal-<sequence, 20 digits>.log` in the log directory, zero-filled ahead of
+their end (an fdatasync that need not persist a new file size is the cheap one). An entry:
+    length   int32   bytes after this field
+    crc      uint32  zlib CRC-32 of the bytes after this field
+    name     int16 length + UTF-8: the partition's directory name, e.g. `__consumer_offsets-7`
+    batches  the append's record batches exactly as written to the segment (offsets assigned)
+A zero length (the zero-filled tail), a short entry or a bad CRC ends the file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import zlib
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from offsetd.records.batch import parse_header
+from offsetd.storage.durable_file import fsync_dir
+from offsetd.storage.partition_log import PartitionLog
+
+__all__ = ["JournalFile", "JournalEntries", "read_journals", "restore_journaled", "journal_paths"]
+
+log = logging.getLogger("offsetd.storage")
+
+PREFIX = "coordinator-journal-"
+SUFFIX = ".log"
+_HEAD = struct.Struct(">iIh")  # length, crc, name length
+_ZEROS = bytes(1 << 20)
+#: Zero-fill this much ahead of the write position once less than half of it is left.
+RESERVE_BYTES = 4 << 20
+
+JournalEntries = dict[str, list[bytes]]
+"""Per partition directory name, the journaled appends in order (each one or more batches)."""
+
+
+def encode_entry(name: bytes, parts: Sequence[bytes | memoryview]) -> bytes:
+    """One journal entry for an append of `parts` (its batches as written) to partition `name`."""
+    body = b"".join((name, *parts))
+    crc = zlib.crc32(body, zlib.crc32(struct.pack(">h", len(name))))  # of the name length on
+    return _HEAD.pack(len(body) + 6, crc, len(name)) + body
+
+
+def _decode(data: bytes) -> Iterable[tuple[str, bytes]]:
+    """(name, batches) of each whole, intact entry of one file, up to the first that is not."""
+    pos, end = 0, len(data)
+    while pos + _HEAD.size <= end:
+        length, crc, name_len = _HEAD.unpack_from(data, pos)
+        stop = pos + 4 + length
+        if length <= 6 or stop > end or name_len < 0 or 10 + name_len > 4 + length:
+            return
+        if zlib.crc32(memoryview(data)[pos + 8:stop]) != crc:
+            return
+        name_end = pos + 10 + name_len
+        yield data[pos + 10:name_end].decode("utf-8", "replace"), data[name_end:stop]
+        pos = stop
+
+
+def journal_paths(root: Path) -> list[Path]:
+    """The journal files in `root`, oldest first."""
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return []
+    return sorted(root / n for n in names if n.startswith(PREFIX) and n.endswith(SUFFIX))
+
+
+def next_sequence(root: Path) -> int:
+    """The sequence number of the next journal file in `root`."""
+    numbers = [int(p.name[len(PREFIX):-len(SUFFIX)]) for p in journal_paths(root)
+               if p.name[len(PREFIX):-len(SUFFIX)].isdigit()]
+    return max(numbers, default=0) + 1
+
+
+def read_journals(paths: Sequence[Path]) -> JournalEntries:
+    """Every partition's journaled appends, oldest first. An append at an offset an earlier one of
+    its partition already covered replaces that one and what followed it (the earlier one was cut
+    off from its log, never acknowledged, and its offsets were written again)."""
+    entries: JournalEntries = {}
+    for path in paths:
+        for name, batches in _decode(path.read_bytes()):
+            kept = entries.setdefault(name, [])
+            first = parse_header(batches, 0).base_offset
+            while kept and _next_offset(kept[-1]) > first:
+                kept.pop()
+            kept.append(batches)
+    return entries
+
+
+def _next_offset(batches: bytes) -> int:
+    """The offset after the last batch of an append."""
+    pos, header = 0, parse_header(batches, 0)
+    while pos + header.size < len(batches):
+        pos += header.size
+        header = parse_header(batches, pos)
+    return header.last_offset + 1
+
+
+def restore_journaled(logs: Mapping[str, PartitionLog], entries: JournalEntries, now_ms: int) -> int:
+    """Append to each log the journaled appends past its end (a power loss cut them off its
+    active segment), with their own offsets, then fsync it; returns how many were appended."""
+    restored = 0
+    for name, appends in entries.items():
+        plog = logs.get(name)
+        if plog is None:
+            log.warning("coordinator journal: %d append(s) to %s, which is not a coordinator log here; dropped",
+                        len(appends), name)
+            continue
+        count = 0
+        for batches in appends:
+            if parse_header(batches, 0).base_offset < plog.log_end_offset:
+                continue  # in the log already
+            prepared = plog.prepare_append(batches, replica=True)
+            plog.apply_append(prepared, now_ms)  # type: ignore[arg-type]
+            count += 1
+        if count:
+            plog.flush()
+            log.info("%s: %d append(s) restored from the coordinator journal, log end %d", name, count,
+                     plog.log_end_offset)
+            restored += count
+    return restored
+
+
+class JournalFile:
+    """One journal file being written: appends at its end into zero-filled space (`reserve`)."""
+
+    def __init__(self, root: Path, sequence: int) -> None:
+        self.path = root / f"{PREFIX}{sequence:020d}{SUFFIX}"
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
+        self.position = 0  # where the next entry goes
+        self.allocated = 0  # zero-filled up to here
+        try:
+            self.reserve(0)
+            os.fdatasync(self._fd)
+            fsync_dir(root)
+        except OSError:
+            self.remove()
+            raise
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def reserve(self, size: int) -> None:
+        """Make sure `size` bytes past the position are zero-filled (raises OSError, e.g. a full
+        disk, having written nothing of an entry). The next fdatasync makes the new length durable."""
+        if self.allocated - self.position >= size + RESERVE_BYTES // 2:
+            return
+        target = self.position + size + RESERVE_BYTES
+        while self.allocated < target:
+            self.allocated += os.pwrite(self._fd, _ZEROS[:min(len(_ZEROS), target - self.allocated)], self.allocated)
+
+    def write(self, data: bytes) -> None:
+        """Write entries at the position (reserved first: `reserve(len(data))`)."""
+        view, pos = memoryview(data), 0
+        while pos < len(data):
+            pos += os.pwrite(self._fd, view[pos:], self.position + pos)
+        self.position += len(data)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def remove(self) -> None:
+        """Close and delete the file (every append in it is durable in its segment by now)."""
+        self.close()
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass

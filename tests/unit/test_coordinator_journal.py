@@ -1,0 +1,231 @@
+"""The coordinators' journal (storage/coordinator_journal.py, server/journal_commit.py): the
+appends of many coordinator partitions made durable by one fdatasync of one file, what start-up
+restores from it, its rolls to new files, a full disk and a failed fdatasync. Real partition logs
+and journal files on disk; the group commit runs on threads where a test wraps os.fdatasync."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from storage_helpers import T0, crash
+from test_group_commit import WAIT_S, PowerLoss, batch, hold_fsyncs, open_log, values
+
+from offsetd.broker.topics import TopicRegistry
+from offsetd.config import BrokerConfig
+from offsetd.server.group_commit import GroupCommit
+from offsetd.storage import PartitionLog
+from offsetd.storage.coordinator_journal import (
+    JournalFile,
+    encode_entry,
+    journal_paths,
+    read_journals,
+    restore_journaled,
+)
+from offsetd.storage.log_dir import StorageError
+
+TOPIC = "__consumer_offsets"
+
+
+def name(p: int) -> str:
+    return f"{TOPIC}-{p}"
+
+
+def journaled(tmp_path: Path, **kwargs: Any) -> GroupCommit:
+    return GroupCommit(aio=False, journal=tmp_path, **kwargs)
+
+
+def test_an_entry_reads_back_and_a_damaged_tail_ends_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "coordinator-journal-00000000000000000001.log"
+    first, second = batch("a"), batch("b")
+    data = encode_entry(b"__consumer_offsets-3", [first]) + encode_entry(b"__consumer_offsets-4", [second])
+    path.write_bytes(data + bytes(100))  # the zero-filled tail
+    assert read_journals([path]) == {name(3): [first], name(4): [second]}
+    damaged = bytearray(data)
+    damaged[-5] ^= 0xFF  # the second entry's CRC no longer matches
+    path.write_bytes(bytes(damaged))
+    assert read_journals([path]) == {name(3): [first]}
+    path.write_bytes(data[:-3])  # a torn last entry
+    assert read_journals([path]) == {name(3): [first]}
+
+
+def test_an_append_journaled_again_at_the_same_offset_replaces_the_earlier_one(tmp_path: Path) -> None:
+    """An entry whose batch was cut off (never acknowledged) and whose offset was written again:
+    the later entry wins, with what followed the earlier one dropped too."""
+    plog = open_log(tmp_path / "src")
+    at = [plog.begin_append(batch(tag), T0) for tag in ("a",)][0]
+    cut = at.prepared.data()
+    plog.abandon_append(at)
+    again = plog.begin_append(batch("b"), T0)
+    kept = again.prepared.data()
+    path = tmp_path / "coordinator-journal-00000000000000000001.log"
+    path.write_bytes(encode_entry(b"p-0", [cut]) + encode_entry(b"p-0", [kept]))
+    assert read_journals([path]) == {"p-0": [kept]}
+
+
+def test_restore_appends_what_the_log_lost_with_its_own_offsets(tmp_path: Path) -> None:
+    source = open_log(tmp_path / "a")
+    written = []
+    for tag in "abcd":
+        pending = source.begin_append(batch(tag), T0)
+        written.append(pending.prepared.data())
+        source.finish_append(pending)
+    lost = open_log(tmp_path / "b")  # holds only the first two: the power loss took the rest
+    for data in written[:2]:
+        lost.append(data, T0, sync=True)
+    assert restore_journaled({name(0): lost}, {name(0): written}, T0) == 2
+    assert values(lost) == [b"a", b"b", b"c", b"d"] and lost.log_end_offset == 4
+    assert not lost.active_segment.dirty  # fsynced before the journal may go
+    assert restore_journaled({name(0): lost}, {name(0): written}, T0) == 0  # all there: nothing twice
+
+
+def test_one_round_serves_the_appends_of_every_partition_written_meanwhile(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the journal's first fdatasync is held, appends to eight partitions queue; they all go
+    in the next round: two fdatasyncs for nine partitions (each segment's own: none)."""
+    release = threading.Event()
+    synced: list[str] = []
+    real = os.fdatasync
+
+    def held(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        release.wait(WAIT_S)
+        real(fd)
+
+    gc = journaled(tmp_path)
+    plogs = [open_log(tmp_path, p) for p in range(10)]
+
+    async def main() -> list[Any]:
+        await gc.append(plogs[9], batch("9"), T0)  # the journal file is made (and fsynced) now
+        monkeypatch.setattr(os, "fdatasync", held)
+        first = asyncio.ensure_future(gc.append(plogs[0], batch("0"), T0))
+        while not synced:
+            await asyncio.sleep(0.001)
+        rest = [asyncio.ensure_future(gc.append(plog, batch(str(p)), T0)) for p, plog in enumerate(plogs[1:9], 1)]
+        await asyncio.sleep(0.01)
+        assert not any(f.done() for f in rest)
+        release.set()
+        return await asyncio.gather(first, *rest)
+
+    try:
+        results = asyncio.run(main())
+    finally:
+        gc.stop()
+    assert [r.base_offset for r in results] == [0] * 9
+    assert gc.journal is not None and gc.journal.rounds == 3
+    assert all("coordinator-journal-" in path for path in synced) and len(synced) == 2
+    assert all(plog.active_segment.dirty for plog in plogs)  # durable through the journal only
+    for p, plog in enumerate(plogs):  # a power loss now: the segments lose everything unsynced
+        crash(plog)
+        os.truncate(plog.active_segment.log_path, 0)
+    reopened = {name(p): open_log(tmp_path, p) for p in range(10)}
+    restore_journaled(reopened, read_journals(journal_paths(tmp_path)), T0)
+    assert [values(plog) for plog in reopened.values()] == [[str(p).encode()] for p in range(10)]
+
+
+def test_the_journal_rolls_once_the_segments_it_covers_are_fsynced(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small journal rolls many times; a power loss after 40 appends (every .log file back to
+    what it held at its last fsync) loses none of them: what the removed files held was in the
+    segments' fsynced part, the rest is in the last file."""
+    gc = journaled(tmp_path, journal_bytes=4096)
+    power = PowerLoss(tmp_path, gc, monkeypatch)
+    plogs = [open_log(tmp_path, p) for p in range(3)]
+
+    async def main() -> None:
+        for i in range(40):
+            await gc.append(plogs[i % 3], batch(f"{i:03}" * 100), T0)
+
+    try:
+        asyncio.run(main())
+    finally:
+        gc.stop()
+    paths = journal_paths(tmp_path)
+    assert len(paths) == 1 and int(paths[0].name[20:-4]) > 3  # the older files are gone
+    assert 0 < sum(len(a) for a in read_journals(paths).values()) < 40  # only what came since the roll
+    for plog in plogs:
+        crash(plog)
+    power.cut()
+    reopened = {name(p): open_log(tmp_path, p) for p in range(3)}
+    restore_journaled(reopened, read_journals(journal_paths(tmp_path)), T0)
+    assert [len(values(reopened[name(p)])) for p in range(3)] == [14, 13, 13]
+    assert values(reopened[name(1)])[-1] == b"037" * 100
+
+
+def test_a_full_disk_for_the_journal_falls_back_to_the_segments_fsync(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    gc = journaled(tmp_path)
+    plog = open_log(tmp_path)
+
+    def full(self: JournalFile, size: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    async def main() -> Any:
+        await gc.append(plog, batch("a"), T0)  # the journal file exists now
+        monkeypatch.setattr(JournalFile, "reserve", full)
+        return await gc.append(plog, batch("b"), T0)
+
+    try:
+        result = asyncio.run(main())
+    finally:
+        gc.stop()
+    assert result.base_offset == 1 and values(plog) == [b"a", b"b"]
+    assert not plog.active_segment.dirty and not plog.log_dir.offline  # fsynced itself; still serving
+    assert read_journals(journal_paths(tmp_path)) == {name(0): [batch_at(plog, 0)]}  # nothing half-written
+
+
+def batch_at(plog: PartitionLog, offset: int) -> bytes:
+    return plog.read(offset, 1)
+
+
+def test_a_failed_fdatasync_of_the_journal_takes_the_directory_offline(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The entry may be in the journal, so its offset must never be written again."""
+    gc = journaled(tmp_path)
+    plog = open_log(tmp_path)
+
+    def fail() -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    async def main() -> None:
+        await gc.append(plog, batch("a"), T0)
+        hold_fsyncs(monkeypatch, fail)
+        with pytest.raises(StorageError):
+            await gc.append(plog, batch("b"), T0)
+
+    try:
+        asyncio.run(main())
+    finally:
+        gc.stop()
+    assert plog.log_dir.offline and values(plog) == [b"a"] and plog.log_end_offset == 1
+
+
+def test_start_up_restores_the_journal_before_the_coordinators_lead(tmp_path: Path) -> None:
+    """A broker's log directory after a power loss: the internal topics' logs get back what the
+    journal holds, are led at their next epoch, and the journal files are gone."""
+    config = BrokerConfig({"log.dirs": str(tmp_path)})
+    topics = TopicRegistry(config, T0)
+    topic = topics.create(TOPIC, 2, {"cleanup.policy": "compact", "preallocate": "true"}, T0, internal=True)
+    gc = journaled(tmp_path)
+
+    async def main() -> None:
+        for tag in "abc":
+            await gc.append(topic.partitions[1], batch(tag), T0)
+
+    try:
+        asyncio.run(main())
+    finally:
+        gc.stop()
+    epoch = topic.partitions[1].leader_epoch
+    for plog in topic.partitions:  # the power goes: the segments were never fsynced since
+        crash(plog)
+    os.truncate(topic.partitions[1].active_segment.log_path, 0)
+    again = TopicRegistry(config, T0).get(TOPIC)
+    assert again is not None and values(again.partitions[1]) == [b"a", b"b", b"c"]
+    assert again.partitions[1].leader_epoch == epoch + 1
+    assert journal_paths(tmp_path) == []

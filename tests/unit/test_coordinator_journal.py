@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from storage_helpers import T0, crash
-from test_group_commit import WAIT_S, PowerLoss, batch, hold_fsyncs, open_log, values
+from test_group_commit import WAIT_S, PowerLoss, batch, hold_fsyncs, open_log, until, values
 
 from offsetd.broker.topics import TopicRegistry
 from offsetd.config import BrokerConfig
@@ -140,6 +140,7 @@ def test_the_journal_rolls_once_the_segments_it_covers_are_fsynced(tmp_path: Pat
     async def main() -> None:
         for i in range(40):
             await gc.append(plogs[i % 3], batch(f"{i:03}" * 100), T0)
+        await until(lambda: len(journal_paths(tmp_path)) == 1, "the last roll's segment fsyncs")
 
     try:
         asyncio.run(main())

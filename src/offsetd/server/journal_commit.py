@@ -14,6 +14,7 @@ written again).
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 from pathlib import Path
@@ -38,7 +39,8 @@ Sync = Callable[[int, Callable[[BaseException | None], None]], None]
 
 
 class JournalCommit:
-    """One journal file being written, and at most one round of it being fsynced."""
+    """One journal file being written, and at most one round of it being fsynced (two at once
+    measured slower: 4 processes committing, p50 0.91-1.16 ms against 0.91-1.25)."""
 
     def __init__(self, root: Path, sync: Sync, fallback: Callable[[PendingAppend, Done], None],
                  journal_bytes: int = JOURNAL_BYTES) -> None:
@@ -50,7 +52,8 @@ class JournalCommit:
         self._sequence = next_sequence(root)
         self._entries: list[bytes] = []  # the next round
         self._waiting: list[tuple[PendingAppend, Done]] = []
-        self._syncing = False
+        self._syncing = False  # a round's fdatasync runs (and while its appends are answered)
+        self._closed = False
         self._written: dict[int, Segment] = {}  # segments written since the current file began
         self.rounds = 0  # fdatasyncs of the journal (tests, metrics)
 
@@ -65,6 +68,10 @@ class JournalCommit:
         """Write the queued entries and start their fdatasync."""
         entries, waiting = self._entries, self._waiting
         self._entries, self._waiting = [], []
+        if self._closed:  # shutting down
+            for _, on_done in waiting:
+                on_done(asyncio.CancelledError(), False)
+            return
         data = b"".join(entries)
         try:
             if self._file is None or self._file.position >= self._bytes:
@@ -83,49 +90,61 @@ class JournalCommit:
             self._syncing = True
             self._sync(self._file.fileno(), lambda error: self._synced(waiting, error))
         except OSError as exc:
-            self._syncing = False
+            self._syncing = True
             self._synced(waiting, exc)
 
     def _synced(self, waiting: list[tuple[PendingAppend, Done]], error: BaseException | None) -> None:
         """A round's fdatasync completed: answer its appends, then start the next round."""
         self.rounds += 1
-        for _, on_done in waiting:
-            on_done(_offline(error) if isinstance(error, OSError) else error, False)
-        self._syncing = False
+        try:  # what the answers lead to (the shards' next batches) queues for the next round
+            for _, on_done in waiting:
+                on_done(_offline(error) if isinstance(error, OSError) else error, False)
+        finally:
+            self._syncing = False
         if self._entries:
             self._round()
 
     def _roll(self) -> None:
-        """A new journal file; the segments the old one covers are fsynced first, then it goes."""
+        """A new journal file; the old one goes once the segments it covers are fsynced (off the
+        loop, all at once), or stays for the next start-up to restore from if one fails."""
         old, written = self._file, self._written
         self._file = JournalFile(self._root, self._sequence)
         self._sequence += 1
         self._written = {}
         if old is None:
             return
-        try:
-            for segment in written.values():
-                _sync_segment(segment)
-        except OSError as exc:  # the old file stays for the next start-up to restore from
-            log.error("coordinator journal: fsyncing the segments of %s failed (%s); keeping it", old.path, exc)
-            old.close()
-            return
-        old.remove()
+        old.close()
+        descriptors = []
+        for segment in written.values():
+            if not segment.file.closed:  # else its owner closed it: fsynced then, or deleted
+                try:
+                    descriptors.append(segment.file.fileno())
+                except FileNotFoundError:  # cleaned or removed meanwhile
+                    pass
+        outcomes: list[BaseException | None] = []
+
+        def synced(error: BaseException | None) -> None:
+            outcomes.append(error)
+            if len(outcomes) < len(descriptors):
+                return
+            failed = [e for e in outcomes if e is not None]
+            if failed:
+                log.error("coordinator journal: fsyncing the segments of %s failed (%s); keeping it",
+                          old.path, failed[0])
+            else:
+                old.remove()
+
+        for fd in descriptors:
+            self._sync(fd, synced)
+        if not descriptors:
+            old.remove()
 
     def close(self) -> None:
-        """Shutdown: close the file (kept: the next start-up restores what the segments lack)."""
+        """Shutdown: close the file (kept: the next start-up restores what the segments lack);
+        an append after this is not acknowledged."""
+        self._closed = True
         if self._file is not None:
             self._file.close()
-
-
-def _sync_segment(segment: Segment) -> None:
-    """fdatasync a segment's log file if written since its last one, unless its owner closed it
-    (then it was fsynced, or deleted: cleaned or removed)."""
-    if not segment.file.closed:
-        try:
-            segment.file.sync()
-        except FileNotFoundError:
-            pass
 
 
 def _offline(error: OSError) -> OSError:

@@ -14,6 +14,10 @@ fsync in flight: the shard's runtime queues what arrives meanwhile and writes it
 covered by the next fsync (classic group commit). A failed fsync cuts the batch off and fails its
 requests (storage/log_dir.py takes the directory offline); a batch is acknowledged only after its
 own fsync, and never before an earlier batch of its partition.
+
+With the coordinators' journal (`journal`, the default: server/journal_commit.py) what is fsynced
+is not the batch's segment but the journal, which holds a copy of it: one fdatasync of one file
+for every partition written meanwhile.
 """
 
 from __future__ import annotations

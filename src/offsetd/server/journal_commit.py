@@ -54,6 +54,7 @@ class JournalCommit:
         self._waiting: list[tuple[PendingAppend, Done]] = []
         self._syncing = False  # a round's fdatasync runs (and while its appends are answered)
         self._closed = False
+        self._bypassed = False  # the journal could not grow: appends fsync their own segments
         self._written: dict[int, Segment] = {}  # segments written since the current file began
         self.rounds = 0  # fdatasyncs of the journal (tests, metrics)
 
@@ -79,10 +80,15 @@ class JournalCommit:
             assert self._file is not None
             self._file.reserve(len(data))
         except OSError as exc:  # nothing of this round was written to the journal
-            log.warning("coordinator journal: %s; %d append(s) fsync their own segments", exc, len(waiting))
+            if not self._bypassed:
+                log.warning("coordinator journal: %s; appends fsync their own segments until it can grow", exc)
+                self._bypassed = True
             for pending, on_done in waiting:
                 self._fallback(pending, on_done)
             return
+        if self._bypassed:
+            log.info("coordinator journal: in use again")
+            self._bypassed = False
         for pending, _ in waiting:
             self._written[id(pending.segment)] = pending.segment
         try:

@@ -230,3 +230,31 @@ def test_start_up_restores_the_journal_before_the_coordinators_lead(tmp_path: Pa
     assert again is not None and values(again.partitions[1]) == [b"a", b"b", b"c"]
     assert again.partitions[1].leader_epoch == epoch + 1
     assert journal_paths(tmp_path) == []
+
+
+def test_a_clean_shutdown_removes_the_journal(tmp_path: Path) -> None:
+    """Every coordinator segment is fsynced by the close: a partition directory removed while the
+    broker is stopped stays removed (nothing brings it back from the journal)."""
+    config = BrokerConfig({"log.dirs": str(tmp_path)})
+    topics = TopicRegistry(config, T0)
+    topic = topics.create(TOPIC, 1, {"cleanup.policy": "compact", "preallocate": "true"}, T0, internal=True)
+    gc = journaled(tmp_path)
+    asyncio.run(gc.append(topic.partitions[0], batch("a"), T0))
+    gc.stop()
+    assert len(journal_paths(tmp_path)) == 1
+    topics.close()
+    assert journal_paths(tmp_path) == []
+
+
+def test_a_log_behind_everything_the_journal_holds_is_left_as_it_is(tmp_path: Path) -> None:
+    """Journaled appends from offset 2 on, a log that ends at 0 (its directory was replaced):
+    nothing is appended, rather than a log with a hole."""
+    source = open_log(tmp_path / "a")
+    written = []
+    for tag in "abcd":
+        pending = source.begin_append(batch(tag), T0)
+        written.append(pending.prepared.data())
+        source.finish_append(pending)
+    replaced = open_log(tmp_path / "b")
+    assert restore_journaled({name(0): replaced}, {name(0): written[2:]}, T0) == 0
+    assert replaced.log_end_offset == 0 and values(replaced) == []

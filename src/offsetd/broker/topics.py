@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from ..config import BrokerConfig
-from ..storage.coordinator_journal import journal_paths, read_journals, restore_journaled
 from ..storage.clean_shutdown import clear_clean_shutdown, mark_clean_shutdown, was_clean_shutdown
+from ..storage.coordinator_journal import journal_paths, read_journals, restore_journaled
 from ..storage.durable_file import fsync_dir, write_durably
 from ..storage.log_config import LogConfig
 from ..storage.log_dir import KAFKA_STORAGE_ERROR, LogDirectory
@@ -322,7 +322,11 @@ class TopicRegistry:
             for partition in topic.partitions:
                 unverified += partition.needs_recovery
                 partition.close()
-        if not self.marks_clean_shutdown or self.log_dir.offline:
+        if self.log_dir.offline:
+            return
+        for path in journal_paths(self.root):  # every coordinator segment is fsynced: nothing left to restore
+            path.unlink()
+        if not self.marks_clean_shutdown:
             return
         if unverified:
             log.warning("%d partition(s) of the crashed run were never opened: the next start verifies "

@@ -120,10 +120,15 @@ def restore_journaled(logs: Mapping[str, PartitionLog], entries: JournalEntries,
             log.warning("coordinator journal: %d append(s) to %s, which is not a coordinator log here; dropped",
                         len(appends), name)
             continue
+        missing = [b for b in appends if parse_header(b, 0).base_offset >= plog.log_end_offset]
+        if missing and parse_header(missing[0], 0).base_offset > plog.log_end_offset:
+            # A log shorter than anything the journal covers was changed outside the broker
+            # (its directory removed or replaced while it was stopped): leave it as it is.
+            log.warning("coordinator journal: %s ends at %d, its journaled appends start at %d; not restored",
+                        name, plog.log_end_offset, parse_header(missing[0], 0).base_offset)
+            continue
         count = 0
-        for batches in appends:
-            if parse_header(batches, 0).base_offset < plog.log_end_offset:
-                continue  # in the log already
+        for batches in missing:
             prepared = plog.prepare_append(batches, replica=True)
             plog.apply_append(prepared, now_ms)  # type: ignore[arg-type]
             count += 1

@@ -7,6 +7,7 @@ import threading
 import time
 from pathlib import Path
 
+import hypothesis  # noqa: F401  before offsetd.cli, which keeps a command from importing it (cli.py)
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))

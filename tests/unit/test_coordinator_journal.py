@@ -206,6 +206,28 @@ def test_a_failed_fdatasync_of_the_journal_takes_the_directory_offline(tmp_path:
     assert plog.log_dir.offline and values(plog) == [b"a"] and plog.log_end_offset == 1
 
 
+def test_a_failed_write_of_the_journal_takes_the_directory_offline(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Part of the entry may be in the file: as a failed fdatasync, and answered a turn later."""
+    gc = journaled(tmp_path)
+    plog = open_log(tmp_path)
+
+    def broken(self: JournalFile, data: bytes) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    async def main() -> None:
+        await gc.append(plog, batch("a"), T0)
+        monkeypatch.setattr(JournalFile, "write", broken)
+        with pytest.raises(StorageError):
+            await gc.append(plog, batch("b"), T0)
+
+    try:
+        asyncio.run(main())
+    finally:
+        gc.stop()
+    assert plog.log_dir.offline and values(plog) == [b"a"]
+
+
 def test_start_up_restores_the_journal_before_the_coordinators_lead(tmp_path: Path) -> None:
     """A broker's log directory after a power loss: the internal topics' logs get back what the
     journal holds, are led at their next epoch, and the journal files are gone."""

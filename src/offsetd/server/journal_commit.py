@@ -69,9 +69,8 @@ class JournalCommit:
         """Write the queued entries and start their fdatasync."""
         entries, waiting = self._entries, self._waiting
         self._entries, self._waiting = [], []
-        if self._closed:  # shutting down
-            for _, on_done in waiting:
-                on_done(asyncio.CancelledError(), False)
+        if self._closed:  # shutting down (answered a turn later, as a completion would be)
+            asyncio.get_running_loop().call_soon(_answer, waiting, asyncio.CancelledError())
             return
         data = b"".join(entries)
         try:
@@ -95,16 +94,15 @@ class JournalCommit:
             self._file.write(data)
             self._syncing = True
             self._sync(self._file.fileno(), lambda error: self._synced(waiting, error))
-        except OSError as exc:
+        except OSError as exc:  # answered a turn later, as a completion would be
             self._syncing = True
-            self._synced(waiting, exc)
+            asyncio.get_running_loop().call_soon(self._synced, waiting, exc)
 
     def _synced(self, waiting: list[tuple[PendingAppend, Done]], error: BaseException | None) -> None:
         """A round's fdatasync completed: answer its appends, then start the next round."""
         self.rounds += 1
         try:  # what the answers lead to (the shards' next batches) queues for the next round
-            for _, on_done in waiting:
-                on_done(_offline(error) if isinstance(error, OSError) else error, False)
+            _answer(waiting, _offline(error) if isinstance(error, OSError) else error)
         finally:
             self._syncing = False
         if self._entries:
@@ -151,6 +149,12 @@ class JournalCommit:
         self._closed = True
         if self._file is not None:
             self._file.close()
+
+
+def _answer(waiting: list[tuple[PendingAppend, Done]], error: BaseException | None) -> None:
+    """Complete a round's appends: durable through the journal (error None), or not."""
+    for _, on_done in waiting:
+        on_done(error, False)
 
 
 def _offline(error: OSError) -> OSError:

@@ -236,7 +236,7 @@ def test_the_group_filter_keeps_a_look_and_the_expiry_series_to_the_groups_it_ma
     assert [g.group for g in look(source).groups] == ["g0", "g1", "g2", "g3", "sg"]
     runtimes = [SimpleNamespace(shard=scenario.h.shard, state=SimpleNamespace(value="active"), load_time_ms=0,
                                 records_loaded=0, plog=SimpleNamespace(log_dir=SimpleNamespace(
-                                    path="/data", offline=False, failed_writes=0)))]
+                                    path="/data", offline=False, failed_writes=0)), group_commit=None)]
     everything, filtered = Snapshot(), Snapshot()
     run(take_snapshot(runtimes, everything))
     run(take_snapshot(runtimes, filtered, wanted=re.compile("g[0-3]").fullmatch))

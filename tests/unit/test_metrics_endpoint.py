@@ -33,7 +33,7 @@ def cluster(groups: list[str]) -> tuple[list[Harness], list[SimpleNamespace]]:
         assert set(errors.values()) == {0}
     log_dir = SimpleNamespace(log_dir=LogDirectory(Path("/data")))
     runtimes = [SimpleNamespace(shard=h.shard, state=ShardState.ACTIVE, load_time_ms=1.0, records_loaded=0,
-                                plog=log_dir) for h in hs]
+                                plog=log_dir, group_commit=None) for h in hs]
     return hs, runtimes
 
 

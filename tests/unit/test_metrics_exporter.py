@@ -4,11 +4,13 @@ shell's replay emulated by coordinator_helpers.Harness."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -24,8 +26,12 @@ from offsetd.metrics.lag_view import _Look
 from offsetd.metrics.snapshot import (
     CoordinatorUnavailable, GroupNotFound, Slicer, Snapshot, group_detail, run, take_snapshot,
 )
+from offsetd.records.batch import build_batch
 from offsetd.records.offsets import partition_for
 from offsetd.server.coordinator_runtime import ShardState
+from offsetd.server.group_commit import GroupCommit
+from offsetd.storage import LogConfig, PartitionLog
+from offsetd.storage.coordinator_journal import encode_entry, journal_paths, read_journals
 from offsetd.storage.log_dir import LogDirectory
 
 RETENTION_MS = 7 * 24 * 3600 * 1000  # offsets.retention.minutes default (10080)
@@ -36,10 +42,10 @@ LOG_DIR = LogDirectory(Path("/data"))
 
 
 def runtime(shard: GroupCoordinatorShard, state: ShardState = ShardState.ACTIVE, load_time_ms: float = 0.0,
-            records_loaded: int = 0, log_dir: LogDirectory = LOG_DIR) -> SimpleNamespace:
+            records_loaded: int = 0, log_dir: LogDirectory = LOG_DIR, group_commit: Any = None) -> SimpleNamespace:
     """The parts of a ShardRuntime the metrics read."""
     return SimpleNamespace(shard=shard, state=state, load_time_ms=load_time_ms, records_loaded=records_loaded,
-                           plog=SimpleNamespace(log_dir=log_dir))
+                           plog=SimpleNamespace(log_dir=log_dir), group_commit=group_commit)
 
 
 def registry_for(runtimes) -> CollectorRegistry:
@@ -298,6 +304,31 @@ def test_log_directory_metrics_follow_failures_and_going_offline() -> None:
     log_dir.failed(OSError(errno.EIO, "Input/output error"), "append to t-0")
     assert values() == (1, 1, 2)
 
+
+
+def test_the_coordinators_journal_counts_its_rounds_appends_and_bytes(tmp_path: Path) -> None:
+    """Single node: the journal's fdatasyncs, the appends they made durable and the bytes written;
+    no such family without a journal."""
+    assert "offsetd_coordinator_journal_rounds" not in {f.name for f in exporter.CoordinatorCollector(
+        [runtime(GroupCoordinatorShard(0, make_config()))]).collect()}
+    gc = GroupCommit(aio=False, journal=tmp_path)
+    plog = PartitionLog.open(tmp_path, "__consumer_offsets", 0, LogConfig(cleanup_policy="compact"), 0)
+    registry = registry_for([runtime(GroupCoordinatorShard(0, make_config()), group_commit=gc)])
+
+    async def three() -> None:
+        for value in (b"a", b"b", b"c"):
+            await gc.append(plog, build_batch([(b"k", value, 0, [])]), 0)
+
+    try:
+        asyncio.run(three())
+    finally:
+        gc.stop()
+    get = registry.get_sample_value
+    assert (get("offsetd_coordinator_journal_rounds_total"), get("offsetd_coordinator_journal_appends_total"),
+            get("offsetd_coordinator_journal_bypassed")) == (3, 3, 0)
+    journaled = read_journals(journal_paths(tmp_path))
+    assert get("offsetd_coordinator_journal_bytes_total") == sum(
+        len(encode_entry(name.encode(), [batches])) for name, appends in journaled.items() for batches in appends)
 
 
 def test_a_consumer_protocol_group_is_listed_and_detailed_as_such(h):

@@ -21,6 +21,10 @@ snake case. Everything is read from the shards at scrape time; nothing updates i
 | offsetd_log_manager_offline_log_directory_count | gauge | OfflineLogDirectoryCount |
 | offsetd_log_directory_offline{log_directory} | gauge 1/0 | LogDirectoryOffline |
 | offsetd_log_directory_failed_writes_total{log_directory} | counter | (appends and flushes that failed, a full disk included) |
+| offsetd_coordinator_journal_rounds_total | counter | (fdatasyncs of the coordinators' journal; single node) |
+| offsetd_coordinator_journal_appends_total | counter | (coordinator appends they made durable) |
+| offsetd_coordinator_journal_bytes_total | counter | (bytes written to it) |
+| offsetd_coordinator_journal_bypassed | gauge 1/0 | (it cannot grow, a full disk: appends fsync their segments) |
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ SNAPSHOT_SECONDS = "offsetd_metrics_snapshot_seconds"
 OFFLINE_LOG_DIRS = "offsetd_log_manager_offline_log_directory_count"
 LOG_DIR_OFFLINE = "offsetd_log_directory_offline"
 LOG_DIR_FAILED_WRITES = "offsetd_log_directory_failed_writes"  # exposed with the suffix _total
+JOURNAL = "offsetd_coordinator_journal_"
 
 GROUP_CHUNK = 250  # per-group samples formatted per generate_latest call (few live objects at a time)
 
@@ -108,6 +113,15 @@ def log_dir_families(snapshot: Snapshot) -> Iterator[Metric]:
         failed.add_metric([path], failures)
     yield offline
     yield failed
+    if snapshot.journal is not None:
+        rounds, appends, written, bypassed = snapshot.journal
+        yield CounterMetricFamily(JOURNAL + "rounds", "fdatasyncs of the coordinators' journal (each makes the "
+                                  "appends of every coordinator partition since the last one durable).", value=rounds)
+        yield CounterMetricFamily(JOURNAL + "appends", "Coordinator appends made durable by the journal.",
+                                  value=appends)
+        yield CounterMetricFamily(JOURNAL + "bytes", "Bytes written to the coordinators' journal.", value=written)
+        yield GaugeMetricFamily(JOURNAL + "bypassed", "1 while the journal cannot grow (a full disk): coordinator "
+                                "appends fsync their own segments.", value=1 if bypassed else 0)
 
 
 def expiry_family(rows: Iterable[GroupRow]) -> GaugeMetricFamily:

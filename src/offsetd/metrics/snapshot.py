@@ -39,6 +39,7 @@ class Runtime(Protocol):
     load_time_ms: float
     records_loaded: int
     plog: Any  # its __consumer_offsets partition log; `.log_dir` is its directory's health
+    group_commit: Any  # its fsyncs (server/group_commit.py; None without); `.journal` the coordinators' journal
 
     @property
     def state(self) -> Any: ...  # an enum whose .value is one of SHARD_STATES
@@ -103,6 +104,7 @@ class Snapshot:
     shards: list[ShardRow] = field(default_factory=list)
     seconds: float = 0.0  # how long taking it took (wall time, including pauses)
     log_dirs: dict[str, tuple[bool, int]] = field(default_factory=dict)  # path -> (offline, failed writes)
+    journal: tuple[int, int, int, bool] | None = None  # rounds, appends, bytes, bypassed (None: no journal)
 
     def groups(self) -> Iterator[GroupRow]:
         """Every group of every active shard, in group id order (a lazy merge of sorted shards)."""
@@ -160,6 +162,9 @@ def take_snapshot(runtimes: Sequence[Runtime], out: Snapshot, slicer: Slicer | N
     for runtime in runtimes:
         log_dir = runtime.plog.log_dir
         out.log_dirs[str(log_dir.path)] = (log_dir.offline, log_dir.failed_writes)
+        journal = runtime.group_commit.journal if runtime.group_commit is not None else None
+        if journal is not None:
+            out.journal = (journal.rounds, journal.appends, journal.bytes, journal.bypassed)
     for runtime in runtimes:
         shard = runtime.shard
         counters = shard.counters

@@ -54,9 +54,11 @@ class JournalCommit:
         self._waiting: list[tuple[PendingAppend, Done]] = []
         self._syncing = False  # a round's fdatasync runs (and while its appends are answered)
         self._closed = False
-        self._bypassed = False  # the journal could not grow: appends fsync their own segments
+        self.bypassed = False  # the journal could not grow: appends fsync their own segments
         self._written: dict[int, Segment] = {}  # segments written since the current file began
-        self.rounds = 0  # fdatasyncs of the journal (tests, metrics)
+        self.rounds = 0  # fdatasyncs of the journal that completed (metrics: these four)
+        self.appends = 0  # appends made durable by them
+        self.bytes = 0  # entry bytes written
 
     def submit(self, plog: PartitionLog, pending: PendingAppend, on_done: Done) -> None:
         """Journal a begin_append'ed batch; on_done once its round is durable (or failed)."""
@@ -79,19 +81,20 @@ class JournalCommit:
             assert self._file is not None
             self._file.reserve(len(data))
         except OSError as exc:  # nothing of this round was written to the journal
-            if not self._bypassed:
+            if not self.bypassed:
                 log.warning("coordinator journal: %s; appends fsync their own segments until it can grow", exc)
-                self._bypassed = True
+                self.bypassed = True
             for pending, on_done in waiting:
                 self._fallback(pending, on_done)
             return
-        if self._bypassed:
+        if self.bypassed:
             log.info("coordinator journal: in use again")
-            self._bypassed = False
+            self.bypassed = False
         for pending, _ in waiting:
             self._written[id(pending.segment)] = pending.segment
         try:
             self._file.write(data)
+            self.bytes += len(data)
             self._syncing = True
             self._sync(self._file.fileno(), lambda error: self._synced(waiting, error))
         except OSError as exc:  # answered a turn later, as a completion would be
@@ -101,6 +104,8 @@ class JournalCommit:
     def _synced(self, waiting: list[tuple[PendingAppend, Done]], error: BaseException | None) -> None:
         """A round's fdatasync completed: answer its appends, then start the next round."""
         self.rounds += 1
+        if error is None:
+            self.appends += len(waiting)
         try:  # what the answers lead to (the shards' next batches) queues for the next round
             _answer(waiting, _offline(error) if isinstance(error, OSError) else error)
         finally:

@@ -102,15 +102,21 @@ class JournalCommit:
             asyncio.get_running_loop().call_soon(self._synced, waiting, exc)
 
     def _synced(self, waiting: list[tuple[PendingAppend, Done]], error: BaseException | None) -> None:
-        """A round's fdatasync completed: answer its appends, then start the next round."""
+        """A round's fdatasync completed: start the next round (what queued meanwhile: its
+        fdatasync runs while these are answered), then answer this one's appends."""
         self.rounds += 1
         if error is None:
             self.appends += len(waiting)
-        try:  # what the answers lead to (the shards' next batches) queues for the next round
+        self._syncing = False
+        if self._entries:
+            self._round()
+        next_round = self._syncing
+        self._syncing = True  # what the answers lead to (the shards' next batches) queues
+        try:
             _answer(waiting, _offline(error) if isinstance(error, OSError) else error)
         finally:
-            self._syncing = False
-        if self._entries:
+            self._syncing = next_round
+        if self._entries and not self._syncing:
             self._round()
 
     def _roll(self) -> None:

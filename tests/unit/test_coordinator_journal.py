@@ -68,13 +68,18 @@ def test_an_append_journaled_again_at_the_same_offset_replaces_the_earlier_one(t
     assert read_journals([path]) == {"p-0": [kept]}
 
 
-def test_restore_appends_what_the_log_lost_with_its_own_offsets(tmp_path: Path) -> None:
-    source = open_log(tmp_path / "a")
-    written = []
-    for tag in "abcd":
+def appends_as_written(path: Path, tags: str) -> list[bytes]:
+    """One append per tag to a log at `path`: each as its segment (and the journal) holds it."""
+    source, written = open_log(path), []
+    for tag in tags:
         pending = source.begin_append(batch(tag), T0)
         written.append(pending.prepared.data())
         source.finish_append(pending)
+    return written
+
+
+def test_restore_appends_what_the_log_lost_with_its_own_offsets(tmp_path: Path) -> None:
+    written = appends_as_written(tmp_path / "a", "abcd")
     lost = open_log(tmp_path / "b")  # holds only the first two: the power loss took the rest
     for data in written[:2]:
         lost.append(data, T0, sync=True)
@@ -184,18 +189,24 @@ def batch_at(plog: PartitionLog, offset: int) -> bytes:
     return plog.read(offset, 1)
 
 
-def test_a_failed_fdatasync_of_the_journal_takes_the_directory_offline(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """The entry may be in the journal, so its offset must never be written again."""
+@pytest.mark.parametrize("failing", ["fdatasync", "write"])
+def test_a_failed_write_or_fdatasync_of_the_journal_takes_the_directory_offline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str) -> None:
+    """The entry may be in the journal (whole, or part of it), so its offset must never be
+    written again; a failed write is answered a turn later, as a failed fdatasync is. (Even a
+    full disk reported by the fdatasync: the journal never grows at that point.)"""
     gc = journaled(tmp_path)
     plog = open_log(tmp_path)
 
-    def fail() -> None:
-        raise OSError(errno.ENOSPC, "No space left on device")
+    def fail(*_: Any) -> None:
+        raise OSError(errno.ENOSPC if failing == "fdatasync" else errno.EIO, "injected")
 
     async def main() -> None:
         await gc.append(plog, batch("a"), T0)
-        hold_fsyncs(monkeypatch, fail)
+        if failing == "fdatasync":
+            hold_fsyncs(monkeypatch, fail)
+        else:
+            monkeypatch.setattr(JournalFile, "write", fail)
         with pytest.raises(StorageError):
             await gc.append(plog, batch("b"), T0)
 
@@ -204,28 +215,6 @@ def test_a_failed_fdatasync_of_the_journal_takes_the_directory_offline(tmp_path:
     finally:
         gc.stop()
     assert plog.log_dir.offline and values(plog) == [b"a"] and plog.log_end_offset == 1
-
-
-def test_a_failed_write_of_the_journal_takes_the_directory_offline(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """Part of the entry may be in the file: as a failed fdatasync, and answered a turn later."""
-    gc = journaled(tmp_path)
-    plog = open_log(tmp_path)
-
-    def broken(self: JournalFile, data: bytes) -> None:
-        raise OSError(errno.EIO, "Input/output error")
-
-    async def main() -> None:
-        await gc.append(plog, batch("a"), T0)
-        monkeypatch.setattr(JournalFile, "write", broken)
-        with pytest.raises(StorageError):
-            await gc.append(plog, batch("b"), T0)
-
-    try:
-        asyncio.run(main())
-    finally:
-        gc.stop()
-    assert plog.log_dir.offline and values(plog) == [b"a"]
 
 
 def test_start_up_restores_the_journal_before_the_coordinators_lead(tmp_path: Path) -> None:
@@ -271,12 +260,7 @@ def test_a_clean_shutdown_removes_the_journal(tmp_path: Path) -> None:
 def test_a_log_behind_everything_the_journal_holds_is_left_as_it_is(tmp_path: Path) -> None:
     """Journaled appends from offset 2 on, a log that ends at 0 (its directory was replaced):
     nothing is appended, rather than a log with a hole."""
-    source = open_log(tmp_path / "a")
-    written = []
-    for tag in "abcd":
-        pending = source.begin_append(batch(tag), T0)
-        written.append(pending.prepared.data())
-        source.finish_append(pending)
+    written = appends_as_written(tmp_path / "a", "abcd")
     replaced = open_log(tmp_path / "b")
     assert restore_journaled({name(0): replaced}, {name(0): written[2:]}, T0) == 0
     assert replaced.log_end_offset == 0 and values(replaced) == []

@@ -5,9 +5,9 @@ A coordinator batch (`__consumer_offsets`, `__transaction_state`, `__share_group
 to its segment as before, and a copy of it is appended to the journal; only the journal is
 fdatasync'ed before the batch is acknowledged. One sequential write and one device flush serve
 however many partitions a round wrote to (16 partitions on this project's VM: 0.16 ms for the
-journal against 0.94 ms for 16 fdatasyncs at once, bench/fsync_shapes.py). The segments are fsynced when the journal rolls
-to its next file (server/group_commit.py) and when their logs are flushed or closed; only then is
-the older file removed. At start-up, before the coordinators load their partitions, `restore`
+journal against 0.94 ms for 16 fdatasyncs at once, bench/fsync_shapes.py). The segments are
+fsynced when the journal rolls to its next file (server/journal_commit.py) and when their logs are
+flushed or closed; only then is the older file removed. At start-up, before the coordinators load their partitions, `restore`
 appends to each log the journaled batches its active segment lost (a power loss keeps only what
 was fsynced), and the files are removed.
 

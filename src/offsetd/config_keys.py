@@ -25,6 +25,17 @@ def _parse_int(lo: int, hi: int = 2**63 - 1) -> Callable[[str], int]:
     return parse
 
 
+def _parse_off_or_at_least(lo: int) -> Callable[[str], int]:
+    """0 (off), or an integer of at least `lo` (a size where something smaller would only hurt)."""
+    def parse(raw: str) -> int:
+        value = _parse_int(0, INT32_MAX)(raw)
+        if 0 < value < lo:
+            raise ValueError(f"{value} is neither 0 (off) nor at least {lo}")
+        return value
+
+    return parse
+
+
 def _parse_bool(raw: str) -> bool:
     text = raw.strip().lower()
     if text in ("true", "false"):
@@ -365,7 +376,7 @@ SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
     "offsets.topic.replication.factor": (_parse_int(1, 1), "1", "Only 1 (single node)."),
     "offsets.topic.segment.bytes": (_parse_int(14, INT32_MAX), "104857600", "Segment size of __consumer_offsets."),
     "offsets.topic.fsync.enable": (_parse_bool, "true", "fsync __consumer_offsets before acknowledging a commit."),
-    "coordinator.journal.bytes": (_parse_int(0, INT32_MAX), "67108864",
+    "coordinator.journal.bytes": (_parse_off_or_at_least(1 << 20), "67108864",
                                   "The coordinators' journal in log.dirs: one fdatasync makes the writes of every "
                                   "coordinator partition durable; it rolls (fsyncing their segments) past this size. "
                                   "0: an fdatasync per partition written."),

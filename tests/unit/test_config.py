@@ -26,7 +26,8 @@ def test_defaults_match_kafka_names_and_embedded_default():
     ("socket.request.receive.timeout.ms", "x"),
     ("max.connections", "-1"), ("max.connections.per.ip", "2147483648"),
     ("max.connections.per.ip.overrides", "127.0.0.1"), ("max.connections.per.ip.overrides", "127.0.0.1:-1"),
-    ("max.connections.per.ip.overrides", ":5"),
+    ("max.connections.per.ip.overrides", ":5"), ("coordinator.journal.bytes", "4096"),
+    ("coordinator.journal.bytes", "-1"),
 ])
 def test_invalid_value_names_the_key(key, value):
     with pytest.raises(ConfigError) as info:

@@ -379,7 +379,7 @@ SCHEMA: dict[str, tuple[Callable[[str], Any], str, str]] = {
     "coordinator.journal.bytes": (_parse_off_or_at_least(1 << 20), "67108864",
                                   "The coordinators' journal in log.dirs: one fdatasync makes the writes of every "
                                   "coordinator partition durable; it rolls (fsyncing their segments) past this size. "
-                                  "0: an fdatasync per partition written."),
+                                  "0: an fdatasync per partition written; else at least 1048576."),
     "offsets.retention.minutes": (_parse_int(1), "10080", "Offsets retention (KIP-211)."),
     "offsets.retention.check.interval.ms": (_parse_int(1), "600000", "How often offsets expire."),
     "offset.metadata.max.bytes": (_parse_int(0, INT32_MAX), "4096", "Longest commit metadata."),

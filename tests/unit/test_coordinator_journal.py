@@ -109,11 +109,11 @@ def test_one_round_serves_the_appends_of_every_partition_written_meanwhile(tmp_p
         await gc.append(plogs[9], batch("9"), T0)  # the journal file is made (and fsynced) now
         monkeypatch.setattr(os, "fdatasync", held)
         first = asyncio.ensure_future(gc.append(plogs[0], batch("0"), T0))
-        while not synced:
-            await asyncio.sleep(0.001)
+        await until(lambda: bool(synced), "the first round's fdatasync")
         rest = [asyncio.ensure_future(gc.append(plog, batch(str(p)), T0)) for p, plog in enumerate(plogs[1:9], 1)]
-        await asyncio.sleep(0.01)
-        assert not any(f.done() for f in rest)
+        for _ in range(20):  # the loop turns meanwhile: they queue behind the round in flight
+            await asyncio.sleep(0)
+        assert not any(f.done() for f in rest) and len(synced) == 1
         release.set()
         return await asyncio.gather(first, *rest)
 

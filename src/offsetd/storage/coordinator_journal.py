@@ -33,7 +33,8 @@ from offsetd.records.batch import parse_header
 from offsetd.storage.durable_file import fsync_dir
 from offsetd.storage.partition_log import PartitionLog
 
-__all__ = ["JournalFile", "JournalEntries", "read_journals", "restore_journaled", "journal_paths"]
+__all__ = ["JournalFile", "JournalEntries", "encode_entry", "journal_paths", "next_sequence", "read_journals",
+           "restore_journaled"]
 
 log = logging.getLogger("offsetd.storage")
 
@@ -49,10 +50,14 @@ JournalEntries = dict[str, list[bytes]]
 
 
 def encode_entry(name: bytes, parts: Sequence[bytes | memoryview]) -> bytes:
-    """One journal entry for an append of `parts` (its batches as written) to partition `name`."""
-    body = b"".join((name, *parts))
-    crc = zlib.crc32(body, zlib.crc32(struct.pack(">h", len(name))))  # of the name length on
-    return _HEAD.pack(len(body) + 6, crc, len(name)) + body
+    """One journal entry for an append of `parts` (its batches as written) to partition `name`
+    (the batches copied once: the CRC runs over the pieces)."""
+    crc = zlib.crc32(name, zlib.crc32(struct.pack(">h", len(name))))  # of the name length on
+    size = len(name)
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+        size += len(part)
+    return b"".join((_HEAD.pack(size + 6, crc, len(name)), name, *parts))
 
 
 def _decode(data: bytes) -> Iterable[tuple[str, bytes]]:

@@ -163,6 +163,28 @@ def test_the_journal_rolls_once_the_segments_it_covers_are_fsynced(tmp_path: Pat
     assert values(reopened[name(1)])[-1] == b"037" * 100
 
 
+def test_a_roll_keeps_the_old_file_when_a_segment_it_covers_was_not_made_durable(tmp_path: Path) -> None:
+    """The pool's fdatasync before it closed a segment's descriptor failed: what the old file holds
+    may exist nowhere else, so it stays for the next start-up."""
+    gc = journaled(tmp_path, journal_bytes=4096)
+    failing, other = open_log(tmp_path, 0), open_log(tmp_path, 1)
+
+    async def main() -> None:
+        await gc.append(failing, batch("x" * 3000), T0)
+        failing.active_segment.file.error = OSError(errno.EIO, "injected")
+        for tag in "yzwv":  # two appends past 4096 bytes: each file rolls after its second
+            await gc.append(other, batch(tag * 3000), T0)
+        # file 2 covers `other` only: it goes once its segment is fsynced; file 1 stays
+        await until(lambda: [int(p.name[20:-4]) for p in journal_paths(tmp_path)] == [1, 3], "file 2 removed")
+
+    try:
+        asyncio.run(main())
+    finally:
+        gc.stop()
+    assert read_journals(journal_paths(tmp_path)[:1]) == {name(0): [batch_at(failing, 0)],
+                                                          name(1): [batch_at(other, 0)]}
+
+
 def test_a_full_disk_for_the_journal_falls_back_to_the_segments_fsync(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     gc = journaled(tmp_path)

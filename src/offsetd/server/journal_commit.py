@@ -130,18 +130,21 @@ class JournalCommit:
             return
         old.close()
         descriptors = []
-        for segment in written.values():
-            if not segment.file.closed:  # else its owner closed it: fsynced then, or deleted
-                try:
-                    descriptors.append(segment.file.fileno())
-                except FileNotFoundError:  # cleaned or removed meanwhile
-                    pass
         outcomes: list[BaseException | None] = []
+        for segment in written.values():
+            file = segment.file
+            if file.error is not None:  # an fdatasync before the pool closed it failed
+                outcomes.append(file.error)
+            # Not dirty: the pool fsynced it when it closed the descriptor; closed: its owner
+            # fsynced it, or it was deleted (cleaned or removed).
+            elif file.dirty and not file.closed:
+                try:
+                    descriptors.append(file.fileno())
+                except FileNotFoundError:  # removed meanwhile
+                    pass
+        in_flight = len(descriptors)
 
-        def synced(error: BaseException | None) -> None:
-            outcomes.append(error)
-            if len(outcomes) < len(descriptors):
-                return
+        def settle() -> None:
             failed = [e for e in outcomes if e is not None]
             if failed:
                 log.error("coordinator journal: fsyncing the segments of %s failed (%s); keeping it",
@@ -149,10 +152,17 @@ class JournalCommit:
             else:
                 old.remove()
 
+        def synced(error: BaseException | None) -> None:
+            nonlocal in_flight
+            outcomes.append(error)
+            in_flight -= 1
+            if not in_flight:
+                settle()
+
         for fd in descriptors:
             self._sync(fd, synced)
         if not descriptors:
-            old.remove()
+            settle()
 
     def close(self) -> None:
         """Shutdown: close the file (kept: the next start-up restores what the segments lack);

@@ -226,8 +226,7 @@ class Connection(asyncio.Protocol):
                     done.set_result(result)
                     self._inflight.append(done)
                 else:  # answered at once: written at once, after any held back (not joined: see _send)
-                    self._flush_out()
-                    self.transport.write(result)  # type: ignore[union-attr]
+                    self._write_now(result)
                 continue
             if result.__class__ is SplitFrame:
                 if self._inflight:  # as bytes above: it waits for its turn
@@ -271,8 +270,7 @@ class Connection(asyncio.Protocol):
                 elif self._pipelining == OFFSET_COMMIT:  # a run of commits: one fsync answers many
                     self._send(response)
                 else:
-                    self._flush_out()
-                    self.transport.write(response)  # type: ignore[union-attr]
+                    self._write_now(response)
         self._process()
 
     def _send(self, response: bytes) -> None:
@@ -293,6 +291,11 @@ class Connection(asyncio.Protocol):
     def _uncork(self) -> None:
         self._corked = False
         self._flush_out()
+
+    def _write_now(self, response: bytes) -> None:
+        """Write a response at once, after the ones _send held back."""
+        self._flush_out()
+        self.transport.write(response)  # type: ignore[union-attr]
 
     def _flush_out(self) -> None:
         """Write the responses _send held back (before anything else is written, and at close)."""

@@ -286,3 +286,28 @@ def test_a_log_behind_everything_the_journal_holds_is_left_as_it_is(tmp_path: Pa
     replaced = open_log(tmp_path / "b")
     assert restore_journaled({name(0): replaced}, {name(0): written[2:]}, T0) == 0
     assert replaced.log_end_offset == 0 and values(replaced) == []
+
+
+def test_staged_rounds_write_whole_blocks_and_the_file_reads_as_if_written_through_the_page_cache(
+        tmp_path: Path) -> None:
+    """A round written O_DIRECT | O_DSYNC rewrites the block the previous one ended in (its bytes
+    unchanged) and pads with zeros to a whole block; entries of every size, across blocks and
+    past the buffer's first size, read back in order, as the page-cache path writes them."""
+    direct, plain = JournalFile(tmp_path, 1, direct=True), JournalFile(tmp_path, 2)
+    assert direct.direct and not plain.direct  # this project's file system takes O_DIRECT
+    batches = [[batch(f"v{p}-{i}" * (1 + p * 37 % 500)) for i in range(p % 4 + 1)] for p in range(40)]
+    batches.insert(20, [batch("x" * 100_000)])  # more than the buffer's first 64 KiB
+    for p, appends in enumerate(batches):
+        data = b"".join(encode_entry(name(p % 3).encode(), [b]) for b in appends)
+        assert not direct.reserve(len(data)) and not plain.reserve(len(data))  # within the first zero-fill
+        address, length, offset = direct.stage(data)
+        assert offset % 4096 == 0 and length % 4096 == 0 and offset + length >= direct.position
+        with memoryview(direct.staged(length)) as staged:
+            assert os.pwrite(direct.direct_fileno(), staged[:length], offset) == length
+        plain.write(data)
+    assert direct.position == plain.position > 200_000
+    assert direct.path.read_bytes() == plain.path.read_bytes()
+    last = {name(p % 3): [appends[-1]] for p, appends in enumerate(batches)}  # every batch at offset 0
+    assert read_journals([direct.path]) == last  # the last entry of each partition: the file reads to its end
+    direct.remove()
+    plain.remove()

@@ -7,6 +7,7 @@ content as of its last fsync and putting exactly that back, as a machine that lo
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import errno
 import os
 import random
@@ -55,12 +56,15 @@ def group_commit() -> Any:
     gc.stop()
 
 
-@pytest.fixture(params=["aio", "threads", "journal"])
+@pytest.fixture(params=["aio", "threads", "journal", "journal-threads"])
 def any_group_commit(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     """Group commit through native AIO (where the kernel allows it), on threads, and through the
-    coordinators' journal in `tmp_path` (native AIO; it never rolls here, so no segment is fsynced
-    and a power loss leaves the restore everything to do: test_coordinator_journal.py rolls it)."""
-    gc = GroupCommit(aio=request.param != "threads", journal=tmp_path if request.param == "journal" else None)
+    coordinators' journal in `tmp_path`: with native AIO (its rounds O_DIRECT | O_DSYNC writes) and
+    on threads (written through the page cache, then fdatasync'ed). The journal never rolls here, so
+    no segment is fsynced and a power loss leaves the restore everything to do
+    (test_coordinator_journal.py rolls it)."""
+    gc = GroupCommit(aio=not request.param.endswith("threads"),
+                     journal=tmp_path if request.param.startswith("journal") else None)
     yield gc
     gc.stop()
 
@@ -312,6 +316,9 @@ class PowerLoss:
             monkeypatch.setattr(os, name, self._keeping(getattr(os, name)))
         if group_commit._aio is not None:  # native AIO: kept when the kernel said it completed
             monkeypatch.setattr(group_commit._aio, "submit", self._keeping_aio(group_commit._aio.submit))
+        journal = group_commit.journal
+        if journal is not None and journal._write is not None:  # its O_DSYNC writes: as they complete
+            monkeypatch.setattr(journal, "_write", self._keeping_write(journal._write))
 
     def _content(self, fd: int) -> tuple[str, bytes | None]:
         path = os.readlink(f"/proc/self/fd/{fd}")
@@ -346,6 +353,29 @@ class PowerLoss:
 
             submit(fd, done)
         return slow_submit
+
+    def _keeping_write(self, write: Callable[..., None]) -> Callable[..., None]:
+        """An O_DIRECT | O_DSYNC write: its bytes (what it was given) are kept once it completes."""
+        def slow_write(fd: int, address: int, length: int, offset: int,
+                       on_done: Callable[[OSError | None], None]) -> None:
+            path, data = os.readlink(f"/proc/self/fd/{fd}"), ctypes.string_at(address, length)
+
+            def done(error: OSError | None) -> None:
+                if error is not None:
+                    on_done(error)
+                    return
+
+                def kept() -> None:
+                    with self.lock:
+                        content = bytearray(self.synced.get(path, b""))
+                        content.extend(bytes(max(0, offset + length - len(content))))
+                        content[offset:offset + length] = data
+                        self.synced[path] = bytes(content)
+                    on_done(None)
+                asyncio.get_running_loop().call_later(0.002, kept)
+
+            write(fd, address, length, offset, done)
+        return slow_write
 
     def cut(self) -> None:
         for path in self.directory.rglob("*.log"):

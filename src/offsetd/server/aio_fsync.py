@@ -1,4 +1,5 @@
-"""fdatasync through Linux native AIO (`IOCB_CMD_FDSYNC`, kernel 4.18+), for group commit.
+"""fdatasync through Linux native AIO (`IOCB_CMD_FDSYNC`, kernel 4.18+), for group commit; and
+the coordinators' journal's O_DIRECT | O_DSYNC writes (`IOCB_CMD_PWRITE`), durable on completion.
 
 An fdatasync on a Python thread has to take the GIL back when it returns, and then hands it to the
 event loop again: with many partitions syncing at once, the loop waits for those threads after each
@@ -22,6 +23,7 @@ __all__ = ["AioFsync"]
 
 # io_setup, io_destroy, io_getevents, io_submit
 _SYSCALLS = {"x86_64": (206, 207, 208, 209), "aarch64": (0, 1, 4, 2)}
+_IOCB_CMD_PWRITE = 1
 _IOCB_CMD_FDSYNC = 3
 _IOCB_FLAG_RESFD = 1  # signal aio_resfd (an eventfd) on completion
 
@@ -64,8 +66,9 @@ class AioFsync:
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._events = (_IoEvent * depth)()
         self._ids = itertools.count(1)
-        # request id -> its completion callback and the loop that submitted it
-        self._waiting: dict[int, tuple[Callable[[OSError | None], None], asyncio.AbstractEventLoop]] = {}
+        # request id -> its completion callback, the loop that submitted it and the bytes a write
+        # must have written (0 for an fsync)
+        self._waiting: dict[int, tuple[Callable[[OSError | None], None], asyncio.AbstractEventLoop, int]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         # One iocb for every submission: io_submit copies it into the kernel's request (the
         # iocb's address only comes back in the completion event), so it is reused at once.
@@ -82,16 +85,32 @@ class AioFsync:
         on_done(None, or the OSError) is called straight from the reading of its completion, not
         a turn of the event loop later as a future's callback would be (under load a turn serves
         dozens of requests, so each turn a reply waits for costs milliseconds)."""
+        self._start(_IOCB_CMD_FDSYNC, fd, 0, 0, 0, on_done)
+
+    def submit_write(self, fd: int, address: int, length: int, offset: int,
+                     on_done: Callable[[OSError | None], None]) -> None:
+        """Submit a write of `length` bytes at `address` to `fd` at `offset`; with an O_DIRECT |
+        O_DSYNC descriptor the kernel queues it to the device itself (no worker thread, no second
+        system call for the fsync) and it is durable when it completes. The memory must stay as
+        it is until then. on_done as for submit; a short write is an EIO."""
+        self._start(_IOCB_CMD_PWRITE, fd, address, length, offset, on_done)
+
+    def _start(self, opcode: int, fd: int, address: int, length: int, offset: int,
+               on_done: Callable[[OSError | None], None]) -> None:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._watch(loop)
         request = next(self._ids)
         iocb = self._iocb
         iocb.aio_data = request
+        iocb.aio_lio_opcode = opcode
         iocb.aio_fildes = fd
+        iocb.aio_buf = address
+        iocb.aio_nbytes = length
+        iocb.aio_offset = offset
         if self._syscall(*self._submit_args) != 1:
             raise _last_error("io_submit")
-        self._waiting[request] = (on_done, loop)
+        self._waiting[request] = (on_done, loop, length)
 
     def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """Read completions on `loop` (a new loop replaces the previous one: tests run several)."""
@@ -114,11 +133,13 @@ class AioFsync:
                     continue
                 raise _last_error("io_getevents")
             for event in events[:count]:
-                on_done, loop = self._waiting.pop(event.data)
+                on_done, loop, length = self._waiting.pop(event.data)
                 if loop.is_closed():  # an earlier loop's (tests run several)
                     continue
+                res = event.res
                 try:
-                    on_done(None if event.res >= 0 else OSError(-event.res, os.strerror(-event.res)))
+                    on_done(None if res >= length else OSError(-res, os.strerror(-res)) if res < 0 else
+                            OSError(errno.EIO, f"short write: {res} of {length} bytes"))
                 except Exception as exc:  # one completion's failure must not lose the others'
                     loop.call_exception_handler({"message": "fsync completion failed", "exception": exc})
             if count < self._depth:

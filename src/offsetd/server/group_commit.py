@@ -61,7 +61,8 @@ class GroupCommit:
                 log.info("fsyncs of the coordinators on threads (native AIO: %s)", exc)
         self._threads = threads
         self._pool: ThreadPoolExecutor | None = None
-        self.journal = (JournalCommit(journal, self._sync, self._sync_segment, journal_bytes)
+        self.journal = (JournalCommit(journal, self._sync, self._sync_segment, journal_bytes,
+                                      self._aio.submit_write if self._aio is not None else None)
                         if journal is not None else None)
 
     async def append(self, plog: PartitionLog, records: bytes, now_ms: int,

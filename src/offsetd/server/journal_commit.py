@@ -3,7 +3,12 @@ coordinator partition, made durable by one fdatasync of one file per round.
 
 The first append while no round is in flight starts one at once (its entry written, the journal's
 fdatasync submitted off the loop); appends arriving meanwhile queue and go together as the next
-round when it completes (classic group commit, across partitions). The journal rolls to a new file
+round when it completes (classic group commit, across partitions). With native AIO and a file
+system that takes O_DIRECT, a round is instead one O_DIRECT | O_DSYNC write submitted through AIO
+(durable when it completes; a round that zero-fills more of the file still takes the fdatasync):
+4 processes committing, p50 0.94 against 1.07 ms and 12% more commits/s (six alternating pairs),
+at ~20 µs more of the loop's CPU per round (the device submission runs in io_submit, not in a
+kernel worker). The journal rolls to a new file
 once it passes `journal.bytes`: first every segment written since the old file began is
 fdatasync'ed, then the old file is removed. Where the journal cannot take an entry (no zero-filled
 space left and none to be had: a full disk) the round's appends fall back to fdatasyncs of their
@@ -17,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -36,6 +42,9 @@ Done = Callable[[BaseException | None, bool], None]
 """An append's completion: (None or the error, whether its segment itself was fsynced)."""
 Sync = Callable[[int, Callable[[BaseException | None], None]], None]
 """Start an fdatasync of a descriptor off the loop; call back with None or the error."""
+Write = Callable[[int, int, int, int, Callable[[OSError | None], None]], None]
+"""Submit a write (descriptor, address, length, offset) off the loop (native AIO); call back with
+None or the error; raises OSError when it cannot be submitted."""
 
 
 class JournalCommit:
@@ -43,9 +52,10 @@ class JournalCommit:
     measured slower: 4 processes committing, p50 0.91-1.16 ms against 0.91-1.25)."""
 
     def __init__(self, root: Path, sync: Sync, fallback: Callable[[PendingAppend, Done], None],
-                 journal_bytes: int = JOURNAL_BYTES) -> None:
+                 journal_bytes: int = JOURNAL_BYTES, write: Write | None = None) -> None:
         self._root = root
         self._sync = sync  # the journal's fdatasync (native AIO, or a thread)
+        self._write = write  # a round's O_DIRECT | O_DSYNC write (native AIO), where there is one
         self._fallback = fallback  # the append's own segment fsynced instead
         self._bytes = journal_bytes
         self._file: JournalFile | None = None
@@ -79,7 +89,7 @@ class JournalCommit:
             if self._file is None or self._file.position >= self._bytes:
                 self._roll()
             assert self._file is not None
-            self._file.reserve(len(data))
+            grew = self._file.reserve(len(data))
         except OSError as exc:  # nothing of this round was written to the journal
             if not self.bypassed:
                 log.warning("coordinator journal: %s; appends fsync their own segments until it can grow", exc)
@@ -92,14 +102,31 @@ class JournalCommit:
             self.bypassed = False
         for pending, _ in waiting:
             self._written[id(pending.segment)] = pending.segment
+        self._syncing = True
         try:
-            self._file.write(data)
+            if self._write is not None and self._file.direct and not grew:
+                self._write_direct(self._file, data, waiting)
+            else:  # through the page cache (and the zero-filling), then one fdatasync
+                self._file.write(data)
+                self._sync(self._file.fileno(), lambda error: self._synced(waiting, error))
             self.bytes += len(data)
-            self._syncing = True
-            self._sync(self._file.fileno(), lambda error: self._synced(waiting, error))
         except OSError as exc:  # answered a turn later, as a completion would be
-            self._syncing = True
             asyncio.get_running_loop().call_soon(self._synced, waiting, exc)
+
+    def _write_direct(self, file: JournalFile, data: bytes, waiting: list[tuple[PendingAppend, Done]]) -> None:
+        """The round as one O_DIRECT | O_DSYNC write: durable when it completes. Where AIO cannot
+        take it (EAGAIN: a roll's segment fsyncs fill its queue) it is written here, at once."""
+        assert self._write is not None
+        address, length, offset = file.stage(data)
+        try:
+            self._write(file.direct_fileno(), address, length, offset, lambda error: self._synced(waiting, error))
+        except OSError as exc:
+            log.debug("coordinator journal: written on the loop (%s)", exc)
+            with memoryview(file.staged(length)) as staged:
+                written = os.pwrite(file.direct_fileno(), staged[:length], offset)
+            if written != length:
+                raise OSError(errno.EIO, f"short write: {written} of {length} bytes") from None
+            asyncio.get_running_loop().call_soon(self._synced, waiting, None)
 
     def _synced(self, waiting: list[tuple[PendingAppend, Done]], error: BaseException | None) -> None:
         """A round's fdatasync completed: start the next round (what queued meanwhile: its
@@ -123,7 +150,7 @@ class JournalCommit:
         """A new journal file; the old one goes once the segments it covers are fsynced (off the
         loop, all at once), or stays for the next start-up to restore from if one fails."""
         old, written = self._file, self._written
-        self._file = JournalFile(self._root, self._sequence)
+        self._file = JournalFile(self._root, self._sequence, direct=self._write is not None)
         self._sequence += 1
         self._written = {}
         if old is None:

@@ -12,7 +12,12 @@ their partitions, `restore_journaled` appends to each log the journaled batches 
 lost (a power loss keeps only what was fsynced), and the files are removed (broker/topics.py).
 
 Files: `coordinator-journal-<sequence, 20 digits>.log` in the log directory, zero-filled ahead of
-their end (an fdatasync that need not persist a new file size is the cheap one). An entry:
+their end (an fdatasync that need not persist a new file size is the cheap one). Where the file
+system takes O_DIRECT, a round whose space is already zero-filled (and durable) is one O_DIRECT |
+O_DSYNC write of whole 4 KiB blocks, from the start of the block the previous round ended in (that
+block's bytes written again, unchanged) to the end of the round's entries, zeros after them: the
+device writes it through, no page cache to flush and no separate fdatasync (server/journal_commit.py
+submits it through native AIO). Either way the file's bytes are the same. An entry:
     length   int32   bytes after this field
     crc      uint32  zlib CRC-32 of the bytes after this field
     name     int16 length + UTF-8: the partition's directory name, e.g. `__consumer_offsets-7`
@@ -22,7 +27,10 @@ A zero length (the zero-filled tail), a short entry or a bad CRC ends the file.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import logging
+import mmap
 import os
 import struct
 import zlib
@@ -44,6 +52,8 @@ _HEAD = struct.Struct(">iIh")  # length, crc, name length
 _ZEROS = bytes(1 << 20)
 #: Zero-fill this much ahead of the write position once less than half of it is left.
 RESERVE_BYTES = 4 << 20
+#: The unit of an O_DIRECT write (and its alignment in memory and in the file).
+BLOCK = 4096
 
 JournalEntries = dict[str, list[bytes]]
 """Per partition directory name, the journaled appends in order (each one or more batches)."""
@@ -146,44 +156,119 @@ def restore_journaled(logs: Mapping[str, PartitionLog], entries: JournalEntries,
 
 
 class JournalFile:
-    """One journal file being written: appends at its end into zero-filled space (`reserve`)."""
+    """One journal file being written: appends at its end into zero-filled space (`reserve`);
+    `direct`: it also has an O_DIRECT | O_DSYNC descriptor for `stage`d rounds."""
 
-    def __init__(self, root: Path, sequence: int) -> None:
+    def __init__(self, root: Path, sequence: int, direct: bool = False) -> None:
         self.path = root / f"{PREFIX}{sequence:020d}{SUFFIX}"
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
         self.position = 0  # where the next entry goes
         self.allocated = 0  # zero-filled up to here
+        self._direct_fd = -1
+        self._tail = b""  # the bytes of the block the position is in, before the position
+        self._buffer: mmap.mmap | None = None  # page-aligned memory of the staged round
+        self._pin: ctypes.c_char | None = None  # holds the buffer's address (and the buffer open)
+        self.address = 0
         try:
             self.reserve(0)
             os.fdatasync(self._fd)
             fsync_dir(root)
+            if direct:
+                self._open_direct()
         except OSError:
             self.remove()
             raise
 
+    def _open_direct(self) -> None:
+        try:
+            self._direct_fd = os.open(self.path, os.O_WRONLY | os.O_DIRECT | os.O_DSYNC  # type: ignore[attr-defined]
+                                      | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:  # EINVAL: a file system without O_DIRECT; written as before
+                raise
+
+    @property
+    def direct(self) -> bool:
+        return self._direct_fd >= 0
+
     def fileno(self) -> int:
         return self._fd
 
-    def reserve(self, size: int) -> None:
+    def direct_fileno(self) -> int:
+        return self._direct_fd
+
+    def reserve(self, size: int) -> bool:
         """Make sure `size` bytes past the position are zero-filled (raises OSError, e.g. a full
-        disk, having written nothing of an entry). The next fdatasync makes the new length durable."""
+        disk, having written nothing of an entry). True when it zero-filled more: the file's new
+        length (and its blocks) become durable with the next fdatasync, so that round must take one."""
         if self.allocated - self.position >= size + RESERVE_BYTES // 2:
-            return
+            return False
         target = self.position + size + RESERVE_BYTES
         while self.allocated < target:
             self.allocated += os.pwrite(self._fd, _ZEROS[:min(len(_ZEROS), target - self.allocated)], self.allocated)
+        return True
 
     def write(self, data: bytes) -> None:
         """Write entries at the position (reserved first: `reserve(len(data))`)."""
         view, pos = memoryview(data), 0
         while pos < len(data):
             pos += os.pwrite(self._fd, view[pos:], self.position + pos)
+        self._advance(data)
+
+    def stage(self, data: bytes) -> tuple[int, int, int]:
+        """Entries for one O_DIRECT write, reserved first: (address, length, file offset) of whole
+        blocks in the aligned buffer, from the start of the position's block (its bytes again) to
+        past `data`, zeros after it. The buffer must stay as it is until that write completes."""
+        tail = self._tail
+        start = self.position - len(tail)
+        end = len(tail) + len(data)
+        length = -(-end // BLOCK) * BLOCK
+        buffer = self._buffer
+        if buffer is None or len(buffer) < length:
+            buffer = self._grow(length)
+        buffer[:len(tail)] = tail
+        buffer[len(tail):end] = data
+        buffer[end:length] = bytes(length - end)
+        self._advance(data)
+        return self.address, length, start
+
+    def staged(self, length: int) -> mmap.mmap:
+        """The aligned buffer `stage` filled (its first `length` bytes are the write)."""
+        assert self._buffer is not None and len(self._buffer) >= length
+        return self._buffer
+
+    def _grow(self, length: int) -> mmap.mmap:
+        self._release_buffer()
+        self._buffer = buffer = mmap.mmap(-1, max(length, 16 * BLOCK))
+        self._pin = ctypes.c_char.from_buffer(buffer)
+        self.address = ctypes.addressof(self._pin)
+        return buffer
+
+    def _advance(self, data: bytes) -> None:
+        """The position past `data`, and the bytes of its block before it."""
         self.position += len(data)
+        into = self.position % BLOCK
+        if not into:
+            self._tail = b""
+        elif len(data) >= into:
+            self._tail = bytes(data[len(data) - into:])
+        else:
+            self._tail = self._tail[len(self._tail) + len(data) - into:] + data
+
+    def _release_buffer(self) -> None:
+        self._pin = None
+        if self._buffer is not None:
+            self._buffer.close()
+            self._buffer = None
 
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+        if self._direct_fd >= 0:
+            os.close(self._direct_fd)
+            self._direct_fd = -1
+        self._release_buffer()
 
     def remove(self) -> None:
         """Close and delete the file (every append in it is durable in its segment by now)."""

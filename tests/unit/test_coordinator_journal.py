@@ -302,8 +302,8 @@ def test_staged_rounds_write_whole_blocks_and_the_file_reads_as_if_written_throu
         assert not direct.reserve(len(data)) and not plain.reserve(len(data))  # within the first zero-fill
         address, length, offset = direct.stage(data)
         assert offset % 4096 == 0 and length % 4096 == 0 and offset + length >= direct.position
-        with memoryview(direct.staged(length)) as staged:
-            assert os.pwrite(direct.direct_fileno(), staged[:length], offset) == length
+        with direct.staged(length) as staged:
+            assert os.pwrite(direct.direct_fileno(), staged, offset) == length
         plain.write(data)
     assert direct.position == plain.position > 200_000
     assert direct.path.read_bytes() == plain.path.read_bytes()
@@ -311,3 +311,34 @@ def test_staged_rounds_write_whole_blocks_and_the_file_reads_as_if_written_throu
     assert read_journals([direct.path]) == last  # the last entry of each partition: the file reads to its end
     direct.remove()
     plain.remove()
+
+
+def test_a_file_system_that_refuses_o_direct_writes_gets_them_through_the_page_cache(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A direct write completing with EINVAL (nothing written: a file system that opens O_DIRECT
+    but refuses its writes) is not a failed disk: that round and every later one are written
+    through the page cache and fdatasync'ed, and nothing is lost or taken offline."""
+    gc = GroupCommit(journal=tmp_path)  # native AIO: its rounds are direct writes
+    journal = gc.journal
+    assert journal is not None and journal._write is not None
+    refused: list[int] = []
+
+    def refuse(fd: int, address: int, length: int, offset: int, on_done: Any) -> None:
+        refused.append(length)
+        asyncio.get_running_loop().call_soon(on_done, OSError(errno.EINVAL, "Invalid argument"))
+
+    journal._write = refuse
+    plog = open_log(tmp_path)
+
+    async def main() -> None:
+        for tag in "abc":
+            await gc.append(plog, batch(tag), T0)
+
+    try:
+        asyncio.run(main())
+    finally:
+        gc.stop()
+    assert len(refused) == 1 and journal._write is None  # asked once, then not again
+    assert values(plog) == [b"a", b"b", b"c"]
+    assert [len(v) for v in read_journals(journal_paths(tmp_path)).values()] == [3]
+    assert "O_DIRECT writes refused" in caplog.text

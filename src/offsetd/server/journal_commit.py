@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import os
 from pathlib import Path
 from typing import Callable
 
@@ -115,18 +114,35 @@ class JournalCommit:
 
     def _write_direct(self, file: JournalFile, data: bytes, waiting: list[tuple[PendingAppend, Done]]) -> None:
         """The round as one O_DIRECT | O_DSYNC write: durable when it completes. Where AIO cannot
-        take it (EAGAIN: a roll's segment fsyncs fill its queue) it is written here, at once."""
+        take it (EAGAIN: a roll's segment fsyncs fill its queue) the same bytes go through the
+        page cache and an fdatasync."""
         assert self._write is not None
         address, length, offset = file.stage(data)
         try:
-            self._write(file.direct_fileno(), address, length, offset, lambda error: self._synced(waiting, error))
+            self._write(file.direct_fileno(), address, length, offset,
+                        lambda error: self._direct_done(file, length, offset, waiting, error))
         except OSError as exc:
-            log.debug("coordinator journal: written on the loop (%s)", exc)
-            with memoryview(file.staged(length)) as staged:
-                written = os.pwrite(file.direct_fileno(), staged[:length], offset)
-            if written != length:
-                raise OSError(errno.EIO, f"short write: {written} of {length} bytes") from None
-            asyncio.get_running_loop().call_soon(self._synced, waiting, None)
+            log.debug("coordinator journal: a round through the page cache (%s)", exc)
+            self._write_staged(file, length, offset, waiting)
+
+    def _direct_done(self, file: JournalFile, length: int, offset: int, waiting: list[tuple[PendingAppend, Done]],
+                     error: OSError | None) -> None:
+        """A direct write completed. EINVAL (a file system that opens O_DIRECT but refuses its
+        writes; nothing was written): this round and every later one go through the page cache."""
+        if error is not None and error.errno == errno.EINVAL:
+            log.warning("coordinator journal: O_DIRECT writes refused (%s); written through the page cache", error)
+            self._write = None
+            self._write_staged(file, length, offset, waiting)
+            return
+        self._synced(waiting, error)
+
+    def _write_staged(self, file: JournalFile, length: int, offset: int,
+                      waiting: list[tuple[PendingAppend, Done]]) -> None:
+        try:
+            file.write_staged(length, offset)
+            self._sync(file.fileno(), lambda error: self._synced(waiting, error))
+        except OSError as exc:  # answered a turn later, as a completion would be
+            asyncio.get_running_loop().call_soon(self._synced, waiting, exc)
 
     def _synced(self, waiting: list[tuple[PendingAppend, Done]], error: BaseException | None) -> None:
         """A round's fdatasync completed: start the next round (what queued meanwhile: its

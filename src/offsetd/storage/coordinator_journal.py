@@ -232,10 +232,18 @@ class JournalFile:
         self._advance(data)
         return self.address, length, start
 
-    def staged(self, length: int) -> mmap.mmap:
-        """The aligned buffer `stage` filled (its first `length` bytes are the write)."""
+    def staged(self, length: int) -> memoryview:
+        """The write `stage` made ready: the first `length` bytes of the aligned buffer."""
         assert self._buffer is not None and len(self._buffer) >= length
-        return self._buffer
+        return memoryview(self._buffer)[:length]
+
+    def write_staged(self, length: int, offset: int) -> None:
+        """Write what `stage` made ready through the page cache instead (the same bytes: the
+        block's earlier bytes, the entries, zeros)."""
+        with self.staged(length) as view:
+            done = 0
+            while done < length:
+                done += os.pwrite(self._fd, view[done:], offset + done)
 
     def _grow(self, length: int) -> mmap.mmap:
         self._release_buffer()

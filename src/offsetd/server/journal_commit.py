@@ -129,7 +129,7 @@ class JournalCommit:
                      error: OSError | None) -> None:
         """A direct write completed. EINVAL (a file system that opens O_DIRECT but refuses its
         writes; nothing was written): this round and every later one go through the page cache."""
-        if error is not None and error.errno == errno.EINVAL:
+        if error is not None and error.errno == errno.EINVAL and not self._closed:
             log.warning("coordinator journal: O_DIRECT writes refused (%s); written through the page cache", error)
             self._write = None
             self._write_staged(file, length, offset, waiting)

@@ -246,8 +246,10 @@ class JournalFile:
                 done += os.pwrite(self._fd, view[done:], offset + done)
 
     def _grow(self, length: int) -> mmap.mmap:
+        """A larger buffer (at least doubled: rounds that grow a little at a time map it rarely)."""
+        size = max(length, 16 * BLOCK, 2 * len(self._buffer) if self._buffer is not None else 0)
         self._release_buffer()
-        self._buffer = buffer = mmap.mmap(-1, max(length, 16 * BLOCK))
+        self._buffer = buffer = mmap.mmap(-1, size)
         self._pin = ctypes.c_char.from_buffer(buffer)
         self.address = ctypes.addressof(self._pin)
         return buffer

@@ -304,7 +304,8 @@ def test_staged_rounds_write_whole_blocks_and_the_file_reads_as_if_written_throu
         data = b"".join(encode_entry(name(p % 3).encode(), [b]) for b in appends)
         assert not direct.reserve(len(data)) and not plain.reserve(len(data))  # within the first zero-fill
         address, length, offset = direct.stage(data)
-        assert offset % 4096 == 0 and length % 4096 == 0 and offset + length >= direct.position
+        assert address % 4096 == 0 and offset % 4096 == 0 and length % 4096 == 0
+        assert offset <= direct.position - len(data) and offset + length >= direct.position
         with direct.staged(length) as staged:
             assert os.pwrite(direct.direct_fileno(), staged, offset) == length
         plain.write(data)

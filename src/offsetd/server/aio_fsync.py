@@ -136,10 +136,8 @@ class AioFsync:
                 on_done, loop, length = self._waiting.pop(event.data)
                 if loop.is_closed():  # an earlier loop's (tests run several)
                     continue
-                res = event.res
                 try:
-                    on_done(None if res >= length else OSError(-res, os.strerror(-res)) if res < 0 else
-                            OSError(errno.EIO, f"short write: {res} of {length} bytes"))
+                    on_done(_outcome(event.res, length))
                 except Exception as exc:  # one completion's failure must not lose the others'
                     loop.call_exception_handler({"message": "fsync completion failed", "exception": exc})
             if count < self._depth:
@@ -151,6 +149,15 @@ class AioFsync:
             self._loop.remove_reader(self._efd)
         self._syscall(ctypes.c_long(self._destroy), self._ctx)
         os.close(self._efd)
+
+
+def _outcome(res: int, length: int) -> OSError | None:
+    """A completion's result as on_done takes it: None, the -errno it carries, or a short write."""
+    if res < 0:
+        return OSError(-res, os.strerror(-res))
+    if res < length:
+        return OSError(errno.EIO, f"short write: {res} of {length} bytes")
+    return None
 
 
 def _last_error(call: str) -> OSError:

@@ -104,6 +104,9 @@ def test_complete_is_installed_at_once_and_the_next_write_supersedes_its_record(
         shard = shell.runtime.shard
         pid, epoch = await begin(shell)
         assert await shell.call(lambda t: shard.end_txn(t, TXN, pid, epoch, True, 3, NOW)) == {"error_code": 0}
+        # the answer comes first: the markers start in the callback after the answer's
+        assert shell.jobs == [] and shell.meta().state is S.PREPARE_COMMIT
+        await asyncio.sleep(0)
         assert [job.transactional_id for job in shell.jobs] == [TXN]
         # the markers went in at once: Complete* is the id's state before its record is written
         assert shell.meta().state is S.COMPLETE_COMMIT and shell.meta().pending is None
@@ -149,8 +152,10 @@ def test_the_next_transaction_starts_at_once_but_its_record_waits_for_the_marker
         pid, epoch = await begin(shell)
         loop = asyncio.get_running_loop()
         shell.markers_pending = written = loop.create_future()
-        # EndTxn is answered once Prepare* is durable; Complete* is installed with the markers in flight
+        # EndTxn is answered once Prepare* is durable; Complete* is installed with the markers in
+        # flight, right after the answer
         assert await shell.call(lambda t: shard.end_txn(t, TXN, pid, epoch, True, 3, NOW)) == {"error_code": 0}
+        await asyncio.sleep(0)
         assert shell.meta().state is S.COMPLETE_COMMIT
         # the next transaction is accepted, but its Ongoing record waits for the markers ...
         added = shell.call(lambda t: shard.add_partitions(t, TXN, pid, epoch, [("t", 1)], 3, NOW))

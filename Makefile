@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 CONFIG ?= config/server.properties
 
-.PHONY: run secure cluster test test-quick bench bench-cluster chaos chaos-cluster soak failover fuzz tools postgresql clean
+.PHONY: run secure cluster test test-quick bench bench-targets bench-cluster chaos chaos-cluster soak failover fuzz tools postgresql clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -74,6 +74,11 @@ test-quick: $(VENV)/.test-deps
 
 bench: $(VENV)/.test-deps
 	$(PY) bench/run.py
+
+# Issue 24's targets in one run, side by side with Tansu and the cluster beside the single node,
+# judged in one table (bench/targets.py; about 15 min; BENCH_ARGS: --repeat N).
+bench-targets: $(VENV)/.test-deps postgresql
+	$(PY) bench/targets.py $(BENCH_ARGS)
 
 # offsetd single-node vs 3 brokers + PostgreSQL vs Tansu (docs/performance.md "Cluster mode"; about 13 min).
 bench-cluster: $(VENV)/.test-deps postgresql

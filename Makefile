@@ -76,7 +76,7 @@ bench: $(VENV)/.test-deps
 	$(PY) bench/run.py
 
 # Issue 24's targets in one run, side by side with Tansu and the cluster beside the single node,
-# judged in one table (bench/targets.py; about 15 min; BENCH_ARGS: --repeat N).
+# judged in one table (bench/targets.py; about 7 min; BENCH_ARGS: --repeat N).
 bench-targets: $(VENV)/.test-deps postgresql
 	$(PY) bench/targets.py $(BENCH_ARGS)
 

@@ -18,6 +18,8 @@ from confluent_kafka import Consumer, TopicPartition
 from broker_process import wait_for
 from clients import create_topic
 
+from offsetd.records.batch import iter_batches
+
 GROUPS = 8
 TOPIC = "power"
 
@@ -81,3 +83,62 @@ def test_acknowledged_commits_survive_a_power_loss(broker, tmp_path) -> None:
             reader.close()
         # at least the last acknowledged; at most the one in flight at the cut (it may be durable)
         assert acked[group] <= committed.offset <= acked[group] + 1, (group, committed.offset, acked[group])
+
+
+# argv: bootstrap, topic, transactional id. Commits a transaction of 10 records to partition 0,
+# begins the next and has one record of it acknowledged (so its Ongoing record is durable), says
+# "ready" and waits to be killed.
+_TRANSACTOR = """
+import sys
+from confluent_kafka import Producer
+bootstrap, topic, txn = sys.argv[1:4]
+producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn})
+producer.init_transactions(30)
+producer.begin_transaction()
+for i in range(10):
+    producer.produce(topic, str(i).encode(), partition=0)
+producer.commit_transaction(30)
+producer.begin_transaction()
+producer.produce(topic, b"next", partition=0)
+assert producer.flush(30) == 0
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_transaction_marker_the_power_took_is_restored(broker, tmp_path) -> None:
+    """A committed transaction's marker in a data partition is written without an fsync, like
+    its records, while the producer's next transaction is durable in `__transaction_state`. The
+    power goes and the segment loses the marker and what followed it, but not the transaction's
+    records: without the marker that transaction stays open for good (nothing will send it again)
+    and read_committed readers see nothing of the partition. The restart restores the marker
+    from the coordinators' journal, and a read_committed consumer reads the 10 records."""
+    bootstrap = broker.bootstrap
+    topic = "power-txn"
+    create_topic(bootstrap, topic, partitions=1)
+    out = tmp_path / "transactor.out"
+    transactor = subprocess.Popen([sys.executable, "-c", _TRANSACTOR, bootstrap, topic, "power-txn"],
+                                  stdin=subprocess.PIPE, stdout=out.open("wb"), stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: out.read_bytes() == b"ready\n", timeout=60, message="a committed transaction and the next begun")
+    finally:
+        broker.kill9()  # the power goes
+        transactor.kill()
+        transactor.wait(10)
+    [segment] = sorted((broker.data_dir / f"{topic}-0").glob("*.log"))
+    data = segment.read_bytes()
+    markers = [pos for pos, header in iter_batches(data) if header.is_control]
+    assert markers, "the committed transaction's marker is in the segment"
+    os.truncate(segment, markers[0])  # the marker's page, and what followed it, never reached the disk
+    broker.start()
+    assert "transaction marker(s) restored from the coordinator journal" in broker.log()
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": "power-txn-reader", "auto.offset.reset": "earliest",
+                       "isolation.level": "read_committed", "enable.auto.commit": False})
+    values: list[bytes] = []
+    try:
+        reader.subscribe([topic])
+        wait_for(lambda: values.extend(m.value() for m in reader.consume(10, timeout=0.5) if not m.error())
+                 or len(values) >= 10, timeout=30, message="the committed transaction's 10 records")
+    finally:
+        reader.close()
+    assert values == [str(i).encode() for i in range(10)]

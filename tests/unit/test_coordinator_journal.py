@@ -17,6 +17,8 @@ from storage_helpers import T0, crash
 from test_group_commit import WAIT_S, PowerLoss, batch, hold_fsyncs, open_log, until, values
 
 from offsetd.broker.topics import TopicRegistry
+from offsetd.records.batch import TRANSACTIONAL_MASK, build_batch, iter_batches
+from offsetd.records.control import build_marker_batch
 from offsetd.config import BrokerConfig
 from offsetd.server.group_commit import GroupCommit
 from offsetd.storage import PartitionLog
@@ -346,3 +348,49 @@ def test_a_file_system_that_refuses_o_direct_writes_gets_them_through_the_page_c
     assert values(plog) == [b"a", b"b", b"c"]
     assert [len(v) for v in read_journals(journal_paths(tmp_path)).values()] == [3]
     assert "O_DIRECT writes refused" in caplog.text
+
+
+def txn_batch(first_seq: int, *tags: str) -> bytes:
+    """Records of producer 7's transaction (epoch 0)."""
+    return build_batch([(b"k", t.encode(), T0, []) for t in tags], producer_id=7, producer_epoch=0,
+                       base_sequence=first_seq, attributes=TRANSACTIONAL_MASK)
+
+
+@pytest.mark.parametrize("kept, end", [
+    ("first", 3),  # the second batch and the marker lost: the marker closes what is left, at offset 2
+    ("both", 5),  # only the marker lost: back at its own offset, 4
+    ("nothing", 0),  # the transaction's records lost too: nothing to close, nothing appended
+])
+def test_start_up_restores_a_data_partitions_lost_marker_while_its_transaction_is_open(
+        tmp_path: Path, kept: str, end: int) -> None:
+    """A transaction's marker in a data partition is appended without an fsync and journaled; after
+    a power loss that cut it off the segment (with what followed it), start-up appends it again, so
+    the transaction does not stay open with every read_committed reader held at its start."""
+    config = BrokerConfig({"log.dirs": str(tmp_path)})
+    plog = TopicRegistry(config, T0).create("data", 1, {}, T0).partitions[0]
+    first, second = txn_batch(0, "a", "b"), txn_batch(2, "c", "d")
+    plog.append(first, T0)
+    plog.append(second, T0)
+    marked = plog.append(build_marker_batch(7, 0, True, 0, T0), T0)
+    assert (marked.base_offset, plog.last_stable_offset) == (4, 5)
+    gc = journaled(tmp_path)
+
+    async def main() -> None:
+        durable: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+        gc.persist(plog, plog.read(4, 1 << 10), durable.set_result)
+        assert await durable is None
+
+    try:
+        asyncio.run(main())
+    finally:
+        gc.stop()
+    crash(plog)
+    os.truncate(plog.active_segment.log_path, {"first": len(first), "both": len(first) + len(second), "nothing": 0}[kept])
+    again = TopicRegistry(config, T0).get("data")
+    assert again is not None
+    restored = again.partitions[0]
+    assert (restored.log_end_offset, restored.last_stable_offset) == (end, end)  # no transaction left open
+    data = restored.read(0, 1 << 20)
+    headers = [h for _, h in iter_batches(data)]
+    assert [h.is_control for h in headers] == {"first": [False, True], "both": [False, False, True], "nothing": []}[kept]
+    assert journal_paths(tmp_path) == []

@@ -14,7 +14,7 @@ import re
 import shutil
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from ..config import BrokerConfig
 from ..storage.clean_shutdown import clear_clean_shutdown, mark_clean_shutdown, was_clean_shutdown
@@ -120,7 +120,8 @@ class TopicRegistry:
                                         for p in range(count)]
                 self._add(topic)
         if journals:
-            restore_journaled(internal, read_journals(journals), now_ms)
+            entries = read_journals(journals)
+            restore_journaled(internal, entries, now_ms, self._marked_logs(entries.keys() - internal.keys()))
         for plog in internal.values():
             plog.lead_next_epoch()
         for path in journals:  # what they held is in the fsynced logs now
@@ -132,6 +133,21 @@ class TopicRegistry:
         remove_next_epochs(self.root)
         clear_clean_shutdown(self.root)
         return self._load_meta()
+
+    def _marked_logs(self, names: Iterable[str]) -> dict[str, PartitionLog]:
+        """The data partitions among `names` (`<topic>-<partition>`: the journal holds their
+        transaction markers), opened for the journal's restore."""
+        found: dict[str, PartitionLog] = {}
+        for name in names:
+            topic_name, _, index = name.rpartition("-")
+            topic = self._by_name.get(topic_name)
+            if topic is None or topic.internal or not index.isdigit() or int(index) >= len(topic.partitions):
+                continue
+            plog = topic.partitions[int(index)]
+            if not plog.opened:
+                plog.open_now()  # type: ignore[attr-defined]
+            found[name] = plog
+        return found
 
     def _unopened(self, topic: Topic, index: int, cfg: LogConfig, now_ms: int, clean: bool,
                   epoch: int, empty: bool = False) -> UnopenedLog:

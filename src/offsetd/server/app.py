@@ -209,7 +209,7 @@ class KafkaServer:
             self.group_api, "consumer" in config.get("group.coordinator.rebalance.protocols"))
         self.group_api.topics_image = self.consumer_group_api.topics_image
         self.txn_api = TransactionApi(self.broker, config, self.group_api, clock,
-                                      MarkerWriter(self.broker, self.runtimes, clock),
+                                      MarkerWriter(self.broker, self.runtimes, clock, self.group_commit),
                                       local=config.get("storage.engine") == "local", group_commit=self.group_commit)
         self.broker.txn_verifier = self.txn_api.verify
         self.group_api.txn_verifier = self.txn_api.verify_offsets

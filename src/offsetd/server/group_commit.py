@@ -34,7 +34,7 @@ from ..storage.deferred_append import PendingAppend
 from ..storage.log_append import AppendResult
 from ..storage.partition_log import PartitionLog
 from .aio_fsync import AioFsync
-from .journal_commit import JOURNAL_BYTES, Done, JournalCommit
+from .journal_commit import JOURNAL_BYTES, Done, Journaled, JournalCommit
 
 __all__ = ["GroupCommit"]
 
@@ -125,6 +125,17 @@ class GroupCommit:
             raise
         return None
 
+    def persist(self, plog: PartitionLog, batches: bytes, on_done: Callable[[BaseException | None], None]) -> None:
+        """Make durable `batches` that `plog` has just appended without an fsync (a transaction's
+        marker in a data partition, whose transaction's next record must not be durable before
+        it): a copy in the journal's next round, restored at start-up if the segment lost it, or
+        else an fdatasync of the segment. on_done(None, or the error) when it is."""
+        segment = plog.active_segment
+        if self.journal is not None:
+            self.journal.submit_copy(plog.dir.name, segment, batches, lambda error, _synced: on_done(error))
+        else:
+            self._sync(segment.file.fileno(), on_done)
+
     def _submit(self, plog: PartitionLog, pending: PendingAppend, on_done: Done) -> None:
         """Make the pending batch durable: through the journal, else its segment's fdatasync."""
         if self.journal is not None:
@@ -132,7 +143,7 @@ class GroupCommit:
         else:
             self._sync_segment(pending, on_done)
 
-    def _sync_segment(self, pending: PendingAppend, on_done: Done) -> None:
+    def _sync_segment(self, pending: Journaled, on_done: Done) -> None:
         """Start the fdatasync of the pending batch's segment; on_done(None, or its exception;
         True) when it completes. The segment's descriptor is the file pool's, which the loop may
         close at any later pool call."""

@@ -22,11 +22,13 @@ from ..protocol.errors import Error
 from ..records.batch import InvalidBatch, parse_header
 from ..records.control import build_marker_batch
 from ..records.offsets import OFFSETS_TOPIC
-from ..storage.log_dir import NotLeader, StorageError
+from ..storage.log_append import AppendResult
+from ..storage.log_dir import KAFKA_STORAGE_ERROR, NotLeader, StorageError
 from ..storage.producer_state import ProduceError
 from ..transaction.result import MarkerJob
 from .coordinator_runtime import ShardRuntime, ShardState
 from .futures import then
+from .group_commit import GroupCommit
 from .peer_client import PeerClient
 
 log = logging.getLogger("offsetd.transactions")
@@ -44,10 +46,15 @@ _WRITTEN = frozenset({Error.NONE, Error.UNKNOWN_TOPIC_OR_PARTITION})
 class MarkerWriter:
     """Appends markers to the partitions this broker leads and forwards the rest."""
 
-    def __init__(self, broker: Broker, group_runtimes: list[ShardRuntime], clock: Callable[[], int]) -> None:
+    def __init__(self, broker: Broker, group_runtimes: list[ShardRuntime], clock: Callable[[], int],
+                 durable: GroupCommit | None = None) -> None:
+        """`durable`: the local engine's group commit, which makes each data partition's marker
+        durable before the job counts it written (None: fsyncs off, or cluster mode, where an
+        append is durable once PostgreSQL has it)."""
         self.broker = broker
         self.group_runtimes = group_runtimes
         self.clock = clock
+        self.durable = durable
         self.remote: PeerClient | None = None  # cluster mode: requests to the other brokers
 
     def remote_request(self, node: int, api_key: int, version: int, body: dict[str, Any]) -> Awaitable[Any]:
@@ -85,7 +92,25 @@ class MarkerWriter:
         if isawaitable(appended):  # cluster mode: the log answers after PostgreSQL's COMMIT
             return self._appended_later(appended, producer_id, topic, partition)
         self.broker.on_append(topic, partition)  # read_committed fetchers wait for the LSO to move
-        return Error.NONE
+        if self.durable is None:
+            return Error.NONE
+        return self._persisted(plog, marker, appended)
+
+    def _persisted(self, plog: Any, marker: bytes, appended: AppendResult) -> "asyncio.Future[int]":
+        """NONE once the marker `plog` appended is durable (GroupCommit.persist), so the
+        transaction's Complete* and the id's next record reach `__transaction_state` only after
+        it: a power loss must not keep them and lose the marker (its transaction would stay open,
+        every read_committed reader of the partition held at its start). A failed fsync takes the
+        log directory offline: KAFKA_STORAGE_ERROR, and the job retries."""
+        written = plog.read(appended.base_offset, len(marker))  # as the log wrote it: its offset and epoch
+        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        def settle(error: BaseException | None) -> None:
+            if not done.done():
+                done.set_result(Error.NONE if error is None else KAFKA_STORAGE_ERROR)
+        assert self.durable is not None
+        self.durable.persist(plog, written, settle)
+        return done
 
     async def _appended_later(self, appended: Awaitable[Any], producer_id: int, topic: str, partition: int) -> int:
         try:

@@ -11,6 +11,11 @@ flushed or closed; only then is the older file removed. At start-up, before the 
 their partitions, `restore_journaled` appends to each log the journaled batches its active segment
 lost (a power loss keeps only what was fsynced), and the files are removed (broker/topics.py).
 
+A transaction's markers in data partitions are appended without an fsync, like the data, but the
+transaction's next `__transaction_state` record must not be durable before them: each marker's
+batch is journaled too, in the same round as its `__consumer_offsets` marker, and restored at
+start-up into a data partition that lost it while its transaction is still open there.
+
 Files: `coordinator-journal-<sequence, 20 digits>.log` in the log directory, zero-filled ahead of
 their end (an fdatasync that need not persist a new file size is the cheap one). Where the file
 system takes O_DIRECT, a round whose space is already zero-filled (and durable) is one O_DIRECT |
@@ -37,9 +42,10 @@ import zlib
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from offsetd.records.batch import parse_header
+from offsetd.records.batch import InvalidBatch, parse_header
 from offsetd.storage.durable_file import fsync_dir
 from offsetd.storage.partition_log import PartitionLog
+from offsetd.storage.producer_state import ProduceError
 
 __all__ = ["JournalFile", "JournalEntries", "encode_entry", "journal_paths", "next_sequence", "read_journals",
            "restore_journaled"]
@@ -125,14 +131,20 @@ def _next_offset(batches: bytes) -> int:
     return header.last_offset + 1
 
 
-def restore_journaled(logs: Mapping[str, PartitionLog], entries: JournalEntries, now_ms: int) -> int:
-    """Append to each log the journaled appends past its end (a power loss cut them off its
-    active segment), with their own offsets, then fsync it; returns how many were appended."""
+def restore_journaled(logs: Mapping[str, PartitionLog], entries: JournalEntries, now_ms: int,
+                      data: Mapping[str, PartitionLog] | None = None) -> int:
+    """Append to each coordinator log (`logs`) the journaled appends past its end (a power loss
+    cut them off its active segment), with their own offsets, and to each data partition (`data`)
+    its journaled transaction markers past its end; then fsync it. Returns how many were appended."""
     restored = 0
     for name, appends in entries.items():
         plog = logs.get(name)
         if plog is None:
-            log.warning("coordinator journal: %d append(s) to %s, which is not a coordinator log here; dropped",
+            marked = data.get(name) if data is not None else None
+            if marked is not None:
+                restored += _restore_markers(marked, name, appends, now_ms)
+                continue
+            log.warning("coordinator journal: %d append(s) to %s, which is not a log here; dropped",
                         len(appends), name)
             continue
         missing = [b for b in appends if parse_header(b, 0).base_offset >= plog.log_end_offset]
@@ -287,3 +299,30 @@ class JournalFile:
             self.path.unlink()
         except FileNotFoundError:
             pass
+
+
+def _restore_markers(plog: PartitionLog, name: str, markers: list[bytes], now_ms: int) -> int:
+    """Append a data partition's journaled transaction markers that are past its end (a power
+    loss cut them off with what followed them) and whose producer has a transaction open there,
+    as a leader appends: at their own offsets, or, where the data before them was lost too, at the
+    log's end. A marker missing would leave its transaction open for good, every read_committed
+    reader of the partition held at its start. A marker with nothing left to close (its
+    transaction's records were lost too, or the topic was made again under the same name) is
+    skipped, as is one the producer state refuses."""
+    count = 0
+    for batches in markers:
+        header = parse_header(batches, 0)
+        if header.base_offset < plog.log_end_offset or plog.ongoing_transaction(header.producer_id) is None:
+            continue  # still in the log, or nothing to close
+        try:
+            plog.append(batches, now_ms, [header])
+        except (ProduceError, InvalidBatch) as exc:
+            log.warning("%s: journaled transaction marker at offset %d not restored: %s", name,
+                        header.base_offset, exc)
+            continue
+        count += 1
+    if count:
+        plog.flush()
+        log.info("%s: %d transaction marker(s) restored from the coordinator journal, log end %d", name, count,
+                 plog.log_end_offset)
+    return count

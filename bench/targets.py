@@ -127,7 +127,8 @@ def verdict_table(values: Values) -> str:
     lines = ["| target | asks | figures (median (min-max)) | met? |", "|---|---|---|---|"]
     for target in TARGETS:
         shown, met = target.figures(values)
-        lines.append(f"| {target.name} | {target.asks} | {shown} | {'no data' if met is None else 'yes' if met else 'no'} |")
+        verdict = "no data" if met is None else "yes" if met else "no"
+        lines.append(f"| {target.name} | {target.asks} | {shown} | {verdict} |")
     return "\n".join(lines)
 
 

@@ -120,7 +120,8 @@ def test_a_transaction_marker_the_power_took_is_restored(broker, tmp_path) -> No
     transactor = subprocess.Popen([sys.executable, "-c", _TRANSACTOR, bootstrap, topic, "power-txn"],
                                   stdin=subprocess.PIPE, stdout=out.open("wb"), stderr=subprocess.DEVNULL)
     try:
-        wait_for(lambda: out.read_bytes() == b"ready\n", timeout=60, message="a committed transaction and the next begun")
+        wait_for(lambda: out.read_bytes() == b"ready\n", timeout=60,
+                 message="a committed transaction and the next begun")
     finally:
         broker.kill9()  # the power goes
         transactor.kill()

@@ -385,12 +385,14 @@ def test_start_up_restores_a_data_partitions_lost_marker_while_its_transaction_i
     finally:
         gc.stop()
     crash(plog)
-    os.truncate(plog.active_segment.log_path, {"first": len(first), "both": len(first) + len(second), "nothing": 0}[kept])
+    cut = {"first": len(first), "both": len(first) + len(second), "nothing": 0}[kept]
+    os.truncate(plog.active_segment.log_path, cut)
     again = TopicRegistry(config, T0).get("data")
     assert again is not None
     restored = again.partitions[0]
     assert (restored.log_end_offset, restored.last_stable_offset) == (end, end)  # no transaction left open
     data = restored.read(0, 1 << 20)
     headers = [h for _, h in iter_batches(data)]
-    assert [h.is_control for h in headers] == {"first": [False, True], "both": [False, False, True], "nothing": []}[kept]
+    control = {"first": [False, True], "both": [False, False, True], "nothing": []}[kept]
+    assert [h.is_control for h in headers] == control
     assert journal_paths(tmp_path) == []

@@ -37,6 +37,7 @@ log = logging.getLogger("offsetd.server")
 #: Roll to a new journal file (fsyncing the segments written meanwhile) once past this size.
 JOURNAL_BYTES = 64 << 20
 
+
 class SegmentCopy:
     """A journaled copy of batches already in their log without an fsync (a data partition's
     transaction marker): only the segment holding them matters here, fsynced when the file rolls

@@ -24,6 +24,7 @@ from ..records.control import build_marker_batch
 from ..records.offsets import OFFSETS_TOPIC
 from ..storage.log_append import AppendResult
 from ..storage.log_dir import KAFKA_STORAGE_ERROR, NotLeader, StorageError
+from ..storage.partition_log import PartitionLog
 from ..storage.producer_state import ProduceError
 from ..transaction.result import MarkerJob
 from .coordinator_runtime import ShardRuntime, ShardState
@@ -94,23 +95,7 @@ class MarkerWriter:
         self.broker.on_append(topic, partition)  # read_committed fetchers wait for the LSO to move
         if self.durable is None:
             return Error.NONE
-        return self._persisted(plog, marker, appended)
-
-    def _persisted(self, plog: Any, marker: bytes, appended: AppendResult) -> "asyncio.Future[int]":
-        """NONE once the marker `plog` appended is durable (GroupCommit.persist), so the
-        transaction's Complete* and the id's next record reach `__transaction_state` only after
-        it: a power loss must not keep them and lose the marker (its transaction would stay open,
-        every read_committed reader of the partition held at its start). A failed fsync takes the
-        log directory offline: KAFKA_STORAGE_ERROR, and the job retries."""
-        written = plog.read(appended.base_offset, len(marker))  # as the log wrote it: its offset and epoch
-        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-
-        def settle(error: BaseException | None) -> None:
-            if not done.done():
-                done.set_result(Error.NONE if error is None else KAFKA_STORAGE_ERROR)
-        assert self.durable is not None
-        self.durable.persist(plog, written, settle)
-        return done
+        return _persisted(self.durable, plog, marker, appended)
 
     async def _appended_later(self, appended: Awaitable[Any], producer_id: int, topic: str, partition: int) -> int:
         try:
@@ -215,6 +200,23 @@ class MarkerWriter:
             # started and not read the catalogue), so the marker is not dropped as if deleted.
             return Error.NOT_LEADER_OR_FOLLOWER
         return error
+
+
+def _persisted(durable: GroupCommit, plog: PartitionLog, marker: bytes,
+               appended: AppendResult) -> "asyncio.Future[int]":
+    """NONE once the marker `plog` appended is durable (GroupCommit.persist), so the transaction's
+    Complete* and the id's next record reach `__transaction_state` only after it: a power loss
+    must not keep them and lose the marker (its transaction would stay open, every read_committed
+    reader of the partition held at its start). A failed fsync takes the log directory offline:
+    KAFKA_STORAGE_ERROR, and the job retries."""
+    written = plog.read(appended.base_offset, len(marker))  # as the log wrote it: its offset and epoch
+    done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    def settle(error: BaseException | None) -> None:
+        if not done.done():
+            done.set_result(Error.NONE if error is None else KAFKA_STORAGE_ERROR)
+    durable.persist(plog, written, settle)
+    return done
 
 
 def _written_code(_: object) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Awaitable, Callable, Iterable
 
 from ..coordinator.write_errors import NOT_LEADER_OR_FOLLOWER, CoordinatorWriteError
 from ..records.batch import build_coordinator_batch, decode_records, iter_batches, parse_header

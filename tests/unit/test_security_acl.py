@@ -152,10 +152,13 @@ def _thousand_acls() -> list[AclBinding]:
 
 
 def test_authorize_with_1000_acls_is_cheap() -> None:
-    authorizer = Authorizer(_thousand_acls())
+    acls = _thousand_acls()
     names = [f"app-{i % 50}-t{i}-x" for i in range(500)]
-    start = time.perf_counter()
-    for name in names:  # uncached decisions: each name once
-        authorizer.authorize("User:u3", "10.0.0.1", AclOperation.WRITE, ResourceType.TOPIC, name)
-    per_call = (time.perf_counter() - start) / len(names)
-    assert per_call < 200e-6  # generous for a shared machine; typically a few µs
+    per_call = []
+    for _ in range(5):  # the best of five: a busy host's pauses land in some rounds, not in all
+        authorizer = Authorizer(acls)
+        start = time.perf_counter()
+        for name in names:  # uncached decisions: each name once
+            authorizer.authorize("User:u3", "10.0.0.1", AclOperation.WRITE, ResourceType.TOPIC, name)
+        per_call.append((time.perf_counter() - start) / len(names))
+    assert min(per_call) < 200e-6  # generous for a shared machine; typically a few µs

@@ -33,8 +33,9 @@ from ..records.batch import BatchHeader
 from ..storage.deferred_append import PendingAppend
 from ..storage.log_append import AppendResult
 from ..storage.partition_log import PartitionLog
+from ..storage.segment import Segment
 from .aio_fsync import AioFsync
-from .journal_commit import JOURNAL_BYTES, Done, Journaled, JournalCommit
+from .journal_commit import JOURNAL_BYTES, Done, JournalCommit
 
 __all__ = ["GroupCommit"]
 
@@ -141,13 +142,13 @@ class GroupCommit:
         if self.journal is not None:
             self.journal.submit(plog, pending, on_done)
         else:
-            self._sync_segment(pending, on_done)
+            self._sync_segment(pending.segment, on_done)
 
-    def _sync_segment(self, pending: Journaled, on_done: Done) -> None:
-        """Start the fdatasync of the pending batch's segment; on_done(None, or its exception;
-        True) when it completes. The segment's descriptor is the file pool's, which the loop may
-        close at any later pool call."""
-        self._sync(pending.segment.file.fileno(), lambda error: on_done(error, True))
+    def _sync_segment(self, segment: Segment, on_done: Done) -> None:
+        """Start the fdatasync of a pending batch's segment; on_done(None, or its exception; True)
+        when it completes. The segment's descriptor is the file pool's, which the loop may close at
+        any later pool call."""
+        self._sync(segment.file.fileno(), lambda error: on_done(error, True))
 
     def _sync(self, fd: int, on_done: Callable[[BaseException | None], None]) -> None:
         """Start an fdatasync of `fd`; on_done(None, or its exception) when it completes: straight

@@ -37,21 +37,6 @@ log = logging.getLogger("offsetd.server")
 #: Roll to a new journal file (fsyncing the segments written meanwhile) once past this size.
 JOURNAL_BYTES = 64 << 20
 
-
-class SegmentCopy:
-    """A journaled copy of batches already in their log without an fsync (a data partition's
-    transaction marker): only the segment holding them matters here, fsynced when the file rolls
-    (or alone, where the journal cannot take the copy)."""
-
-    __slots__ = ("segment",)
-
-    def __init__(self, segment: Segment) -> None:
-        self.segment = segment
-
-
-Journaled = PendingAppend | SegmentCopy
-"""What a journal entry makes durable: a begin_append'ed batch, or a copy of appended batches."""
-
 Done = Callable[[BaseException | None, bool], None]
 """An append's completion: (None or the error, whether its segment itself was fsynced)."""
 Sync = Callable[[int, Callable[[BaseException | None], None]], None]
@@ -65,17 +50,17 @@ class JournalCommit:
     """One journal file being written, and at most one round of it being fsynced (two at once
     measured slower: 4 processes committing, p50 0.91-1.16 ms against 0.91-1.25)."""
 
-    def __init__(self, root: Path, sync: Sync, fallback: Callable[[Journaled, Done], None],
+    def __init__(self, root: Path, sync: Sync, fallback: Callable[[Segment, Done], None],
                  journal_bytes: int = JOURNAL_BYTES, write: Write | None = None) -> None:
         self._root = root
         self._sync = sync  # the journal's fdatasync (native AIO, or a thread)
         self._write = write  # a round's O_DIRECT | O_DSYNC write (native AIO), where there is one
-        self._fallback = fallback  # the append's own segment fsynced instead
+        self._fallback = fallback  # the fdatasync of the segment an entry copies, instead
         self._bytes = journal_bytes
         self._file: JournalFile | None = None
         self._sequence = next_sequence(root)
         self._entries: list[bytes] = []  # the next round
-        self._waiting: list[tuple[Journaled, Done]] = []
+        self._waiting: list[tuple[Segment, Done]] = []
         self._syncing = False  # a round's fdatasync runs (and while its appends are answered)
         self._closed = False
         self.bypassed = False  # the journal could not grow: appends fsync their own segments
@@ -86,16 +71,18 @@ class JournalCommit:
 
     def submit(self, plog: PartitionLog, pending: PendingAppend, on_done: Done) -> None:
         """Journal a begin_append'ed batch; on_done once its round is durable (or failed)."""
-        self._entries.append(encode_entry(plog.dir.name.encode(), pending.prepared.parts))
-        self._waiting.append((pending, on_done))
-        if not self._syncing:
-            self._round()
+        self._queue(encode_entry(plog.dir.name.encode(), pending.prepared.parts), pending.segment, on_done)
 
     def submit_copy(self, name: str, segment: Segment, batches: bytes, on_done: Done) -> None:
         """Journal a copy of `batches`, which partition `name` appended to `segment` without an
         fsync; on_done once its round is durable (start-up restores it if the segment lost it)."""
-        self._entries.append(encode_entry(name.encode(), (batches,)))
-        self._waiting.append((SegmentCopy(segment), on_done))
+        self._queue(encode_entry(name.encode(), (batches,)), segment, on_done)
+
+    def _queue(self, entry: bytes, segment: Segment, on_done: Done) -> None:
+        """An entry for the next round (started now when none is in flight); `segment` holds what
+        it copies, fsynced when the file rolls or alone where the journal cannot take the entry."""
+        self._entries.append(entry)
+        self._waiting.append((segment, on_done))
         if not self._syncing:
             self._round()
 
@@ -116,14 +103,14 @@ class JournalCommit:
             if not self.bypassed:
                 log.warning("coordinator journal: %s; appends fsync their own segments until it can grow", exc)
                 self.bypassed = True
-            for pending, on_done in waiting:
-                self._fallback(pending, on_done)
+            for segment, on_done in waiting:
+                self._fallback(segment, on_done)
             return
         if self.bypassed:
             log.info("coordinator journal: in use again")
             self.bypassed = False
-        for pending, _ in waiting:
-            self._written[id(pending.segment)] = pending.segment
+        for segment, _ in waiting:
+            self._written[id(segment)] = segment
         self._syncing = True
         try:
             if self._write is not None and self._file.direct and not grew:
@@ -135,7 +122,7 @@ class JournalCommit:
         except OSError as exc:  # answered a turn later, as a completion would be
             asyncio.get_running_loop().call_soon(self._synced, waiting, exc)
 
-    def _write_direct(self, file: JournalFile, data: bytes, waiting: list[tuple[Journaled, Done]]) -> None:
+    def _write_direct(self, file: JournalFile, data: bytes, waiting: list[tuple[Segment, Done]]) -> None:
         """The round as one O_DIRECT | O_DSYNC write: durable when it completes. Where AIO cannot
         take it (EAGAIN: a roll's segment fsyncs fill its queue) the same bytes go through the
         page cache and an fdatasync."""
@@ -148,7 +135,7 @@ class JournalCommit:
             log.debug("coordinator journal: a round through the page cache (%s)", exc)
             self._write_staged(file, length, offset, waiting)
 
-    def _direct_done(self, file: JournalFile, length: int, offset: int, waiting: list[tuple[Journaled, Done]],
+    def _direct_done(self, file: JournalFile, length: int, offset: int, waiting: list[tuple[Segment, Done]],
                      error: OSError | None) -> None:
         """A direct write completed. EINVAL (a file system that opens O_DIRECT but refuses its
         writes; nothing was written): this round and every later one go through the page cache."""
@@ -160,14 +147,14 @@ class JournalCommit:
         self._synced(waiting, error)
 
     def _write_staged(self, file: JournalFile, length: int, offset: int,
-                      waiting: list[tuple[Journaled, Done]]) -> None:
+                      waiting: list[tuple[Segment, Done]]) -> None:
         try:
             file.write_staged(length, offset)
             self._sync(file.fileno(), lambda error: self._synced(waiting, error))
         except OSError as exc:  # answered a turn later, as a completion would be
             asyncio.get_running_loop().call_soon(self._synced, waiting, exc)
 
-    def _synced(self, waiting: list[tuple[Journaled, Done]], error: BaseException | None) -> None:
+    def _synced(self, waiting: list[tuple[Segment, Done]], error: BaseException | None) -> None:
         """A round's fdatasync completed: start the next round (what queued meanwhile: its
         fdatasync runs while these are answered), then answer this one's appends."""
         self.rounds += 1
@@ -238,7 +225,7 @@ class JournalCommit:
             self._file.close()
 
 
-def _answer(waiting: list[tuple[Journaled, Done]], error: BaseException | None) -> None:
+def _answer(waiting: list[tuple[Segment, Done]], error: BaseException | None) -> None:
     """Complete a round's appends: durable through the journal (error None), or not."""
     for _, on_done in waiting:
         on_done(error, False)

@@ -1,6 +1,7 @@
 """Writes a transaction's COMMIT / ABORT markers to every partition it touched (reference A7).
 
-A partition this broker leads gets its marker appended here: a data partition through its log, a
+A partition this broker leads gets its marker appended here: a data partition through its log (and,
+with fsyncs on, counted written once a copy is durable in the coordinators' journal), a
 `__consumer_offsets` partition through its group coordinator shard (which must replay the marker to
 apply or drop the pending offsets). A partition another broker leads (cluster mode) gets a
 WriteTxnMarkers v1 request sent to that broker. A marker job retries until every partition holds
@@ -72,7 +73,7 @@ class MarkerWriter:
     def write_local_now(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                         topic: str, partition: int) -> int | Awaitable[int]:
         """write_local without a coroutine where the log answers at once (a data partition of the
-        local engine): the error code now, else an awaitable of it."""
+        local engine with fsyncs off): the error code now, else an awaitable of it."""
         if topic == OFFSETS_TOPIC and partition < len(self.group_runtimes):
             runtime = self.group_runtimes[partition]
             if runtime.state is not ShardState.ACTIVE:
@@ -112,9 +113,9 @@ class MarkerWriter:
 
     def run(self, job: MarkerJob, still_coordinator: Callable[[], bool]) -> Awaitable[None] | None:
         """Write every marker of `job`: None when each went in at once (data partitions of the
-        local engine), else an awaitable that completes when all are written (or their partitions
-        are gone), or when this broker stopped coordinating the transaction. Where the only wait
-        is for futures (a `__consumer_offsets` marker of this broker's), it is a future completed
+        local engine with fsyncs off), else an awaitable that completes when all are written (or
+        their partitions are gone), or when this broker stopped coordinating the transaction. Where
+        the only wait is for futures (a local marker made durable), it is a future completed
         by their callbacks, without a task; a marker to retry or to send to another broker takes
         the coroutine (_rest)."""
         first = {(topic, partition): self._write(job, topic, partition) for topic, partition in job.partitions}
